@@ -1,0 +1,1 @@
+//! audit-lib: see DESIGN section in README.

@@ -1,0 +1,1 @@
+//! audit-service: see DESIGN section in README.

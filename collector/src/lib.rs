@@ -1,0 +1,1 @@
+//! collector: see DESIGN section in README.

@@ -1,0 +1,1 @@
+//! common: see DESIGN section in README.

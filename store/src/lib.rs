@@ -1,0 +1,1 @@
+//! store: see DESIGN section in README.

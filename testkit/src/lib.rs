@@ -1,0 +1,1 @@
+//! testkit: see DESIGN section in README.

@@ -1,0 +1,1 @@
+//! web: see DESIGN section in README.
