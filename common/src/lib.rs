@@ -1,1 +1,18 @@
-//! common: see DESIGN section in README.
+//! What the audit service and the collector share: layered configuration loading,
+//! Kafka client configuration with passthrough of every librdkafka property,
+//! tracing initialisation, the ops HTTP server (`/metrics`, `/healthz`) and
+//! shutdown on SIGTERM / ctrl-c.
+//!
+//! The API is deliberately small and stable; both services build on it.
+
+pub mod config;
+pub mod kafka;
+pub mod ops;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use config::{load_config, ENV_PREFIX};
+pub use kafka::{KafkaConfig, KafkaRole};
+pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
+pub use shutdown::{shutdown_on_signals, wait_for_signal};
+pub use telemetry::{init_tracing, LogConfig, LogFormat};
