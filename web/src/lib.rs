@@ -1,1 +1,4 @@
-//! web: see DESIGN section in README.
+//! web: the REST API, the detection engine, alerting and Prometheus metrics
+//! (DESIGN §6, §7). `kafka-audit serve` calls [`run`].
+
+pub mod engine;

@@ -1,0 +1,323 @@
+//! The deployment's topology (tiers, edges, datacenter mapping) and the detection
+//! policy (thresholds, grace period, stall timeout, latency objectives), as read from
+//! the `[topology]` section of `serve.toml`, validated into [`Topology`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `[topology]` as written in the configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyConfig {
+    /// Window size; all tiers of one deployment use the same size.
+    #[serde(with = "humantime_serde", default = "default_window")]
+    pub window: Duration,
+    /// How long after a window's end late data is still waited for before judging it.
+    #[serde(with = "humantime_serde", default = "default_grace")]
+    pub grace: Duration,
+    /// An auditor whose last progress report is older than this is stalled.
+    #[serde(with = "humantime_serde", default = "default_stall_after")]
+    pub stall_after: Duration,
+    #[serde(default)]
+    pub thresholds: Thresholds,
+    #[serde(default)]
+    pub tiers: Vec<TierConfig>,
+    #[serde(default)]
+    pub edges: Vec<EdgeConfig>,
+    /// Per topic pattern overrides; the first matching pattern wins.
+    #[serde(default)]
+    pub overrides: Vec<OverrideConfig>,
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        Self {
+            window: default_window(),
+            grace: default_grace(),
+            stall_after: default_stall_after(),
+            thresholds: Thresholds::default(),
+            tiers: Vec::new(),
+            edges: Vec::new(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+fn default_window() -> Duration {
+    Duration::from_secs(600)
+}
+fn default_grace() -> Duration {
+    Duration::from_secs(1200)
+}
+fn default_stall_after() -> Duration {
+    Duration::from_secs(1800)
+}
+
+/// A difference between two tiers is an anomaly only when it exceeds *both* the
+/// absolute and the ratio threshold: the absolute one keeps small topics from paging
+/// for a handful of messages, the ratio one keeps huge topics from paging for noise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    /// Messages of difference tolerated.
+    pub absolute: u64,
+    /// Fraction of the expected count tolerated (0.001 = 0.1 %).
+    pub ratio: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            absolute: 0,
+            ratio: 0.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    pub name: String,
+    /// Whether this tier's auditors publish progress watermarks. Producers that embed
+    /// audit-lib read nothing and report none; their windows are judged on time alone.
+    #[serde(default = "yes")]
+    pub progress: bool,
+    /// Objective for the p99 of latency at this tier; above it a window is `delayed`.
+    #[serde(with = "humantime_serde", default)]
+    pub latency_p99_objective: Option<Duration>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeConfig {
+    pub upstream: String,
+    pub downstream: String,
+    /// Upstream datacenter → downstream datacenter. Empty means one-to-one (each
+    /// datacenter compared with the datacenter of the same name); several upstream
+    /// datacenters mapped to one downstream datacenter are summed (an aggregate
+    /// cluster receiving every region). Upstream datacenters not listed are not part of
+    /// this edge.
+    #[serde(default)]
+    pub datacenters: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideConfig {
+    /// Glob over topic names: `*` any run of characters, `?` one character.
+    pub topics: String,
+    #[serde(with = "humantime_serde", default)]
+    pub grace: Option<Duration>,
+    #[serde(default)]
+    pub absolute: Option<u64>,
+    #[serde(default)]
+    pub ratio: Option<f64>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum TopologyError {
+    #[error("topology: {0}")]
+    Invalid(String),
+}
+
+fn invalid(msg: impl Into<String>) -> TopologyError {
+    TopologyError::Invalid(msg.into())
+}
+
+/// An edge after validation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Edge {
+    pub upstream: String,
+    pub downstream: String,
+    pub datacenters: BTreeMap<String, String>,
+}
+
+impl Edge {
+    pub fn is_one_to_one(&self) -> bool {
+        self.datacenters.is_empty()
+    }
+
+    /// Upstream datacenters feeding `downstream_dc` on this edge, given the
+    /// datacenters seen (used when the mapping is one-to-one).
+    pub fn upstream_datacenters(&self, downstream_dc: &str) -> Vec<String> {
+        if self.is_one_to_one() {
+            vec![downstream_dc.to_string()]
+        } else {
+            self.datacenters
+                .iter()
+                .filter(|(_, d)| d.as_str() == downstream_dc)
+                .map(|(u, _)| u.clone())
+                .collect()
+        }
+    }
+}
+
+/// The policy that applies to one topic after overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub grace_ms: i64,
+    pub thresholds: Thresholds,
+}
+
+/// Validated topology: what the engine runs on.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub config: TopologyConfig,
+    pub window_ms: i64,
+    pub stall_after_ms: i64,
+    pub edges: Vec<Edge>,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn check_ratio(r: f64, what: &str) -> Result<(), TopologyError> {
+    if !(0.0..=1.0).contains(&r) {
+        return Err(invalid(format!("{what}: ratio {r} is not within [0, 1]")));
+    }
+    Ok(())
+}
+
+impl Topology {
+    pub fn new(config: TopologyConfig) -> Result<Self, TopologyError> {
+        if config.window.is_zero() {
+            return Err(invalid("window must be longer than 0"));
+        }
+        if config.window.as_millis() % 1000 != 0 {
+            return Err(invalid("window must be a whole number of seconds"));
+        }
+        if config.stall_after.is_zero() {
+            return Err(invalid("stall_after must be longer than 0"));
+        }
+        check_ratio(config.thresholds.ratio, "thresholds")?;
+        let mut tiers = BTreeSet::new();
+        for t in &config.tiers {
+            if t.name.trim().is_empty() {
+                return Err(invalid("a tier has an empty name"));
+            }
+            if !tiers.insert(t.name.as_str()) {
+                return Err(invalid(format!("tier {:?} is listed twice", t.name)));
+            }
+        }
+        let mut edges = Vec::new();
+        let mut seen = BTreeSet::new();
+        for e in &config.edges {
+            for end in [&e.upstream, &e.downstream] {
+                if !tiers.contains(end.as_str()) {
+                    return Err(invalid(format!(
+                        "edge {} -> {}: tier {:?} is not in tiers",
+                        e.upstream, e.downstream, end
+                    )));
+                }
+            }
+            if e.upstream == e.downstream {
+                return Err(invalid(format!(
+                    "edge {} -> {}: upstream and downstream are the same tier",
+                    e.upstream, e.downstream
+                )));
+            }
+            if !seen.insert((e.upstream.as_str(), e.downstream.as_str())) {
+                return Err(invalid(format!(
+                    "edge {} -> {} is listed twice",
+                    e.upstream, e.downstream
+                )));
+            }
+            for (u, d) in &e.datacenters {
+                if u.is_empty() || d.is_empty() {
+                    return Err(invalid(format!(
+                        "edge {} -> {}: empty datacenter name in mapping",
+                        e.upstream, e.downstream
+                    )));
+                }
+            }
+            edges.push(Edge {
+                upstream: e.upstream.clone(),
+                downstream: e.downstream.clone(),
+                datacenters: e.datacenters.clone(),
+            });
+        }
+        for o in &config.overrides {
+            if o.topics.is_empty() {
+                return Err(invalid("an override has an empty topics pattern"));
+            }
+            if let Some(r) = o.ratio {
+                check_ratio(r, &format!("override {:?}", o.topics))?;
+            }
+        }
+        Ok(Self {
+            window_ms: ms(config.window),
+            stall_after_ms: ms(config.stall_after),
+            edges,
+            config,
+        })
+    }
+
+    pub fn tier(&self, name: &str) -> Option<&TierConfig> {
+        self.config.tiers.iter().find(|t| t.name == name)
+    }
+
+    pub fn policy_for(&self, topic: &str) -> Policy {
+        let mut policy = Policy {
+            grace_ms: ms(self.config.grace),
+            thresholds: self.config.thresholds.clone(),
+        };
+        if let Some(o) = self
+            .config
+            .overrides
+            .iter()
+            .find(|o| glob_match(&o.topics, topic))
+        {
+            if let Some(g) = o.grace {
+                policy.grace_ms = ms(g);
+            }
+            if let Some(a) = o.absolute {
+                policy.thresholds.absolute = a;
+            }
+            if let Some(r) = o.ratio {
+                policy.thresholds.ratio = r;
+            }
+        }
+        policy
+    }
+
+    /// The start of the window containing `t` (epoch ms).
+    pub fn window_start(&self, t: i64) -> i64 {
+        t.div_euclid(self.window_ms) * self.window_ms
+    }
+}
+
+/// Glob match with `*` (any run, also empty) and `?` (one character); everything
+/// else literal. Iterative with single backtracking point: linear enough for topic
+/// names and no dependency.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
