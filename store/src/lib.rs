@@ -1,1 +1,215 @@
-//! store: see DESIGN section in README.
+//! The audit store: writes for the collector, reads for the web service.
+//!
+//! One contract, [`AuditStore`], two implementations: [`PgStore`] (PostgreSQL,
+//! production) and [`SqliteStore`] (embedded default: a file path, nothing to install).
+//! [`Store`] picks one from a URL and dispatches, so callers need no generics.
+//!
+//! Exactly-once: [`AuditStore::write_batch`] records every message's UUID and adds
+//! only first-seen increments, in one transaction. A batch that fails changed nothing
+//! and can be retried as a whole.
+
+mod aggregate;
+mod model;
+mod pg;
+mod rows;
+mod sqlite;
+
+use std::future::Future;
+
+pub use model::*;
+pub use pg::PgStore;
+pub use sqlite::SqliteStore;
+
+/// Errors of the store. Every database error is worth retrying (connection lost,
+/// server restarting, serialization conflict) except [`StoreError::Invalid`].
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error while {context}: {source}")]
+    Database {
+        context: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("invalid store url {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("invalid input: {0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+pub(crate) trait Context<T> {
+    fn context(self, context: &'static str) -> Result<T>;
+}
+
+impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
+    fn context(self, context: &'static str) -> Result<T> {
+        self.map_err(|source| StoreError::Database { context, source })
+    }
+}
+
+/// Upper bound on rows a read returns, so no query can load an unbounded range.
+pub const MAX_READ_ROWS: usize = 100_000;
+
+/// The store contract. Both implementations pass the same conformance suite
+/// (`store/tests/conformance.rs`).
+pub trait AuditStore: Send + Sync {
+    /// Applies pending migrations.
+    fn migrate(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Checks that the database answers.
+    fn ping(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// In one transaction: records each message's UUID (first seen wins), adds the
+    /// first-seen increments to their window rows (counts, bytes, histogram buckets,
+    /// wrapping checksum, offset ranges), keeps the latest progress per partition,
+    /// updates emitters' last-seen times and stores the rejects. Messages must have
+    /// passed [`validate_message`]; an invalid one fails the batch with
+    /// [`StoreError::Invalid`].
+    fn write_batch(&self, batch: &Batch) -> impl Future<Output = Result<BatchOutcome>> + Send;
+
+    /// All topics that have at least one window, sorted.
+    fn list_topics(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+
+    /// Window rows of one topic whose start is in `range`, every tier and datacenter,
+    /// ordered by (window_start, tier, datacenter), histograms included.
+    fn topic_windows(
+        &self,
+        topic: &str,
+        range: TimeRange,
+    ) -> impl Future<Output = Result<Vec<WindowRow>>> + Send;
+
+    /// Window rows of every topic whose start is in `range`, for up to `topic_limit`
+    /// topics after `after_topic` (exclusive), ordered by (topic, window_start, tier,
+    /// datacenter), histograms included.
+    fn windows_in_range(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+    ) -> impl Future<Output = Result<WindowPage>> + Send;
+
+    /// Offset ranges behind one window row, by partition.
+    fn window_offsets(
+        &self,
+        key: &WindowKey,
+    ) -> impl Future<Output = Result<Vec<OffsetRange>>> + Send;
+
+    /// Latest progress per (topic, tier, datacenter, partition), optionally of one
+    /// topic, ordered by (topic, tier, datacenter, partition).
+    fn progress(
+        &self,
+        topic: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<ProgressRow>>> + Send;
+
+    /// Every emitter with its last-seen times, ordered by (tier, datacenter, host).
+    fn emitters(&self) -> impl Future<Output = Result<Vec<EmitterRow>>> + Send;
+
+    /// The newest `limit` rejects, newest first.
+    fn rejects(&self, limit: u32) -> impl Future<Output = Result<Vec<RejectRow>>> + Send;
+
+    /// Deletes at most `batch_size` windows whose start is before `window_cutoff_ms`
+    /// (with their buckets and offsets), at most `batch_size` message UUIDs and rejects
+    /// received before `message_cutoff_ms`. Short transactions: call again while it
+    /// deletes something. UUIDs must be kept longer than any message can be replayed.
+    fn retention(
+        &self,
+        window_cutoff_ms: i64,
+        message_cutoff_ms: i64,
+        batch_size: u32,
+    ) -> impl Future<Output = Result<RetentionOutcome>> + Send;
+}
+
+/// A store chosen at run time from its URL.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Postgres(PgStore),
+    Sqlite(SqliteStore),
+}
+
+impl Store {
+    /// `postgres://...` / `postgresql://...` → PostgreSQL; `sqlite:PATH` or a plain
+    /// file path → SQLite (the file is created if missing).
+    pub async fn connect(url: &str) -> Result<Store> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Store::Postgres(PgStore::connect(url).await?))
+        } else if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            Ok(Store::Sqlite(SqliteStore::open(path).await?))
+        } else if url.contains("://") {
+            Err(StoreError::Url {
+                url: url.to_string(),
+                reason: "expected postgres://, postgresql://, sqlite: or a file path".into(),
+            })
+        } else {
+            Ok(Store::Sqlite(SqliteStore::open(url).await?))
+        }
+    }
+
+    /// `"postgres"` or `"sqlite"`, for logs.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Postgres(_) => "postgres",
+            Store::Sqlite(_) => "sqlite",
+        }
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Store::Postgres($s) => $e,
+            Store::Sqlite($s) => $e,
+        }
+    };
+}
+
+impl AuditStore for Store {
+    async fn migrate(&self) -> Result<()> {
+        dispatch!(self, s => s.migrate().await)
+    }
+    async fn ping(&self) -> Result<()> {
+        dispatch!(self, s => s.ping().await)
+    }
+    async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
+        dispatch!(self, s => s.write_batch(batch).await)
+    }
+    async fn list_topics(&self) -> Result<Vec<String>> {
+        dispatch!(self, s => s.list_topics().await)
+    }
+    async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
+        dispatch!(self, s => s.topic_windows(topic, range).await)
+    }
+    async fn windows_in_range(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+    ) -> Result<WindowPage> {
+        dispatch!(self, s => s.windows_in_range(range, after_topic, topic_limit).await)
+    }
+    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
+        dispatch!(self, s => s.window_offsets(key).await)
+    }
+    async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
+        dispatch!(self, s => s.progress(topic).await)
+    }
+    async fn emitters(&self) -> Result<Vec<EmitterRow>> {
+        dispatch!(self, s => s.emitters().await)
+    }
+    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
+        dispatch!(self, s => s.rejects(limit).await)
+    }
+    async fn retention(
+        &self,
+        window_cutoff_ms: i64,
+        message_cutoff_ms: i64,
+        batch_size: u32,
+    ) -> Result<RetentionOutcome> {
+        dispatch!(self, s => s.retention(window_cutoff_ms, message_cutoff_ms, batch_size).await)
+    }
+}

@@ -1,0 +1,161 @@
+//! Batch-level work shared by both stores: in-batch deduplication and the roll-up of
+//! first-seen messages into per-window deltas, so each window, bucket and partition
+//! is written once per batch whatever the number of increments behind it.
+//!
+//! Everything is kept in `BTreeMap`s: writes then touch rows in one global key order,
+//! so concurrent collectors cannot deadlock on each other's row locks.
+
+use std::collections::{BTreeMap, HashSet};
+
+use uuid::Uuid;
+
+use crate::model::{Batch, Message, WindowKey};
+use crate::validate_message;
+use crate::StoreError;
+
+/// Indices of the messages of `batch` whose UUID did not occur earlier in the batch,
+/// after checking each one. The UUIDs come back sorted (lock order) with their index.
+pub(crate) fn first_in_batch(batch: &Batch) -> Result<Vec<(Uuid, usize)>, StoreError> {
+    let mut seen = HashSet::with_capacity(batch.messages.len());
+    let mut firsts = Vec::with_capacity(batch.messages.len());
+    for (index, message) in batch.messages.iter().enumerate() {
+        validate_message(message).map_err(|reason| {
+            StoreError::Invalid(format!("message {}: {reason}", message.uuid()))
+        })?;
+        if seen.insert(message.uuid()) {
+            firsts.push((message.uuid(), index));
+        }
+    }
+    firsts.sort_unstable();
+    Ok(firsts)
+}
+
+#[derive(Debug, Default, Clone)]
+pub(crate) struct WindowDelta {
+    pub window_end_ms: i64,
+    pub count: i64,
+    pub bytes: i64,
+    pub no_time_count: i64,
+    pub malformed_count: i64,
+    pub out_of_bounds_count: i64,
+    pub checksum: u64,
+    pub zero_count: i64,
+    pub negative_count: i64,
+    pub max_ms: i64,
+    pub increments: i64,
+    pub buckets: BTreeMap<i32, i64>,
+    /// partition → (min, max)
+    pub offsets: BTreeMap<i32, (i64, i64)>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ProgressDelta {
+    pub host: String,
+    pub next_offset: i64,
+    pub record_time_ms: Option<i64>,
+    pub lag: Option<i64>,
+    pub emitted_at_ms: i64,
+}
+
+/// (topic, tier, datacenter, partition)
+pub(crate) type ProgressKey = (String, String, String, i32);
+/// (tier, datacenter, host)
+pub(crate) type EmitterKey = (String, String, String);
+
+#[derive(Debug, Default)]
+pub(crate) struct Rollup {
+    pub windows: BTreeMap<WindowKey, WindowDelta>,
+    pub progress: BTreeMap<ProgressKey, ProgressDelta>,
+    /// → (latest emitted_at, messages)
+    pub emitters: BTreeMap<EmitterKey, (i64, i64)>,
+}
+
+// Validation guarantees every u64 below fits in i64, and sums of a batch stay far
+// below i64::MAX for any realistic batch; saturating keeps a hostile batch from
+// panicking in debug builds (the database then rejects nothing silently: sums are
+// bounded by i64 in SQL too).
+fn add(a: i64, b: u64) -> i64 {
+    a.saturating_add(i64::try_from(b).unwrap_or(i64::MAX))
+}
+
+impl Rollup {
+    pub fn of<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Rollup {
+        let mut rollup = Rollup::default();
+        for message in messages {
+            match message {
+                Message::Increment(i) => {
+                    let key = WindowKey {
+                        topic: i.topic.clone(),
+                        tier: i.tier.clone(),
+                        datacenter: i.datacenter.clone(),
+                        window_start_ms: i.window_start_ms,
+                    };
+                    let w = rollup.windows.entry(key).or_default();
+                    w.window_end_ms = w.window_end_ms.max(i.window_end_ms);
+                    w.count = add(w.count, i.count);
+                    w.bytes = add(w.bytes, i.bytes);
+                    w.no_time_count = add(w.no_time_count, i.no_time_count);
+                    w.malformed_count = add(w.malformed_count, i.malformed_count);
+                    w.out_of_bounds_count = add(w.out_of_bounds_count, i.out_of_bounds_count);
+                    w.checksum = w.checksum.wrapping_add(i.checksum);
+                    w.zero_count = add(w.zero_count, i.latency.zero_count);
+                    w.negative_count = add(w.negative_count, i.latency.negative_count);
+                    w.max_ms = w
+                        .max_ms
+                        .max(i64::try_from(i.latency.max_ms).unwrap_or(i64::MAX));
+                    w.increments += 1;
+                    for &(bucket, count) in &i.latency.buckets {
+                        let c = w.buckets.entry(bucket).or_default();
+                        *c = add(*c, count);
+                    }
+                    for o in &i.offsets {
+                        w.offsets
+                            .entry(o.partition)
+                            .and_modify(|(min, max)| {
+                                *min = (*min).min(o.min);
+                                *max = (*max).max(o.max);
+                            })
+                            .or_insert((o.min, o.max));
+                    }
+                    rollup.emit(&i.tier, &i.datacenter, &i.host, i.emitted_at_ms);
+                }
+                Message::Progress(p) => {
+                    for part in &p.partitions {
+                        let key = (
+                            p.topic.clone(),
+                            p.tier.clone(),
+                            p.datacenter.clone(),
+                            part.partition,
+                        );
+                        let delta = ProgressDelta {
+                            host: p.host.clone(),
+                            next_offset: part.next_offset,
+                            record_time_ms: part.record_time_ms,
+                            lag: part.lag,
+                            emitted_at_ms: p.emitted_at_ms,
+                        };
+                        // Same rule as in SQL: the latest emitted_at wins, ties go to
+                        // the later message.
+                        match rollup.progress.get(&key) {
+                            Some(old) if old.emitted_at_ms > delta.emitted_at_ms => {}
+                            _ => {
+                                rollup.progress.insert(key, delta);
+                            }
+                        }
+                    }
+                    rollup.emit(&p.tier, &p.datacenter, &p.host, p.emitted_at_ms);
+                }
+            }
+        }
+        rollup
+    }
+
+    fn emit(&mut self, tier: &str, datacenter: &str, host: &str, emitted_at_ms: i64) {
+        let e = self
+            .emitters
+            .entry((tier.to_string(), datacenter.to_string(), host.to_string()))
+            .or_insert((emitted_at_ms, 0));
+        e.0 = e.0.max(emitted_at_ms);
+        e.1 += 1;
+    }
+}

@@ -1,0 +1,666 @@
+//! PostgreSQL store (production). Batches are written with `UNNEST` arrays: one
+//! statement per table per batch, whatever the batch size.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::aggregate::{first_in_batch, Rollup};
+use crate::model::*;
+use crate::rows::{EmitterDb, OffsetDb, ProgressDb, RejectDb, WindowDb};
+use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    pub async fn connect(url: &str) -> Result<PgStore> {
+        let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Url {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .context("connecting to PostgreSQL")?;
+        Ok(PgStore { pool })
+    }
+
+    pub fn from_pool(pool: PgPool) -> PgStore {
+        PgStore { pool }
+    }
+
+    /// The connection pool, for read queries beyond the contract (store/src/read.rs)
+    /// and benchmarks.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn write_in(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<BatchOutcome> {
+        let firsts = first_in_batch(batch)?;
+        let received = batch.received_at_ms;
+
+        // 1. Record the UUIDs; RETURNING gives the ones seen for the first time.
+        let n = firsts.len();
+        let mut uuids = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        let mut topics = Vec::with_capacity(n);
+        let mut tiers = Vec::with_capacity(n);
+        let mut dcs = Vec::with_capacity(n);
+        let mut hosts = Vec::with_capacity(n);
+        let mut starts: Vec<Option<i64>> = Vec::with_capacity(n);
+        let mut emitted = Vec::with_capacity(n);
+        let mut counts: Vec<Option<i64>> = Vec::with_capacity(n);
+        let mut checksums: Vec<Option<i64>> = Vec::with_capacity(n);
+        for &(uuid, index) in &firsts {
+            uuids.push(uuid);
+            match &batch.messages[index] {
+                Message::Increment(i) => {
+                    kinds.push(0i16);
+                    topics.push(i.topic.as_str());
+                    tiers.push(i.tier.as_str());
+                    dcs.push(i.datacenter.as_str());
+                    hosts.push(i.host.as_str());
+                    starts.push(Some(i.window_start_ms));
+                    emitted.push(i.emitted_at_ms);
+                    counts.push(Some(i.count as i64));
+                    checksums.push(Some(i.checksum as i64));
+                }
+                Message::Progress(p) => {
+                    kinds.push(1i16);
+                    topics.push(p.topic.as_str());
+                    tiers.push(p.tier.as_str());
+                    dcs.push(p.datacenter.as_str());
+                    hosts.push(p.host.as_str());
+                    starts.push(None);
+                    emitted.push(p.emitted_at_ms);
+                    counts.push(None);
+                    checksums.push(None);
+                }
+            }
+        }
+        let inserted: Vec<Uuid> = if n == 0 {
+            Vec::new()
+        } else {
+            sqlx::query_scalar(
+                "INSERT INTO audit_message (uuid, kind, topic, tier, datacenter, host, window_start_ms,
+                                            emitted_at_ms, received_at_ms, count, checksum)
+                 SELECT u, k, t, ti, d, h, w, e, $9, c, cs
+                 FROM UNNEST($1::uuid[], $2::int2[], $3::text[], $4::text[], $5::text[], $6::text[],
+                             $7::int8[], $8::int8[], $10::int8[], $11::int8[])
+                      AS x(u, k, t, ti, d, h, w, e, c, cs)
+                 ON CONFLICT (uuid) DO NOTHING
+                 RETURNING uuid",
+            )
+            .bind(&uuids)
+            .bind(&kinds)
+            .bind(&topics)
+            .bind(&tiers)
+            .bind(&dcs)
+            .bind(&hosts)
+            .bind(&starts)
+            .bind(&emitted)
+            .bind(received)
+            .bind(&counts)
+            .bind(&checksums)
+            .fetch_all(&mut **tx)
+            .await
+            .context("recording message UUIDs")?
+        };
+        let inserted: HashSet<Uuid> = inserted.into_iter().collect();
+        let mut outcomes = vec![WriteOutcome::Duplicate; batch.messages.len()];
+        let mut accepted = Vec::with_capacity(inserted.len());
+        for &(uuid, index) in &firsts {
+            if inserted.contains(&uuid) {
+                outcomes[index] = WriteOutcome::Accepted;
+                accepted.push(&batch.messages[index]);
+            }
+        }
+
+        // 2. Roll the first-seen messages up and add them.
+        let rollup = Rollup::of(accepted);
+        Self::add_windows(tx, &rollup, received).await?;
+        Self::keep_progress(tx, &rollup, received).await?;
+        Self::touch_emitters(tx, &rollup, received).await?;
+        Self::store_rejects(tx, &batch.rejects, received).await?;
+        Ok(BatchOutcome { outcomes })
+    }
+
+    async fn add_windows(
+        tx: &mut Transaction<'_, Postgres>,
+        rollup: &Rollup,
+        received: i64,
+    ) -> Result<()> {
+        if rollup.windows.is_empty() {
+            return Ok(());
+        }
+        let n = rollup.windows.len();
+        let mut topics = Vec::with_capacity(n);
+        let mut tiers = Vec::with_capacity(n);
+        let mut dcs = Vec::with_capacity(n);
+        let mut starts = Vec::with_capacity(n);
+        let mut ends = Vec::with_capacity(n);
+        let mut cols: [Vec<i64>; 10] = Default::default();
+        for (k, w) in &rollup.windows {
+            topics.push(k.topic.as_str());
+            tiers.push(k.tier.as_str());
+            dcs.push(k.datacenter.as_str());
+            starts.push(k.window_start_ms);
+            ends.push(w.window_end_ms);
+            for (col, v) in cols.iter_mut().zip([
+                w.count,
+                w.bytes,
+                w.no_time_count,
+                w.malformed_count,
+                w.out_of_bounds_count,
+                w.checksum as i64,
+                w.zero_count,
+                w.negative_count,
+                w.max_ms,
+                w.increments,
+            ]) {
+                col.push(v);
+            }
+        }
+        let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
+            "INSERT INTO audit_window AS w (topic, tier, datacenter, window_start_ms, window_end_ms,
+                 count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+                 latency_zero_count, latency_negative_count, latency_max_ms, increments,
+                 first_received_at_ms, last_received_at_ms)
+             SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[],
+                         $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
+                         $13::int8[], $14::int8[], $15::int8[])
+                  AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc)
+             ON CONFLICT ON CONSTRAINT audit_window_key DO UPDATE SET
+                 window_end_ms = GREATEST(w.window_end_ms, EXCLUDED.window_end_ms),
+                 count = w.count + EXCLUDED.count,
+                 bytes = w.bytes + EXCLUDED.bytes,
+                 no_time_count = w.no_time_count + EXCLUDED.no_time_count,
+                 malformed_count = w.malformed_count + EXCLUDED.malformed_count,
+                 out_of_bounds_count = w.out_of_bounds_count + EXCLUDED.out_of_bounds_count,
+                 checksum = audit_wrap_add(w.checksum, EXCLUDED.checksum),
+                 latency_zero_count = w.latency_zero_count + EXCLUDED.latency_zero_count,
+                 latency_negative_count = w.latency_negative_count + EXCLUDED.latency_negative_count,
+                 latency_max_ms = GREATEST(w.latency_max_ms, EXCLUDED.latency_max_ms),
+                 increments = w.increments + EXCLUDED.increments,
+                 last_received_at_ms = GREATEST(w.last_received_at_ms, EXCLUDED.last_received_at_ms)
+             RETURNING id, topic, tier, datacenter, window_start_ms",
+        )
+        .bind(&topics)
+        .bind(&tiers)
+        .bind(&dcs)
+        .bind(&starts)
+        .bind(&ends)
+        .bind(&cols[0])
+        .bind(&cols[1])
+        .bind(&cols[2])
+        .bind(&cols[3])
+        .bind(&cols[4])
+        .bind(&cols[5])
+        .bind(&cols[6])
+        .bind(&cols[7])
+        .bind(&cols[8])
+        .bind(&cols[9])
+        .bind(received)
+        .fetch_all(&mut **tx)
+        .await
+        .context("adding increments to windows")?;
+        let ids: HashMap<WindowKey, i64> = rows
+            .into_iter()
+            .map(|(id, topic, tier, datacenter, window_start_ms)| {
+                (
+                    WindowKey {
+                        topic,
+                        tier,
+                        datacenter,
+                        window_start_ms,
+                    },
+                    id,
+                )
+            })
+            .collect();
+
+        let mut b_ids = Vec::new();
+        let mut b_idx = Vec::new();
+        let mut b_cnt = Vec::new();
+        let mut o_ids = Vec::new();
+        let mut o_part = Vec::new();
+        let mut o_min = Vec::new();
+        let mut o_max = Vec::new();
+        let mut ordered: Vec<(i64, &crate::aggregate::WindowDelta)> = rollup
+            .windows
+            .iter()
+            .map(|(k, w)| {
+                let id = ids.get(k).copied().ok_or_else(|| {
+                    StoreError::Invalid(format!(
+                        "window {k:?} missing from RETURNING of its upsert"
+                    ))
+                })?;
+                Ok((id, w))
+            })
+            .collect::<Result<_>>()?;
+        ordered.sort_unstable_by_key(|(id, _)| *id);
+        for (id, w) in ordered {
+            for (&bucket, &count) in &w.buckets {
+                b_ids.push(id);
+                b_idx.push(bucket);
+                b_cnt.push(count);
+            }
+            for (&partition, &(min, max)) in &w.offsets {
+                o_ids.push(id);
+                o_part.push(partition);
+                o_min.push(min);
+                o_max.push(max);
+            }
+        }
+        if !b_ids.is_empty() {
+            sqlx::query(
+                "INSERT INTO audit_window_bucket AS b (window_id, bucket, count)
+                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[])
+                 ON CONFLICT (window_id, bucket) DO UPDATE SET count = b.count + EXCLUDED.count",
+            )
+            .bind(&b_ids)
+            .bind(&b_idx)
+            .bind(&b_cnt)
+            .execute(&mut **tx)
+            .await
+            .context("adding latency buckets")?;
+        }
+        if !o_ids.is_empty() {
+            sqlx::query(
+                "INSERT INTO audit_window_offset AS o (window_id, partition_id, min_offset, max_offset)
+                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::int8[])
+                 ON CONFLICT (window_id, partition_id) DO UPDATE SET
+                     min_offset = LEAST(o.min_offset, EXCLUDED.min_offset),
+                     max_offset = GREATEST(o.max_offset, EXCLUDED.max_offset)",
+            )
+            .bind(&o_ids)
+            .bind(&o_part)
+            .bind(&o_min)
+            .bind(&o_max)
+            .execute(&mut **tx)
+            .await
+            .context("widening offset ranges")?;
+        }
+        Ok(())
+    }
+
+    async fn keep_progress(
+        tx: &mut Transaction<'_, Postgres>,
+        rollup: &Rollup,
+        received: i64,
+    ) -> Result<()> {
+        if rollup.progress.is_empty() {
+            return Ok(());
+        }
+        let mut topics = Vec::new();
+        let mut tiers = Vec::new();
+        let mut dcs = Vec::new();
+        let mut parts = Vec::new();
+        let mut hosts = Vec::new();
+        let mut next = Vec::new();
+        let mut rtime = Vec::new();
+        let mut lag = Vec::new();
+        let mut emitted = Vec::new();
+        for ((topic, tier, dc, partition), p) in &rollup.progress {
+            topics.push(topic.as_str());
+            tiers.push(tier.as_str());
+            dcs.push(dc.as_str());
+            parts.push(*partition);
+            hosts.push(p.host.as_str());
+            next.push(p.next_offset);
+            rtime.push(p.record_time_ms);
+            lag.push(p.lag);
+            emitted.push(p.emitted_at_ms);
+        }
+        sqlx::query(
+            "INSERT INTO audit_progress AS p (topic, tier, datacenter, partition_id, host, next_offset,
+                 record_time_ms, lag, emitted_at_ms, received_at_ms)
+             SELECT t, ti, d, pa, h, n, r, l, e, $10
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[],
+                         $7::int8[], $8::int8[], $9::int8[]) AS x(t, ti, d, pa, h, n, r, l, e)
+             ON CONFLICT (topic, tier, datacenter, partition_id) DO UPDATE SET
+                 host = EXCLUDED.host, next_offset = EXCLUDED.next_offset,
+                 record_time_ms = EXCLUDED.record_time_ms, lag = EXCLUDED.lag,
+                 emitted_at_ms = EXCLUDED.emitted_at_ms, received_at_ms = EXCLUDED.received_at_ms
+             WHERE EXCLUDED.emitted_at_ms >= p.emitted_at_ms",
+        )
+        .bind(&topics)
+        .bind(&tiers)
+        .bind(&dcs)
+        .bind(&parts)
+        .bind(&hosts)
+        .bind(&next)
+        .bind(&rtime)
+        .bind(&lag)
+        .bind(&emitted)
+        .bind(received)
+        .execute(&mut **tx)
+        .await
+        .context("keeping progress watermarks")?;
+        Ok(())
+    }
+
+    async fn touch_emitters(
+        tx: &mut Transaction<'_, Postgres>,
+        rollup: &Rollup,
+        received: i64,
+    ) -> Result<()> {
+        if rollup.emitters.is_empty() {
+            return Ok(());
+        }
+        let mut tiers = Vec::new();
+        let mut dcs = Vec::new();
+        let mut hosts = Vec::new();
+        let mut emitted = Vec::new();
+        let mut messages = Vec::new();
+        for ((tier, dc, host), (e, m)) in &rollup.emitters {
+            tiers.push(tier.as_str());
+            dcs.push(dc.as_str());
+            hosts.push(host.as_str());
+            emitted.push(*e);
+            messages.push(*m);
+        }
+        sqlx::query(
+            "INSERT INTO audit_emitter AS e (tier, datacenter, host, last_emitted_at_ms,
+                 last_received_at_ms, messages)
+             SELECT ti, d, h, em, $6, m
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[]) AS x(ti, d, h, em, m)
+             ON CONFLICT (tier, datacenter, host) DO UPDATE SET
+                 last_emitted_at_ms = GREATEST(e.last_emitted_at_ms, EXCLUDED.last_emitted_at_ms),
+                 last_received_at_ms = GREATEST(e.last_received_at_ms, EXCLUDED.last_received_at_ms),
+                 messages = e.messages + EXCLUDED.messages",
+        )
+        .bind(&tiers)
+        .bind(&dcs)
+        .bind(&hosts)
+        .bind(&emitted)
+        .bind(&messages)
+        .bind(received)
+        .execute(&mut **tx)
+        .await
+        .context("updating emitters' last-seen times")?;
+        Ok(())
+    }
+
+    async fn store_rejects(
+        tx: &mut Transaction<'_, Postgres>,
+        rejects: &[Reject],
+        received: i64,
+    ) -> Result<()> {
+        if rejects.is_empty() {
+            return Ok(());
+        }
+        let sources: Vec<&str> = rejects.iter().map(|r| r.source.as_str()).collect();
+        let reasons: Vec<&str> = rejects.iter().map(|r| r.reason.as_str()).collect();
+        // PostgreSQL text cannot hold NUL.
+        let payloads: Vec<String> = rejects
+            .iter()
+            .map(|r| r.payload.replace('\0', "\u{FFFD}"))
+            .collect();
+        sqlx::query(
+            "INSERT INTO audit_reject (received_at_ms, source, reason, payload)
+             SELECT $4, s, r, p FROM UNNEST($1::text[], $2::text[], $3::text[]) AS x(s, r, p)",
+        )
+        .bind(&sources)
+        .bind(&reasons)
+        .bind(&payloads)
+        .bind(received)
+        .execute(&mut **tx)
+        .await
+        .context("storing rejects")?;
+        Ok(())
+    }
+
+    async fn attach_buckets(
+        &self,
+        rows: Vec<WindowDb>,
+        bucket_sql: &str,
+        binds: BucketBinds<'_>,
+    ) -> Result<Vec<WindowRow>> {
+        let mut q = sqlx::query_as::<_, (i64, i32, i64)>(bucket_sql);
+        match binds {
+            BucketBinds::Topic(topic, range) => {
+                q = q.bind(topic).bind(range.start_ms).bind(range.end_ms)
+            }
+            BucketBinds::Ids(ids) => q = q.bind(ids),
+        }
+        let buckets = q
+            .fetch_all(&self.pool)
+            .await
+            .context("reading latency buckets")?;
+        Ok(crate::rows::join_buckets(rows, buckets))
+    }
+}
+
+enum BucketBinds<'a> {
+    Topic(&'a str, TimeRange),
+    Ids(Vec<i64>),
+}
+
+const WINDOW_COLUMNS: &str =
+    "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
+    no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
+    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms";
+
+impl AuditStore for PgStore {
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .context("pinging PostgreSQL")?;
+        Ok(())
+    }
+
+    async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning a batch transaction")?;
+        let outcome = Self::write_in(&mut tx, batch).await?;
+        tx.commit().await.context("committing a batch")?;
+        Ok(outcome)
+    }
+
+    async fn list_topics(&self) -> Result<Vec<String>> {
+        // Loose index scan: one index probe per topic instead of reading every window.
+        sqlx::query_scalar(
+            "WITH RECURSIVE t(topic) AS (
+                 (SELECT topic FROM audit_window ORDER BY topic LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT w.topic FROM audit_window w WHERE w.topic > t.topic ORDER BY w.topic LIMIT 1)
+                 FROM t WHERE t.topic IS NOT NULL)
+             SELECT topic FROM t WHERE topic IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .context("listing topics")
+    }
+
+    async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
+             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(topic)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a topic")?;
+        self.attach_buckets(
+            rows,
+            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
+             JOIN audit_window w ON w.id = b.window_id
+             WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
+             ORDER BY b.window_id, b.bucket",
+            BucketBinds::Topic(topic, range),
+        )
+        .await
+    }
+
+    async fn windows_in_range(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+    ) -> Result<WindowPage> {
+        let topics: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT topic FROM audit_window
+             WHERE window_start_ms >= $1 AND window_start_ms < $2 AND ($3::text IS NULL OR topic > $3)
+             ORDER BY topic LIMIT $4",
+        )
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .bind(after_topic)
+        .bind(i64::from(topic_limit.max(1)) + 1)
+        .fetch_all(&self.pool)
+        .await
+        .context("listing topics of a range")?;
+        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(&topics)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a range")?;
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let rows = self
+            .attach_buckets(
+                rows,
+                "SELECT window_id, bucket, count FROM audit_window_bucket
+                 WHERE window_id = ANY($1) ORDER BY window_id, bucket",
+                BucketBinds::Ids(ids),
+            )
+            .await?;
+        Ok(WindowPage {
+            rows,
+            next_after_topic,
+        })
+    }
+
+    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
+        let rows: Vec<OffsetDb> = sqlx::query_as(
+            "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+             JOIN audit_window w ON w.id = o.window_id
+             WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
+             ORDER BY o.partition_id",
+        )
+        .bind(&key.topic)
+        .bind(&key.tier)
+        .bind(&key.datacenter)
+        .bind(key.window_start_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading offset ranges of a window")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
+        let rows: Vec<ProgressDb> = sqlx::query_as(&format!(
+            "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
+                    emitted_at_ms, received_at_ms
+             FROM audit_progress WHERE ($1::text IS NULL OR topic = $1)
+             ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(topic)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading progress")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn emitters(&self) -> Result<Vec<EmitterRow>> {
+        let rows: Vec<EmitterDb> = sqlx::query_as(&format!(
+            "SELECT tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages
+             FROM audit_emitter ORDER BY tier, datacenter, host LIMIT {MAX_READ_ROWS}"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .context("reading emitters")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
+        let rows: Vec<RejectDb> = sqlx::query_as(
+            "SELECT id, received_at_ms, source, reason, payload FROM audit_reject ORDER BY id DESC LIMIT $1",
+        )
+        .bind(i64::from(limit).min(MAX_READ_ROWS as i64))
+        .fetch_all(&self.pool)
+        .await
+        .context("reading rejects")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn retention(
+        &self,
+        window_cutoff_ms: i64,
+        message_cutoff_ms: i64,
+        batch_size: u32,
+    ) -> Result<RetentionOutcome> {
+        let limit = i64::from(batch_size.max(1));
+        // SKIP LOCKED: rows an ingesting transaction holds are left for the next pass,
+        // so retention never waits on (or deadlocks with) ingestion.
+        let windows: i64 = sqlx::query_scalar(
+            "WITH doomed AS (
+                 SELECT id FROM audit_window WHERE window_start_ms < $1
+                 ORDER BY window_start_ms LIMIT $2 FOR UPDATE SKIP LOCKED),
+             w AS (DELETE FROM audit_window WHERE id IN (SELECT id FROM doomed) RETURNING id),
+             b AS (DELETE FROM audit_window_bucket WHERE window_id IN (SELECT id FROM w)),
+             o AS (DELETE FROM audit_window_offset WHERE window_id IN (SELECT id FROM w))
+             SELECT count(*) FROM w",
+        )
+        .bind(window_cutoff_ms)
+        .bind(limit)
+        .fetch_one(&self.pool)
+        .await
+        .context("deleting old windows")?;
+        let messages = sqlx::query(
+            "DELETE FROM audit_message WHERE uuid IN (
+                 SELECT uuid FROM audit_message WHERE received_at_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(message_cutoff_ms)
+        .bind(limit)
+        .execute(&self.pool)
+        .await
+        .context("deleting old message UUIDs")?
+        .rows_affected();
+        let rejects = sqlx::query(
+            "DELETE FROM audit_reject WHERE id IN (
+                 SELECT id FROM audit_reject WHERE received_at_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(message_cutoff_ms)
+        .bind(limit)
+        .execute(&self.pool)
+        .await
+        .context("deleting old rejects")?
+        .rows_affected();
+        Ok(RetentionOutcome {
+            windows: windows as u64,
+            messages,
+            rejects,
+        })
+    }
+}

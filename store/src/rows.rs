@@ -1,0 +1,173 @@
+//! Database row shapes shared by both stores (every column an i64, i32 or text) and
+//! their conversion to the public row types.
+
+use crate::model::*;
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct WindowDb {
+    pub id: i64,
+    pub topic: String,
+    pub tier: String,
+    pub datacenter: String,
+    pub window_start_ms: i64,
+    pub window_end_ms: i64,
+    pub count: i64,
+    pub bytes: i64,
+    pub no_time_count: i64,
+    pub malformed_count: i64,
+    pub out_of_bounds_count: i64,
+    pub checksum: i64,
+    pub latency_zero_count: i64,
+    pub latency_negative_count: i64,
+    pub latency_max_ms: i64,
+    pub increments: i64,
+    pub first_received_at_ms: i64,
+    pub last_received_at_ms: i64,
+}
+
+// Stored values were validated as non-negative; a negative one can only come from
+// outside the store and reads as 0 rather than as a huge u64.
+fn u(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Attaches `(window_id, bucket, count)` rows (any order) to their windows.
+pub(crate) fn join_buckets(rows: Vec<WindowDb>, buckets: Vec<(i64, i32, i64)>) -> Vec<WindowRow> {
+    let mut by_window: std::collections::HashMap<i64, Vec<(i32, u64)>> =
+        std::collections::HashMap::new();
+    for (id, bucket, count) in buckets {
+        by_window.entry(id).or_default().push((bucket, u(count)));
+    }
+    rows.into_iter()
+        .map(|r| {
+            let mut buckets = by_window.remove(&r.id).unwrap_or_default();
+            buckets.sort_unstable();
+            WindowRow {
+                topic: r.topic,
+                tier: r.tier,
+                datacenter: r.datacenter,
+                window_start_ms: r.window_start_ms,
+                window_end_ms: r.window_end_ms,
+                count: u(r.count),
+                bytes: u(r.bytes),
+                no_time_count: u(r.no_time_count),
+                malformed_count: u(r.malformed_count),
+                out_of_bounds_count: u(r.out_of_bounds_count),
+                checksum: r.checksum as u64,
+                latency: Latency {
+                    zero_count: u(r.latency_zero_count),
+                    negative_count: u(r.latency_negative_count),
+                    max_ms: u(r.latency_max_ms),
+                    buckets,
+                },
+                increments: u(r.increments),
+                first_received_at_ms: r.first_received_at_ms,
+                last_received_at_ms: r.last_received_at_ms,
+            }
+        })
+        .collect()
+}
+
+/// Splits `limit + 1` fetched topics into the page and the cursor of the next one.
+pub(crate) fn page(mut topics: Vec<String>, limit: u32) -> (Vec<String>, Option<String>) {
+    let limit = limit.max(1) as usize;
+    if topics.len() > limit {
+        topics.truncate(limit);
+        let next = topics.last().cloned();
+        (topics, next)
+    } else {
+        (topics, None)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct OffsetDb {
+    pub partition_id: i32,
+    pub min_offset: i64,
+    pub max_offset: i64,
+}
+
+impl From<OffsetDb> for OffsetRange {
+    fn from(o: OffsetDb) -> Self {
+        OffsetRange {
+            partition: o.partition_id,
+            min: o.min_offset,
+            max: o.max_offset,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct ProgressDb {
+    pub topic: String,
+    pub tier: String,
+    pub datacenter: String,
+    pub partition_id: i32,
+    pub host: String,
+    pub next_offset: i64,
+    pub record_time_ms: Option<i64>,
+    pub lag: Option<i64>,
+    pub emitted_at_ms: i64,
+    pub received_at_ms: i64,
+}
+
+impl From<ProgressDb> for ProgressRow {
+    fn from(p: ProgressDb) -> Self {
+        ProgressRow {
+            topic: p.topic,
+            tier: p.tier,
+            datacenter: p.datacenter,
+            partition: p.partition_id,
+            host: p.host,
+            next_offset: p.next_offset,
+            record_time_ms: p.record_time_ms,
+            lag: p.lag,
+            emitted_at_ms: p.emitted_at_ms,
+            received_at_ms: p.received_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct EmitterDb {
+    pub tier: String,
+    pub datacenter: String,
+    pub host: String,
+    pub last_emitted_at_ms: i64,
+    pub last_received_at_ms: i64,
+    pub messages: i64,
+}
+
+impl From<EmitterDb> for EmitterRow {
+    fn from(e: EmitterDb) -> Self {
+        EmitterRow {
+            tier: e.tier,
+            datacenter: e.datacenter,
+            host: e.host,
+            last_emitted_at_ms: e.last_emitted_at_ms,
+            last_received_at_ms: e.last_received_at_ms,
+            messages: u(e.messages),
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct RejectDb {
+    pub id: i64,
+    pub received_at_ms: i64,
+    pub source: String,
+    pub reason: String,
+    pub payload: String,
+}
+
+impl From<RejectDb> for RejectRow {
+    fn from(r: RejectDb) -> Self {
+        RejectRow {
+            id: r.id,
+            received_at_ms: r.received_at_ms,
+            source: r.source,
+            reason: r.reason,
+            payload: r.payload,
+        }
+    }
+}

@@ -1,0 +1,495 @@
+//! SQLite store (embedded default). One writer at a time (SQLite's own rule), made
+//! explicit with a mutex so writers queue instead of failing with SQLITE_BUSY;
+//! readers run concurrently thanks to WAL mode.
+
+use std::collections::HashSet;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqlitePool, Transaction};
+use tokio::sync::Mutex;
+
+use crate::aggregate::{first_in_batch, Rollup};
+use crate::model::*;
+use crate::rows::{EmitterDb, OffsetDb, ProgressDb, RejectDb, WindowDb};
+use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// `a + b` mod 2^64 on i64 columns without overflow: SQLite would turn an overflowing
+/// integer sum into a REAL and lose the checksum.
+const WRAP_ADD_CHECKSUM: &str = "CASE
+    WHEN excluded.checksum > 0 AND audit_window.checksum > 9223372036854775807 - excluded.checksum
+      THEN (audit_window.checksum - 9223372036854775807 - 1) + (excluded.checksum - 9223372036854775807 - 1)
+    WHEN excluded.checksum < 0 AND audit_window.checksum < (-9223372036854775807 - 1) - excluded.checksum
+      THEN (audit_window.checksum + 9223372036854775807 + 1) + (excluded.checksum + 9223372036854775807 + 1)
+    ELSE audit_window.checksum + excluded.checksum END";
+
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    writer: Arc<Mutex<()>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file at `path`.
+    pub async fn open(path: &str) -> Result<SqliteStore> {
+        let options = SqliteConnectOptions::from_str(&format!("sqlite:{path}"))
+            .map_err(|e| StoreError::Url {
+                url: path.to_string(),
+                reason: e.to_string(),
+            })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a committed batch survives power loss, because Kafka offsets are
+            // committed right after it.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(false);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .context("opening the SQLite database")?;
+        Ok(SqliteStore {
+            pool,
+            writer: Arc::new(Mutex::new(())),
+        })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    async fn write_in(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<BatchOutcome> {
+        let firsts = first_in_batch(batch)?;
+        let received = batch.received_at_ms;
+        let mut outcomes = vec![WriteOutcome::Duplicate; batch.messages.len()];
+        let mut accepted_idx = HashSet::new();
+        for &(uuid, index) in &firsts {
+            let message = &batch.messages[index];
+            let (kind, topic, tier, dc, host, start, emitted, count, checksum) = match message {
+                Message::Increment(i) => (
+                    0i64,
+                    &i.topic,
+                    &i.tier,
+                    &i.datacenter,
+                    &i.host,
+                    Some(i.window_start_ms),
+                    i.emitted_at_ms,
+                    Some(i.count as i64),
+                    Some(i.checksum as i64),
+                ),
+                Message::Progress(p) => (
+                    1,
+                    &p.topic,
+                    &p.tier,
+                    &p.datacenter,
+                    &p.host,
+                    None,
+                    p.emitted_at_ms,
+                    None,
+                    None,
+                ),
+            };
+            let inserted = sqlx::query(
+                "INSERT INTO audit_message (uuid, kind, topic, tier, datacenter, host, window_start_ms,
+                     emitted_at_ms, received_at_ms, count, checksum)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 ON CONFLICT (uuid) DO NOTHING",
+            )
+            .bind(uuid)
+            .bind(kind)
+            .bind(topic)
+            .bind(tier)
+            .bind(dc)
+            .bind(host)
+            .bind(start)
+            .bind(emitted)
+            .bind(received)
+            .bind(count)
+            .bind(checksum)
+            .execute(&mut **tx)
+            .await
+            .context("recording a message UUID")?
+            .rows_affected();
+            if inserted == 1 {
+                outcomes[index] = WriteOutcome::Accepted;
+                accepted_idx.insert(index);
+            }
+        }
+        let rollup = Rollup::of(
+            batch
+                .messages
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| accepted_idx.contains(i))
+                .map(|(_, m)| m),
+        );
+
+        let upsert_window = format!(
+            "INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms,
+                 count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+                 latency_zero_count, latency_negative_count, latency_max_ms, increments,
+                 first_received_at_ms, last_received_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16)
+             ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
+                 window_end_ms = max(audit_window.window_end_ms, excluded.window_end_ms),
+                 count = audit_window.count + excluded.count,
+                 bytes = audit_window.bytes + excluded.bytes,
+                 no_time_count = audit_window.no_time_count + excluded.no_time_count,
+                 malformed_count = audit_window.malformed_count + excluded.malformed_count,
+                 out_of_bounds_count = audit_window.out_of_bounds_count + excluded.out_of_bounds_count,
+                 checksum = {WRAP_ADD_CHECKSUM},
+                 latency_zero_count = audit_window.latency_zero_count + excluded.latency_zero_count,
+                 latency_negative_count = audit_window.latency_negative_count + excluded.latency_negative_count,
+                 latency_max_ms = max(audit_window.latency_max_ms, excluded.latency_max_ms),
+                 increments = audit_window.increments + excluded.increments,
+                 last_received_at_ms = max(audit_window.last_received_at_ms, excluded.last_received_at_ms)
+             RETURNING id"
+        );
+        for (k, w) in &rollup.windows {
+            let id: i64 = sqlx::query_scalar(&upsert_window)
+                .bind(&k.topic)
+                .bind(&k.tier)
+                .bind(&k.datacenter)
+                .bind(k.window_start_ms)
+                .bind(w.window_end_ms)
+                .bind(w.count)
+                .bind(w.bytes)
+                .bind(w.no_time_count)
+                .bind(w.malformed_count)
+                .bind(w.out_of_bounds_count)
+                .bind(w.checksum as i64)
+                .bind(w.zero_count)
+                .bind(w.negative_count)
+                .bind(w.max_ms)
+                .bind(w.increments)
+                .bind(received)
+                .fetch_one(&mut **tx)
+                .await
+                .context("adding an increment to its window")?;
+            for (&bucket, &count) in &w.buckets {
+                sqlx::query(
+                    "INSERT INTO audit_window_bucket (window_id, bucket, count) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (window_id, bucket) DO UPDATE SET count = audit_window_bucket.count + excluded.count",
+                )
+                .bind(id)
+                .bind(bucket)
+                .bind(count)
+                .execute(&mut **tx)
+                .await
+                .context("adding a latency bucket")?;
+            }
+            for (&partition, &(min, max)) in &w.offsets {
+                sqlx::query(
+                    "INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (window_id, partition_id) DO UPDATE SET
+                         min_offset = min(audit_window_offset.min_offset, excluded.min_offset),
+                         max_offset = max(audit_window_offset.max_offset, excluded.max_offset)",
+                )
+                .bind(id)
+                .bind(partition)
+                .bind(min)
+                .bind(max)
+                .execute(&mut **tx)
+                .await
+                .context("widening an offset range")?;
+            }
+        }
+        for ((topic, tier, dc, partition), p) in &rollup.progress {
+            sqlx::query(
+                "INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host, next_offset,
+                     record_time_ms, lag, emitted_at_ms, received_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 ON CONFLICT (topic, tier, datacenter, partition_id) DO UPDATE SET
+                     host = excluded.host, next_offset = excluded.next_offset,
+                     record_time_ms = excluded.record_time_ms, lag = excluded.lag,
+                     emitted_at_ms = excluded.emitted_at_ms, received_at_ms = excluded.received_at_ms
+                 WHERE excluded.emitted_at_ms >= audit_progress.emitted_at_ms",
+            )
+            .bind(topic)
+            .bind(tier)
+            .bind(dc)
+            .bind(partition)
+            .bind(&p.host)
+            .bind(p.next_offset)
+            .bind(p.record_time_ms)
+            .bind(p.lag)
+            .bind(p.emitted_at_ms)
+            .bind(received)
+            .execute(&mut **tx)
+            .await
+            .context("keeping a progress watermark")?;
+        }
+        for ((tier, dc, host), (emitted, messages)) in &rollup.emitters {
+            sqlx::query(
+                "INSERT INTO audit_emitter (tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (tier, datacenter, host) DO UPDATE SET
+                     last_emitted_at_ms = max(audit_emitter.last_emitted_at_ms, excluded.last_emitted_at_ms),
+                     last_received_at_ms = max(audit_emitter.last_received_at_ms, excluded.last_received_at_ms),
+                     messages = audit_emitter.messages + excluded.messages",
+            )
+            .bind(tier)
+            .bind(dc)
+            .bind(host)
+            .bind(emitted)
+            .bind(received)
+            .bind(messages)
+            .execute(&mut **tx)
+            .await
+            .context("updating an emitter's last-seen time")?;
+        }
+        for r in &batch.rejects {
+            sqlx::query("INSERT INTO audit_reject (received_at_ms, source, reason, payload) VALUES (?1, ?2, ?3, ?4)")
+                .bind(received)
+                .bind(&r.source)
+                .bind(&r.reason)
+                .bind(&r.payload)
+                .execute(&mut **tx)
+                .await
+                .context("storing a reject")?;
+        }
+        Ok(BatchOutcome { outcomes })
+    }
+}
+
+const WINDOW_COLUMNS: &str =
+    "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
+    no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
+    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms";
+
+impl AuditStore for SqliteStore {
+    async fn migrate(&self) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .context("pinging SQLite")?;
+        Ok(())
+    }
+
+    async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
+        let _writer = self.writer.lock().await;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning a batch transaction")?;
+        let outcome = Self::write_in(&mut tx, batch).await?;
+        tx.commit().await.context("committing a batch")?;
+        Ok(outcome)
+    }
+
+    async fn list_topics(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar("SELECT DISTINCT topic FROM audit_window ORDER BY topic")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics")
+    }
+
+    async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
+             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(topic)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a topic")?;
+        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
+            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
+             JOIN audit_window w ON w.id = b.window_id
+             WHERE w.topic = ?1 AND w.window_start_ms >= ?2 AND w.window_start_ms < ?3",
+        )
+        .bind(topic)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading latency buckets")?;
+        Ok(crate::rows::join_buckets(rows, buckets))
+    }
+
+    async fn windows_in_range(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+    ) -> Result<WindowPage> {
+        let topics: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT topic FROM audit_window
+             WHERE window_start_ms >= ?1 AND window_start_ms < ?2 AND (?3 IS NULL OR topic > ?3)
+             ORDER BY topic LIMIT ?4",
+        )
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .bind(after_topic)
+        .bind(i64::from(topic_limit.max(1)) + 1)
+        .fetch_all(&self.pool)
+        .await
+        .context("listing topics of a range")?;
+        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
+        let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
+            return Ok(WindowPage {
+                rows: Vec::new(),
+                next_after_topic,
+            });
+        };
+        // The page's topics are exactly those with windows in range between first and
+        // last, so a range on topic selects them without binding a list.
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic >= ?1 AND topic <= ?2 AND window_start_ms >= ?3 AND window_start_ms < ?4
+             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(first)
+        .bind(last)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a range")?;
+        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
+            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
+             JOIN audit_window w ON w.id = b.window_id
+             WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4",
+        )
+        .bind(first)
+        .bind(last)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading latency buckets")?;
+        Ok(WindowPage {
+            rows: crate::rows::join_buckets(rows, buckets),
+            next_after_topic,
+        })
+    }
+
+    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
+        let rows: Vec<OffsetDb> = sqlx::query_as(
+            "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+             JOIN audit_window w ON w.id = o.window_id
+             WHERE w.topic = ?1 AND w.tier = ?2 AND w.datacenter = ?3 AND w.window_start_ms = ?4
+             ORDER BY o.partition_id",
+        )
+        .bind(&key.topic)
+        .bind(&key.tier)
+        .bind(&key.datacenter)
+        .bind(key.window_start_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading offset ranges of a window")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
+        let rows: Vec<ProgressDb> = sqlx::query_as(&format!(
+            "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
+                    emitted_at_ms, received_at_ms
+             FROM audit_progress WHERE (?1 IS NULL OR topic = ?1)
+             ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(topic)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading progress")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn emitters(&self) -> Result<Vec<EmitterRow>> {
+        let rows: Vec<EmitterDb> = sqlx::query_as(&format!(
+            "SELECT tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages
+             FROM audit_emitter ORDER BY tier, datacenter, host LIMIT {MAX_READ_ROWS}"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .context("reading emitters")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
+        let rows: Vec<RejectDb> = sqlx::query_as(
+            "SELECT id, received_at_ms, source, reason, payload FROM audit_reject ORDER BY id DESC LIMIT ?1",
+        )
+        .bind(i64::from(limit).min(MAX_READ_ROWS as i64))
+        .fetch_all(&self.pool)
+        .await
+        .context("reading rejects")?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn retention(
+        &self,
+        window_cutoff_ms: i64,
+        message_cutoff_ms: i64,
+        batch_size: u32,
+    ) -> Result<RetentionOutcome> {
+        let limit = i64::from(batch_size.max(1));
+        let _writer = self.writer.lock().await;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning a retention transaction")?;
+        // Under the writer lock the same ORDER BY id LIMIT selects the same windows in
+        // all three statements.
+        let doomed = "SELECT id FROM audit_window WHERE window_start_ms < ?1 ORDER BY id LIMIT ?2";
+        for table in ["audit_window_bucket", "audit_window_offset"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE window_id IN ({doomed})"
+            ))
+            .bind(window_cutoff_ms)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await
+            .context("deleting children of old windows")?;
+        }
+        let windows = sqlx::query(&format!("DELETE FROM audit_window WHERE id IN ({doomed})"))
+            .bind(window_cutoff_ms)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await
+            .context("deleting old windows")?
+            .rows_affected();
+        let messages = sqlx::query(
+            "DELETE FROM audit_message WHERE uuid IN (
+                 SELECT uuid FROM audit_message WHERE received_at_ms < ?1 LIMIT ?2)",
+        )
+        .bind(message_cutoff_ms)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await
+        .context("deleting old message UUIDs")?
+        .rows_affected();
+        let rejects = sqlx::query(
+            "DELETE FROM audit_reject WHERE id IN (SELECT id FROM audit_reject WHERE received_at_ms < ?1 LIMIT ?2)",
+        )
+        .bind(message_cutoff_ms)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await
+        .context("deleting old rejects")?
+        .rows_affected();
+        tx.commit().await.context("committing retention")?;
+        Ok(RetentionOutcome {
+            windows,
+            messages,
+            rejects,
+        })
+    }
+}
