@@ -1,0 +1,749 @@
+//! One contract, two stores: every case runs against PostgreSQL (a fresh database on
+//! the dev server per test) and SQLite (a fresh file per test).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use store::*;
+use uuid::Uuid;
+
+const W: i64 = 600_000; // 10-minute windows
+const T0: i64 = 1_764_410_400_000;
+
+/// Keeps whatever backs a store (database, temp dir) alive for the test.
+enum Backing {
+    Pg(#[allow(dead_code)] testkit::TestDatabase),
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+}
+
+async fn postgres() -> (Store, Backing) {
+    let db = testkit::fresh_database("store_conformance").await;
+    let store = Store::connect(db.url())
+        .await
+        .expect("connect to the test database");
+    store.migrate().await.expect("migrate");
+    (store, Backing::Pg(db))
+}
+
+async fn sqlite() -> (Store, Backing) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("audit.db");
+    let store = Store::connect(path.to_str().unwrap())
+        .await
+        .expect("open sqlite");
+    store.migrate().await.expect("migrate");
+    (store, Backing::Sqlite(dir))
+}
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _backing) = super::postgres().await;
+                    super::$case(&store).await;
+                }
+            )*
+        }
+        mod on_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _backing) = super::sqlite().await;
+                    super::$case(&store).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    a_message_written_twice_is_stored_once,
+    increments_add_up_exactly_against_ground_truth,
+    checksums_add_modulo_2_pow_64,
+    progress_keeps_the_latest_watermark_per_partition,
+    emitters_record_last_seen_times,
+    windows_in_range_pages_by_topic,
+    offset_ranges_widen,
+    rejects_are_kept_with_their_reason,
+    retention_removes_old_windows_and_uuids_in_batches,
+    an_invalid_message_fails_the_batch_and_writes_nothing,
+    concurrent_writers_of_the_same_messages_count_them_once,
+    migrating_twice_is_harmless,
+);
+
+/// Small deterministic generator (no dependency needed for a test's random numbers).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn increment(topic: &str, tier: &str, dc: &str, window: i64, count: u64) -> Increment {
+    Increment {
+        uuid: Uuid::new_v4(),
+        topic: topic.into(),
+        tier: tier.into(),
+        datacenter: dc.into(),
+        host: "auditor-0".into(),
+        window_start_ms: T0 + window * W,
+        window_end_ms: T0 + (window + 1) * W,
+        emitted_at_ms: T0 + (window + 1) * W + 1000,
+        count,
+        bytes: count * 100,
+        no_time_count: 0,
+        malformed_count: 0,
+        out_of_bounds_count: 0,
+        checksum: count.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        latency: Latency {
+            zero_count: 0,
+            negative_count: 0,
+            max_ms: 0,
+            buckets: vec![],
+        },
+        offsets: vec![],
+    }
+}
+
+fn random_increment(rng: &mut Rng) -> Increment {
+    let topic = format!("topic-{}", rng.below(4));
+    let tier = ["producer", "regional", "aggregate"][rng.below(3) as usize];
+    let dc = ["dc1", "dc2"][rng.below(2) as usize];
+    let count = 1 + rng.below(1000);
+    let mut i = increment(&topic, tier, dc, rng.below(3) as i64, count);
+    i.host = format!("auditor-{}", rng.below(3));
+    i.bytes = rng.below(1 << 40);
+    i.no_time_count = rng.below(count / 4 + 1);
+    i.malformed_count = rng.below(count / 4 + 1);
+    i.out_of_bounds_count = rng.below(count / 4 + 1);
+    i.checksum = rng.next();
+    let zero = rng.below(count / 4 + 1);
+    let mut left = count - zero;
+    let mut index = 100 + rng.below(50) as i32;
+    let mut buckets = vec![];
+    while left > 0 && buckets.len() < 20 {
+        let c = 1 + rng.below(left);
+        buckets.push((index, c));
+        left -= c;
+        index += 1 + rng.below(5) as i32;
+    }
+    i.latency = Latency {
+        zero_count: zero,
+        negative_count: rng.below(zero + 1),
+        max_ms: rng.below(100_000),
+        buckets,
+    };
+    let p = rng.below(4) as i32;
+    let min = rng.below(1_000_000) as i64;
+    i.offsets = vec![OffsetRange {
+        partition: p,
+        min,
+        max: min + rng.below(10_000) as i64,
+    }];
+    i
+}
+
+fn batch(messages: Vec<Message>) -> Batch {
+    Batch {
+        messages,
+        rejects: vec![],
+        received_at_ms: T0 + 10 * W,
+    }
+}
+
+fn all() -> TimeRange {
+    TimeRange::new(T0 - 100 * W, T0 + 100 * W)
+}
+
+/// The expected window rows: the fold of `increments`, computed without the store.
+fn ground_truth(
+    increments: &[Increment],
+) -> BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64)>)> {
+    let mut truth: BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64)>)> = BTreeMap::new();
+    for i in increments {
+        let key = WindowKey {
+            topic: i.topic.clone(),
+            tier: i.tier.clone(),
+            datacenter: i.datacenter.clone(),
+            window_start_ms: i.window_start_ms,
+        };
+        let (row, offsets) = truth.entry(key).or_insert_with(|| {
+            (
+                WindowRow {
+                    topic: i.topic.clone(),
+                    tier: i.tier.clone(),
+                    datacenter: i.datacenter.clone(),
+                    window_start_ms: i.window_start_ms,
+                    window_end_ms: i.window_end_ms,
+                    count: 0,
+                    bytes: 0,
+                    no_time_count: 0,
+                    malformed_count: 0,
+                    out_of_bounds_count: 0,
+                    checksum: 0,
+                    latency: Latency::default(),
+                    increments: 0,
+                    first_received_at_ms: 0,
+                    last_received_at_ms: 0,
+                },
+                BTreeMap::new(),
+            )
+        });
+        row.count += i.count;
+        row.bytes += i.bytes;
+        row.no_time_count += i.no_time_count;
+        row.malformed_count += i.malformed_count;
+        row.out_of_bounds_count += i.out_of_bounds_count;
+        row.checksum = row.checksum.wrapping_add(i.checksum);
+        row.latency.zero_count += i.latency.zero_count;
+        row.latency.negative_count += i.latency.negative_count;
+        row.latency.max_ms = row.latency.max_ms.max(i.latency.max_ms);
+        let mut merged: BTreeMap<i32, u64> = row.latency.buckets.iter().copied().collect();
+        for &(b, c) in &i.latency.buckets {
+            *merged.entry(b).or_default() += c;
+        }
+        row.latency.buckets = merged.into_iter().collect();
+        row.increments += 1;
+        for o in &i.offsets {
+            let e = offsets.entry(o.partition).or_insert((o.min, o.max));
+            e.0 = e.0.min(o.min);
+            e.1 = e.1.max(o.max);
+        }
+    }
+    truth
+}
+
+/// Compares everything but the receive times, which the store sets.
+fn assert_rows_match(stored: &[WindowRow], expected: &[&WindowRow]) {
+    assert_eq!(stored.len(), expected.len(), "number of window rows");
+    for (s, e) in stored.iter().zip(expected) {
+        let mut s = s.clone();
+        s.first_received_at_ms = 0;
+        s.last_received_at_ms = 0;
+        assert_eq!(&s, *e);
+    }
+}
+
+async fn a_message_written_twice_is_stored_once(store: &Store) {
+    let i = increment("orders", "regional", "dc1", 0, 1000);
+    let out = store
+        .write_batch(&batch(vec![
+            Message::Increment(i.clone()),
+            Message::Increment(i.clone()),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.outcomes,
+        vec![WriteOutcome::Accepted, WriteOutcome::Duplicate]
+    );
+    let again = store
+        .write_batch(&batch(vec![Message::Increment(i.clone())]))
+        .await
+        .unwrap();
+    assert_eq!(again.outcomes, vec![WriteOutcome::Duplicate]);
+    let rows = store.topic_windows("orders", all()).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].count, 1000);
+    assert_eq!(rows[0].increments, 1);
+    assert_eq!(rows[0].checksum, i.checksum);
+}
+
+async fn increments_add_up_exactly_against_ground_truth(store: &Store) {
+    let mut rng = Rng(42);
+    let increments: Vec<Increment> = (0..600).map(|_| random_increment(&mut rng)).collect();
+    for chunk in increments.chunks(70) {
+        let out = store
+            .write_batch(&batch(
+                chunk.iter().cloned().map(Message::Increment).collect(),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(out.accepted(), chunk.len());
+    }
+    // Replaying everything (in other batch boundaries) changes nothing.
+    for chunk in increments.chunks(111) {
+        let out = store
+            .write_batch(&batch(
+                chunk.iter().cloned().map(Message::Increment).collect(),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(out.duplicates(), chunk.len());
+    }
+    let truth = ground_truth(&increments);
+    let topics = store.list_topics().await.unwrap();
+    let expected_topics: Vec<String> = {
+        let mut t: Vec<String> = truth.keys().map(|k| k.topic.clone()).collect();
+        t.dedup();
+        t
+    };
+    assert_eq!(topics, expected_topics);
+    for topic in &topics {
+        let stored = store.topic_windows(topic, all()).await.unwrap();
+        // Expected order: window_start, tier, datacenter.
+        let mut expected: Vec<&WindowRow> = truth
+            .iter()
+            .filter(|(k, _)| &k.topic == topic)
+            .map(|(_, (row, _))| row)
+            .collect();
+        expected.sort_by(|a, b| {
+            (a.window_start_ms, &a.tier, &a.datacenter).cmp(&(
+                b.window_start_ms,
+                &b.tier,
+                &b.datacenter,
+            ))
+        });
+        assert_rows_match(&stored, &expected);
+        for row in &stored {
+            let offsets = store.window_offsets(&row.key()).await.unwrap();
+            let expected: Vec<OffsetRange> = truth[&row.key()]
+                .1
+                .iter()
+                .map(|(&partition, &(min, max))| OffsetRange {
+                    partition,
+                    min,
+                    max,
+                })
+                .collect();
+            assert_eq!(offsets, expected, "offsets of {:?}", row.key());
+        }
+    }
+    // A sub-range selects by window start, half-open.
+    let one = store
+        .topic_windows("topic-0", TimeRange::new(T0 + W, T0 + 2 * W))
+        .await
+        .unwrap();
+    assert!(!one.is_empty());
+    assert!(one.iter().all(|r| r.window_start_ms == T0 + W));
+}
+
+async fn checksums_add_modulo_2_pow_64(store: &Store) {
+    // Values whose i64 views overflow both ways: two "large positive" and two whose
+    // i64 reinterpretation is very negative, in separate batches so the database adds.
+    let values = [
+        u64::MAX,
+        u64::MAX - 5,
+        1u64 << 63,
+        (1u64 << 63) + 7,
+        i64::MAX as u64,
+        3,
+    ];
+    let mut expected = 0u64;
+    for v in values {
+        let mut i = increment("sums", "regional", "dc1", 0, 1);
+        i.checksum = v;
+        expected = expected.wrapping_add(v);
+        store
+            .write_batch(&batch(vec![Message::Increment(i)]))
+            .await
+            .unwrap();
+        let rows = store.topic_windows("sums", all()).await.unwrap();
+        assert_eq!(rows[0].checksum, expected, "after adding {v:#x}");
+    }
+    assert_eq!(
+        store.topic_windows("sums", all()).await.unwrap()[0].count,
+        values.len() as u64
+    );
+}
+
+fn progress(topic: &str, host: &str, emitted: i64, parts: &[(i32, i64)]) -> Progress {
+    Progress {
+        uuid: Uuid::new_v4(),
+        topic: topic.into(),
+        tier: "regional".into(),
+        datacenter: "dc1".into(),
+        host: host.into(),
+        emitted_at_ms: emitted,
+        partitions: parts
+            .iter()
+            .map(|&(partition, next_offset)| PartitionProgress {
+                partition,
+                next_offset,
+                record_time_ms: Some(emitted - 100),
+                lag: Some(0),
+            })
+            .collect(),
+    }
+}
+
+async fn progress_keeps_the_latest_watermark_per_partition(store: &Store) {
+    let newer = progress("orders", "auditor-1", T0 + 2000, &[(0, 500), (1, 700)]);
+    let older = progress("orders", "auditor-0", T0 + 1000, &[(0, 100), (2, 50)]);
+    store
+        .write_batch(&batch(vec![Message::Progress(newer)]))
+        .await
+        .unwrap();
+    store
+        .write_batch(&batch(vec![Message::Progress(older)]))
+        .await
+        .unwrap();
+    let other = progress("payments", "auditor-0", T0, &[(0, 9)]);
+    store
+        .write_batch(&batch(vec![Message::Progress(other)]))
+        .await
+        .unwrap();
+    let rows = store.progress(Some("orders")).await.unwrap();
+    let got: Vec<(i32, &str, i64)> = rows
+        .iter()
+        .map(|r| (r.partition, r.host.as_str(), r.next_offset))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, "auditor-1", 500),
+            (1, "auditor-1", 700),
+            (2, "auditor-0", 50)
+        ]
+    );
+    assert_eq!(rows[0].record_time_ms, Some(T0 + 1900));
+    assert_eq!(store.progress(None).await.unwrap().len(), 4);
+}
+
+async fn emitters_record_last_seen_times(store: &Store) {
+    let mut a = increment("orders", "regional", "dc1", 0, 1);
+    a.host = "auditor-0".into();
+    a.emitted_at_ms = T0 + 5000;
+    let mut b = increment("orders", "regional", "dc1", 1, 1);
+    b.host = "auditor-0".into();
+    b.emitted_at_ms = T0 + 3000;
+    let p = progress("orders", "auditor-1", T0 + 7000, &[(0, 1)]);
+    let mut first = batch(vec![Message::Increment(a), Message::Progress(p)]);
+    first.received_at_ms = T0 + 10_000;
+    store.write_batch(&first).await.unwrap();
+    let mut second = batch(vec![Message::Increment(b)]);
+    second.received_at_ms = T0 + 20_000;
+    store.write_batch(&second).await.unwrap();
+    let rows = store.emitters().await.unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (
+            rows[0].host.as_str(),
+            rows[0].last_emitted_at_ms,
+            rows[0].last_received_at_ms,
+            rows[0].messages
+        ),
+        ("auditor-0", T0 + 5000, T0 + 20_000, 2)
+    );
+    assert_eq!(
+        (
+            rows[1].host.as_str(),
+            rows[1].last_emitted_at_ms,
+            rows[1].messages
+        ),
+        ("auditor-1", T0 + 7000, 1)
+    );
+}
+
+async fn windows_in_range_pages_by_topic(store: &Store) {
+    let mut messages = vec![];
+    for t in 0..5 {
+        for w in 0..3 {
+            messages.push(Message::Increment(increment(
+                &format!("t{t}"),
+                "regional",
+                "dc1",
+                w,
+                10,
+            )));
+            messages.push(Message::Increment(increment(
+                &format!("t{t}"),
+                "aggregate",
+                "dc1",
+                w,
+                10,
+            )));
+        }
+    }
+    store.write_batch(&batch(messages)).await.unwrap();
+    let range = TimeRange::new(T0 + W, T0 + 3 * W); // windows 1 and 2
+    let mut after: Option<String> = None;
+    let mut pages = vec![];
+    loop {
+        let page = store
+            .windows_in_range(range, after.as_deref(), 2)
+            .await
+            .unwrap();
+        let topics: Vec<String> = {
+            let mut t: Vec<String> = page.rows.iter().map(|r| r.topic.clone()).collect();
+            t.dedup();
+            t
+        };
+        assert!(page
+            .rows
+            .iter()
+            .all(|r| r.window_start_ms >= T0 + W && r.window_start_ms < T0 + 3 * W));
+        assert_eq!(
+            page.rows.len(),
+            topics.len() * 4,
+            "2 windows x 2 tiers per topic"
+        );
+        pages.push(topics);
+        match page.next_after_topic {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(pages, vec![vec!["t0", "t1"], vec!["t2", "t3"], vec!["t4"]]);
+}
+
+async fn offset_ranges_widen(store: &Store) {
+    let mut a = increment("orders", "regional", "dc1", 0, 1);
+    a.offsets = vec![
+        OffsetRange {
+            partition: 0,
+            min: 100,
+            max: 200,
+        },
+        OffsetRange {
+            partition: 1,
+            min: 5,
+            max: 5,
+        },
+    ];
+    let mut b = increment("orders", "regional", "dc1", 0, 1);
+    b.offsets = vec![OffsetRange {
+        partition: 0,
+        min: 50,
+        max: 150,
+    }];
+    let mut c = increment("orders", "regional", "dc1", 0, 1);
+    c.offsets = vec![OffsetRange {
+        partition: 0,
+        min: 180,
+        max: 400,
+    }];
+    store
+        .write_batch(&batch(vec![Message::Increment(a), Message::Increment(b)]))
+        .await
+        .unwrap();
+    store
+        .write_batch(&batch(vec![Message::Increment(c)]))
+        .await
+        .unwrap();
+    let key = WindowKey {
+        topic: "orders".into(),
+        tier: "regional".into(),
+        datacenter: "dc1".into(),
+        window_start_ms: T0,
+    };
+    assert_eq!(
+        store.window_offsets(&key).await.unwrap(),
+        vec![
+            OffsetRange {
+                partition: 0,
+                min: 50,
+                max: 400
+            },
+            OffsetRange {
+                partition: 1,
+                min: 5,
+                max: 5
+            }
+        ]
+    );
+    let missing = WindowKey {
+        window_start_ms: T0 + W,
+        ..key
+    };
+    assert!(store.window_offsets(&missing).await.unwrap().is_empty());
+}
+
+async fn rejects_are_kept_with_their_reason(store: &Store) {
+    let mut b = batch(vec![Message::Increment(increment(
+        "orders", "regional", "dc1", 0, 1,
+    ))]);
+    b.rejects = vec![
+        Reject {
+            source: "kafka:a/audit/0@7".into(),
+            reason: "not JSON".into(),
+            payload: "garbage\0here".into(),
+        },
+        Reject {
+            source: "http:127.0.0.1".into(),
+            reason: "unknown version 9".into(),
+            payload: "{}".into(),
+        },
+    ];
+    store.write_batch(&b).await.unwrap();
+    let rows = store.rejects(10).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].reason, "unknown version 9", "newest first");
+    assert_eq!(rows[1].source, "kafka:a/audit/0@7");
+    assert!(rows[1].payload.starts_with("garbage"));
+    assert_eq!(store.rejects(1).await.unwrap().len(), 1);
+}
+
+async fn retention_removes_old_windows_and_uuids_in_batches(store: &Store) {
+    let mut old = vec![];
+    for w in 0..5 {
+        let mut i = increment("orders", "regional", "dc1", w, 1);
+        i.latency.buckets = vec![(10, 1)];
+        i.latency.zero_count = 0;
+        i.offsets = vec![OffsetRange {
+            partition: 0,
+            min: 1,
+            max: 2,
+        }];
+        old.push(i);
+    }
+    let mut b = batch(old.iter().cloned().map(Message::Increment).collect());
+    b.received_at_ms = T0;
+    store.write_batch(&b).await.unwrap();
+    let recent = increment("orders", "regional", "dc1", 50, 7);
+    let mut b = batch(vec![Message::Increment(recent.clone())]);
+    b.received_at_ms = T0 + 100 * W;
+    store.write_batch(&b).await.unwrap();
+
+    let mut total = RetentionOutcome::default();
+    let mut passes = 0;
+    loop {
+        let out = store.retention(T0 + 10 * W, T0 + 50 * W, 2).await.unwrap();
+        assert!(
+            out.windows <= 2 && out.messages <= 2,
+            "bounded batches: {out:?}"
+        );
+        passes += 1;
+        if out.total() == 0 {
+            break;
+        }
+        total.windows += out.windows;
+        total.messages += out.messages;
+        assert!(passes < 20, "retention does not converge");
+    }
+    assert_eq!((total.windows, total.messages), (5, 5));
+    let rows = store.topic_windows("orders", all()).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].count, 7);
+    // The recent UUID is still known; an old one is forgotten (and would count again,
+    // which is why UUID retention must outlast any replay).
+    let again = store
+        .write_batch(&batch(vec![Message::Increment(recent)]))
+        .await
+        .unwrap();
+    assert_eq!(again.outcomes, vec![WriteOutcome::Duplicate]);
+    let replay = store
+        .write_batch(&batch(vec![Message::Increment(old[0].clone())]))
+        .await
+        .unwrap();
+    assert_eq!(replay.outcomes, vec![WriteOutcome::Accepted]);
+    // Its window was deleted with its buckets and offsets: it comes back with only the replay.
+    let rows = store
+        .topic_windows("orders", TimeRange::new(T0, T0 + W))
+        .await
+        .unwrap();
+    assert_eq!(rows[0].latency.buckets, vec![(10, 1)]);
+    assert_eq!(rows[0].increments, 1);
+    let key = rows[0].key();
+    assert_eq!(
+        store.window_offsets(&key).await.unwrap(),
+        vec![OffsetRange {
+            partition: 0,
+            min: 1,
+            max: 2
+        }]
+    );
+}
+
+async fn an_invalid_message_fails_the_batch_and_writes_nothing(store: &Store) {
+    let good = increment("orders", "regional", "dc1", 0, 10);
+    let mut bad = increment("orders", "regional", "dc1", 0, 10);
+    bad.count = u64::MAX;
+    assert!(validate_message(&Message::Increment(bad.clone())).is_err());
+    let err = store
+        .write_batch(&batch(vec![
+            Message::Increment(good.clone()),
+            Message::Increment(bad),
+        ]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Invalid(ref m) if m.contains("count")),
+        "{err}"
+    );
+    assert!(store
+        .topic_windows("orders", all())
+        .await
+        .unwrap()
+        .is_empty());
+    let out = store
+        .write_batch(&batch(vec![Message::Increment(good)]))
+        .await
+        .unwrap();
+    assert_eq!(out.outcomes, vec![WriteOutcome::Accepted]);
+}
+
+async fn concurrent_writers_of_the_same_messages_count_them_once(store: &Store) {
+    let mut rng = Rng(7);
+    let increments: Vec<Increment> = (0..400).map(|_| random_increment(&mut rng)).collect();
+    let mut tasks = vec![];
+    for writer in 0..4usize {
+        let store = store.clone();
+        let mut mine = increments.clone();
+        // Different orders and batch boundaries per writer.
+        mine.rotate_left(writer * 97);
+        let size = 50 + writer * 13;
+        tasks.push(tokio::spawn(async move {
+            let mut accepted = 0;
+            for chunk in mine.chunks(size) {
+                let b = batch(chunk.iter().cloned().map(Message::Increment).collect());
+                // A deadlock or serialization failure is retryable by contract.
+                let mut attempts = 0;
+                loop {
+                    match store.write_batch(&b).await {
+                        Ok(out) => {
+                            accepted += out.accepted();
+                            break;
+                        }
+                        Err(StoreError::Database { .. }) if attempts < 10 => {
+                            attempts += 1;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            accepted
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        accepted += t.await.unwrap();
+    }
+    assert_eq!(
+        accepted,
+        increments.len(),
+        "each UUID accepted by exactly one writer"
+    );
+    let truth = ground_truth(&increments);
+    let mut stored = vec![];
+    for topic in store.list_topics().await.unwrap() {
+        stored.extend(store.topic_windows(&topic, all()).await.unwrap());
+    }
+    stored.sort_by_key(|r| r.key());
+    let expected: Vec<&WindowRow> = truth.values().map(|(r, _)| r).collect();
+    assert_rows_match(&stored, &expected);
+}
+
+async fn migrating_twice_is_harmless(store: &Store) {
+    store.migrate().await.unwrap();
+    store.ping().await.unwrap();
+    store
+        .write_batch(&batch(vec![Message::Increment(increment(
+            "x", "regional", "dc1", 0, 1,
+        ))]))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    assert_eq!(store.list_topics().await.unwrap(), vec!["x".to_string()]);
+}
