@@ -1,1 +1,36 @@
-//! audit-lib: see DESIGN section in README.
+//! audit-lib: the sans-io core of kafka-audit (DESIGN §3, §4).
+//!
+//! Event-time extraction ([`extract`], on top of the targeted JSON [`scan`]ner),
+//! tumbling [`window`]s, mergeable [`stats`] ([`histogram`], [`checksum`]), the audit
+//! [`message`] format v1 (`docs/audit-message-v1.md`), the [`Aggregator`] that ties them
+//! together, and [`sink`]s. No async runtime, no Kafka client and no database in the
+//! core: time is passed in, so every behaviour is testable without clocks. The Kafka
+//! and HTTP sinks sit behind the `kafka` and `http` features.
+
+pub mod aggregator;
+pub mod checksum;
+pub mod config;
+pub mod extract;
+pub mod histogram;
+pub mod message;
+pub mod observation;
+pub mod scan;
+pub mod stats;
+pub mod timeparse;
+pub mod window;
+
+pub use aggregator::{Aggregator, Limits};
+pub use checksum::{message_hash, Checksum};
+pub use config::{
+    CompiledConfig, CompiledRule, ConfigError, EventTimeConfig, TimeRule, TopicRule, Unit,
+};
+pub use extract::{classify, Classification, MalformedReason, TimeSource};
+pub use histogram::LatencyHistogram;
+pub use message::{
+    AuditBody, AuditMessage, Identity, Increment, MessageKind, PartitionProgress,
+    AUDIT_MESSAGE_VERSION,
+};
+pub use observation::{HeaderLookup, NoHeaders, Observation, RecordTimestamp, TimestampType};
+pub use stats::{OffsetRange, WindowStats};
+pub use timeparse::TimeUnit;
+pub use window::{Window, WindowSize};

@@ -1,0 +1,370 @@
+//! Mergeable latency histogram with 1 % relative accuracy (DDSketch-style), as pinned by
+//! `docs/audit-message-v1.md`: a latency `v >= 1 ms` falls in bucket
+//! `i = ceil(ln(v) / ln(1.02))`; latencies `< 1 ms` go to `zero_count`.
+//!
+//! Buckets are stored densely (index = bucket) because every latency that fits in an
+//! i64 of milliseconds maps to an index below [`MAX_BUCKET_INDEX`] (~2 200): recording is
+//! one `ln`, one add, and no allocation once the vector has grown to the window's
+//! largest latency.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Growth factor between buckets; relative error of a quantile is `(γ-1)/(γ+1) < 1 %`.
+pub const GAMMA: f64 = 1.02;
+
+/// Largest bucket index any `i64` latency can produce (`ceil(ln(i64::MAX)/ln(1.02))` is
+/// 2 206); indexes above this in a decoded message are rejected rather than allocated.
+pub const MAX_BUCKET_INDEX: u32 = 2_300;
+
+/// A latency histogram; see the module documentation.
+#[derive(Clone, Debug, Default)]
+pub struct LatencyHistogram {
+    zero_count: u64,
+    negative_count: u64,
+    /// counts[i] = number of latencies in bucket i; trailing zeros are allowed in memory
+    /// (the equality below ignores them).
+    counts: Vec<u64>,
+    max_ms: i64,
+}
+
+#[inline]
+fn ln_gamma() -> f64 {
+    GAMMA.ln()
+}
+
+/// Bucket index of a latency `v >= 1` ms.
+#[inline]
+pub fn bucket_index(v_ms: i64) -> u32 {
+    debug_assert!(v_ms >= 1);
+    let i = ((v_ms as f64).ln() / ln_gamma()).ceil();
+    // v = 1 gives exactly 0; the cast saturates on any float oddity.
+    i.max(0.0) as u32
+}
+
+/// Representative value of bucket `i`: within 1 % of every value in it.
+#[inline]
+pub fn bucket_value(i: u32) -> f64 {
+    2.0 * GAMMA.powi(i as i32) / (GAMMA + 1.0)
+}
+
+impl LatencyHistogram {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one latency in milliseconds (observed − event time; may be negative).
+    #[inline]
+    pub fn record(&mut self, latency_ms: i64) {
+        self.record_n(latency_ms, 1);
+    }
+
+    /// Records `n` occurrences of one latency.
+    #[inline]
+    pub fn record_n(&mut self, latency_ms: i64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if latency_ms < 1 {
+            self.zero_count += n;
+            if latency_ms < 0 {
+                self.negative_count += n;
+            }
+            return;
+        }
+        if latency_ms > self.max_ms {
+            self.max_ms = latency_ms;
+        }
+        let i = bucket_index(latency_ms) as usize;
+        if i >= self.counts.len() {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts[i] += n;
+    }
+
+    /// Adds `other` into `self`: exactly equal to having recorded both inputs here.
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        self.zero_count += other.zero_count;
+        self.negative_count += other.negative_count;
+        self.max_ms = self.max_ms.max(other.max_ms);
+        if other.counts.len() > self.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine += *theirs;
+        }
+    }
+
+    /// Total number of recorded latencies.
+    pub fn count(&self) -> u64 {
+        self.zero_count + self.counts.iter().sum::<u64>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count() == 0
+    }
+
+    /// Latencies below 1 ms, negative ones included.
+    pub fn zero_count(&self) -> u64 {
+        self.zero_count
+    }
+
+    /// Of [`Self::zero_count`]: latencies below 0 (event time ahead of the observer).
+    pub fn negative_count(&self) -> u64 {
+        self.negative_count
+    }
+
+    /// Largest latency recorded, clamped at 0 (0 when empty or all latencies < 1 ms).
+    pub fn max_ms(&self) -> i64 {
+        self.max_ms
+    }
+
+    /// Non-empty buckets as `(index, count)`, sorted by index.
+    pub fn buckets(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| (i as u32, *c))
+    }
+
+    /// The `q`-quantile (`0 <= q <= 1`) in milliseconds, within 1 % of the exact value
+    /// of the element of rank `floor(q * (count - 1))` in the sorted latencies (values
+    /// below 1 ms read as 0). `None` when empty or `q` is not in `[0, 1]`.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if !(0.0..=1.0).contains(&q) {
+            return None;
+        }
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let rank = (q * (n - 1) as f64).floor() as u64;
+        if rank < self.zero_count {
+            return Some(0.0);
+        }
+        let mut seen = self.zero_count;
+        for (i, c) in self.buckets() {
+            seen += c;
+            if rank < seen {
+                return Some(bucket_value(i));
+            }
+        }
+        // Unreachable when counts are consistent; the largest bucket is the safe answer.
+        self.buckets().last().map(|(i, _)| bucket_value(i))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    zero_count: u64,
+    negative_count: u64,
+    buckets: Vec<(u32, u64)>,
+    max_ms: i64,
+}
+
+impl Serialize for LatencyHistogram {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Wire {
+            zero_count: self.zero_count,
+            negative_count: self.negative_count,
+            buckets: self.buckets().collect(),
+            max_ms: self.max_ms,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for LatencyHistogram {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = Wire::deserialize(d)?;
+        if w.negative_count > w.zero_count {
+            return Err(D::Error::custom(format!(
+                "latency: negative_count {} exceeds zero_count {}",
+                w.negative_count, w.zero_count
+            )));
+        }
+        if w.max_ms < 0 {
+            return Err(D::Error::custom(format!(
+                "latency: max_ms must be >= 0, got {}",
+                w.max_ms
+            )));
+        }
+        let mut h = LatencyHistogram {
+            zero_count: w.zero_count,
+            negative_count: w.negative_count,
+            counts: Vec::new(),
+            max_ms: w.max_ms,
+        };
+        for (i, c) in w.buckets {
+            if i > MAX_BUCKET_INDEX {
+                return Err(D::Error::custom(format!(
+                    "latency: bucket index {i} above the maximum {MAX_BUCKET_INDEX}"
+                )));
+            }
+            let i = i as usize;
+            if i >= h.counts.len() {
+                h.counts.resize(i + 1, 0);
+            }
+            // Duplicate indexes are summed: the merge rule applied within one message.
+            h.counts[i] += c;
+        }
+        Ok(h)
+    }
+}
+
+// Equality ignores trailing empty buckets (an in-memory capacity detail).
+impl PartialEq for LatencyHistogram {
+    fn eq(&self, other: &Self) -> bool {
+        self.same_as(other)
+    }
+}
+
+impl Eq for LatencyHistogram {}
+
+impl LatencyHistogram {
+    fn trimmed(&self) -> &[u64] {
+        let end = self
+            .counts
+            .iter()
+            .rposition(|c| *c > 0)
+            .map_or(0, |p| p + 1);
+        &self.counts[..end]
+    }
+
+    /// True when both histograms hold the same counts.
+    pub fn same_as(&self, other: &LatencyHistogram) -> bool {
+        self.zero_count == other.zero_count
+            && self.negative_count == other.negative_count
+            && self.max_ms == other.max_ms
+            && self.trimmed() == other.trimmed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn pinned_bucket_indexes() {
+        // Values other languages must reproduce.
+        assert_eq!(bucket_index(1), 0);
+        assert_eq!(bucket_index(2), 36); // ln 2 / ln 1.02 = 35.0028...
+        assert_eq!(bucket_index(10), 117); // 116.27...
+        assert_eq!(bucket_index(1000), 349); // 348.83...
+        assert!(bucket_index(i64::MAX) <= MAX_BUCKET_INDEX);
+    }
+
+    #[test]
+    fn below_one_ms_and_negative_go_to_zero_count() {
+        let mut h = LatencyHistogram::new();
+        h.record(0);
+        h.record(-5);
+        h.record(3);
+        assert_eq!(h.zero_count(), 2);
+        assert_eq!(h.negative_count(), 1);
+        assert_eq!(h.count(), 3);
+        assert_eq!(h.max_ms(), 3);
+        assert_eq!(h.quantile(0.0), Some(0.0));
+    }
+
+    #[test]
+    fn serde_matches_contract_example_shape() {
+        let mut h = LatencyHistogram::new();
+        h.record(0);
+        h.record(-1);
+        h.record(10);
+        h.record(10);
+        h.record(10);
+        h.record(1000);
+        let v = serde_json::to_value(&h).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"zero_count":2,"negative_count":1,"buckets":[[117,3],[349,1]],"max_ms":1000})
+        );
+        let back: LatencyHistogram = serde_json::from_value(v).unwrap();
+        assert!(back.same_as(&h));
+    }
+
+    #[test]
+    fn hostile_input_is_rejected_not_allocated() {
+        let r: Result<LatencyHistogram, _> = serde_json::from_str(
+            r#"{"zero_count":0,"negative_count":0,"buckets":[[4000000000,1]],"max_ms":1}"#,
+        );
+        assert!(r.unwrap_err().to_string().contains("bucket index"));
+        let r: Result<LatencyHistogram, _> =
+            serde_json::from_str(r#"{"zero_count":0,"negative_count":1,"buckets":[],"max_ms":0}"#);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn empty_has_no_quantile() {
+        assert_eq!(LatencyHistogram::new().quantile(0.5), None);
+        let mut h = LatencyHistogram::new();
+        h.record(5);
+        assert_eq!(h.quantile(1.5), None);
+    }
+
+    fn exact_quantile(sorted: &[i64], q: f64) -> f64 {
+        let rank = (q * (sorted.len() - 1) as f64).floor() as usize;
+        sorted[rank].max(0) as f64
+    }
+
+    /// Skewed data: most latencies small, a heavy tail of large ones.
+    fn skewed() -> impl Strategy<Value = Vec<i64>> {
+        prop::collection::vec(
+            prop_oneof![
+                6 => 0i64..50,
+                3 => 50i64..5_000,
+                1 => 5_000i64..86_400_000,
+                1 => 86_400_000i64..i64::MAX / 2,
+            ],
+            1..2000,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn merging_n_histograms_equals_one_histogram_of_all_values_and_quantiles_are_within_1pct(
+            values in skewed(),
+            parts in 1usize..8,
+        ) {
+            let mut whole = LatencyHistogram::new();
+            for v in &values { whole.record(*v); }
+            let mut merged = LatencyHistogram::new();
+            for chunk in values.chunks(values.len().div_ceil(parts)) {
+                let mut h = LatencyHistogram::new();
+                for v in chunk { h.record(*v); }
+                // Through the wire format too: what the collector will merge.
+                let h: LatencyHistogram = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
+                merged.merge(&h);
+            }
+            prop_assert!(merged.same_as(&whole));
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            for q in [0.0, 0.01, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0] {
+                let exact = exact_quantile(&sorted, q);
+                let got = merged.quantile(q).unwrap();
+                prop_assert_eq!(got, whole.quantile(q).unwrap());
+                if exact == 0.0 {
+                    prop_assert_eq!(got, 0.0);
+                } else {
+                    let rel = (got - exact).abs() / exact;
+                    prop_assert!(rel <= 0.01, "q={} exact={} got={} rel={}", q, exact, got, rel);
+                }
+            }
+            prop_assert_eq!(merged.max_ms(), sorted.last().copied().unwrap().max(0));
+        }
+
+        #[test]
+        fn merge_is_associative_and_commutative(a in skewed(), b in skewed(), c in skewed()) {
+            let h = |v: &Vec<i64>| { let mut h = LatencyHistogram::new(); for x in v { h.record(*x); } h };
+            let (ha, hb, hc) = (h(&a), h(&b), h(&c));
+            let mut left = ha.clone(); left.merge(&hb); left.merge(&hc);
+            let mut bc = hb.clone(); bc.merge(&hc);
+            let mut right = bc.clone(); right.merge(&ha);
+            prop_assert!(left.same_as(&right));
+        }
+    }
+}

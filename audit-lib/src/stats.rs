@@ -1,0 +1,133 @@
+//! Statistics of one (topic, window) as counted by one emitter; the payload of an
+//! increment. Every field merges exactly (sums, wrapping sum, histogram merge, min/max),
+//! so increments add up to the same totals however a window was split.
+
+use serde::{Deserialize, Serialize};
+
+use crate::checksum::Checksum;
+use crate::histogram::LatencyHistogram;
+
+/// Lowest and highest offset counted in one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetRange {
+    pub partition: i32,
+    pub min: i64,
+    pub max: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowStats {
+    /// Messages counted (all classifications).
+    pub count: u64,
+    /// Sum of key + value lengths.
+    pub bytes: u64,
+    /// Of `count`: no event time found, counted under observation time.
+    pub no_time_count: u64,
+    /// Of `count`: payload could not be parsed, counted under observation time.
+    pub malformed_count: u64,
+    /// Of `count`: event time outside the skew bounds, counted under observation time.
+    #[serde(default)]
+    pub out_of_bounds_count: u64,
+    pub checksum: Checksum,
+    /// Latency of event-time messages only.
+    pub latency: LatencyHistogram,
+    /// Per partition offset range; absent when offset tracking is off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offsets: Vec<OffsetRange>,
+}
+
+impl WindowStats {
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Widens the offset range of `partition` to include `offset`. A linear scan: a
+    /// window of one topic sees few partitions per auditor instance.
+    #[inline]
+    pub fn track_offset(&mut self, partition: i32, offset: i64) {
+        for r in self.offsets.iter_mut() {
+            if r.partition == partition {
+                r.min = r.min.min(offset);
+                r.max = r.max.max(offset);
+                return;
+            }
+        }
+        self.offsets.push(OffsetRange {
+            partition,
+            min: offset,
+            max: offset,
+        });
+    }
+
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: &WindowStats) {
+        self.count += other.count;
+        self.bytes += other.bytes;
+        self.no_time_count += other.no_time_count;
+        self.malformed_count += other.malformed_count;
+        self.out_of_bounds_count += other.out_of_bounds_count;
+        self.checksum.merge(other.checksum);
+        self.latency.merge(&other.latency);
+        for r in &other.offsets {
+            self.track_offset(r.partition, r.min);
+            self.track_offset(r.partition, r.max);
+        }
+        self.offsets.sort_by_key(|r| r.partition);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_adds_everything() {
+        let mut a = WindowStats {
+            count: 3,
+            bytes: 30,
+            no_time_count: 1,
+            malformed_count: 0,
+            out_of_bounds_count: 1,
+            checksum: Checksum(u64::MAX),
+            ..Default::default()
+        };
+        a.latency.record(10);
+        a.track_offset(1, 5);
+        a.track_offset(1, 7);
+        let mut b = WindowStats {
+            count: 2,
+            bytes: 5,
+            no_time_count: 0,
+            malformed_count: 2,
+            out_of_bounds_count: 0,
+            checksum: Checksum(2),
+            ..Default::default()
+        };
+        b.latency.record(20);
+        b.track_offset(0, 9);
+        b.track_offset(1, 2);
+        a.merge(&b);
+        assert_eq!(a.count, 5);
+        assert_eq!(a.bytes, 35);
+        assert_eq!(a.no_time_count, 1);
+        assert_eq!(a.malformed_count, 2);
+        assert_eq!(a.out_of_bounds_count, 1);
+        assert_eq!(a.checksum, Checksum(1)); // wrapped
+        assert_eq!(a.latency.count(), 2);
+        assert_eq!(
+            a.offsets,
+            vec![
+                OffsetRange {
+                    partition: 0,
+                    min: 9,
+                    max: 9
+                },
+                OffsetRange {
+                    partition: 1,
+                    min: 2,
+                    max: 7
+                }
+            ]
+        );
+    }
+}
