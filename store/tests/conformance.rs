@@ -169,7 +169,7 @@ fn all() -> TimeRange {
 fn ground_truth(
     increments: &[Increment],
 ) -> BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64)>)> {
-    let mut truth: BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64)>)> = BTreeMap::new();
+    let mut truth = Truth::new();
     for i in increments {
         let key = WindowKey {
             topic: i.topic.clone(),
