@@ -166,9 +166,10 @@ fn all() -> TimeRange {
 }
 
 /// The expected window rows: the fold of `increments`, computed without the store.
-fn ground_truth(
-    increments: &[Increment],
-) -> BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64)>)> {
+/// Expected row and offset ranges (partition → (min, max)) per window.
+type Truth = BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64)>)>;
+
+fn ground_truth(increments: &[Increment]) -> Truth {
     let mut truth = Truth::new();
     for i in increments {
         let key = WindowKey {
