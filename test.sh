@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The one test command. On a fresh Debian machine, as root, with nothing running:
+#   1. installs what is missing (apt packages; the Kafka jars come from Maven Central
+#      through deploy/dev/kafka),
+#   2. builds the workspace's tests,
+#   3. starts Kafka clusters A and B and PostgreSQL, unless they already answer
+#      (a developer's services, kept up between runs, are used and left running),
+#   4. runs `cargo test --workspace --no-fail-fast` (or `cargo test ARGS...` when given arguments,
+#      e.g. ./test.sh -p testkit),
+#   5. stops the services it started, even when the tests fail or are interrupted,
+# and exits with the tests' status. Each phase prints its duration.
+#
+# With the services up (deploy/dev/kafka start; deploy/dev/postgres start), plain
+# `cargo test` works too. Ports: KAFKA_A_PORT, KAFKA_B_PORT, KAFKA_AUDIT_PG_PORT (see
+# the scripts in deploy/dev); the tests are pointed at them.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
+
+export DEBIAN_FRONTEND=noninteractive
+export KAFKA_AUDIT_TEST_KAFKA_A=${KAFKA_AUDIT_TEST_KAFKA_A:-127.0.0.1:${KAFKA_A_PORT:-19092}}
+export KAFKA_AUDIT_TEST_KAFKA_B=${KAFKA_AUDIT_TEST_KAFKA_B:-127.0.0.1:${KAFKA_B_PORT:-29092}}
+export KAFKA_AUDIT_TEST_PG_URL=${KAFKA_AUDIT_TEST_PG_URL:-postgres://postgres@127.0.0.1:${KAFKA_AUDIT_PG_PORT:-55432}/kafka_audit}
+
+timings=()
+phase_start=$SECONDS
+total_start=$SECONDS
+phase() { # name: closes the running phase under that name
+  timings+=("$(printf '%-10s %4ds' "$1" $((SECONDS - phase_start)))")
+  echo "== $1 done in $((SECONDS - phase_start))s"
+  phase_start=$SECONDS
+}
+print_timings() {
+  echo "== timings"
+  printf '   %s\n' "${timings[@]}"
+  printf '   %-10s %4ds\n' total $((SECONDS - total_start))
+}
+fail() { echo "test.sh: $*" >&2; exit 1; }
+
+cargo_args=("$@")
+((${#cargo_args[@]})) || cargo_args=(--workspace --no-fail-fast)
+
+# --- 1. what is missing ----------------------------------------------------------------
+echo "== dependencies"
+missing=()
+for pkg in cmake libcurl4-openssl-dev libssl-dev zlib1g-dev postgresql-15; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v c++ >/dev/null && command -v make >/dev/null || missing+=(build-essential)
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || missing+=(maven)
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
+  "${sudo[@]}" apt-get update -q || fail "apt-get update failed"
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" || fail "apt-get install ${missing[*]} failed"
+else
+  echo "apt packages present"
+fi
+command -v cargo >/dev/null || fail "cargo not found: install Rust (https://rustup.rs)"
+deploy/dev/kafka fetch || fail "could not fetch the Kafka broker jars"
+phase deps
+
+# --- 2. build ---------------------------------------------------------------------------
+echo "== build: cargo test ${cargo_args[*]} --no-run"
+cargo test "${cargo_args[@]}" --no-run || { phase build; print_timings; fail "the build failed"; }
+phase build
+
+# --- 3. services ------------------------------------------------------------------------
+started=()
+stop_started() {
+  local service
+  ((${#started[@]})) || return 0
+  echo "== stopping what test.sh started: ${started[*]}"
+  for service in "${started[@]}"; do
+    case $service in
+      kafka-a) deploy/dev/kafka stop a ;;
+      kafka-b) deploy/dev/kafka stop b ;;
+      postgres) deploy/dev/postgres stop ;;
+    esac
+  done
+  started=()
+  phase stop
+}
+trap 'stop_started' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "== services"
+pids=()
+for service in kafka-a kafka-b postgres; do
+  case $service in
+    kafka-a) probe=(deploy/dev/kafka status a) start=(deploy/dev/kafka start a) ;;
+    kafka-b) probe=(deploy/dev/kafka status b) start=(deploy/dev/kafka start b) ;;
+    postgres) probe=(deploy/dev/postgres status) start=(deploy/dev/postgres start) ;;
+  esac
+  if "${probe[@]}" >/dev/null 2>&1; then
+    echo "$service: already up, using it and leaving it running"
+    # The database may be missing on a server started elsewhere; start creates it.
+    [[ $service == postgres ]] && deploy/dev/postgres start >/dev/null
+  else
+    started+=("$service")
+    "${start[@]}" &
+    pids+=($!)
+  fi
+done
+all_up=1
+for pid in "${pids[@]}"; do wait "$pid" || all_up=0; done
+((all_up)) || fail "a service did not start (see above)"
+phase services
+
+# --- 4. tests ---------------------------------------------------------------------------
+echo "== tests: cargo test ${cargo_args[*]}"
+log=$(mktemp)
+cargo test "${cargo_args[@]}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+phase tests
+awk '/^test result:/ {
+       for (i = 1; i <= NF; i++) {
+         if ($(i + 1) ~ /^passed/) p += $i; if ($(i + 1) ~ /^failed/) f += $i
+         if ($(i + 1) ~ /^ignored/) g += $i
+       }
+       n++
+     }
+     END { printf "== summary: %d passed, %d failed, %d ignored in %d test binaries\n", p, f, g, n }' "$log"
+grep -E '^test .* FAILED$' "$log" || true
+rm -f "$log"
+
+# --- 5. stop ----------------------------------------------------------------------------
+stop_started
+trap - EXIT
+print_timings
+if ((status == 0)); then echo "== PASS"; else echo "== FAIL (cargo test exit status $status)"; fi
+exit "$status"
