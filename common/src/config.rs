@@ -91,6 +91,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns its own error type
     fn file_then_env_override() {
         let dir = std::env::temp_dir().join(format!("common-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

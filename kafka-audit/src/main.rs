@@ -2,6 +2,10 @@
 
 use clap::{Parser, Subcommand};
 
+mod audit;
+mod collect;
+mod migrate;
+
 #[derive(Parser)]
 #[command(name = "kafka-audit", version, about = "Audit Kafka pipelines for loss, delay and duplication")]
 struct Cli {
@@ -10,9 +14,20 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Audit one Kafka cluster as one tier (audit-service).
+    Audit(audit::AuditArgs),
+    /// Collect audit messages from Kafka and HTTP into the store, exactly once.
+    Collect(collect::CollectArgs),
+    /// Apply the store's migrations (PostgreSQL or SQLite) and exit.
+    Migrate(migrate::MigrateArgs),
+}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Audit(args) => audit::run(args),
+        Command::Collect(args) => collect::run(args),
+        Command::Migrate(args) => migrate::run(args),
+    }
 }

@@ -1,0 +1,238 @@
+//! The `kafka-audit audit` configuration: one TOML file plus `KAFKA_AUDIT__*`
+//! environment overrides (sections `kafka`, `audit`, `ops`, `log`).
+//!
+//! ```toml
+//! [kafka]
+//! bootstrap_servers = "127.0.0.1:19092"
+//! [kafka.properties]              # any librdkafka property, all clients
+//! [audit]
+//! instance_id = "auditor-0"       # stable per instance: transactional.id, WAL dir
+//! tier = "regional"
+//! datacenter = "dc1"
+//! group_id = "kafka-audit-regional"
+//! topics = ["orders"]             # exact names
+//! topic_regex = ["^app\\..*"]     # and/or regular expressions
+//! exclude_regex = ["^tmp\\."]
+//! audit_topic = "_kafka_audit"
+//! mode = "exactly-once"           # or "at-least-once" (no transactions)
+//! report_interval = "10s"
+//! wal_dir = "/var/lib/kafka-audit/wal"
+//! [audit.event_time]              # audit-lib's EventTimeConfig
+//! window_size = "10m"
+//! [audit.event_time.default]
+//! fields = ["ts"]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{KafkaConfig, LogConfig, OpsConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::wal::FsyncPolicy;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+    pub audit: AuditConfig,
+    pub ops: OpsConfig,
+    pub log: LogConfig,
+}
+
+/// Sections the environment may override.
+pub const ENV_SECTIONS: &[&str] = &["kafka", "audit", "ops", "log"];
+
+impl Config {
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
+        let cfg: Config = common::load_config(file, ENV_SECTIONS)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let a = &self.audit;
+        anyhow::ensure!(
+            self.kafka.bootstrap().is_some(),
+            "kafka.bootstrap_servers is required"
+        );
+        anyhow::ensure!(
+            !a.instance_id.is_empty(),
+            "audit.instance_id is required (stable per instance)"
+        );
+        anyhow::ensure!(
+            a.instance_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "audit.instance_id {:?} may only hold [A-Za-z0-9._-] (it names a directory and a transactional.id)",
+            a.instance_id
+        );
+        anyhow::ensure!(!a.group_id.is_empty(), "audit.group_id is required");
+        anyhow::ensure!(!a.audit_topic.is_empty(), "audit.audit_topic is required");
+        anyhow::ensure!(
+            !a.topics.is_empty() || !a.topic_regex.is_empty(),
+            "nothing to audit: set audit.topics and/or audit.topic_regex"
+        );
+        for r in a.topic_regex.iter().chain(&a.exclude_regex) {
+            regex::Regex::new(r).map_err(|e| anyhow::anyhow!("invalid topic regex {r:?}: {e}"))?;
+        }
+        anyhow::ensure!(
+            a.report_interval >= Duration::from_millis(100),
+            "audit.report_interval below 100ms"
+        );
+        a.event_time
+            .compile()
+            .map_err(|e| anyhow::anyhow!("audit.event_time: {e}"))?;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Audit messages and offsets in one Kafka transaction (DESIGN §5).
+    #[default]
+    ExactlyOnce,
+    /// For clusters without transactions: idempotent producer, then commit offsets;
+    /// a crash may publish an increment twice (same UUID, the collector deduplicates).
+    AtLeastOnce,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    pub instance_id: String,
+    pub tier: String,
+    pub datacenter: String,
+    pub group_id: String,
+    pub topics: Vec<String>,
+    pub topic_regex: Vec<String>,
+    pub exclude_regex: Vec<String>,
+    /// How often the topic list is re-evaluated, so new topics are picked up.
+    #[serde(with = "humantime_serde")]
+    pub topic_refresh: Duration,
+    pub audit_topic: String,
+    pub create_audit_topic: bool,
+    pub audit_topic_partitions: i32,
+    pub audit_topic_replication: i32,
+    pub mode: Mode,
+    #[serde(with = "humantime_serde")]
+    pub report_interval: Duration,
+    /// Base directory; the WAL lives in `<wal_dir>/<instance_id>`.
+    pub wal_dir: PathBuf,
+    pub wal_fsync: FsyncPolicy,
+    /// Pending WAL bytes above which consumption pauses.
+    pub wal_max_bytes: u64,
+    /// `transactional.id` is this prefix + `instance_id`.
+    pub transactional_id_prefix: String,
+    /// Use `group.instance.id = instance_id` (static membership: a restart within the
+    /// session timeout does not rebalance).
+    pub static_membership: bool,
+    /// Bound on one publication (transaction commit or produce + commit).
+    #[serde(with = "humantime_serde")]
+    pub publish_timeout: Duration,
+    /// Bound on the report made when partitions are revoked; must stay below the
+    /// rebalance timeout.
+    #[serde(with = "humantime_serde")]
+    pub revoke_timeout: Duration,
+    /// Record offsets per partition in increments (for replaying a window).
+    pub track_offsets: bool,
+    /// Warn only (default) or fail when the durability checks at start fail.
+    pub strict_checks: bool,
+    /// Event-time extraction and window size (audit-lib's configuration), as
+    /// `[audit.event_time]`.
+    pub event_time: audit_lib::EventTimeConfig,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            instance_id: String::new(),
+            tier: "regional".into(),
+            datacenter: "default".into(),
+            group_id: "kafka-audit".into(),
+            topics: Vec::new(),
+            topic_regex: Vec::new(),
+            exclude_regex: Vec::new(),
+            topic_refresh: Duration::from_secs(30),
+            audit_topic: "_kafka_audit".into(),
+            create_audit_topic: true,
+            audit_topic_partitions: 12,
+            audit_topic_replication: 3,
+            mode: Mode::ExactlyOnce,
+            report_interval: Duration::from_secs(10),
+            wal_dir: PathBuf::from("/var/lib/kafka-audit/wal"),
+            wal_fsync: FsyncPolicy::Always,
+            wal_max_bytes: 1 << 30,
+            transactional_id_prefix: "kafka-audit-".into(),
+            static_membership: true,
+            publish_timeout: Duration::from_secs(30),
+            revoke_timeout: Duration::from_secs(20),
+            track_offsets: true,
+            strict_checks: false,
+            event_time: audit_lib::EventTimeConfig::default(),
+        }
+    }
+}
+
+impl AuditConfig {
+    pub fn transactional_id(&self) -> String {
+        format!("{}{}", self.transactional_id_prefix, self.instance_id)
+    }
+    pub fn instance_wal_dir(&self) -> PathBuf {
+        self.wal_dir.join(&self.instance_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_parses_and_typos_fail() {
+        let cfg: Config = common::config::from_toml_str(
+            r#"
+            [kafka]
+            bootstrap_servers = "b:9092"
+            [audit]
+            instance_id = "a-0"
+            topics = ["orders"]
+            topic_regex = ["^app\\..*"]
+            mode = "at-least-once"
+            report_interval = "5s"
+            wal_fsync = "never"
+            "#,
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.audit.mode, Mode::AtLeastOnce);
+        assert_eq!(cfg.audit.report_interval, Duration::from_secs(5));
+        assert_eq!(cfg.audit.transactional_id(), "kafka-audit-a-0");
+        let err = common::config::from_toml_str::<Config>("[audit]\nreport_intreval = \"5s\"\n")
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("report_intreval"));
+    }
+
+    #[test]
+    fn invalid_settings_are_reported() {
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = "b:1".into();
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("instance_id"));
+        cfg.audit.instance_id = "x/../y".into();
+        assert!(cfg.validate().is_err());
+        cfg.audit.instance_id = "x".into();
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("nothing to audit"));
+        cfg.audit.topic_regex = vec!["(".into()];
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("invalid topic regex"));
+    }
+}

@@ -1,0 +1,943 @@
+//! The consume → count → report → publish loop (DESIGN §5).
+//!
+//! One blocking thread owns a `BaseConsumer` whose context holds the whole counting
+//! state (`Core`) behind a mutex. The rebalance callbacks run inside `poll` on that
+//! same thread (rust-rdkafka #738), so a revoke reports and commits synchronously
+//! before the partitions go, and an assignment first applies the restart rule to the
+//! WAL's pending entries before consumption starts.
+//!
+//! A report: drain the aggregator → audit messages (fresh UUIDs) + progress per topic →
+//! WAL entry with the offset range of every partition consumed since the previous
+//! report (fsync) → publish pending entries in order, each in one transaction with its
+//! offsets → mark published.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use audit_lib::{AuditMessage, Identity, PartitionProgress};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, Mode};
+use crate::counting::Counting;
+use crate::metrics::{KindLabel, Metrics, PartitionLabel};
+use crate::wal::{OffsetRange, Wal, WalEntry, WalMessage};
+
+const POLL: Duration = Duration::from_millis(100);
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Per-partition position: `start` is the committed offset the current (unreported)
+/// range began at, `next` the offset after the last consumed message.
+#[derive(Debug, Clone, Default)]
+struct PartState {
+    start: Option<i64>,
+    next: Option<i64>,
+    record_time: Option<i64>,
+    high_watermark: Option<i64>,
+}
+
+/// Why a report is made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reason {
+    Interval,
+    Revoke,
+    Shutdown,
+}
+
+impl Reason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::Interval => "interval",
+            Reason::Revoke => "revoke",
+            Reason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Delivery failures of the audit-message producer (for at-least-once, where no
+/// transaction reports them).
+#[derive(Default)]
+pub(crate) struct PublishContext {
+    failures: Mutex<Vec<String>>,
+}
+
+impl ClientContext for PublishContext {}
+
+impl ProducerContext for PublishContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            f.push(format!(
+                "audit message to {} partition {}: {e}",
+                m.topic(),
+                m.partition()
+            ));
+        }
+    }
+}
+
+type AuditProducer = ThreadedProducer<PublishContext>;
+
+/// Everything the rebalance callbacks and the loop share.
+pub(crate) struct Core {
+    cfg: Config,
+    identity: Identity,
+    counting: Counting,
+    parts: HashMap<String, BTreeMap<i32, PartState>>,
+    pub(crate) wal: Wal,
+    producer: AuditProducer,
+    metrics: Metrics,
+    /// Partitions this instance owns now.
+    assigned: HashSet<(String, i32)>,
+    /// Entries of a previous incarnation (or of a failed producer) waiting for the
+    /// restart rule at the next assignment.
+    unreconciled: bool,
+    paused: bool,
+}
+
+pub(crate) struct AuditContext {
+    core: Mutex<Option<Core>>,
+    hwm: Mutex<HashMap<(String, i32), i64>>,
+}
+
+impl AuditContext {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Core>> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ClientContext for AuditContext {
+    fn stats(&self, stats: Statistics) {
+        let mut hwm = self.hwm.lock().unwrap_or_else(|e| e.into_inner());
+        for (topic, t) in stats.topics {
+            for (p, part) in t.partitions {
+                if p >= 0 && part.hi_offset >= 0 {
+                    hwm.insert((topic.clone(), p), part.hi_offset);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for AuditContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut guard = self.lock();
+        let Some(core) = guard.as_mut() else { return };
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                let lost = consumer.assignment_lost();
+                tracing::info!(
+                    partitions = tpl.count(),
+                    lost,
+                    "partitions revoked: reporting before letting go"
+                );
+                core.on_revoke(consumer, lost);
+            }
+            Rebalance::Assign(tpl) => {
+                tracing::info!(partitions = tpl.count(), "partitions assigned");
+                core.on_assign(consumer, tpl);
+            }
+            Rebalance::Error(e) => {
+                core.metrics.error("rebalance");
+                tracing::error!(error = %e, "rebalance error");
+            }
+        }
+    }
+}
+
+fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
+    let a = &cfg.audit;
+    let txn_id = a.transactional_id();
+    let timeout_ms = a.publish_timeout.as_millis().max(1000).to_string();
+    let txn_timeout = (a.publish_timeout.as_millis() * 2).max(10_000).to_string();
+    let mut overrides: Vec<(&str, &str)> = vec![("enable.idempotence", "true"), ("acks", "all")];
+    if a.mode == Mode::ExactlyOnce {
+        overrides.push(("transactional.id", &txn_id));
+        overrides.push(("transaction.timeout.ms", &txn_timeout));
+    }
+    let producer: AuditProducer = cfg
+        .kafka
+        .client_config_with_defaults(
+            common::KafkaRole::Producer,
+            &[
+                ("linger.ms", "5"),
+                ("compression.type", "zstd"),
+                ("message.timeout.ms", &timeout_ms),
+            ],
+            &overrides,
+        )
+        .create_with_context(PublishContext::default())
+        .context("cannot create audit-message producer")?;
+    if a.mode == Mode::ExactlyOnce {
+        producer
+            .init_transactions(a.publish_timeout)
+            .with_context(|| format!("cannot init transactions (transactional.id {txn_id})"))?;
+    }
+    Ok(producer)
+}
+
+pub(crate) fn create_consumer(
+    cfg: &Config,
+    core: Core,
+) -> anyhow::Result<BaseConsumer<AuditContext>> {
+    let a = &cfg.audit;
+    let stats_ms = a
+        .report_interval
+        .as_millis()
+        .clamp(1000, 60_000)
+        .to_string();
+    let mut overrides: Vec<(&str, &str)> = vec![
+        ("group.id", &a.group_id),
+        ("enable.auto.commit", "false"),
+        ("enable.auto.offset.store", "false"),
+        ("isolation.level", "read_committed"),
+        ("statistics.interval.ms", &stats_ms),
+    ];
+    if a.static_membership {
+        overrides.push(("group.instance.id", &a.instance_id));
+    }
+    let ctx = AuditContext {
+        core: Mutex::new(Some(core)),
+        hwm: Mutex::new(HashMap::new()),
+    };
+    cfg.kafka
+        .client_config_with_defaults(
+            common::KafkaRole::Consumer,
+            &[
+                ("auto.offset.reset", "earliest"),
+                ("session.timeout.ms", "10000"),
+            ],
+            &overrides,
+        )
+        .create_with_context(ctx)
+        .context("cannot create consumer")
+}
+
+impl Core {
+    pub(crate) fn new(cfg: Config, wal: Wal, metrics: Metrics) -> anyhow::Result<Core> {
+        let a = &cfg.audit;
+        let identity = Identity::new(&a.tier, &a.datacenter, &a.instance_id);
+        let counting = Counting::new(&cfg, identity.clone(), &metrics)?;
+        let producer = create_producer(&cfg)?;
+        let unreconciled = wal.pending_count() > 0;
+        Ok(Core {
+            cfg,
+            identity,
+            counting,
+            parts: HashMap::new(),
+            wal,
+            producer,
+            metrics,
+            assigned: HashSet::new(),
+            unreconciled,
+            paused: false,
+        })
+    }
+
+    /// Counts one consumed message.
+    #[inline]
+    pub(crate) fn observe(&mut self, m: &BorrowedMessage<'_>) {
+        let topic = m.topic();
+        let offset = m.offset();
+        let record_time = match m.timestamp() {
+            Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
+            Timestamp::NotAvailable => None,
+        };
+        let bytes = self.counting.record(m, now_ms());
+        self.metrics.consumed_messages.inc();
+        self.metrics.consumed_bytes.inc_by(bytes);
+        let part = match self.parts.get_mut(topic) {
+            Some(t) => t.entry(m.partition()).or_default(),
+            None => self
+                .parts
+                .entry(topic.to_string())
+                .or_default()
+                .entry(m.partition())
+                .or_default(),
+        };
+        part.next = Some(offset + 1);
+        if record_time.is_some() {
+            part.record_time = record_time;
+        }
+    }
+
+    fn update_hwm(&mut self, hwm: &HashMap<(String, i32), i64>) {
+        for ((topic, p), h) in hwm {
+            if let Some(part) = self
+                .parts
+                .get_mut(topic.as_str())
+                .and_then(|t| t.get_mut(p))
+            {
+                part.high_watermark = Some(*h);
+            }
+        }
+    }
+
+    /// Drains the counts into a WAL entry (fsynced) and advances every partition's
+    /// range start to the entry's end. Returns false when there was nothing to write.
+    fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
+        let now = now_ms();
+        let mut messages: Vec<AuditMessage> = self.counting.drain(now);
+        let mut ranges = Vec::new();
+        for (topic, parts) in &mut self.parts {
+            let mut progress = Vec::new();
+            for (&partition, st) in parts.iter_mut() {
+                if !self.assigned.contains(&(topic.clone(), partition)) {
+                    continue;
+                }
+                if let Some(end) = st.next {
+                    ranges.push(OffsetRange {
+                        topic: topic.clone(),
+                        partition,
+                        start: st.start,
+                        end,
+                    });
+                }
+                if let Some(next) = st.next.or(st.start) {
+                    let lag = st.high_watermark.map(|h| (h - next).max(0));
+                    if let Some(lag) = lag {
+                        self.metrics
+                            .partition_lag
+                            .get_or_create(&PartitionLabel {
+                                topic: topic.clone(),
+                                partition,
+                            })
+                            .set(lag);
+                    }
+                    progress.push(PartitionProgress {
+                        partition,
+                        next_offset: next,
+                        record_time: st.record_time,
+                        lag,
+                    });
+                }
+            }
+            if !progress.is_empty() {
+                messages.push(AuditMessage::progress(
+                    &self.identity,
+                    topic.clone(),
+                    progress,
+                    now,
+                ));
+            }
+        }
+        self.metrics
+            .reports
+            .get_or_create(&KindLabel {
+                kind: reason.as_str().into(),
+            })
+            .inc();
+        if ranges.is_empty()
+            && messages.iter().all(|m| m.as_progress().is_some())
+            && !matches!(reason, Reason::Interval)
+        {
+            return Ok(false);
+        }
+        if messages.is_empty() && ranges.is_empty() {
+            return Ok(false);
+        }
+        let wal_messages = messages
+            .iter()
+            .map(|m| WalMessage {
+                key: m.topic.clone(),
+                payload: m.to_json(),
+            })
+            .collect();
+        let id = self
+            .wal
+            .append(ranges.clone(), wal_messages)
+            .context("cannot write report to the WAL")?;
+        tracing::debug!(
+            id,
+            reason = reason.as_str(),
+            messages = messages.len(),
+            ranges = ranges.len(),
+            "report written to WAL"
+        );
+        for r in ranges {
+            if let Some(st) = self
+                .parts
+                .get_mut(&r.topic)
+                .and_then(|t| t.get_mut(&r.partition))
+            {
+                st.start = Some(r.end);
+                st.next = None;
+            }
+        }
+        self.update_wal_metrics();
+        Ok(true)
+    }
+
+    fn update_wal_metrics(&self) {
+        self.metrics
+            .wal_pending_entries
+            .set(self.wal.pending_count() as i64);
+        self.metrics
+            .wal_pending_bytes
+            .set(self.wal.pending_bytes() as i64);
+        self.metrics
+            .wal_disk_bytes
+            .set(self.wal.disk_bytes() as i64);
+    }
+
+    /// Publishes pending entries in order until one fails. Returns true when none is
+    /// left.
+    fn publish_pending(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
+        if self.unreconciled {
+            // Entries of a previous incarnation wait for the restart rule.
+            return false;
+        }
+        let entries: Vec<WalEntry> = self.wal.pending().cloned().collect();
+        for entry in entries {
+            let started = Instant::now();
+            match self.publish(consumer, &entry) {
+                Ok(()) => {
+                    self.metrics
+                        .publish_latency
+                        .observe(started.elapsed().as_secs_f64());
+                    self.metrics.published_entries.inc();
+                    self.metrics
+                        .published_messages
+                        .inc_by(entry.messages.len() as u64);
+                    if let Err(e) = self.wal.mark_published(entry.id) {
+                        self.metrics.error("wal");
+                        tracing::error!(error = %format!("{e:#}"), id = entry.id, "cannot mark WAL entry published");
+                    }
+                }
+                Err(e) => {
+                    self.metrics.error("publish");
+                    tracing::warn!(error = %format!("{e:#}"), id = entry.id, "cannot publish WAL entry; will retry");
+                    self.update_wal_metrics();
+                    return false;
+                }
+            }
+        }
+        self.update_wal_metrics();
+        true
+    }
+
+    fn publish(
+        &mut self,
+        consumer: &BaseConsumer<AuditContext>,
+        entry: &WalEntry,
+    ) -> anyhow::Result<()> {
+        let a = &self.cfg.audit;
+        let mut tpl = TopicPartitionList::new();
+        for r in &entry.ranges {
+            tpl.add_partition_offset(&r.topic, r.partition, Offset::Offset(r.end))
+                .with_context(|| format!("bad offset {} for {}/{}", r.end, r.topic, r.partition))?;
+        }
+        match a.mode {
+            Mode::ExactlyOnce => {
+                let res = self.publish_transaction(consumer, entry, &tpl);
+                if let Err(e) = &res {
+                    self.recover_producer(e);
+                }
+                res.with_context(|| format!("transaction of WAL entry {} failed", entry.id))
+            }
+            Mode::AtLeastOnce => {
+                self.producer
+                    .context()
+                    .failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
+                self.send_messages(entry)?;
+                self.producer
+                    .flush(a.publish_timeout)
+                    .context("cannot flush audit messages")?;
+                let failures = std::mem::take(
+                    &mut *self
+                        .producer
+                        .context()
+                        .failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+                if let Some(f) = failures.first() {
+                    anyhow::bail!(
+                        "{} audit messages not delivered, first: {f}",
+                        failures.len()
+                    );
+                }
+                if tpl.count() > 0 {
+                    commit_sync(consumer, &tpl).context("cannot commit offsets")?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn send_messages(&self, entry: &WalEntry) -> anyhow::Result<()> {
+        let topic = &self.cfg.audit.audit_topic;
+        let deadline = Instant::now() + self.cfg.audit.publish_timeout;
+        for m in &entry.messages {
+            let mut record = BaseRecord::to(topic)
+                .key(m.key.as_str())
+                .payload(m.payload.as_str());
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                        // Back-pressure from the producer queue, not an error.
+                        anyhow::ensure!(
+                            Instant::now() < deadline,
+                            "producer queue full for {:?}",
+                            self.cfg.audit.publish_timeout
+                        );
+                        record = r;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => {
+                        return Err(e).with_context(|| {
+                            format!("cannot produce audit message for topic {}", m.key)
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn publish_transaction(
+        &self,
+        consumer: &BaseConsumer<AuditContext>,
+        entry: &WalEntry,
+        tpl: &TopicPartitionList,
+    ) -> anyhow::Result<()> {
+        let t = self.cfg.audit.publish_timeout;
+        self.producer
+            .begin_transaction()
+            .context("begin_transaction")?;
+        self.send_messages(entry)?;
+        if tpl.count() > 0 {
+            let meta = consumer
+                .group_metadata()
+                .context("consumer has no group metadata")?;
+            self.producer
+                .send_offsets_to_transaction(tpl, &meta, t)
+                .context("send_offsets_to_transaction")?;
+        }
+        self.producer
+            .commit_transaction(t)
+            .context("commit_transaction")?;
+        Ok(())
+    }
+
+    /// After a failed transaction: abort it when it can be, recreate the producer when
+    /// the error is fatal (e.g. fenced), then the restart rule decides about the
+    /// pending entries.
+    fn recover_producer(&mut self, err: &anyhow::Error) {
+        let kerr = err.chain().find_map(|c| c.downcast_ref::<KafkaError>());
+        let fatal = matches!(kerr, Some(KafkaError::Transaction(e)) if e.is_fatal());
+        if !fatal {
+            if let Err(e) = self
+                .producer
+                .abort_transaction(self.cfg.audit.publish_timeout)
+            {
+                tracing::warn!(error = %e, "abort_transaction failed; recreating the producer");
+            } else {
+                return;
+            }
+        }
+        self.metrics.error("producer_recreated");
+        match create_producer(&self.cfg) {
+            Ok(p) => {
+                self.producer = p;
+                // A fenced or broken producer may have committed or not: only the
+                // committed offsets can tell.
+                self.unreconciled = self.wal.pending_count() > 0;
+            }
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot recreate the audit producer")
+            }
+        }
+    }
+
+    /// The restart rule for pending entries, given the partitions owned now.
+    pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>) {
+        let entries: Vec<WalEntry> = self.wal.pending().cloned().collect();
+        if entries.is_empty() {
+            self.unreconciled = false;
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        let mut seen = HashSet::new();
+        for e in &entries {
+            for r in &e.ranges {
+                if seen.insert((r.topic.clone(), r.partition)) {
+                    tpl.add_partition(&r.topic, r.partition);
+                }
+            }
+        }
+        let committed = match consumer.committed_offsets(tpl, self.cfg.audit.publish_timeout) {
+            Ok(c) => c,
+            Err(e) => {
+                self.metrics.error("committed_offsets");
+                tracing::warn!(error = %e, "cannot read committed offsets; pending WAL entries wait");
+                return;
+            }
+        };
+        let mut committed_map: HashMap<(String, i32), Option<i64>> = HashMap::new();
+        for el in committed.elements() {
+            let off = match el.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            committed_map.insert((el.topic().to_string(), el.partition()), off);
+        }
+        self.unreconciled = false;
+        for e in entries {
+            let at = |r: &OffsetRange| {
+                committed_map
+                    .get(&(r.topic.clone(), r.partition))
+                    .cloned()
+                    .flatten()
+            };
+            let all_end = e.ranges.iter().all(|r| at(r) == Some(r.end));
+            let owns_all = e
+                .ranges
+                .iter()
+                .all(|r| self.assigned.contains(&(r.topic.clone(), r.partition)));
+            let all_start = e.ranges.iter().all(|r| at(r) == r.start);
+            if !e.ranges.is_empty() && all_end {
+                tracing::info!(id = e.id, "pending WAL entry was already published");
+                let _ = self.wal.mark_published(e.id);
+            } else if owns_all && all_start {
+                tracing::info!(
+                    id = e.id,
+                    messages = e.messages.len(),
+                    "resending pending WAL entry"
+                );
+                match self.publish(consumer, &e) {
+                    Ok(()) => {
+                        self.metrics.published_entries.inc();
+                        self.metrics
+                            .published_messages
+                            .inc_by(e.messages.len() as u64);
+                        let _ = self.wal.mark_published(e.id);
+                        for r in &e.ranges {
+                            committed_map.insert((r.topic.clone(), r.partition), Some(r.end));
+                        }
+                    }
+                    Err(err) => {
+                        // Its offsets were not committed: whoever owns the partitions
+                        // recounts from the committed offsets.
+                        tracing::warn!(id = e.id, error = %format!("{err:#}"), "resend failed; discarding the entry");
+                        self.discard(e.id);
+                    }
+                }
+            } else {
+                tracing::info!(id = e.id, owns_all, "discarding pending WAL entry: its partitions are recounted from the committed offsets");
+                self.discard(e.id);
+            }
+        }
+        self.update_wal_metrics();
+    }
+
+    fn discard(&mut self, id: u64) {
+        self.metrics.discarded_entries.inc();
+        if let Err(e) = self.wal.discard(id) {
+            self.metrics.error("wal");
+            tracing::error!(id, error = %format!("{e:#}"), "cannot mark WAL entry discarded");
+        }
+    }
+
+    fn on_assign(&mut self, consumer: &BaseConsumer<AuditContext>, tpl: &TopicPartitionList) {
+        for el in tpl.elements() {
+            self.assigned
+                .insert((el.topic().to_string(), el.partition()));
+        }
+        self.metrics
+            .assigned_partitions
+            .set(self.assigned.len() as i64);
+        // Pending entries (a previous incarnation's, or ones left by a failed
+        // producer) are settled before consumption of these partitions starts: a
+        // resend commits their end offsets, which the assignment then starts from.
+        if self.wal.pending_count() > 0 {
+            self.reconcile(consumer);
+        }
+        self.paused = false;
+        // Each range starts at the committed offset, which is where the assignment
+        // starts reading.
+        let mut q = TopicPartitionList::new();
+        for el in tpl.elements() {
+            q.add_partition(el.topic(), el.partition());
+        }
+        let committed = consumer.committed_offsets(q, self.cfg.audit.publish_timeout);
+        match committed {
+            Ok(c) => {
+                for el in c.elements() {
+                    let st = self
+                        .parts
+                        .entry(el.topic().to_string())
+                        .or_default()
+                        .entry(el.partition())
+                        .or_default();
+                    st.start = match el.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    };
+                    st.next = None;
+                }
+            }
+            Err(e) => {
+                // Without the committed offsets the ranges' starts are unknown; the
+                // restart rule then discards rather than resends (safe, recounted).
+                self.metrics.error("committed_offsets");
+                tracing::warn!(error = %e, "cannot read committed offsets of the new assignment");
+                for el in tpl.elements() {
+                    let st = self
+                        .parts
+                        .entry(el.topic().to_string())
+                        .or_default()
+                        .entry(el.partition())
+                        .or_default();
+                    st.start = Some(-1);
+                    st.next = None;
+                }
+            }
+        }
+    }
+
+    fn on_revoke(&mut self, consumer: &BaseConsumer<AuditContext>, lost: bool) {
+        if !lost {
+            let deadline = Instant::now() + self.cfg.audit.revoke_timeout;
+            match self.write_report(Reason::Revoke) {
+                Ok(_) => {}
+                Err(e) => {
+                    self.metrics.error("wal");
+                    tracing::error!(error = %format!("{e:#}"), "cannot write the revoke report");
+                }
+            }
+            while !self.publish_pending(consumer) && Instant::now() < deadline && !self.unreconciled
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        // What could not be published now never will be by us: the next owner counts
+        // these partitions again from their committed offsets.
+        let left: Vec<u64> = self.wal.pending().map(|e| e.id).collect();
+        if !left.is_empty() || lost {
+            // The in-memory counts of a lost assignment are void too.
+            let _ = self.counting.drain(now_ms());
+            for id in left {
+                tracing::warn!(id, "discarding unpublished WAL entry at revoke");
+                self.discard(id);
+            }
+        }
+        self.unreconciled = false;
+        self.assigned.clear();
+        self.parts.clear();
+        self.metrics.assigned_partitions.set(0);
+        self.update_wal_metrics();
+    }
+}
+
+fn commit_sync(
+    consumer: &BaseConsumer<AuditContext>,
+    tpl: &TopicPartitionList,
+) -> anyhow::Result<()> {
+    match consumer.commit(tpl, rdkafka::consumer::CommitMode::Sync) {
+        Ok(()) => Ok(()),
+        // Nothing to commit is success (vector's kafka source).
+        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Topic names to subscribe to: the configured names, plus existing topics matching
+/// the regexes, minus exclusions, internal topics and the audit topic itself.
+pub(crate) fn resolve_topics(
+    consumer: &BaseConsumer<AuditContext>,
+    cfg: &Config,
+) -> anyhow::Result<Vec<String>> {
+    let a = &cfg.audit;
+    let include: Vec<regex::Regex> = a
+        .topic_regex
+        .iter()
+        .map(|r| regex::Regex::new(r))
+        .collect::<Result<_, _>>()?;
+    let exclude: Vec<regex::Regex> = a
+        .exclude_regex
+        .iter()
+        .map(|r| regex::Regex::new(r))
+        .collect::<Result<_, _>>()?;
+    let mut topics: Vec<String> = a.topics.clone();
+    if !include.is_empty() {
+        let md = consumer
+            .fetch_metadata(None, Duration::from_secs(30))
+            .context("cannot list topics")?;
+        for t in md.topics() {
+            let name = t.name();
+            if include.iter().any(|r| r.is_match(name)) {
+                topics.push(name.to_string());
+            }
+        }
+    }
+    topics.retain(|t| {
+        !t.starts_with("__") && *t != a.audit_topic && !exclude.iter().any(|r| r.is_match(t))
+    });
+    topics.sort();
+    topics.dedup();
+    Ok(topics)
+}
+
+/// The blocking consume loop; returns after the shutdown report.
+pub(crate) fn consume_loop(
+    consumer: BaseConsumer<AuditContext>,
+    cfg: Config,
+    shutdown: CancellationToken,
+    health: common::Health,
+) -> anyhow::Result<()> {
+    let a = &cfg.audit;
+    let mut topics = resolve_topics(&consumer, &cfg)?;
+    anyhow::ensure!(
+        !topics.is_empty() || !a.topic_regex.is_empty(),
+        "no topic to audit"
+    );
+    tracing::info!(topics = topics.len(), "subscribing");
+    if !topics.is_empty() {
+        let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&refs).context("cannot subscribe")?;
+    }
+    let mut next_report = Instant::now() + a.report_interval;
+    let mut next_refresh = Instant::now() + a.topic_refresh;
+    let ctx = consumer.context();
+    while !shutdown.is_cancelled() {
+        let now = Instant::now();
+        if now >= next_report {
+            next_report = now + a.report_interval;
+            let hwm = ctx.hwm.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let mut g = ctx.lock();
+            let core = g.as_mut().expect("core present while running");
+            core.update_hwm(&hwm);
+            if core.unreconciled && !core.assigned.is_empty() {
+                core.reconcile(&consumer);
+            }
+            if let Err(e) = core.write_report(Reason::Interval) {
+                core.metrics.error("wal");
+                health.set_unhealthy(format!("cannot write WAL: {e:#}"));
+                tracing::error!(error = %format!("{e:#}"), "cannot write report");
+            } else if core.publish_pending(&consumer) {
+                health.set_healthy();
+            } else {
+                health.set_unhealthy(format!(
+                    "{} WAL entries waiting to be published",
+                    core.wal.pending_count()
+                ));
+            }
+            // Back-pressure: past the WAL's disk limit, stop reading until the audit
+            // topic accepts entries again. Nothing is dropped.
+            let over = core.wal.over_limit();
+            if over != core.paused {
+                if let Ok(assignment) = consumer.assignment() {
+                    let res = if over {
+                        consumer.pause(&assignment)
+                    } else {
+                        consumer.resume(&assignment)
+                    };
+                    if let Err(e) = res {
+                        tracing::warn!(error = %e, "cannot pause/resume");
+                    } else {
+                        core.paused = over;
+                        core.metrics.paused.set(over as i64);
+                        tracing::warn!(
+                            paused = over,
+                            pending_bytes = core.wal.pending_bytes(),
+                            "WAL back-pressure"
+                        );
+                    }
+                }
+            }
+        }
+        if now >= next_refresh {
+            next_refresh = now + a.topic_refresh;
+            match resolve_topics(&consumer, &cfg) {
+                Ok(t) if t != topics && !t.is_empty() => {
+                    tracing::info!(
+                        before = topics.len(),
+                        after = t.len(),
+                        "topic list changed; resubscribing"
+                    );
+                    let refs: Vec<&str> = t.iter().map(String::as_str).collect();
+                    if let Err(e) = consumer.subscribe(&refs) {
+                        tracing::warn!(error = %e, "cannot resubscribe");
+                    } else {
+                        topics = t;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot refresh the topic list")
+                }
+            }
+        }
+        match consumer.poll(POLL) {
+            Some(Ok(m)) => {
+                let mut g = ctx.lock();
+                g.as_mut().expect("core present while running").observe(&m);
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
+            Some(Err(e)) => {
+                let g = ctx.lock();
+                if let Some(core) = g.as_ref() {
+                    core.metrics.error("consume");
+                }
+                tracing::warn!(error = %e, "consumer error");
+            }
+        }
+    }
+    // Shutdown: report, publish (bounded), then leave.
+    {
+        let mut g = ctx.lock();
+        let core = g.as_mut().expect("core present while running");
+        if let Err(e) = core.write_report(Reason::Shutdown) {
+            tracing::error!(error = %format!("{e:#}"), "cannot write the shutdown report");
+        }
+        let deadline = Instant::now() + a.publish_timeout;
+        while !core.publish_pending(&consumer) && Instant::now() < deadline {
+            if core.unreconciled {
+                core.reconcile(&consumer);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if core.wal.pending_count() > 0 {
+            tracing::warn!(
+                pending = core.wal.pending_count(),
+                "WAL entries left unpublished at shutdown; the restart rule settles them"
+            );
+        }
+        // The revoke callback during close has nothing left to report.
+        *g = None;
+    }
+    drop(consumer);
+    tracing::info!("audit service stopped");
+    Ok(())
+}
+
+/// Header access for audit-lib without copying.
+pub(crate) struct KafkaHeaders<'a>(pub Option<&'a rdkafka::message::BorrowedHeaders>);
+
+impl audit_lib::HeaderLookup for KafkaHeaders<'_> {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        let h = self.0?;
+        h.iter().find(|h| h.key == name).and_then(|h| h.value)
+    }
+}

@@ -1,0 +1,275 @@
+//! Shared by the audit-service integration tests and the kafka-audit chaos test:
+//! producing known messages (the ground truth) and reading back what the auditors
+//! published.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use audit_lib::{message_hash, AuditMessage};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::Message;
+
+pub const WINDOW_MS: i64 = 10_000;
+
+/// Per (topic, window_start): count and checksum, as the ground truth or as the sum
+/// of published increments.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WindowTotals {
+    pub count: u64,
+    pub checksum: u64,
+    pub no_time: u64,
+    pub malformed: u64,
+    pub out_of_bounds: u64,
+    pub bytes: u64,
+}
+
+pub type Totals = BTreeMap<(String, i64), WindowTotals>;
+
+/// An audit config for one instance against `bootstrap`.
+pub fn audit_config(
+    bootstrap: &str,
+    topics: &[String],
+    audit_topic: &str,
+    group: &str,
+    instance: &str,
+    wal_dir: &Path,
+) -> audit_service::Config {
+    let mut cfg = audit_service::Config::default();
+    cfg.kafka.bootstrap_servers = bootstrap.to_string();
+    let a = &mut cfg.audit;
+    a.instance_id = instance.to_string();
+    a.tier = "regional".into();
+    a.datacenter = "dc1".into();
+    a.group_id = group.to_string();
+    a.topics = topics.to_vec();
+    a.audit_topic = audit_topic.to_string();
+    a.audit_topic_partitions = 3;
+    a.audit_topic_replication = 1;
+    a.report_interval = Duration::from_millis(500);
+    a.wal_dir = wal_dir.to_path_buf();
+    a.event_time.window_size = audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap();
+    cfg.ops.enabled = false;
+    cfg
+}
+
+pub fn producer(bootstrap: &str) -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .expect("test producer")
+}
+
+/// A window-aligned base event time one hour ago, so several windows lie in the past.
+pub fn base_time() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    (now - 3_600_000) / WINDOW_MS * WINDOW_MS
+}
+
+/// Produces `n` JSON messages to `topic` spread round-robin over `partitions` and
+/// over `windows` windows from `base`; adds them to `truth`. `seq0` makes keys unique
+/// across calls.
+#[allow(clippy::too_many_arguments)] // a test helper; each argument is one knob of the data set
+pub fn produce_known(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    partitions: i32,
+    n: u64,
+    seq0: u64,
+    base: i64,
+    windows: i64,
+    truth: &mut Totals,
+) {
+    for i in seq0..seq0 + n {
+        let window = (i as i64 * 7919) % windows;
+        let ts = base + window * WINDOW_MS + (i as i64 % WINDOW_MS);
+        let key = format!("k{i}");
+        let value = format!("{{\"id\":{i},\"ts\":{ts},\"pad\":\"abcdefghijklmnopqrstuvwxyz\"}}");
+        let t = truth
+            .entry((topic.to_string(), base + window * WINDOW_MS))
+            .or_default();
+        t.count += 1;
+        t.bytes += (key.len() + value.len()) as u64;
+        t.checksum = t
+            .checksum
+            .wrapping_add(message_hash(Some(key.as_bytes()), value.as_bytes()));
+        let mut rec = BaseRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .partition((i % partitions as u64) as i32);
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60))
+        .expect("flush test producer");
+}
+
+/// Reads the audit topic (read_committed) and keeps a running sum of increments.
+pub struct AuditReader {
+    consumer: BaseConsumer,
+    pub totals: Totals,
+    pub uuids: HashSet<uuid::Uuid>,
+    pub duplicates: u64,
+    pub progress: Vec<AuditMessage>,
+    pub increments: u64,
+}
+
+impl AuditReader {
+    pub fn new(bootstrap: &str, audit_topic: &str, partitions: i32) -> AuditReader {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "unused-assign-only")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+            .expect("audit reader");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(audit_topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign audit topic");
+        AuditReader {
+            consumer,
+            totals: Totals::new(),
+            uuids: HashSet::new(),
+            duplicates: 0,
+            progress: Vec::new(),
+            increments: 0,
+        }
+    }
+
+    /// Reads whatever is available for up to `d`.
+    pub fn poll_for(&mut self, d: Duration) {
+        let deadline = Instant::now() + d;
+        while Instant::now() < deadline {
+            match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) => {
+                    let payload = m.payload().expect("audit message payload");
+                    let msg = AuditMessage::from_json(payload).unwrap_or_else(|e| {
+                        panic!("audit message at offset {} does not parse: {e}", m.offset())
+                    });
+                    if !self.uuids.insert(msg.uuid) {
+                        // the collector would drop it; count to show resends happen
+                        self.duplicates += 1;
+                        continue;
+                    }
+                    if let Some(inc) = msg.as_increment() {
+                        self.increments += 1;
+                        let t = self
+                            .totals
+                            .entry((msg.topic.clone(), inc.window_start))
+                            .or_default();
+                        t.count += inc.stats.count;
+                        t.bytes += inc.stats.bytes;
+                        t.no_time += inc.stats.no_time_count;
+                        t.malformed += inc.stats.malformed_count;
+                        t.out_of_bounds += inc.stats.out_of_bounds_count;
+                        t.checksum = t.checksum.wrapping_add(inc.stats.checksum.0);
+                    } else {
+                        self.progress.push(msg);
+                    }
+                }
+                Some(Err(e)) => panic!("audit reader: {e}"),
+                None => {}
+            }
+        }
+    }
+
+    pub fn total_count(&self, topic: &str) -> u64 {
+        self.totals
+            .iter()
+            .filter(|((t, _), _)| t == topic)
+            .map(|(_, v)| v.count)
+            .sum()
+    }
+
+    /// Polls until the counted total for `topic` reaches `n` or `timeout` passes.
+    pub fn wait_for_count(&mut self, topic: &str, n: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.poll_for(Duration::from_millis(200));
+            if self.total_count(topic) >= n {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+
+    /// The totals restricted to `topic`.
+    pub fn topic_totals(&self, topic: &str) -> Totals {
+        self.totals
+            .iter()
+            .filter(|((t, _), _)| t == topic)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Differences between truth and observed per window, for assertion messages.
+pub fn diff(truth: &Totals, seen: &Totals) -> Vec<String> {
+    let mut out = Vec::new();
+    let keys: HashSet<_> = truth.keys().chain(seen.keys()).collect();
+    let mut keys: Vec<_> = keys.into_iter().collect();
+    keys.sort();
+    let empty = WindowTotals::default();
+    for k in keys {
+        let t = truth.get(k).unwrap_or(&empty);
+        let s = seen.get(k).unwrap_or(&empty);
+        if t != s {
+            out.push(format!(
+                "{k:?}: truth count {} seen {} (checksum {:x} vs {:x})",
+                t.count, s.count, t.checksum, s.checksum
+            ));
+        }
+    }
+    out
+}
+
+pub fn init_tracing() {
+    common::init_tracing(&common::LogConfig {
+        level: "warn,audit_service=info".into(),
+        ..Default::default()
+    });
+}
+
+/// Consumer-group committed offsets of `topic`'s partitions, summed by partition.
+pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("committed-offset reader");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let c = c
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    c.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,23 @@
+//! `kafka-audit audit --config audit.toml`: runs one audit-service instance beside one
+//! cluster (DESIGN §2). Exits 0 after a clean shutdown on SIGTERM / ctrl-c.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    /// TOML configuration file; `KAFKA_AUDIT__<SECTION>__<KEY>` variables override it.
+    #[arg(long, short, env = "KAFKA_AUDIT_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+pub fn run(args: AuditArgs) -> anyhow::Result<()> {
+    let config = audit_service::Config::load(args.config.as_deref())?;
+    common::init_tracing(&config.log);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let shutdown = common::shutdown_on_signals();
+        audit_service::run(config, shutdown).await
+    })
+}
