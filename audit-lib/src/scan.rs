@@ -338,10 +338,15 @@ pub fn find_path<'a, S: AsRef<str>>(
         return Ok(None);
     };
     for seg in parents {
-        match find_member(&mut c, seg.as_ref())? {
-            // Descend into the first occurrence only.
-            true if c.peek() == Some(b'{') => {}
-            _ => return Ok(None),
+        if !find_member(&mut c, seg.as_ref())? {
+            return Ok(None);
+        }
+        // Descend into the first occurrence only. One that is not an object means the
+        // field is absent, provided it is a well-formed value (a truncated or invalid
+        // one is an error, as the full parser would say).
+        if c.peek() != Some(b'{') {
+            c.read_target()?;
+            return Ok(None);
         }
     }
     if find_member(&mut c, last.as_ref())? {
