@@ -75,6 +75,16 @@ pub fn base_time() -> i64 {
     (now - 3_600_000) / WINDOW_MS * WINDOW_MS
 }
 
+/// Message number `i` of a known data set: key, JSON value with its event time, and
+/// the start of the window that event time falls in.
+pub fn known_message(i: u64, base: i64, windows: i64) -> (String, String, i64) {
+    let window = (i as i64 * 7919) % windows;
+    let ts = base + window * WINDOW_MS + (i as i64 % WINDOW_MS);
+    let key = format!("k{i}");
+    let value = format!("{{\"id\":{i},\"ts\":{ts},\"pad\":\"abcdefghijklmnopqrstuvwxyz\"}}");
+    (key, value, base + window * WINDOW_MS)
+}
+
 /// Produces `n` JSON messages to `topic` spread round-robin over `partitions` and
 /// over `windows` windows from `base`; adds them to `truth`. `seq0` makes keys unique
 /// across calls.
@@ -90,13 +100,8 @@ pub fn produce_known(
     truth: &mut Totals,
 ) {
     for i in seq0..seq0 + n {
-        let window = (i as i64 * 7919) % windows;
-        let ts = base + window * WINDOW_MS + (i as i64 % WINDOW_MS);
-        let key = format!("k{i}");
-        let value = format!("{{\"id\":{i},\"ts\":{ts},\"pad\":\"abcdefghijklmnopqrstuvwxyz\"}}");
-        let t = truth
-            .entry((topic.to_string(), base + window * WINDOW_MS))
-            .or_default();
+        let (key, value, window_start) = known_message(i, base, windows);
+        let t = truth.entry((topic.to_string(), window_start)).or_default();
         t.count += 1;
         t.bytes += (key.len() + value.len()) as u64;
         t.checksum = t

@@ -1,0 +1,189 @@
+//! WAL faults against the real broker: a pending entry left by a crash is resent when
+//! the restart rule allows it; an entry with a flipped byte or a torn tail is detected,
+//! truncated and never sent, and its messages are recounted from the committed
+//! offsets. Either way the per-window totals equal the ground truth.
+
+mod support;
+
+use std::collections::HashSet;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use audit_lib::{Aggregator, Identity, Limits, Observation};
+use audit_service::wal::{OffsetRange, Wal, WalMessage, WalOptions};
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+const PARTITIONS: i32 = 4;
+const WINDOWS: i64 = 3;
+
+/// The WAL entry the service would have written for messages `seq0..seq0+n` (which
+/// continue every partition from `start`), as if it crashed before publishing.
+fn crafted_entry(
+    cfg: &audit_service::Config,
+    topic: &str,
+    seq0: u64,
+    n: u64,
+    base: i64,
+    start: i64,
+) -> (Vec<OffsetRange>, Vec<WalMessage>, HashSet<uuid::Uuid>) {
+    let a = &cfg.audit;
+    let mut agg = Aggregator::new(
+        Identity::new(&a.tier, &a.datacenter, &a.instance_id),
+        a.event_time.clone(),
+        Limits::default(),
+    )
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut next = vec![start; PARTITIONS as usize];
+    for i in seq0..seq0 + n {
+        let (key, value, _) = known_message(i, base, WINDOWS);
+        let p = (i % PARTITIONS as u64) as i32;
+        let mut obs = Observation::new(topic, value.as_bytes(), now);
+        obs.key = Some(key.as_bytes());
+        obs.partition = p;
+        obs.offset = next[p as usize];
+        agg.record(&obs);
+        next[p as usize] += 1;
+    }
+    let msgs = agg.drain(now);
+    let uuids = msgs.iter().map(|m| m.uuid).collect();
+    let ranges = (0..PARTITIONS)
+        .map(|p| OffsetRange {
+            topic: topic.to_string(),
+            partition: p,
+            start: Some(start),
+            end: next[p as usize],
+        })
+        .collect();
+    let wal_msgs = msgs
+        .iter()
+        .map(|m| WalMessage {
+            key: m.topic.clone(),
+            payload: m.to_json(),
+        })
+        .collect();
+    (ranges, wal_msgs, uuids)
+}
+
+fn last_segment(dir: &Path) -> PathBuf {
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| std::fs::metadata(p).unwrap().len() > 0)
+        .collect();
+    segs.sort();
+    segs.pop().expect("a non-empty WAL segment")
+}
+
+async fn run_until(cfg: &audit_service::Config, reader: &mut AuditReader, topic: &str, n: u64) {
+    let shutdown = CancellationToken::new();
+    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+    let ok =
+        tokio::task::block_in_place(|| reader.wait_for_count(topic, n, Duration::from_secs(90)));
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(60), svc)
+        .await
+        .expect("shutdown within bound")
+        .unwrap()
+        .unwrap();
+    assert!(ok, "only {} of {n} counted", reader.total_count(topic));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_or_torn_wal_entries_are_truncated_and_counts_stay_exact() {
+    init_tracing();
+    let bootstrap = testkit::kafka_a();
+    let topic = testkit::create_unique_topic(&bootstrap, "walf", PARTITIONS).await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "walf-audit", 3).await;
+    let group = testkit::unique("walf-group");
+    let wal_base = tempfile::tempdir().unwrap();
+    let cfg = audit_config(
+        &bootstrap,
+        std::slice::from_ref(&topic),
+        &audit_topic,
+        &group,
+        &testkit::unique("w"),
+        wal_base.path(),
+    );
+    let wal_dir = cfg.audit.instance_wal_dir();
+    let base = base_time();
+    let p = producer(&bootstrap);
+    let mut truth = Totals::new();
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+
+    produce_known(&p, &topic, PARTITIONS, 2_000, 0, base, WINDOWS, &mut truth);
+    run_until(&cfg, &mut reader, &topic, 2_000).await;
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, PARTITIONS)
+            .values()
+            .sum::<i64>(),
+        2_000
+    );
+
+    // 1. Flipped byte: a crash left an entry for batch 2 whose bytes are damaged. It
+    // must not be sent; batch 2 is recounted from the committed offsets.
+    produce_known(
+        &p, &topic, PARTITIONS, 2_000, 2_000, base, WINDOWS, &mut truth,
+    );
+    let (ranges, msgs, flipped_uuids) = crafted_entry(&cfg, &topic, 2_000, 2_000, base, 500);
+    {
+        let (mut wal, _) = Wal::open(&wal_dir, WalOptions::default()).unwrap();
+        wal.append(ranges, msgs).unwrap();
+    }
+    let seg = last_segment(&wal_dir);
+    let mut data = std::fs::read(&seg).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0x01;
+    std::fs::write(&seg, &data).unwrap();
+    run_until(&cfg, &mut reader, &topic, 4_000).await;
+    assert!(
+        flipped_uuids.iter().all(|u| !reader.uuids.contains(u)),
+        "the corrupt entry was sent"
+    );
+
+    // 2. A valid pending entry for batch 3 (resent: the offsets are still at its
+    // start) followed by a torn record (never sent).
+    produce_known(
+        &p, &topic, PARTITIONS, 2_000, 4_000, base, WINDOWS, &mut truth,
+    );
+    let (ranges, msgs, resent_uuids) = crafted_entry(&cfg, &topic, 4_000, 2_000, base, 1_000);
+    let (bogus_ranges, bogus_msgs, torn_uuids) =
+        crafted_entry(&cfg, &topic, 4_000, 2_000, base, 1_000);
+    {
+        let (mut wal, _) = Wal::open(&wal_dir, WalOptions::default()).unwrap();
+        wal.append(ranges, msgs).unwrap();
+        wal.append(bogus_ranges, bogus_msgs).unwrap();
+    }
+    let seg = last_segment(&wal_dir);
+    let len = std::fs::metadata(&seg).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    run_until(&cfg, &mut reader, &topic, 6_000).await;
+    assert!(
+        resent_uuids.iter().all(|u| reader.uuids.contains(u)),
+        "the valid pending entry was resent"
+    );
+    assert!(
+        torn_uuids.iter().all(|u| !reader.uuids.contains(u)),
+        "the torn entry was sent"
+    );
+
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
+    let d = diff(&truth, &reader.topic_totals(&topic));
+    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, PARTITIONS)
+            .values()
+            .sum::<i64>(),
+        6_000
+    );
+}
