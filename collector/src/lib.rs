@@ -1,1 +1,164 @@
-//! collector: see DESIGN section in README.
+//! The collector: audit messages from the audit topics of one or more Kafka clusters
+//! and from HTTP into the store, each counted exactly once.
+//!
+//! `run(config, shutdown)` is what `kafka-audit collect` calls; [`start`] returns the
+//! running collector (its bound HTTP address) for tests.
+
+pub mod config;
+pub mod convert;
+pub mod http;
+pub mod kafka_source;
+pub mod metrics;
+pub mod retention;
+pub mod sink;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use common::Health;
+use prometheus_client::registry::Registry;
+use store::{AuditStore, Store};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use config::CollectConfig;
+
+use crate::metrics::Metrics;
+use crate::sink::Sink;
+
+/// A started collector.
+pub struct Collector {
+    /// Where HTTP ingest, `/metrics` and `/healthz` listen (`None` if disabled).
+    pub http_addr: Option<SocketAddr>,
+    pub store: Store,
+    tasks: JoinSet<anyhow::Result<()>>,
+    shutdown: CancellationToken,
+}
+
+impl Collector {
+    /// Waits until every task ends (after `shutdown`, or the first failure, which
+    /// cancels the others).
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        let mut first_error = None;
+        while let Some(joined) = self.tasks.join_next().await {
+            let result = joined.map_err(anyhow::Error::from).and_then(|r| r);
+            if let Err(e) = result {
+                tracing::error!(error = %format!("{e:#}"), "collector task failed; shutting down");
+                self.shutdown.cancel();
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Runs until `shutdown` is cancelled.
+pub async fn run(config: CollectConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    start(config, shutdown).await?.wait().await
+}
+
+/// Connects the store (retrying while it is down), migrates, binds HTTP and starts the
+/// Kafka sources and retention.
+pub async fn start(
+    config: CollectConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Collector> {
+    config.check()?;
+    let store = connect_store(&config, &shutdown).await?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let health = Health::new();
+    let sink = Sink {
+        store: store.clone(),
+        metrics: metrics.clone(),
+        health: health.clone(),
+        retry: config.retry.clone(),
+    };
+    let mut tasks = JoinSet::new();
+
+    let mut http_addr = None;
+    if config.http.enabled {
+        let listener = tokio::net::TcpListener::bind(config.http.listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot bind the collector's HTTP port {}",
+                    config.http.listen
+                )
+            })?;
+        let addr = listener.local_addr()?;
+        http_addr = Some(addr);
+        let app = http::router(
+            http::HttpState {
+                sink: sink.clone(),
+                max_messages: config.http.max_messages,
+            },
+            config.http.max_body_bytes,
+            Arc::new(registry),
+            health.clone(),
+        );
+        let token = shutdown.child_token();
+        tasks.spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { token.cancelled().await })
+                .await
+                .context("collector HTTP server")
+        });
+        tracing::info!(%addr, "HTTP ingest listening (POST /api/v1/audit, /metrics, /healthz)");
+    }
+    for source in &config.sources {
+        let source =
+            kafka_source::KafkaSource::new(source.clone(), config.batch.clone(), sink.clone());
+        let token = shutdown.child_token();
+        tasks.spawn(async move { source.run(token).await });
+    }
+    if config.retention.enabled {
+        let token = shutdown.child_token();
+        let (store, retention, metrics) =
+            (store.clone(), config.retention.clone(), metrics.clone());
+        tasks.spawn(async move {
+            retention::run(store, retention, metrics, token).await;
+            Ok(())
+        });
+    }
+    Ok(Collector {
+        http_addr,
+        store,
+        tasks,
+        shutdown,
+    })
+}
+
+async fn connect_store(
+    config: &CollectConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Store> {
+    let mut backoff = config.retry.initial_backoff;
+    loop {
+        let attempt = async {
+            let store = Store::connect(&config.store.url).await?;
+            if config.store.migrate {
+                store.migrate().await?;
+            }
+            Ok::<_, store::StoreError>(store)
+        };
+        match attempt.await {
+            Ok(store) => {
+                tracing::info!(backend = store.backend(), "store ready");
+                return Ok(store);
+            }
+            // A wrong URL will not fix itself.
+            Err(e @ store::StoreError::Url { .. }) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, backoff = ?backoff, "store not available yet; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => anyhow::bail!("shut down before the store became available: {e}"),
+                }
+                backoff = (backoff * 2).min(config.retry.max_backoff.max(Duration::from_millis(1)));
+            }
+        }
+    }
+}

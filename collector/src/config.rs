@@ -1,0 +1,192 @@
+//! `collect.toml`: where audit messages come from and where they go.
+//!
+//! ```toml
+//! [store]
+//! url = "postgres://kafka_audit@db/kafka_audit"   # or a SQLite file path (default)
+//!
+//! [[sources]]                 # one per Kafka cluster whose audit topic is collected
+//! name = "regional"
+//! topics = ["_kafka_audit"]
+//! group_id = "kafka-audit-collector"
+//! [sources.kafka]             # common::KafkaConfig: bootstrap + librdkafka passthrough
+//! bootstrap_servers = "broker-a:9092"
+//!
+//! [http]                      # POST /api/v1/audit, /metrics, /healthz
+//! listen = "0.0.0.0:8091"
+//! ```
+//! Environment overrides: `KAFKA_AUDIT__STORE__URL=...` etc.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{KafkaConfig, LogConfig};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectConfig {
+    pub store: StoreConfig,
+    pub sources: Vec<KafkaSourceConfig>,
+    pub http: HttpConfig,
+    pub batch: BatchConfig,
+    pub retry: RetryConfig,
+    pub retention: RetentionConfig,
+    pub log: LogConfig,
+}
+
+/// Top-level sections the environment may set (see `common::load_config`).
+pub const ENV_SECTIONS: &[&str] = &[
+    "store",
+    "sources",
+    "http",
+    "batch",
+    "retry",
+    "retention",
+    "log",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `postgres://...`, or a SQLite file path / `sqlite:PATH`.
+    pub url: String,
+    /// Apply pending migrations at start.
+    pub migrate: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: "kafka-audit.db".into(),
+            migrate: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaSourceConfig {
+    /// Names the cluster in logs, metrics and reject sources.
+    pub name: String,
+    pub topics: Vec<String>,
+    pub group_id: String,
+    pub kafka: KafkaConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub enabled: bool,
+    pub listen: SocketAddr,
+    /// Larger request bodies are refused with 413.
+    pub max_body_bytes: usize,
+    /// Larger arrays are refused with 413.
+    pub max_messages: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            enabled: true,
+            listen: SocketAddr::from(([0, 0, 0, 0], 8091)),
+            max_body_bytes: 8 << 20,
+            max_messages: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchConfig {
+    /// Most Kafka records per database transaction.
+    pub max_messages: usize,
+    /// How long to wait for more records once a batch has one.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_messages: 5_000,
+            max_wait: Duration::from_millis(200),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    #[serde(with = "humantime_serde")]
+    pub initial_backoff: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    pub enabled: bool,
+    /// Windows whose start is older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub windows: Duration,
+    /// Message UUIDs (deduplication records) and rejects older than this are deleted.
+    /// Must outlast any replay of the audit topics (their retention) or a replayed
+    /// message would be counted again.
+    #[serde(with = "humantime_serde")]
+    pub messages: Duration,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Rows per delete statement: short transactions that never hold ingestion up.
+    pub batch_size: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            enabled: true,
+            windows: Duration::from_secs(30 * 86_400),
+            messages: Duration::from_secs(30 * 86_400),
+            interval: Duration::from_secs(600),
+            batch_size: 10_000,
+        }
+    }
+}
+
+impl CollectConfig {
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (i, s) in self.sources.iter().enumerate() {
+            if s.name.is_empty() {
+                anyhow::bail!("sources[{i}].name is empty");
+            }
+            if s.topics.is_empty() {
+                anyhow::bail!("source {:?}: topics is empty", s.name);
+            }
+            if s.group_id.is_empty() {
+                anyhow::bail!("source {:?}: group_id is empty", s.name);
+            }
+            if s.kafka.bootstrap().is_none() {
+                anyhow::bail!("source {:?}: kafka.bootstrap_servers is not set", s.name);
+            }
+        }
+        if self.batch.max_messages == 0 {
+            anyhow::bail!("batch.max_messages must be at least 1");
+        }
+        if self.retention.enabled && self.retention.messages < self.retention.windows {
+            tracing::warn!(
+                "retention.messages is shorter than retention.windows: a message replayed after its UUID \
+                 is forgotten would be counted again"
+            );
+        }
+        Ok(())
+    }
+}

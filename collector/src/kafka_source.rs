@@ -1,0 +1,219 @@
+//! One Kafka cluster's audit topic(s) into the store.
+//!
+//! Records are read with `read_committed` and auto-commit off, gathered into a batch,
+//! written in one store transaction, and only then are their offsets committed. A
+//! crash between the two replays the batch, which the store's UUID deduplication makes
+//! harmless. While the store is down the loop stays in [`Sink::write`] and reads
+//! nothing more. A record that is not a valid audit message becomes a reject (stored
+//! with its reason, counted) and its offset is committed like any other.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::KafkaRole;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use store::{Batch, Reject};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{BatchConfig, KafkaSourceConfig};
+use crate::convert;
+use crate::sink::Sink;
+
+pub struct KafkaSource {
+    label: String,
+    config: KafkaSourceConfig,
+    batch: BatchConfig,
+    sink: Sink,
+}
+
+impl KafkaSource {
+    pub fn new(config: KafkaSourceConfig, batch: BatchConfig, sink: Sink) -> Self {
+        KafkaSource {
+            label: format!("kafka:{}", config.name),
+            config,
+            batch,
+            sink,
+        }
+    }
+
+    fn consumer(&self) -> anyhow::Result<StreamConsumer> {
+        let consumer: StreamConsumer = self
+            .config
+            .kafka
+            .client_config_with_defaults(
+                KafkaRole::Consumer,
+                &[("auto.offset.reset", "earliest")],
+                // Correctness, not tunables: offsets move only after the store commit,
+                // and aborted audit messages are never read.
+                &[
+                    ("group.id", self.config.group_id.as_str()),
+                    ("enable.auto.commit", "false"),
+                    ("enable.auto.offset.store", "false"),
+                    ("isolation.level", "read_committed"),
+                ],
+            )
+            .create()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "source {}: cannot create Kafka consumer: {e}",
+                    self.config.name
+                )
+            })?;
+        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics).map_err(|e| {
+            anyhow::anyhow!(
+                "source {}: cannot subscribe to {topics:?}: {e}",
+                self.config.name
+            )
+        })?;
+        Ok(consumer)
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let consumer = Arc::new(self.consumer()?);
+        tracing::info!(source = %self.label, topics = ?self.config.topics, group = %self.config.group_id, "consuming");
+        loop {
+            let Some(records) = self.gather(&consumer, &shutdown).await else {
+                break;
+            };
+            if records.next_offsets.is_empty() {
+                continue;
+            }
+            let Some(outcome) = self
+                .sink
+                .write(&self.label, &records.batch, &shutdown)
+                .await
+            else {
+                // Shut down before the store took the batch: nothing is committed, the
+                // records are read again at the next start.
+                break;
+            };
+            tracing::debug!(
+                source = %self.label,
+                accepted = outcome.accepted(),
+                duplicates = outcome.duplicates(),
+                rejected = records.batch.rejects.len(),
+                "batch stored"
+            );
+            self.commit(&consumer, records.next_offsets).await;
+        }
+        tracing::info!(source = %self.label, "stopped");
+        Ok(())
+    }
+
+    /// Waits for a first record, then gathers more until the batch is full or
+    /// `max_wait` passed. `None` on shutdown.
+    async fn gather(
+        &self,
+        consumer: &StreamConsumer,
+        shutdown: &CancellationToken,
+    ) -> Option<Gathered> {
+        let mut gathered = Gathered::default();
+        let first = tokio::select! {
+            r = consumer.recv() => r,
+            _ = shutdown.cancelled() => return None,
+        };
+        self.take(first, &mut gathered);
+        let deadline = tokio::time::Instant::now() + self.batch.max_wait;
+        while gathered.records < self.batch.max_messages {
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, consumer.recv()) => match r {
+                    Ok(r) => self.take(r, &mut gathered),
+                    Err(_) => break,
+                },
+                // Finish the batch in hand: what was read is stored before stopping.
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        gathered.batch.received_at_ms = now_ms();
+        Some(gathered)
+    }
+
+    fn take(
+        &self,
+        record: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
+        into: &mut Gathered,
+    ) {
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                self.sink
+                    .metrics
+                    .source(&self.sink.metrics.kafka_errors, &self.label);
+                tracing::warn!(source = %self.label, error = %e, "Kafka consumer error");
+                return;
+            }
+        };
+        into.records += 1;
+        let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());
+        let payload = record.payload().unwrap_or_default();
+        match convert::parse(payload) {
+            Ok(message) => into.batch.messages.push(message),
+            Err(reason) => {
+                let source = format!("{}/{topic}/{partition}@{offset}", self.label);
+                tracing::warn!(%source, %reason, "rejecting audit record");
+                into.batch.rejects.push(Reject {
+                    source,
+                    reason,
+                    payload: convert::excerpt(payload),
+                });
+            }
+        }
+        let next = into
+            .next_offsets
+            .entry((topic.to_string(), partition))
+            .or_insert(offset + 1);
+        *next = (*next).max(offset + 1);
+    }
+
+    async fn commit(
+        &self,
+        consumer: &Arc<StreamConsumer>,
+        next_offsets: BTreeMap<(String, i32), i64>,
+    ) {
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), next) in &next_offsets {
+            if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
+                tracing::error!(source = %self.label, topic, partition, error = %e, "cannot build offset commit");
+                return;
+            }
+        }
+        let consumer = Arc::clone(consumer);
+        // A synchronous commit waits for the broker; keep it off the async workers.
+        let result =
+            tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
+        match result {
+            Ok(Ok(())) | Ok(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
+            Ok(Err(e)) => {
+                // The batch is stored; the records will be read again and counted as
+                // duplicates. Typical after a rebalance took the partitions away.
+                self.sink
+                    .metrics
+                    .source(&self.sink.metrics.kafka_commit_errors, &self.label);
+                tracing::warn!(source = %self.label, error = %e, "offset commit failed after a stored batch");
+            }
+            Err(e) => {
+                tracing::error!(source = %self.label, error = %e, "offset commit task failed")
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Gathered {
+    batch: Batch,
+    records: usize,
+    /// (topic, partition) → offset to commit (last record + 1)
+    next_offsets: BTreeMap<(String, i32), i64>,
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,127 @@
+//! Prometheus metrics of the collector, served on `/metrics`.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Outcome {
+    Accepted,
+    Duplicate,
+    Rejected,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MessageLabels {
+    /// `kafka:<source name>` or `http`
+    pub source: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetentionLabels {
+    pub table: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub messages: Family<MessageLabels, Counter>,
+    pub batches: Family<SourceLabels, Counter>,
+    pub store_errors: Family<SourceLabels, Counter>,
+    pub kafka_commit_errors: Family<SourceLabels, Counter>,
+    pub kafka_errors: Family<SourceLabels, Counter>,
+    pub write_seconds: Histogram,
+    pub store_up: Gauge,
+    pub retention_deleted: Family<RetentionLabels, Counter>,
+    pub retention_errors: Counter,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            messages: Family::default(),
+            batches: Family::default(),
+            store_errors: Family::default(),
+            kafka_commit_errors: Family::default(),
+            kafka_errors: Family::default(),
+            write_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            store_up: Gauge::default(),
+            retention_deleted: Family::default(),
+            retention_errors: Counter::default(),
+        };
+        let r = registry.sub_registry_with_prefix("kafka_audit_collector");
+        r.register(
+            "messages",
+            "Audit messages by source and outcome (accepted: first seen and counted; duplicate: UUID already stored; rejected: failed validation, kept in audit_reject)",
+            m.messages.clone(),
+        );
+        r.register(
+            "batches",
+            "Batches committed to the store",
+            m.batches.clone(),
+        );
+        r.register(
+            "store_errors",
+            "Failed store transactions (retried)",
+            m.store_errors.clone(),
+        );
+        r.register(
+            "kafka_commit_errors",
+            "Failed Kafka offset commits after a stored batch (the records are read again and deduplicated)",
+            m.kafka_commit_errors.clone(),
+        );
+        r.register(
+            "kafka_errors",
+            "Errors reported by the Kafka consumer",
+            m.kafka_errors.clone(),
+        );
+        r.register(
+            "write_seconds",
+            "Duration of one store transaction",
+            m.write_seconds.clone(),
+        );
+        r.register(
+            "store_up",
+            "1 when the last store transaction succeeded",
+            m.store_up.clone(),
+        );
+        r.register(
+            "retention_deleted",
+            "Rows deleted by retention",
+            m.retention_deleted.clone(),
+        );
+        r.register(
+            "retention_errors",
+            "Failed retention passes",
+            m.retention_errors.clone(),
+        );
+        m
+    }
+
+    pub fn count(&self, source: &str, outcome: Outcome, n: usize) {
+        if n > 0 {
+            self.messages
+                .get_or_create(&MessageLabels {
+                    source: source.to_string(),
+                    outcome,
+                })
+                .inc_by(n as u64);
+        }
+    }
+
+    pub fn source(&self, family: &Family<SourceLabels, Counter>, source: &str) {
+        family
+            .get_or_create(&SourceLabels {
+                source: source.to_string(),
+            })
+            .inc();
+    }
+}

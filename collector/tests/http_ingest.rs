@@ -1,0 +1,190 @@
+//! HTTP ingest against the real service on a bound port, SQLite store (the embedded
+//! default), no Kafka source.
+
+mod support;
+
+use std::time::Duration;
+
+use collector::config::CollectConfig;
+use store::{AuditStore, TimeRange};
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+async fn start_http_only(dir: &tempfile::TempDir) -> (collector::Collector, CancellationToken) {
+    let mut config: CollectConfig = config(
+        dir.path().join("audit.db").to_str().unwrap(),
+        "unused:1",
+        "unused",
+        "g",
+    );
+    config.sources.clear();
+    config.http.max_body_bytes = 64 * 1024;
+    config.http.max_messages = 50;
+    let shutdown = CancellationToken::new();
+    let collector = collector::start(config, shutdown.clone())
+        .await
+        .expect("start collector");
+    (collector, shutdown)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_accepted_duplicate_or_rejected_per_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, shutdown) = start_http_only(&dir).await;
+    let addr = collector.http_addr.unwrap();
+    let a = increment("orders", 0, 100, 1);
+    let b = increment("orders", 0, 50, 2);
+    let mut bad_counts: serde_json::Value =
+        serde_json::from_str(&increment("orders", 0, 5, 3).to_json()).unwrap();
+    bad_counts["no_time_count"] = 6.into();
+    let mut future_version: serde_json::Value =
+        serde_json::from_str(&increment("orders", 0, 5, 4).to_json()).unwrap();
+    future_version["version"] = 9.into();
+    future_version["uuid"] = "6a4b7f0e-0000-4000-8000-000000000001".into();
+    let body = serde_json::json!([
+        serde_json::from_str::<serde_json::Value>(&a.to_json()).unwrap(),
+        serde_json::from_str::<serde_json::Value>(&a.to_json()).unwrap(),
+        future_version,
+        bad_counts,
+        serde_json::from_str::<serde_json::Value>(&b.to_json()).unwrap(),
+    ]);
+    let (status, json) = http_post(addr, body.to_string()).await;
+    assert_eq!(status, 200, "{json}");
+    let statuses: Vec<&str> = json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["accepted", "duplicate", "rejected", "rejected", "accepted"]
+    );
+    assert!(
+        json["results"][2]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("version 9"),
+        "{json}"
+    );
+    assert_eq!(
+        json["results"][2]["uuid"],
+        "6a4b7f0e-0000-4000-8000-000000000001"
+    );
+    assert!(
+        json["results"][3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds count"),
+        "{json}"
+    );
+    assert_eq!(
+        (
+            json["accepted"].as_u64(),
+            json["duplicate"].as_u64(),
+            json["rejected"].as_u64()
+        ),
+        (Some(2), Some(1), Some(2))
+    );
+
+    // A resend of the whole array changes nothing.
+    let (_, again) = http_post(addr, body.to_string()).await;
+    assert_eq!(
+        (again["accepted"].as_u64(), again["duplicate"].as_u64()),
+        (Some(0), Some(3))
+    );
+
+    let rows = collector
+        .store
+        .topic_windows("orders", TimeRange::new(T0, T0 + W))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].count, 150);
+    assert_eq!(
+        rows[0].checksum,
+        a.as_increment()
+            .unwrap()
+            .stats
+            .checksum
+            .0
+            .wrapping_add(b.as_increment().unwrap().stats.checksum.0)
+    );
+    let rejects = collector.store.rejects(10).await.unwrap();
+    assert_eq!(rejects.len(), 4, "two rejects per array, kept with reasons");
+    assert!(rejects
+        .iter()
+        .any(|r| r.reason.contains("version 9") && r.source == "http[2]"));
+
+    let (status, metrics) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(
+            r#"kafka_audit_collector_messages_total{source="http",outcome="Accepted"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"kafka_audit_collector_messages_total{source="http",outcome="Duplicate"} 4"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"kafka_audit_collector_messages_total{source="http",outcome="Rejected"} 4"#
+        ),
+        "{metrics}"
+    );
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), collector.wait())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_bad_bodies_with_json_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, shutdown) = start_http_only(&dir).await;
+    let addr = collector.http_addr.unwrap();
+
+    let (status, json) = http_post(addr, r#"{"not": "an array"}"#).await;
+    assert_eq!(status, 400);
+    assert!(
+        json["error"].as_str().unwrap().contains("JSON array"),
+        "{json}"
+    );
+
+    let (status, json) = http_post(addr, "[1, 2").await;
+    assert_eq!(status, 400, "{json}");
+
+    let big = format!("[{}]", vec!["0"; 40_000].join(","));
+    let (status, json) = http_post(addr, big).await;
+    assert_eq!(status, 413, "{json}");
+    assert!(json["error"].is_string());
+
+    let many = serde_json::Value::Array(
+        (0..51)
+            .map(|i| serde_json::from_str(&increment("t", 0, 1, i).to_json()).unwrap())
+            .collect(),
+    );
+    let (status, json) = http_post(addr, many.to_string()).await;
+    assert_eq!(status, 413, "{json}");
+    assert!(
+        json["error"].as_str().unwrap().contains("at most 50"),
+        "{json}"
+    );
+    assert!(
+        collector.store.list_topics().await.unwrap().is_empty(),
+        "nothing stored from refused requests"
+    );
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), collector.wait())
+        .await
+        .unwrap()
+        .unwrap();
+}

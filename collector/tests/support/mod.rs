@@ -1,0 +1,211 @@
+//! Helpers of the collector's integration tests (real Kafka and PostgreSQL from
+//! deploy/dev, located through testkit).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use audit_lib::{
+    AuditMessage, Checksum, Identity, LatencyHistogram, OffsetRange, Window, WindowStats,
+};
+use collector::config::{
+    CollectConfig, HttpConfig, KafkaSourceConfig, RetentionConfig, StoreConfig,
+};
+use common::KafkaConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use store::{AuditStore, Store, TimeRange};
+
+pub const W: i64 = 600_000;
+pub const T0: i64 = 1_764_410_400_000;
+
+/// An increment of `count` messages of `topic` in window `window` with a checksum and
+/// latencies derived from `seed`, so distinct seeds give distinct contributions.
+pub fn increment(topic: &str, window: i64, count: u64, seed: u64) -> AuditMessage {
+    let identity = Identity::new("regional", "dc1", format!("auditor-{}", seed % 3));
+    let mut latency = LatencyHistogram::new();
+    latency.record_n(20 + (seed % 200) as i64, count.saturating_sub(1));
+    latency.record_n(-5, 1.min(count));
+    let stats = WindowStats {
+        count,
+        bytes: count * 100,
+        no_time_count: 0,
+        malformed_count: 0,
+        out_of_bounds_count: 0,
+        checksum: Checksum(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (seed << 7)),
+        latency,
+        offsets: vec![OffsetRange {
+            partition: (seed % 4) as i32,
+            min: seed as i64,
+            max: seed as i64 + count as i64,
+        }],
+    };
+    let window = Window {
+        start_ms: T0 + window * W,
+        end_ms: T0 + (window + 1) * W,
+    };
+    AuditMessage::increment(&identity, topic, window, stats, T0 + 10 * W + seed as i64)
+}
+
+/// Expected (count, checksum, increments) per (topic, window start) of distinct messages.
+pub fn truth<'a>(
+    messages: impl IntoIterator<Item = &'a AuditMessage>,
+) -> BTreeMap<(String, i64), (u64, u64, u64)> {
+    let mut t: BTreeMap<(String, i64), (u64, u64, u64)> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for m in messages {
+        if !seen.insert(m.uuid) {
+            continue;
+        }
+        let i = m.as_increment().expect("increments only");
+        let e = t.entry((m.topic.clone(), i.window_start)).or_default();
+        e.0 += i.stats.count;
+        e.1 = e.1.wrapping_add(i.stats.checksum.0);
+        e.2 += 1;
+    }
+    t
+}
+
+/// What the store holds, in the shape of [`truth`].
+pub async fn stored(store: &Store, topics: &[String]) -> BTreeMap<(String, i64), (u64, u64, u64)> {
+    let mut t = BTreeMap::new();
+    for topic in topics {
+        for row in store
+            .topic_windows(topic, TimeRange::new(T0 - 100 * W, T0 + 100 * W))
+            .await
+            .unwrap()
+        {
+            assert_eq!(row.tier, "regional");
+            t.insert(
+                (row.topic, row.window_start_ms),
+                (row.count, row.checksum, row.increments),
+            );
+        }
+    }
+    t
+}
+
+pub fn producer(bootstrap: &str) -> FutureProducer {
+    testkit::client_config(bootstrap)
+        .set("linger.ms", "5")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .expect("create producer")
+}
+
+/// Produces every payload (all in flight at once) and waits for every delivery.
+pub async fn produce(producer: &FutureProducer, topic: &str, payloads: &[(String, Vec<u8>)]) {
+    let mut deliveries = Vec::with_capacity(payloads.len());
+    for (key, payload) in payloads {
+        let record = FutureRecord::to(topic).key(key.as_bytes()).payload(payload);
+        let delivery = producer
+            .send_result(record)
+            .map_err(|(e, _)| e)
+            .expect("enqueue record");
+        deliveries.push(delivery);
+    }
+    for d in deliveries {
+        d.await
+            .expect("delivery not cancelled")
+            .map_err(|(e, _)| e)
+            .expect("delivered");
+    }
+}
+
+pub fn keyed(m: &AuditMessage) -> (String, Vec<u8>) {
+    (m.topic.clone(), m.to_json().into_bytes())
+}
+
+/// A collector config: one Kafka source on `audit_topic`, HTTP on a free port.
+pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) -> CollectConfig {
+    let mut kafka = KafkaConfig::new(bootstrap);
+    // A restarted collector takes its partitions back quickly.
+    kafka
+        .consumer
+        .insert("session.timeout.ms".into(), "6000".into());
+    kafka
+        .consumer
+        .insert("heartbeat.interval.ms".into(), "500".into());
+    CollectConfig {
+        store: StoreConfig {
+            url: store_url.into(),
+            migrate: true,
+        },
+        sources: vec![KafkaSourceConfig {
+            name: "a".into(),
+            topics: vec![audit_topic.into()],
+            group_id: group.into(),
+            kafka,
+        }],
+        http: HttpConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..HttpConfig::default()
+        },
+        batch: collector::config::BatchConfig {
+            max_messages: 500,
+            max_wait: Duration::from_millis(50),
+        },
+        retry: collector::config::RetryConfig {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(500),
+        },
+        retention: RetentionConfig {
+            enabled: false,
+            ..RetentionConfig::default()
+        },
+        log: common::LogConfig::default(),
+    }
+}
+
+/// Sum of the committed offsets of `group` over the partitions of `topic`.
+pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
+    let consumer: BaseConsumer = testkit::client_config(bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("create consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum()
+}
+
+pub async fn http_post(
+    addr: SocketAddr,
+    body: impl Into<reqwest::Body>,
+) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/audit"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("POST /api/v1/audit");
+    let status = response.status().as_u16();
+    let json = response.json().await.expect("JSON answer");
+    (status, json)
+}
+
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let response = reqwest::get(format!("http://{addr}{path}"))
+        .await
+        .expect("GET");
+    (
+        response.status().as_u16(),
+        response.text().await.expect("body"),
+    )
+}

@@ -1,0 +1,27 @@
+//! `kafka-audit collect --config collect.toml`: the collector (DESIGN §2, §8). Audit
+//! messages from Kafka audit topics and HTTP into the store, exactly once. Exits 0
+//! after a clean shutdown on SIGTERM / ctrl-c.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct CollectArgs {
+    /// TOML configuration file; `KAFKA_AUDIT__<SECTION>__<KEY>` variables override it.
+    #[arg(long, short, env = "KAFKA_AUDIT_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+pub fn run(args: CollectArgs) -> anyhow::Result<()> {
+    let config: collector::CollectConfig =
+        common::load_config(args.config.as_deref(), collector::config::ENV_SECTIONS)?;
+    common::init_tracing(&config.log);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let shutdown = common::shutdown_on_signals();
+        collector::run(config, shutdown).await
+    })
+}
