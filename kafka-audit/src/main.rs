@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod audit;
 mod collect;
 mod migrate;
+mod serve;
 
 #[derive(Parser)]
 #[command(name = "kafka-audit", version, about = "Audit Kafka pipelines for loss, delay and duplication")]
@@ -21,6 +22,8 @@ enum Command {
     Collect(collect::CollectArgs),
     /// Apply the store's migrations (PostgreSQL or SQLite) and exit.
     Migrate(migrate::MigrateArgs),
+    /// REST API, detection, alerting and Prometheus metrics (web).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -29,5 +32,6 @@ fn main() -> anyhow::Result<()> {
         Command::Audit(args) => audit::run(args),
         Command::Collect(args) => collect::run(args),
         Command::Migrate(args) => migrate::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }

@@ -1,4 +1,373 @@
 //! web: the REST API, the detection engine, alerting and Prometheus metrics
-//! (DESIGN §6, §7). `kafka-audit serve` calls [`run`].
+//! (DESIGN §6, §7). `kafka-audit serve` calls [`run`]; tests drive [`app`].
 
+pub mod alert;
+pub mod api;
+pub mod config;
 pub mod engine;
+pub mod error;
+pub mod eval;
+pub mod metrics;
+pub mod read;
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use store::{AuditStore, Store, StoreError};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+
+pub use config::Config;
+use config::Scope;
+use engine::Topology;
+use error::AppError;
+use eval::{CycleStats, Evaluator, VerdictIndex};
+use metrics::{HttpLabels, Metrics, RouteLabels};
+
+/// Everything handlers and jobs share. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub topology: Arc<Topology>,
+    pub store: Store,
+    pub index: Arc<RwLock<VerdictIndex>>,
+    pub metrics: Arc<Metrics>,
+    evaluator: Arc<tokio::sync::Mutex<Evaluator>>,
+    alerts: Arc<watch::Sender<alert::Desired>>,
+}
+
+impl AppState {
+    pub fn new(config: Config, store: Store) -> anyhow::Result<Self> {
+        config.validate()?;
+        let topology = Arc::new(Topology::new(config.topology.clone())?);
+        let index = Arc::new(RwLock::new(VerdictIndex::default()));
+        let metrics = Arc::new(Metrics::new());
+        let evaluator = Evaluator::new(
+            store.clone(),
+            topology.clone(),
+            index.clone(),
+            metrics.clone(),
+            config.serve.horizon.as_millis() as i64,
+        );
+        let (alerts, _) = watch::channel(Arc::default());
+        Ok(Self {
+            config: Arc::new(config),
+            topology,
+            store,
+            index,
+            metrics,
+            evaluator: Arc::new(tokio::sync::Mutex::new(evaluator)),
+            alerts: Arc::new(alerts),
+        })
+    }
+
+    /// Runs one evaluation cycle at `now` (epoch ms) and publishes the anomalies to
+    /// the alert channels.
+    pub async fn evaluate(&self, now: i64) -> Result<CycleStats, StoreError> {
+        let stats = self.evaluator.lock().await.cycle(now).await?;
+        let desired = {
+            let index = self.index.read().expect("verdict index lock");
+            alert::desired(&index, &self.config.alerting)
+        };
+        self.alerts.send_replace(Arc::new(desired));
+        Ok(stats)
+    }
+
+    /// Spawns the evaluation loop and one worker per alert channel; they stop with
+    /// `shutdown`.
+    pub fn spawn_jobs(&self, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut handles = Vec::new();
+        if self.config.alerting.enabled {
+            for c in &self.config.alerting.channels {
+                let worker = alert::ChannelWorker::new(
+                    c.clone(),
+                    self.config.alerting.clone(),
+                    self.metrics.clone(),
+                );
+                handles.push(tokio::spawn(
+                    worker.run(self.alerts.subscribe(), shutdown.child_token()),
+                ));
+            }
+        }
+        let state = self.clone();
+        let token = shutdown.child_token();
+        handles.push(tokio::spawn(async move {
+            let every = state.config.serve.evaluate_every;
+            loop {
+                let started = Instant::now();
+                match state.evaluate(eval::now_ms()).await {
+                    Ok(s) => tracing::debug!(?s, elapsed = ?started.elapsed(), "evaluation cycle"),
+                    Err(e) => tracing::warn!(error = %e, "evaluation cycle failed"),
+                }
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(every.saturating_sub(started.elapsed())) => {}
+                }
+            }
+        }));
+        handles
+    }
+}
+
+/// Bearer token check: `Ok` when auth is off or a configured token with `scope`
+/// (admin implies read) is presented.
+fn authorize(state: &AppState, req: &Request, scope: Scope) -> Result<(), AppError> {
+    let tokens = &state.config.auth.tokens;
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(presented) = presented else {
+        return Err(AppError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing bearer token (Authorization: Bearer <token>)",
+        ));
+    };
+    // Compare against every token in constant time per token, so timing does not
+    // reveal how much of a token matched.
+    let holder = tokens
+        .iter()
+        .find(|t| constant_time_eq(t.token.as_bytes(), presented.as_bytes()));
+    match holder {
+        None => Err(AppError::new(
+            StatusCode::UNAUTHORIZED,
+            "unknown bearer token",
+        )),
+        Some(t) if t.scopes.contains(&scope) || t.scopes.contains(&Scope::Admin) => Ok(()),
+        Some(t) => Err(AppError::new(
+            StatusCode::FORBIDDEN,
+            format!("token {:?} lacks the {scope:?} scope", t.name).to_lowercase(),
+        )),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn require_read(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match authorize(&state, &req, Scope::Read) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match authorize(&state, &req, Scope::Admin) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn record_http(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_string();
+    let method = req.method().to_string();
+    let response = next.run(req).await;
+    state
+        .metrics
+        .http_requests
+        .get_or_create(&HttpLabels {
+            method,
+            route: route.clone(),
+            status: response.status().as_u16(),
+        })
+        .inc();
+    state
+        .metrics
+        .http_duration
+        .get_or_create(&RouteLabels { route })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let evaluated_at = state.index.read().expect("verdict index lock").evaluated_at;
+    let db = state.store.ping().await;
+    let ready = db.is_ok() && evaluated_at.is_some();
+    let body = serde_json::json!({
+        "status": if ready { "ready" } else { "not ready" },
+        "store": match &db { Ok(()) => "ok".to_string(), Err(e) => e.to_string() },
+        "evaluated_at": evaluated_at,
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+const OPENAPI: &str = include_str!("../openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn not_found() -> AppError {
+    AppError::not_found("no such route")
+}
+
+async fn method_not_allowed() -> AppError {
+    AppError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this route",
+    )
+}
+
+async fn timeout_error(err: tower::BoxError) -> AppError {
+    if err.is::<tower::timeout::error::Elapsed>() {
+        AppError::unavailable("request timed out (serve.request_timeout)")
+    } else {
+        AppError::internal("serving a request", err)
+    }
+}
+
+/// The HTTP application.
+pub fn app(state: AppState) -> Router {
+    let read_api = Router::new()
+        .route("/api/openapi.json", get(openapi))
+        .route("/api/v1/topology", get(api::topology))
+        .route("/api/v1/topics", get(api::topics))
+        .route("/api/v1/topics/{topic}/windows", get(api::windows))
+        .route("/api/v1/topics/{topic}/compare", get(api::compare))
+        .route(
+            "/api/v1/topics/{topic}/windows/{window_start}/offsets",
+            get(api::offsets),
+        )
+        .route("/api/v1/anomalies", get(api::anomalies))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_read));
+    let admin_api = Router::new()
+        .route("/api/v1/evaluate", post(api::evaluate))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+    let mut health = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz));
+    if !state.config.auth.open_health {
+        health = health.route_layer(middleware::from_fn_with_state(state.clone(), require_read));
+    }
+    let mut metrics = Router::new().route("/metrics", get(metrics_text));
+    if !state.config.auth.open_metrics {
+        metrics = metrics.route_layer(middleware::from_fn_with_state(state.clone(), require_read));
+    }
+    let timeout = state.config.serve.request_timeout;
+    Router::new()
+        .merge(read_api)
+        .merge(admin_api)
+        .merge(health)
+        .merge(metrics)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), record_http))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(timeout_error))
+                .timeout(timeout),
+        )
+        .with_state(state)
+}
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// API, evaluation and alerting.
+    #[default]
+    All,
+    /// Evaluation and alerting only, no HTTP.
+    AlertsOnly,
+}
+
+/// Connects the store, starts the jobs and serves until `shutdown` is cancelled.
+pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let store = Store::connect(&config.serve.database_url)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to the store at {}",
+                redact(&config.serve.database_url)
+            )
+        })?;
+    if config.serve.migrate {
+        store.migrate().await.context("migrating the store")?;
+    }
+    let state = AppState::new(config, store)?;
+    let jobs = state.spawn_jobs(&shutdown);
+    if mode == Mode::All {
+        let listen = state.config.serve.listen;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        tracing::info!(address = %listener.local_addr()?, backend = state.store.backend(), "serving");
+        serve(listener, state, shutdown.clone()).await?;
+    } else {
+        tracing::info!("alerting only (no HTTP)");
+        shutdown.cancelled().await;
+    }
+    shutdown.cancel();
+    for j in jobs {
+        let _ = tokio::time::timeout(Duration::from_secs(10), j).await;
+    }
+    Ok(())
+}
+
+/// Serves `app(state)` on `listener` until `shutdown` (graceful: in-flight requests finish).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await?;
+    Ok(())
+}
+
+/// The URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let cred = &url[s + 3..at];
+            match cred.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,382 @@
+//! Alerting: turns the verdict index into notifications on generic webhooks, Slack
+//! compatible webhooks and PagerDuty Events v2.
+//!
+//! Each channel has its own worker holding the alerts it has delivered (`open`).
+//! After every evaluation the set of current anomalies is published; a worker then
+//! triggers what is anomalous and not yet open (or whose verdict changed), and resolves
+//! what is open and no longer anomalous — which is how late data completing a window
+//! resolves its alert. Every notification carries a dedup key per topic, edge,
+//! datacenter and window, so a repeated trigger updates rather than duplicates (and
+//! PagerDuty merges them). A failing channel is retried with exponential backoff; one
+//! that still fails is counted, and the notification is retried on a later pass. A
+//! rate limit per channel defers notifications beyond it to the next period.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AlertingConfig, ChannelConfig, ChannelKind, PAGERDUTY_URL};
+use crate::engine::{EdgeWindow, Lifecycle, Verdict};
+use crate::eval::VerdictIndex;
+use crate::metrics::{AlertLabels, ChannelLabels, Metrics};
+
+/// What a notification is about.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alert {
+    pub dedup_key: String,
+    pub verdict: Verdict,
+    pub topic: String,
+    pub upstream: String,
+    pub downstream: String,
+    pub datacenter: String,
+    pub window_start: i64,
+    pub window_end: i64,
+    pub expected: u64,
+    pub observed: u64,
+    pub difference: i64,
+    pub completeness: Option<f64>,
+    pub reason: String,
+}
+
+pub fn dedup_key(e: &EdgeWindow) -> String {
+    format!(
+        "kafka-audit:{}:{}->{}:{}:{}",
+        e.topic, e.upstream, e.downstream, e.datacenter, e.window_start
+    )
+}
+
+impl Alert {
+    fn from_verdict(e: &EdgeWindow) -> Self {
+        Self {
+            dedup_key: dedup_key(e),
+            verdict: e.verdict,
+            topic: e.topic.clone(),
+            upstream: e.upstream.clone(),
+            downstream: e.downstream.clone(),
+            datacenter: e.datacenter.clone(),
+            window_start: e.window_start,
+            window_end: e.window_end,
+            expected: e.expected,
+            observed: e.observed,
+            difference: e.difference,
+            completeness: e.completeness,
+            reason: e.reason.clone(),
+        }
+    }
+
+    fn window_rfc3339(&self) -> String {
+        chrono::DateTime::from_timestamp_millis(self.window_start)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_else(|| self.window_start.to_string())
+    }
+
+    pub fn summary(&self) -> String {
+        let completeness = self
+            .completeness
+            .map(|c| format!(" ({:.2} %)", c * 100.0))
+            .unwrap_or_default();
+        format!(
+            "{} on {} {} -> {} ({}), window {}: {} of {} messages{}: {}",
+            self.verdict.as_str(),
+            self.topic,
+            self.upstream,
+            self.downstream,
+            self.datacenter,
+            self.window_rfc3339(),
+            self.observed,
+            self.expected,
+            completeness,
+            self.reason
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Trigger,
+    Resolve,
+}
+
+impl Action {
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Trigger => "trigger",
+            Action::Resolve => "resolve",
+        }
+    }
+}
+
+/// The request body a channel of `kind` receives.
+pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value {
+    match channel.kind {
+        ChannelKind::Webhook => {
+            let mut v = serde_json::to_value(alert).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut v {
+                m.insert("source".into(), json!("kafka-audit"));
+                m.insert("action".into(), json!(action.as_str()));
+                m.insert("summary".into(), json!(alert.summary()));
+            }
+            v
+        }
+        ChannelKind::Slack => {
+            let text = match action {
+                Action::Trigger => format!(":rotating_light: kafka-audit: {}", alert.summary()),
+                Action::Resolve => format!(
+                    ":white_check_mark: kafka-audit: resolved {} on {} {} -> {} ({}), window {}",
+                    alert.verdict.as_str(),
+                    alert.topic,
+                    alert.upstream,
+                    alert.downstream,
+                    alert.datacenter,
+                    alert.window_rfc3339()
+                ),
+            };
+            json!({ "text": text })
+        }
+        ChannelKind::Pagerduty => {
+            let key = channel.routing_key.clone().unwrap_or_default();
+            match action {
+                Action::Resolve => json!({
+                    "routing_key": key,
+                    "event_action": "resolve",
+                    "dedup_key": alert.dedup_key,
+                }),
+                Action::Trigger => json!({
+                    "routing_key": key,
+                    "event_action": "trigger",
+                    "dedup_key": alert.dedup_key,
+                    "payload": {
+                        "summary": alert.summary(),
+                        "source": "kafka-audit",
+                        "severity": match alert.verdict {
+                            Verdict::Loss | Verdict::Mismatch | Verdict::Stalled => "error",
+                            _ => "warning",
+                        },
+                        "component": alert.topic,
+                        "group": format!("{}->{}", alert.upstream, alert.downstream),
+                        "class": alert.verdict.as_str(),
+                        "custom_details": {
+                            "datacenter": alert.datacenter,
+                            "window_start": alert.window_start,
+                            "window_end": alert.window_end,
+                            "expected": alert.expected,
+                            "observed": alert.observed,
+                            "difference": alert.difference,
+                            "completeness": alert.completeness,
+                            "reason": alert.reason,
+                        }
+                    }
+                }),
+            }
+        }
+    }
+}
+
+/// Current anomalies to alert on, by dedup key; published after every evaluation.
+pub type Desired = Arc<BTreeMap<String, Alert>>;
+
+/// What should be open now: anomalous verdicts of the kinds configured that are final
+/// (stalled windows are judged by time, not by lifecycle).
+pub fn desired(index: &VerdictIndex, config: &AlertingConfig) -> BTreeMap<String, Alert> {
+    index
+        .entries
+        .values()
+        .filter(|e| config.kinds.contains(&e.verdict))
+        .filter(|e| e.lifecycle == Lifecycle::Final || e.verdict == Verdict::Stalled)
+        .map(|e| (dedup_key(e), Alert::from_verdict(e)))
+        .collect()
+}
+
+pub struct ChannelWorker {
+    channel: ChannelConfig,
+    config: AlertingConfig,
+    client: reqwest::Client,
+    metrics: Arc<Metrics>,
+    open: BTreeMap<String, Alert>,
+    sent: VecDeque<Instant>,
+}
+
+#[derive(Debug)]
+enum SendError {
+    /// Worth retrying: network error, timeout, 429, 5xx.
+    Transient(String),
+    /// Retrying will not help: 4xx other than 429.
+    Permanent(String),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Transient(m) => write!(f, "{m} (after retries)"),
+            SendError::Permanent(m) => write!(f, "{m} (not retried: client error)"),
+        }
+    }
+}
+
+impl ChannelWorker {
+    pub fn new(channel: ChannelConfig, config: AlertingConfig, metrics: Arc<Metrics>) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(config.send_timeout)
+            .build()
+            .unwrap_or_default();
+        Self {
+            channel,
+            config,
+            client,
+            metrics,
+            open: BTreeMap::new(),
+            sent: VecDeque::new(),
+        }
+    }
+
+    fn labels(&self) -> ChannelLabels {
+        ChannelLabels {
+            channel: self.channel.name.clone(),
+        }
+    }
+
+    /// Takes a rate-limit token if one is left in the current period.
+    fn take_token(&mut self) -> bool {
+        let now = Instant::now();
+        while self
+            .sent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= self.config.rate_period)
+        {
+            self.sent.pop_front();
+        }
+        if self.sent.len() < self.config.rate_limit as usize {
+            self.sent.push_back(now);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// One pass: resolves what is open and no longer wanted, triggers what is wanted
+    /// and not open (or changed verdict), within the rate limit.
+    pub async fn sync(&mut self, desired: &BTreeMap<String, Alert>, now_ms: i64) {
+        let max_age = self.config.max_window_age.as_millis() as i64;
+        let mut work: Vec<(Action, Alert)> = self
+            .open
+            .iter()
+            .filter(|(k, _)| !desired.contains_key(*k))
+            .map(|(_, a)| (Action::Resolve, a.clone()))
+            .collect();
+        work.extend(
+            desired
+                .iter()
+                .filter(|(k, a)| {
+                    self.open.get(*k).is_none_or(|o| o.verdict != a.verdict)
+                        && a.window_end >= now_ms - max_age
+                })
+                .map(|(_, a)| (Action::Trigger, a.clone())),
+        );
+        let mut limited = 0;
+        for (action, alert) in work {
+            if !self.take_token() {
+                limited += 1;
+                continue;
+            }
+            match self.deliver(action, &alert).await {
+                Ok(()) => {
+                    self.metrics
+                        .alerts_sent
+                        .get_or_create(&AlertLabels {
+                            channel: self.channel.name.clone(),
+                            action: action.as_str().into(),
+                        })
+                        .inc();
+                    match action {
+                        Action::Trigger => {
+                            self.open.insert(alert.dedup_key.clone(), alert);
+                        }
+                        Action::Resolve => {
+                            self.open.remove(&alert.dedup_key);
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.metrics
+                        .alert_failures
+                        .get_or_create(&self.labels())
+                        .inc();
+                    tracing::warn!(channel = %self.channel.name, key = %alert.dedup_key, error = %e,
+                        "alert delivery failed; retried at the next pass");
+                }
+            }
+        }
+        if limited > 0 {
+            self.metrics
+                .alerts_rate_limited
+                .get_or_create(&self.labels())
+                .inc_by(limited);
+            tracing::info!(channel = %self.channel.name, deferred = limited,
+                "alert rate limit reached; the rest waits for the next period");
+        }
+        self.metrics
+            .alerts_open
+            .get_or_create(&self.labels())
+            .set(self.open.len() as i64);
+    }
+
+    async fn deliver(&self, action: Action, alert: &Alert) -> Result<(), SendError> {
+        let url = match (&self.channel.url, &self.channel.kind) {
+            (Some(u), _) => u.as_str(),
+            (None, ChannelKind::Pagerduty) => PAGERDUTY_URL,
+            (None, _) => return Err(SendError::Permanent("no url".into())),
+        };
+        let body = payload(&self.channel, action, alert);
+        let mut backoff = self.config.initial_backoff;
+        let mut attempt = 1;
+        loop {
+            let result = match self.client.post(url).json(&body).send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                Ok(r) => {
+                    let status = r.status();
+                    let text = r.text().await.unwrap_or_default();
+                    let msg = format!(
+                        "{url} answered {status}: {}",
+                        text.chars().take(200).collect::<String>()
+                    );
+                    if status.as_u16() == 429 || status.is_server_error() {
+                        SendError::Transient(msg)
+                    } else {
+                        SendError::Permanent(msg)
+                    }
+                }
+                Err(e) => SendError::Transient(format!("{url}: {e}")),
+            };
+            if matches!(result, SendError::Permanent(_)) || attempt >= self.config.attempts {
+                return Err(result);
+            }
+            self.metrics
+                .alert_retries
+                .get_or_create(&self.labels())
+                .inc();
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.config.max_backoff);
+            attempt += 1;
+        }
+    }
+
+    /// Runs until `shutdown`: a pass whenever the anomalies change, and periodically
+    /// so that deferred and failed notifications go out.
+    pub async fn run(mut self, mut rx: watch::Receiver<Desired>, shutdown: CancellationToken) {
+        let retry_every = self.config.rate_period.min(Duration::from_secs(30));
+        loop {
+            let desired = rx.borrow_and_update().clone();
+            self.sync(&desired, crate::eval::now_ms()).await;
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = rx.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(retry_every) => {}
+            }
+        }
+    }
+}

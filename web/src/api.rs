@@ -1,0 +1,578 @@
+//! `/api/v1` handlers. Times are RFC 3339 or epoch milliseconds; ranges and page sizes
+//! are bounded by `[serve]`; `/anomalies` and `/topics` read the evaluator's verdict
+//! index, the per-topic routes read the store.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use store::{AuditStore, OffsetRange, TimeRange, WindowKey};
+
+use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
+use crate::error::{ApiResult, AppError};
+use crate::eval::{engine_progress, engine_row, now_ms, CycleStats};
+use crate::AppState;
+
+/// Latest time accepted: 9999-12-31T23:59:59.999Z.
+const MAX_TIME_MS: i64 = 253_402_300_799_999;
+const DEFAULT_SPAN_MS: i64 = 3_600_000;
+const DEFAULT_PAGE_SIZE: u32 = 100;
+
+/// RFC 3339 (`2026-11-29T10:00:00Z`) or epoch milliseconds.
+pub fn parse_time(name: &str, value: &str) -> ApiResult<i64> {
+    let ms = match value.parse::<i64>() {
+        Ok(ms) => ms,
+        Err(_) => chrono::DateTime::parse_from_rfc3339(value)
+            .map_err(|e| {
+                AppError::bad_request(format!(
+                    "{name}: {value:?} is neither RFC 3339 nor epoch milliseconds ({e})"
+                ))
+            })?
+            .timestamp_millis(),
+    };
+    if !(0..=MAX_TIME_MS).contains(&ms) {
+        return Err(AppError::bad_request(format!(
+            "{name}: {value:?} is outside 1970-01-01 .. 9999-12-31"
+        )));
+    }
+    Ok(ms)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RangeQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+impl RangeQuery {
+    /// `[from, to)`; `to` defaults to now and `from` to one hour before `to`.
+    fn resolve(&self, state: &AppState) -> ApiResult<(i64, i64)> {
+        resolve_range(state, self.from.as_deref(), self.to.as_deref())
+    }
+}
+
+fn resolve_range(state: &AppState, from: Option<&str>, to: Option<&str>) -> ApiResult<(i64, i64)> {
+    let to = match to {
+        Some(t) => parse_time("to", t)?,
+        None => now_ms(),
+    };
+    let from = match from {
+        Some(f) => parse_time("from", f)?,
+        None => (to - DEFAULT_SPAN_MS).max(0),
+    };
+    if from >= to {
+        return Err(AppError::bad_request(format!(
+            "from ({from}) must be before to ({to})"
+        )));
+    }
+    let max = state.config.serve.max_range.as_millis() as i64;
+    if to - from > max {
+        return Err(AppError::bad_request(format!(
+            "range of {} ms exceeds the maximum of {max} ms (serve.max_range)",
+            to - from
+        )));
+    }
+    Ok((from, to))
+}
+
+fn page(state: &AppState, page: Option<u32>, page_size: Option<u32>) -> ApiResult<(usize, usize)> {
+    let page = page.unwrap_or(1);
+    if page == 0 {
+        return Err(AppError::bad_request("page starts at 1"));
+    }
+    let max = state.config.serve.max_page_size;
+    let size = page_size.unwrap_or(DEFAULT_PAGE_SIZE.min(max));
+    if size == 0 || size > max {
+        return Err(AppError::bad_request(format!(
+            "page_size must be within 1..={max}"
+        )));
+    }
+    Ok((page as usize, size as usize))
+}
+
+// ---------- /topology
+
+#[derive(Serialize)]
+pub struct TopologyView {
+    pub window_ms: i64,
+    pub grace_ms: i64,
+    pub stall_after_ms: i64,
+    pub thresholds: engine::Thresholds,
+    pub tiers: Vec<TierView>,
+    pub edges: Vec<EdgeView>,
+    pub overrides: Vec<OverrideView>,
+}
+
+#[derive(Serialize)]
+pub struct TierView {
+    pub name: String,
+    pub progress: bool,
+    pub latency_p99_objective_ms: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct EdgeView {
+    pub upstream: String,
+    pub downstream: String,
+    /// `one-to-one` or `mapped` (several upstream datacenters may map to one).
+    pub mapping: &'static str,
+    pub datacenters: BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+pub struct OverrideView {
+    pub topics: String,
+    pub grace_ms: Option<i64>,
+    pub absolute: Option<u64>,
+    pub ratio: Option<f64>,
+}
+
+pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
+    let t = &state.topology;
+    let c = &t.config;
+    Json(TopologyView {
+        window_ms: t.window_ms,
+        grace_ms: c.grace.as_millis() as i64,
+        stall_after_ms: t.stall_after_ms,
+        thresholds: c.thresholds.clone(),
+        tiers: c
+            .tiers
+            .iter()
+            .map(|x| TierView {
+                name: x.name.clone(),
+                progress: x.progress,
+                latency_p99_objective_ms: x.latency_p99_objective.map(|d| d.as_millis() as i64),
+            })
+            .collect(),
+        edges: t
+            .edges
+            .iter()
+            .map(|e| EdgeView {
+                upstream: e.upstream.clone(),
+                downstream: e.downstream.clone(),
+                mapping: if e.is_one_to_one() {
+                    "one-to-one"
+                } else {
+                    "mapped"
+                },
+                datacenters: e.datacenters.clone(),
+            })
+            .collect(),
+        overrides: c
+            .overrides
+            .iter()
+            .map(|o| OverrideView {
+                topics: o.topics.clone(),
+                grace_ms: o.grace.map(|d| d.as_millis() as i64),
+                absolute: o.absolute,
+                ratio: o.ratio,
+            })
+            .collect(),
+    })
+}
+
+// ---------- /topics
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PagedRangeQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub kind: Option<String>,
+    pub page: Option<u32>,
+    pub page_size: Option<u32>,
+}
+
+#[derive(Serialize)]
+pub struct TopicHealth {
+    pub topic: String,
+    /// Worst verdict of the topic's windows in the range (`ok` when none is worse).
+    pub worst: Verdict,
+    /// Windows × edges in the range with an anomalous verdict.
+    pub anomalies: usize,
+    /// Windows × edges still waiting (open, settling or auditor behind).
+    pub pending: usize,
+}
+
+#[derive(Serialize)]
+pub struct TopicsResponse {
+    pub from: i64,
+    pub to: i64,
+    pub evaluated_at: i64,
+    pub page: usize,
+    pub page_size: usize,
+    pub total: usize,
+    pub topics: Vec<TopicHealth>,
+}
+
+/// Checks that the verdict index covers `[from, to)`; returns its evaluation time.
+fn index_covers(state: &AppState, from: i64) -> ApiResult<i64> {
+    let index = state.index.read().expect("verdict index lock");
+    let Some(at) = index.evaluated_at else {
+        return Err(AppError::unavailable(
+            "the first evaluation has not completed yet; retry shortly",
+        ));
+    };
+    if from < index.horizon_start {
+        return Err(AppError::bad_request(format!(
+            "from ({from}) is before the evaluated horizon, which starts at {} (serve.horizon)",
+            index.horizon_start
+        )));
+    }
+    Ok(at)
+}
+
+pub async fn topics(
+    State(state): State<AppState>,
+    query: Result<Query<PagedRangeQuery>, QueryRejection>,
+) -> ApiResult<Json<TopicsResponse>> {
+    let Query(q) = query?;
+    if q.kind.is_some() {
+        return Err(AppError::bad_request("kind is not a parameter of /topics"));
+    }
+    let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
+    let (page_no, size) = page(&state, q.page, q.page_size)?;
+    let evaluated_at = index_covers(&state, from)?;
+    let index = state.index.read().expect("verdict index lock");
+    let mut health: BTreeMap<&str, TopicHealth> = index
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.as_str(),
+                TopicHealth {
+                    topic: t.clone(),
+                    worst: Verdict::Ok,
+                    anomalies: 0,
+                    pending: 0,
+                },
+            )
+        })
+        .collect();
+    for e in index.in_range(from, to) {
+        if let Some(h) = health.get_mut(e.topic.as_str()) {
+            if e.verdict.severity() > h.worst.severity() {
+                h.worst = e.verdict;
+            }
+            if e.verdict.is_anomaly() {
+                h.anomalies += 1;
+            } else {
+                h.pending += 1;
+            }
+        }
+    }
+    let total = health.len();
+    let topics = health
+        .into_values()
+        .skip((page_no - 1) * size)
+        .take(size)
+        .collect();
+    Ok(Json(TopicsResponse {
+        from,
+        to,
+        evaluated_at,
+        page: page_no,
+        page_size: size,
+        total,
+        topics,
+    }))
+}
+
+// ---------- /anomalies
+
+#[derive(Serialize)]
+pub struct AnomaliesResponse {
+    pub from: i64,
+    pub to: i64,
+    pub evaluated_at: i64,
+    pub page: usize,
+    pub page_size: usize,
+    pub total: usize,
+    pub anomalies: Vec<EdgeWindow>,
+}
+
+pub async fn anomalies(
+    State(state): State<AppState>,
+    query: Result<Query<PagedRangeQuery>, QueryRejection>,
+) -> ApiResult<Json<AnomaliesResponse>> {
+    let Query(q) = query?;
+    let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
+    let (page_no, size) = page(&state, q.page, q.page_size)?;
+    let kinds: Option<BTreeSet<Verdict>> = match q.kind.as_deref() {
+        None | Some("") => None,
+        Some(list) => Some(
+            list.split(',')
+                .map(|k| match Verdict::parse(k.trim()) {
+                    Some(v) if v.is_anomaly() => Ok(v),
+                    _ => Err(AppError::bad_request(format!(
+                        "kind: {k:?} is not one of loss, duplication, mismatch, delayed, stalled"
+                    ))),
+                })
+                .collect::<ApiResult<_>>()?,
+        ),
+    };
+    let evaluated_at = index_covers(&state, from)?;
+    let index = state.index.read().expect("verdict index lock");
+    let mut total = 0;
+    let mut out = Vec::with_capacity(size);
+    let skip = (page_no - 1) * size;
+    for e in index
+        .in_range(from, to)
+        .filter(|e| e.verdict.is_anomaly() && kinds.as_ref().is_none_or(|k| k.contains(&e.verdict)))
+    {
+        if total >= skip && out.len() < size {
+            out.push(e.clone());
+        }
+        total += 1;
+    }
+    Ok(Json(AnomaliesResponse {
+        from,
+        to,
+        evaluated_at,
+        page: page_no,
+        page_size: size,
+        total,
+        anomalies: out,
+    }))
+}
+
+// ---------- /topics/{topic}/windows
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowsQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub tier: Option<String>,
+    pub datacenter: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct WindowStats {
+    pub window_start: i64,
+    pub window_end: i64,
+    pub tier: String,
+    pub datacenter: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub no_time_count: u64,
+    pub malformed_count: u64,
+    pub out_of_bounds_count: u64,
+    /// 16 lowercase hex digits, as on the wire.
+    pub checksum: String,
+    pub increments: u64,
+    pub latency: Option<Percentiles>,
+}
+
+#[derive(Serialize)]
+pub struct WindowsResponse {
+    pub topic: String,
+    pub from: i64,
+    pub to: i64,
+    pub window_ms: i64,
+    pub windows: Vec<WindowStats>,
+    /// Latency per tier over the whole range (histograms merged, not percentiles).
+    pub tiers: BTreeMap<String, Percentiles>,
+}
+
+pub async fn windows(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<WindowsQuery>, QueryRejection>,
+) -> ApiResult<Json<WindowsResponse>> {
+    let Path(topic) = path?;
+    let Query(q) = query?;
+    let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
+    let rows = state
+        .store
+        .topic_windows(&topic, TimeRange::new(from, to))
+        .await?;
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| q.tier.as_ref().is_none_or(|t| &r.tier == t))
+        .filter(|r| q.datacenter.as_ref().is_none_or(|d| &r.datacenter == d))
+        .collect();
+    let engine_rows: Vec<_> = rows.iter().map(engine_row).collect();
+    let tiers = engine::tier_latency(&engine_rows);
+    let windows = rows
+        .iter()
+        .zip(&engine_rows)
+        .map(|(r, e)| WindowStats {
+            window_start: r.window_start_ms,
+            window_end: r.window_end_ms,
+            tier: r.tier.clone(),
+            datacenter: r.datacenter.clone(),
+            count: r.count,
+            bytes: r.bytes,
+            no_time_count: r.no_time_count,
+            malformed_count: r.malformed_count,
+            out_of_bounds_count: r.out_of_bounds_count,
+            checksum: format!("{:016x}", r.checksum),
+            increments: r.increments,
+            latency: e.latency.percentiles(),
+        })
+        .collect();
+    Ok(Json(WindowsResponse {
+        topic,
+        from,
+        to,
+        window_ms: state.topology.window_ms,
+        windows,
+        tiers,
+    }))
+}
+
+// ---------- /topics/{topic}/compare
+
+#[derive(Serialize)]
+pub struct CompareResponse {
+    pub topic: String,
+    pub from: i64,
+    pub to: i64,
+    pub now: i64,
+    pub edges: Vec<EdgeWindow>,
+}
+
+pub async fn compare(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<RangeQuery>, QueryRejection>,
+) -> ApiResult<Json<CompareResponse>> {
+    let Path(topic) = path?;
+    let Query(q) = query?;
+    let (from, to) = q.resolve(&state)?;
+    let topo = &state.topology;
+    let first = topo.window_start(from);
+    let rows: Vec<_> = state
+        .store
+        .topic_windows(&topic, TimeRange::new(first, to))
+        .await?
+        .iter()
+        .map(engine_row)
+        .collect();
+    let progress: Vec<_> = state
+        .store
+        .progress(Some(&topic))
+        .await?
+        .iter()
+        .map(engine_progress)
+        .collect();
+    let windows: Vec<i64> = (0..)
+        .map(|i| first + i * topo.window_ms)
+        .take_while(|w| *w < to)
+        .collect();
+    let now = now_ms();
+    let edges = topo.evaluate_topic(&topic, &windows, &rows, &progress, now);
+    Ok(Json(CompareResponse {
+        topic,
+        from,
+        to,
+        now,
+        edges,
+    }))
+}
+
+// ---------- /topics/{topic}/windows/{window_start}/offsets
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffsetsQuery {
+    pub tier: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct TierOffsets {
+    pub tier: String,
+    pub datacenter: String,
+    pub partitions: Vec<OffsetRange>,
+}
+
+#[derive(Serialize)]
+pub struct OffsetsResponse {
+    pub topic: String,
+    pub window_start: i64,
+    pub window_end: i64,
+    pub offsets: Vec<TierOffsets>,
+}
+
+pub async fn offsets(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<OffsetsQuery>, QueryRejection>,
+) -> ApiResult<Json<OffsetsResponse>> {
+    let Path((topic, start)) = path?;
+    let Query(q) = query?;
+    let window_start = parse_time("window_start", &start)?;
+    let topo = &state.topology;
+    if topo.window_start(window_start) != window_start {
+        return Err(AppError::bad_request(format!(
+            "window_start {window_start} is not a multiple of the window size ({} ms)",
+            topo.window_ms
+        )));
+    }
+    let rows = state
+        .store
+        .topic_windows(&topic, TimeRange::new(window_start, window_start + 1))
+        .await?;
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| q.tier.as_ref().is_none_or(|t| &r.tier == t))
+        .collect();
+    if rows.is_empty() {
+        return Err(AppError::not_found(format!(
+            "no window of topic {topic:?} starts at {window_start}{}",
+            q.tier
+                .as_ref()
+                .map(|t| format!(" at tier {t:?}"))
+                .unwrap_or_default()
+        )));
+    }
+    let mut offsets = Vec::new();
+    for r in rows {
+        let key = WindowKey {
+            topic: topic.clone(),
+            tier: r.tier.clone(),
+            datacenter: r.datacenter.clone(),
+            window_start_ms: window_start,
+        };
+        offsets.push(TierOffsets {
+            tier: r.tier,
+            datacenter: r.datacenter,
+            partitions: state.store.window_offsets(&key).await?,
+        });
+    }
+    Ok(Json(OffsetsResponse {
+        topic,
+        window_start,
+        window_end: window_start + topo.window_ms,
+        offsets,
+    }))
+}
+
+// ---------- POST /evaluate (admin)
+
+#[derive(Serialize)]
+pub struct EvaluateResponse {
+    pub evaluated_at: i64,
+    pub topics: usize,
+    pub windows: usize,
+    pub anomalies: usize,
+}
+
+pub async fn evaluate(State(state): State<AppState>) -> ApiResult<Json<EvaluateResponse>> {
+    let now = now_ms();
+    let CycleStats {
+        windows,
+        topics,
+        anomalies,
+    } = state.evaluate(now).await?;
+    Ok(Json(EvaluateResponse {
+        evaluated_at: now,
+        topics,
+        windows,
+        anomalies,
+    }))
+}

@@ -1,0 +1,288 @@
+//! `serve.toml`: listen address, store URL, topology, evaluation, API limits, auth and
+//! alert channels. Layered: defaults, the TOML file, then `KAFKA_AUDIT__SECTION__KEY`
+//! environment variables (e.g. `KAFKA_AUDIT__SERVE__LISTEN=0.0.0.0:8080`). Every
+//! struct denies unknown fields, so a typo is an error rather than a silent default.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::TopologyConfig;
+
+pub const ENV_PREFIX: &str = "KAFKA_AUDIT__";
+
+/// The whole file. Other subcommands' sections may live in the same file; `serve`
+/// reads only these.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub serve: ServeConfig,
+    #[serde(default)]
+    pub topology: TopologyConfig,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub alerting: AlertingConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// `[log]`: read by the binary, which initialises tracing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// An `EnvFilter` directive; `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: "text".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    /// `postgres://...` or `sqlite:PATH` (a plain path is SQLite too).
+    pub database_url: String,
+    /// Apply pending migrations at start.
+    pub migrate: bool,
+    /// How often windows are evaluated (verdicts, metrics, alerts).
+    #[serde(with = "humantime_serde")]
+    pub evaluate_every: Duration,
+    /// How far back verdicts are kept in memory; `/anomalies` and `/topics` answer
+    /// within it.
+    #[serde(with = "humantime_serde")]
+    pub horizon: Duration,
+    /// Longest `from`..`to` range a request may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_range: Duration,
+    /// Largest `page_size`.
+    pub max_page_size: u32,
+    /// Requests taking longer are answered 503.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().expect("static address"),
+            database_url: "sqlite:kafka-audit.db".into(),
+            migrate: true,
+            evaluate_every: Duration::from_secs(60),
+            horizon: Duration::from_secs(7 * 24 * 3600),
+            max_range: Duration::from_secs(7 * 24 * 3600),
+            max_page_size: 1000,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Read,
+    Admin,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Who holds it, for logs.
+    pub name: String,
+    pub token: String,
+    pub scopes: Vec<Scope>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// When empty, the API is open. When not, every `/api` route needs a token.
+    pub tokens: Vec<TokenConfig>,
+    /// `/healthz` and `/readyz` without a token.
+    pub open_health: bool,
+    /// `/metrics` without a token.
+    pub open_metrics: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            tokens: Vec::new(),
+            open_health: true,
+            open_metrics: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertingConfig {
+    pub enabled: bool,
+    pub channels: Vec<ChannelConfig>,
+    /// Verdicts that alert.
+    pub kinds: Vec<crate::engine::Verdict>,
+    /// Windows that ended longer ago than this do not alert (after a restart, old
+    /// anomalies are already known).
+    #[serde(with = "humantime_serde")]
+    pub max_window_age: Duration,
+    /// At most `rate_limit` notifications per channel per `rate_period`; the rest
+    /// wait for the next period.
+    pub rate_limit: u32,
+    #[serde(with = "humantime_serde")]
+    pub rate_period: Duration,
+    /// Delivery attempts per notification before it counts as failed (and is retried
+    /// at the next evaluation).
+    pub attempts: u32,
+    #[serde(with = "humantime_serde")]
+    pub initial_backoff: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+    #[serde(with = "humantime_serde")]
+    pub send_timeout: Duration,
+    /// Base URL of the API for links in notifications.
+    pub public_url: Option<String>,
+}
+
+impl Default for AlertingConfig {
+    fn default() -> Self {
+        use crate::engine::Verdict::*;
+        Self {
+            enabled: true,
+            channels: Vec::new(),
+            kinds: vec![Loss, Duplication, Mismatch, Delayed, Stalled],
+            max_window_age: Duration::from_secs(24 * 3600),
+            rate_limit: 30,
+            rate_period: Duration::from_secs(60),
+            attempts: 5,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(10),
+            public_url: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelKind {
+    /// POST of the alert as JSON.
+    Webhook,
+    /// Slack incoming webhook (`{"text": ...}`), also Mattermost, Rocket.Chat...
+    Slack,
+    /// PagerDuty Events API v2.
+    Pagerduty,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    pub name: String,
+    pub kind: ChannelKind,
+    /// For PagerDuty defaults to `https://events.pagerduty.com/v2/enqueue`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// PagerDuty integration (routing) key.
+    #[serde(default)]
+    pub routing_key: Option<String>,
+}
+
+pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
+
+impl Config {
+    /// Loads defaults ← TOML file ← environment.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                anyhow::bail!("config file {} does not exist", path.display());
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        // Only our sections: variables meant for other subcommands in the same
+        // environment must not trip deny_unknown_fields.
+        let env = Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
+            let top = key.as_str().split('.').next().unwrap_or("");
+            ["serve", "topology", "auth", "alerting", "log"].contains(&top)
+        });
+        let config: Config = figment.merge(env).extract().with_context(|| match file {
+            Some(p) => format!(
+                "invalid configuration in {} or {ENV_PREFIX}* variables",
+                p.display()
+            ),
+            None => format!("invalid configuration in {ENV_PREFIX}* variables"),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        crate::engine::Topology::new(self.topology.clone())?;
+        anyhow::ensure!(
+            ["text", "json"].contains(&self.log.format.as_str()),
+            "log.format must be text or json, not {:?}",
+            self.log.format
+        );
+        let s = &self.serve;
+        anyhow::ensure!(
+            s.max_page_size >= 1,
+            "serve.max_page_size must be at least 1"
+        );
+        anyhow::ensure!(
+            !s.evaluate_every.is_zero(),
+            "serve.evaluate_every must be longer than 0"
+        );
+        for t in &self.auth.tokens {
+            anyhow::ensure!(
+                t.token.len() >= 16,
+                "auth token {:?} is shorter than 16 characters",
+                t.name
+            );
+            anyhow::ensure!(
+                !t.scopes.is_empty(),
+                "auth token {:?} has no scopes",
+                t.name
+            );
+        }
+        let a = &self.alerting;
+        anyhow::ensure!(a.rate_limit >= 1, "alerting.rate_limit must be at least 1");
+        anyhow::ensure!(a.attempts >= 1, "alerting.attempts must be at least 1");
+        for c in &a.channels {
+            match c.kind {
+                ChannelKind::Pagerduty => anyhow::ensure!(
+                    c.routing_key.as_deref().is_some_and(|k| !k.is_empty()),
+                    "alert channel {:?}: pagerduty needs routing_key",
+                    c.name
+                ),
+                _ => anyhow::ensure!(
+                    c.url.is_some(),
+                    "alert channel {:?}: url is required",
+                    c.name
+                ),
+            }
+            if let Some(url) = &c.url {
+                anyhow::ensure!(
+                    url.starts_with("http://") || url.starts_with("https://"),
+                    "alert channel {:?}: url {url:?} is not http(s)",
+                    c.name
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,409 @@
+//! The evaluation job: judges windows with the engine on an interval and keeps every
+//! verdict that is not `ok` of the horizon in memory ([`VerdictIndex`]), which is what
+//! `/anomalies`, `/topics`, the metrics and the alerts read. Reading the verdicts of a
+//! day across a thousand topics from the index takes microseconds, where recomputing
+//! them per request would read ~1 M window rows.
+//!
+//! A cycle re-judges only windows whose verdict can have changed: windows that
+//! received increments since the previous cycle (late data), windows recent enough to
+//! change lifecycle by the passing of time, and windows still `pending` or `stalled`
+//! (waiting for an auditor). The first cycle judges the whole horizon.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use store::{AuditStore, Store, StoreError, TimeRange};
+
+use crate::engine::{self, EdgeWindow, PartitionProgress, Topology, Verdict, WindowRow};
+use crate::metrics::{AuditorLabels, EdgeLabels, KindLabels, Metrics};
+
+/// (window_start, topic, upstream, downstream, datacenter)
+pub type VerdictKey = (i64, String, String, String, String);
+
+pub fn key_of(e: &EdgeWindow) -> VerdictKey {
+    (
+        e.window_start,
+        e.topic.clone(),
+        e.upstream.clone(),
+        e.downstream.clone(),
+        e.datacenter.clone(),
+    )
+}
+
+/// Verdicts of the horizon other than `ok`, by window start.
+#[derive(Debug, Default)]
+pub struct VerdictIndex {
+    pub entries: BTreeMap<VerdictKey, EdgeWindow>,
+    pub topics: BTreeSet<String>,
+    /// Windows starting before this are not judged.
+    pub horizon_start: i64,
+    /// When the last successful cycle ran (epoch ms); `None` before the first.
+    pub evaluated_at: Option<i64>,
+}
+
+impl VerdictIndex {
+    /// Replaces every verdict of `topic`'s window `window_start`.
+    fn replace(&mut self, topic: &str, window_start: i64, verdicts: Vec<EdgeWindow>) {
+        let lo = (
+            window_start,
+            topic.to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+        );
+        let stale: Vec<VerdictKey> = self
+            .entries
+            .range((Bound::Included(lo), Bound::Unbounded))
+            .take_while(|(k, _)| k.0 == window_start && k.1 == topic)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale {
+            self.entries.remove(&k);
+        }
+        for v in verdicts {
+            if v.verdict != Verdict::Ok {
+                self.entries.insert(key_of(&v), v);
+            }
+        }
+    }
+
+    fn drop_before(&mut self, start: i64) {
+        let keep = self.entries.split_off(&(
+            start,
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ));
+        self.entries = keep;
+    }
+
+    /// Verdicts whose window starts in `[from, to)`.
+    pub fn in_range(&self, from: i64, to: i64) -> impl Iterator<Item = &EdgeWindow> {
+        let lo = (
+            from,
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        );
+        self.entries
+            .range((Bound::Included(lo), Bound::Unbounded))
+            .take_while(move |(k, _)| k.0 < to)
+            .map(|(_, v)| v)
+    }
+}
+
+/// Converts the store's rows into the engine's.
+pub fn engine_row(r: &store::WindowRow) -> WindowRow {
+    WindowRow {
+        topic: r.topic.clone(),
+        tier: r.tier.clone(),
+        datacenter: r.datacenter.clone(),
+        window_start: r.window_start_ms,
+        count: r.count,
+        checksum: r.checksum,
+        latency: engine::Histogram {
+            zero_count: r.latency.zero_count,
+            negative_count: r.latency.negative_count,
+            buckets: r.latency.buckets.iter().copied().collect(),
+            max_ms: r.latency.max_ms,
+        },
+    }
+}
+
+pub fn engine_progress(p: &store::ProgressRow) -> PartitionProgress {
+    PartitionProgress {
+        tier: p.tier.clone(),
+        datacenter: p.datacenter.clone(),
+        partition: p.partition,
+        record_time: p.record_time_ms,
+        lag: p.lag,
+        // The collector's clock: an auditor whose clock is off is still judged by
+        // when we last heard from it.
+        reported_at: p.received_at_ms,
+    }
+}
+
+/// Upper bound of window keys read per query; a cycle with more work continues at
+/// the next cycle.
+const KEY_LIMIT: u32 = 500_000;
+/// Late increments are looked for from a little before the previous cycle: a batch
+/// stamped before that cycle may have committed after it.
+const LATE_MARGIN_MS: i64 = 5 * 60_000;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CycleStats {
+    pub windows: usize,
+    pub topics: usize,
+    pub anomalies: usize,
+}
+
+pub struct Evaluator {
+    pub store: Store,
+    pub topology: Arc<Topology>,
+    pub index: Arc<RwLock<VerdictIndex>>,
+    pub metrics: Arc<Metrics>,
+    pub horizon_ms: i64,
+    last_cycle: Option<i64>,
+    /// Window start of the completeness gauge per edge, so an older window judged
+    /// again (late data) does not overwrite a newer one.
+    gauge_windows: HashMap<EdgeLabels, i64>,
+}
+
+impl Evaluator {
+    pub fn new(
+        store: Store,
+        topology: Arc<Topology>,
+        index: Arc<RwLock<VerdictIndex>>,
+        metrics: Arc<Metrics>,
+        horizon_ms: i64,
+    ) -> Self {
+        Self {
+            store,
+            topology,
+            index,
+            metrics,
+            horizon_ms,
+            last_cycle: None,
+            gauge_windows: HashMap::new(),
+        }
+    }
+
+    /// Longest grace of any topic: how long a window can stay unsettled by time.
+    fn max_grace_ms(&self) -> i64 {
+        let cfg = &self.topology.config;
+        cfg.overrides
+            .iter()
+            .filter_map(|o| o.grace)
+            .chain([cfg.grace])
+            .map(|d| d.as_millis() as i64)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// One evaluation cycle at time `now` (epoch ms).
+    pub async fn cycle(&mut self, now: i64) -> Result<CycleStats, StoreError> {
+        let started = Instant::now();
+        let result = self.cycle_inner(now).await;
+        self.metrics
+            .evaluation_duration
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.evaluations.inc();
+        match &result {
+            Ok(_) => {
+                self.metrics.last_evaluation.set(now);
+            }
+            Err(e) => {
+                self.metrics.evaluation_errors.inc();
+                tracing::warn!(error = %e, "evaluation cycle failed; retrying at the next one");
+            }
+        }
+        result
+    }
+
+    async fn cycle_inner(&mut self, now: i64) -> Result<CycleStats, StoreError> {
+        let topo = self.topology.clone();
+        let horizon_start = topo.window_start(now.saturating_sub(self.horizon_ms));
+        let range_end = now + topo.window_ms;
+
+        let mut progress: HashMap<String, Vec<PartitionProgress>> = HashMap::new();
+        for p in self.store.progress(None).await? {
+            progress
+                .entry(p.topic.clone())
+                .or_default()
+                .push(engine_progress(&p));
+        }
+        self.update_auditor_metrics(&progress, now);
+
+        // Topic → the windows to judge (`None`: every window of the horizon with rows).
+        let mut work: BTreeMap<String, Option<BTreeSet<i64>>> = BTreeMap::new();
+        match self.last_cycle {
+            None => {
+                for t in self.store.list_topics().await? {
+                    work.insert(t, None);
+                }
+            }
+            Some(last) => {
+                let mut keys = Vec::new();
+                // Windows whose settle time (end + grace) passed since the last cycle.
+                let from =
+                    last.saturating_sub(topo.window_ms + self.max_grace_ms() + LATE_MARGIN_MS);
+                keys.extend(
+                    crate::read::window_keys(
+                        &self.store,
+                        from.max(horizon_start),
+                        range_end,
+                        KEY_LIMIT,
+                    )
+                    .await?,
+                );
+                // Windows that received late increments.
+                keys.extend(
+                    crate::read::changed_windows(
+                        &self.store,
+                        last - LATE_MARGIN_MS,
+                        horizon_start,
+                        KEY_LIMIT,
+                    )
+                    .await?,
+                );
+                // Windows waiting for an auditor.
+                {
+                    let index = self.index.read().expect("verdict index lock");
+                    keys.extend(
+                        index
+                            .entries
+                            .values()
+                            .filter(|e| matches!(e.verdict, Verdict::Pending | Verdict::Stalled))
+                            .map(|e| (e.topic.clone(), e.window_start)),
+                    );
+                }
+                for (t, w) in keys {
+                    if w >= horizon_start {
+                        work.entry(t)
+                            .or_insert_with(|| Some(BTreeSet::new()))
+                            .get_or_insert_with(BTreeSet::new)
+                            .insert(w);
+                    }
+                }
+            }
+        }
+
+        {
+            let mut index = self.index.write().expect("verdict index lock");
+            index.horizon_start = horizon_start;
+            index.drop_before(horizon_start);
+        }
+        let mut stats = CycleStats::default();
+        let empty = Vec::new();
+        for (topic, windows) in work {
+            let range = match &windows {
+                Some(ws) => match (ws.first(), ws.last()) {
+                    (Some(&a), Some(&b)) => TimeRange::new(a, b + 1),
+                    _ => continue,
+                },
+                None => TimeRange::new(horizon_start, range_end),
+            };
+            let rows: Vec<WindowRow> = self
+                .store
+                .topic_windows(&topic, range)
+                .await?
+                .iter()
+                .map(engine_row)
+                .collect();
+            let windows: Vec<i64> = match windows {
+                Some(ws) => ws.into_iter().collect(),
+                None => rows
+                    .iter()
+                    .map(|r| r.window_start)
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
+            };
+            let p = progress.get(&topic).unwrap_or(&empty);
+            let verdicts = topo.evaluate_topic(&topic, &windows, &rows, p, now);
+            stats.windows += windows.len();
+            stats.topics += 1;
+            self.apply(&topic, &windows, verdicts);
+        }
+        self.metrics.evaluated_windows.inc_by(stats.windows as u64);
+
+        let mut index = self.index.write().expect("verdict index lock");
+        index.evaluated_at = Some(now);
+        let mut by_kind: BTreeMap<Verdict, i64> = BTreeMap::new();
+        for e in index.entries.values() {
+            *by_kind.entry(e.verdict).or_default() += 1;
+        }
+        drop(index);
+        for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
+            let n = by_kind.get(&v).copied().unwrap_or(0);
+            self.metrics
+                .anomalies
+                .get_or_create(&KindLabels {
+                    kind: v.as_str().into(),
+                })
+                .set(n);
+            stats.anomalies += n as usize;
+        }
+        self.last_cycle = Some(now);
+        Ok(stats)
+    }
+
+    /// Puts the verdicts of one topic's windows into the index.
+    fn apply(&mut self, topic: &str, windows: &[i64], verdicts: Vec<EdgeWindow>) {
+        let mut by_window: BTreeMap<i64, Vec<EdgeWindow>> =
+            windows.iter().map(|w| (*w, Vec::new())).collect();
+        for v in &verdicts {
+            if v.lifecycle == engine::Lifecycle::Final {
+                self.update_completeness(v);
+            }
+        }
+        let mut index = self.index.write().expect("verdict index lock");
+        index.topics.insert(topic.to_string());
+        for v in verdicts {
+            if v.verdict.is_anomaly() {
+                let known = index
+                    .entries
+                    .get(&key_of(&v))
+                    .is_some_and(|old| old.verdict == v.verdict);
+                if !known {
+                    self.metrics
+                        .anomalies_detected
+                        .get_or_create(&KindLabels {
+                            kind: v.verdict.as_str().into(),
+                        })
+                        .inc();
+                }
+            }
+            by_window.entry(v.window_start).or_default().push(v);
+        }
+        for (w, vs) in by_window {
+            index.replace(topic, w, vs);
+        }
+    }
+
+    fn update_completeness(&mut self, v: &EdgeWindow) {
+        let labels = EdgeLabels {
+            topic: v.topic.clone(),
+            upstream: v.upstream.clone(),
+            downstream: v.downstream.clone(),
+            datacenter: v.datacenter.clone(),
+        };
+        let newest = self.gauge_windows.get(&labels).copied().unwrap_or(i64::MIN);
+        if v.window_start >= newest {
+            // Completeness is undefined when only downstream saw data: report the
+            // surplus ratio as +Inf so a `< 1` rule does not fire and a `> 1` one does.
+            let c = v.completeness.unwrap_or(f64::INFINITY);
+            self.metrics.completeness.get_or_create(&labels).set(c);
+            self.metrics
+                .completeness_window
+                .get_or_create(&labels)
+                .set(v.window_start);
+            self.gauge_windows.insert(labels, v.window_start);
+        }
+    }
+
+    fn update_auditor_metrics(&self, progress: &HashMap<String, Vec<PartitionProgress>>, now: i64) {
+        for (topic, p) in progress {
+            for s in engine::auditor_status(&self.topology, p, now) {
+                self.metrics
+                    .auditor_stalled
+                    .get_or_create(&AuditorLabels {
+                        topic: topic.clone(),
+                        tier: s.tier,
+                        datacenter: s.datacenter,
+                    })
+                    .set(i64::from(s.stalled));
+            }
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
