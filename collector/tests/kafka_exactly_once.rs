@@ -1,0 +1,166 @@
+//! Exactly once into the store from real Kafka (cluster A of deploy/dev) and HTTP,
+//! into a fresh PostgreSQL database per test.
+
+mod support;
+
+use std::time::Duration;
+
+use store::{AuditStore, Store};
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+const PARTITIONS: i32 = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_delivered_twice_over_kafka_and_once_over_http_is_stored_once() {
+    let bootstrap = testkit::kafka_a();
+    let db = testkit::fresh_database("collector_dedup").await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-dedup", PARTITIONS).await;
+    let group = testkit::unique("collector-dedup");
+    let shutdown = CancellationToken::new();
+    let collector = collector::start(
+        config(db.url(), &bootstrap, &audit_topic, &group),
+        shutdown.clone(),
+    )
+    .await
+    .expect("start collector");
+    let addr = collector.http_addr.unwrap();
+
+    let twice = increment("orders", 0, 1000, 11);
+    let sentinel = increment("payments", 0, 7, 12);
+    // Over HTTP first: accepted.
+    let body = format!("[{}]", twice.to_json());
+    let (status, json) = http_post(addr, body.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(json["results"][0]["status"], "accepted", "{json}");
+    // Then twice over Kafka (different partitions, so no ordering helps), plus a sentinel.
+    let producer = producer(&bootstrap);
+    produce(
+        &producer,
+        &audit_topic,
+        &[("k1".into(), twice.to_json().into_bytes())],
+    )
+    .await;
+    produce(
+        &producer,
+        &audit_topic,
+        &[
+            ("other-key".into(), twice.to_json().into_bytes()),
+            keyed(&sentinel),
+        ],
+    )
+    .await;
+
+    // Drained: every record's offset committed, which happens after its batch is stored.
+    assert!(
+        testkit::wait_until(Duration::from_secs(60), || committed(
+            &bootstrap,
+            &group,
+            &audit_topic,
+            PARTITIONS
+        ) == 3),
+        "collector did not commit all 3 records"
+    );
+    let store = Store::connect(db.url()).await.unwrap();
+    let topics = vec!["orders".to_string(), "payments".to_string()];
+    assert_eq!(stored(&store, &topics).await, truth([&twice, &sentinel]));
+    let rows = store
+        .topic_windows("orders", store::TimeRange::new(T0, T0 + W))
+        .await
+        .unwrap();
+    assert_eq!((rows[0].count, rows[0].increments), (1000, 1));
+    // And once more over HTTP, now a duplicate.
+    let (_, json) = http_post(addr, body).await;
+    assert_eq!(json["results"][0]["status"], "duplicate", "{json}");
+    assert_eq!(stored(&store, &topics).await, truth([&twice, &sentinel]));
+
+    let (_, metrics) = http_get(addr, "/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"kafka_audit_collector_messages_total{source="kafka:a",outcome="Duplicate"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"kafka_audit_collector_messages_total{source="kafka:a",outcome="Accepted"} 1"#
+        ),
+        "{metrics}"
+    );
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), collector.wait())
+        .await
+        .expect("clean shutdown")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advances_offset_past_poison_records_and_keeps_their_reason() {
+    let bootstrap = testkit::kafka_a();
+    let db = testkit::fresh_database("collector_poison").await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-poison", 1).await;
+    let group = testkit::unique("collector-poison");
+    let good = increment("orders", 1, 42, 21);
+    let mut future = serde_json::to_value(increment("orders", 1, 5, 22)).unwrap();
+    future["version"] = 2.into();
+    let mut huge = serde_json::to_value(increment("orders", 1, 5, 23)).unwrap();
+    huge["count"] = serde_json::json!(u64::MAX);
+    huge["bytes"] = serde_json::json!(1);
+    let poison: Vec<(String, Vec<u8>)> = vec![
+        ("p".into(), b"\x00\xffnot json at all".to_vec()),
+        ("p".into(), future.to_string().into_bytes()),
+        ("p".into(), huge.to_string().into_bytes()),
+        ("p".into(), Vec::new()),
+    ];
+    let producer = producer(&bootstrap);
+    produce(&producer, &audit_topic, &poison).await;
+    produce(&producer, &audit_topic, &[keyed(&good)]).await;
+
+    let shutdown = CancellationToken::new();
+    let collector = collector::start(
+        config(db.url(), &bootstrap, &audit_topic, &group),
+        shutdown.clone(),
+    )
+    .await
+    .expect("start collector");
+    assert!(
+        testkit::wait_until(Duration::from_secs(60), || committed(
+            &bootstrap,
+            &group,
+            &audit_topic,
+            1
+        ) == 5),
+        "poison must not block the topic: offsets not committed past it"
+    );
+    let store = Store::connect(db.url()).await.unwrap();
+    assert_eq!(
+        stored(&store, &["orders".to_string()]).await,
+        truth([&good])
+    );
+    let rejects = store.rejects(10).await.unwrap();
+    assert_eq!(rejects.len(), 4);
+    let reasons: Vec<&str> = rejects.iter().map(|r| r.reason.as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("version 2")),
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().any(|r| r.contains("exceeds")), "{reasons:?}");
+    assert!(
+        rejects
+            .iter()
+            .all(|r| r.source.starts_with(&format!("kafka:a/{audit_topic}/0@"))),
+        "{rejects:?}"
+    );
+    let (_, metrics) = http_get(collector.http_addr.unwrap(), "/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"kafka_audit_collector_messages_total{source="kafka:a",outcome="Rejected"} 4"#
+        ),
+        "{metrics}"
+    );
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), collector.wait())
+        .await
+        .expect("clean shutdown")
+        .unwrap();
+}
