@@ -1,0 +1,372 @@
+//! Alert delivery against a local HTTP receiver (an axum server on 127.0.0.1:0):
+//! exact payloads of trigger and resolve for each channel kind, rate limiting, retry
+//! with backoff, and the alerting job running alone.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use support::*;
+use web::metrics::ChannelLabels;
+use web::AppState;
+
+#[derive(Clone, Default)]
+struct Receiver {
+    /// (path, body) of every request answered with success.
+    got: Arc<Mutex<Vec<(String, Value)>>>,
+    /// Requests of any outcome, per path.
+    attempts: Arc<Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    fn got(&self) -> Vec<(String, Value)> {
+        self.got.lock().unwrap().clone()
+    }
+    fn attempts(&self, path: &str) -> usize {
+        self.attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| *p == path)
+            .count()
+    }
+}
+
+/// `/ok/{name}` accepts; `/flaky/{name}` answers 503 twice, then accepts;
+/// `/reject/{name}` answers 400.
+async fn start_receiver() -> (Receiver, String) {
+    async fn handle(
+        State(r): State<Receiver>,
+        Path((mode, name)): Path<(String, String)>,
+        Json(body): Json<Value>,
+    ) -> StatusCode {
+        let path = format!("/{mode}/{name}");
+        let n = {
+            let mut a = r.attempts.lock().unwrap();
+            a.push(path.clone());
+            a.iter().filter(|p| **p == path).count()
+        };
+        let status = match mode.as_str() {
+            "flaky" if n <= 2 => StatusCode::SERVICE_UNAVAILABLE,
+            "reject" => StatusCode::BAD_REQUEST,
+            _ => StatusCode::ACCEPTED,
+        };
+        if status.is_success() {
+            r.got.lock().unwrap().push((path, body));
+        }
+        status
+    }
+    let receiver = Receiver::default();
+    let app = Router::new()
+        .route("/{mode}/{name}", post(handle))
+        .with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (receiver, base)
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let ok = testkit::wait_until_async(Duration::from_secs(20), || {
+        let v = cond();
+        async move { v }
+    })
+    .await;
+    assert!(ok, "timed out waiting for {what}");
+}
+
+fn channels(base: &str, extra: &str) -> String {
+    format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[alerting]
+initial_backoff = "10ms"
+max_backoff = "50ms"
+{extra}
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "{base}/ok/slack"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+url = "{base}/ok/pagerduty"
+routing_key = "R0UT1NGKEY"
+"#
+    )
+}
+
+fn rfc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn body_of<'a>(got: &'a [(String, Value)], path: &str, action: &str) -> &'a Value {
+    got.iter()
+        .map(|(p, b)| (p, b))
+        .find(|(p, b)| {
+            p.as_str() == path
+                && (b["action"] == action
+                    || b["event_action"] == action
+                    || b["text"]
+                        .as_str()
+                        .is_some_and(|t| (action == "resolve") == t.contains("resolved")))
+        })
+        .map(|(_, b)| b)
+        .unwrap_or_else(|| panic!("no {action} on {path} in {got:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_then_resolve_when_late_data_completes_the_window() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Postgres).await;
+    let w = settled_window();
+    seed_loss(&store, "orders", w).await;
+    let state = AppState::new(config(&channels(&base, "")), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+
+    wait_for("three triggers", || receiver.got().len() == 3).await;
+    let got = receiver.got();
+    let key = format!("kafka-audit:orders:producer->regional:dc1:{w}");
+    let summary = format!(
+        "loss on orders producer -> regional (dc1), window {}: 90 of 100 messages (90.00 %): 10 of 100 messages missing",
+        rfc(w)
+    );
+    assert_eq!(
+        body_of(&got, "/ok/webhook", "trigger"),
+        &json!({
+            "source": "kafka-audit",
+            "action": "trigger",
+            "summary": summary,
+            "dedup_key": key,
+            "verdict": "loss",
+            "topic": "orders",
+            "upstream": "producer",
+            "downstream": "regional",
+            "datacenter": "dc1",
+            "window_start": w,
+            "window_end": w + WINDOW,
+            "expected": 100,
+            "observed": 90,
+            "difference": -10,
+            "completeness": 0.9,
+            "reason": "10 of 100 messages missing",
+        })
+    );
+    assert_eq!(
+        body_of(&got, "/ok/slack", "trigger"),
+        &json!({ "text": format!(":rotating_light: kafka-audit: {summary}") })
+    );
+    assert_eq!(
+        body_of(&got, "/ok/pagerduty", "trigger"),
+        &json!({
+            "routing_key": "R0UT1NGKEY",
+            "event_action": "trigger",
+            "dedup_key": key,
+            "payload": {
+                "summary": summary,
+                "source": "kafka-audit",
+                "severity": "error",
+                "component": "orders",
+                "group": "producer->regional",
+                "class": "loss",
+                "custom_details": {
+                    "datacenter": "dc1",
+                    "window_start": w,
+                    "window_end": w + WINDOW,
+                    "expected": 100,
+                    "observed": 90,
+                    "difference": -10,
+                    "completeness": 0.9,
+                    "reason": "10 of 100 messages missing",
+                }
+            }
+        })
+    );
+
+    // Evaluating again without change sends nothing more (deduplicated).
+    state.evaluate(now_ms()).await.unwrap();
+    // The late 10 messages complete the window: every channel resolves.
+    write(
+        &state.store,
+        vec![increment("orders", "regional", "dc1", w, 10, 100)],
+    )
+    .await;
+    state.evaluate(now_ms()).await.unwrap();
+    wait_for("three resolves", || receiver.got().len() == 6).await;
+    let got = receiver.got();
+    let mut webhook_resolve = body_of(&got, "/ok/webhook", "resolve").clone();
+    assert_eq!(webhook_resolve["dedup_key"], key);
+    assert_eq!(webhook_resolve["verdict"], "loss");
+    webhook_resolve
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k == "action" || k == "source");
+    assert_eq!(
+        webhook_resolve,
+        json!({"action": "resolve", "source": "kafka-audit"})
+    );
+    assert_eq!(
+        body_of(&got, "/ok/slack", "resolve"),
+        &json!({ "text": format!(
+            ":white_check_mark: kafka-audit: resolved loss on orders producer -> regional (dc1), window {}",
+            rfc(w)
+        )})
+    );
+    assert_eq!(
+        body_of(&got, "/ok/pagerduty", "resolve"),
+        &json!({ "routing_key": "R0UT1NGKEY", "event_action": "resolve", "dedup_key": key })
+    );
+    for c in ["hook", "chat", "pager"] {
+        let open = state
+            .metrics
+            .alerts_open
+            .get_or_create(&ChannelLabels { channel: c.into() })
+            .get();
+        assert_eq!(open, 0, "{c}");
+    }
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+    assert_eq!(
+        receiver.got().len(),
+        6,
+        "nothing beyond one trigger and one resolve per channel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_defers_alerts_beyond_the_limit() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Sqlite).await;
+    let w = settled_window();
+    for t in ["t1", "t2", "t3", "t4", "t5"] {
+        seed_loss(&store, t, w).await;
+    }
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[alerting]
+rate_limit = 2
+rate_period = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    );
+    let state = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+    let limited = || {
+        state
+            .metrics
+            .alerts_rate_limited
+            .get_or_create(&ChannelLabels {
+                channel: "hook".into(),
+            })
+            .get()
+    };
+    // The pass ends by counting what it deferred.
+    wait_for("the rate-limited pass", || limited() == 3).await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 2, "{got:#?}");
+    // In dedup-key order (topic first): t1 and t2 go out, t3..t5 wait.
+    let topics: Vec<&str> = got
+        .iter()
+        .map(|(_, b)| b["topic"].as_str().unwrap())
+        .collect();
+    assert_eq!(topics, vec!["t1", "t2"]);
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_channel_is_retried_with_backoff_and_failures_are_counted() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Sqlite).await;
+    seed_loss(&store, "orders", settled_window()).await;
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[alerting]
+initial_backoff = "10ms"
+max_backoff = "40ms"
+attempts = 3
+[[alerting.channels]]
+name = "flaky"
+kind = "webhook"
+url = "{base}/flaky/webhook"
+[[alerting.channels]]
+name = "broken"
+kind = "slack"
+url = "{base}/reject/slack"
+"#
+    );
+    let state = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+    let m = |f: &dyn Fn(&ChannelLabels) -> u64, c: &str| f(&ChannelLabels { channel: c.into() });
+    let retries = |l: &ChannelLabels| state.metrics.alert_retries.get_or_create(l).get();
+    let failures = |l: &ChannelLabels| state.metrics.alert_failures.get_or_create(l).get();
+    wait_for("the flaky delivery", || receiver.got().len() == 1).await;
+    assert_eq!(
+        receiver.attempts("/flaky/webhook"),
+        3,
+        "two 503s, then success"
+    );
+    assert_eq!(m(&retries, "flaky"), 2);
+    assert_eq!(m(&failures, "flaky"), 0);
+    wait_for("the rejected delivery to count", || {
+        m(&failures, "broken") == 1
+    })
+    .await;
+    // A 400 is not retried: the payload will not get better.
+    assert_eq!(receiver.attempts("/reject/slack"), 1);
+    assert_eq!(m(&retries, "broken"), 0);
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+}
+
+/// `kafka-audit serve --alerts-only`: evaluation and alerting without HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerting_job_runs_alone() {
+    let (receiver, base) = start_receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("audit.db").display());
+    let store = store::Store::connect(&url).await.unwrap();
+    store::AuditStore::migrate(&store).await.unwrap();
+    seed_loss(&store, "orders", settled_window()).await;
+    let mut cfg = config(&channels(&base, ""));
+    cfg.serve.database_url = url;
+    cfg.serve.listen = "127.0.0.1:1".parse().unwrap(); // never bound in this mode
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let job = tokio::spawn(web::run(cfg, web::Mode::AlertsOnly, shutdown.clone()));
+    wait_for("three triggers", || receiver.got().len() == 3).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), job)
+        .await
+        .expect("stops on shutdown")
+        .unwrap()
+        .unwrap();
+}
