@@ -52,13 +52,31 @@ pub struct StoreConfig {
     pub url: String,
     /// Apply pending migrations at start.
     pub migrate: bool,
+    /// PostgreSQL connection pool size.
+    pub max_connections: u32,
+    /// How long a write waits for a connection (reconnecting included) before it
+    /// fails and is retried with backoff.
+    #[serde(with = "humantime_serde")]
+    pub acquire_timeout: Duration,
+}
+
+impl StoreConfig {
+    pub fn options(&self) -> store::StoreOptions {
+        store::StoreOptions {
+            max_connections: self.max_connections,
+            acquire_timeout: self.acquire_timeout,
+        }
+    }
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
+        let defaults = store::StoreOptions::default();
         StoreConfig {
             url: "kafka-audit.db".into(),
             migrate: true,
+            max_connections: defaults.max_connections,
+            acquire_timeout: defaults.acquire_timeout,
         }
     }
 }

@@ -138,7 +138,7 @@ async fn connect_store(
     let mut backoff = config.retry.initial_backoff;
     loop {
         let attempt = async {
-            let store = Store::connect(&config.store.url).await?;
+            let store = Store::connect_with(&config.store.url, &config.store.options()).await?;
             if config.store.migrate {
                 store.migrate().await?;
             }

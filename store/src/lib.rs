@@ -122,6 +122,26 @@ pub trait AuditStore: Send + Sync {
     ) -> impl Future<Output = Result<RetentionOutcome>> + Send;
 }
 
+/// Connection settings beyond the URL.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Most connections the pool opens (PostgreSQL; SQLite uses a few readers).
+    pub max_connections: u32,
+    /// How long getting a connection may take, reconnecting included. While the
+    /// database is down a write fails after this long, and the caller's retry and
+    /// backoff take over.
+    pub acquire_timeout: std::time::Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 8,
+            acquire_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
 /// A store chosen at run time from its URL.
 #[derive(Clone, Debug)]
 pub enum Store {
@@ -133,8 +153,13 @@ impl Store {
     /// `postgres://...` / `postgresql://...` → PostgreSQL; `sqlite:PATH` or a plain
     /// file path → SQLite (the file is created if missing).
     pub async fn connect(url: &str) -> Result<Store> {
+        Self::connect_with(url, &StoreOptions::default()).await
+    }
+
+    /// [`Store::connect`] with explicit [`StoreOptions`].
+    pub async fn connect_with(url: &str, options: &StoreOptions) -> Result<Store> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(Store::Postgres(PgStore::connect(url).await?))
+            Ok(Store::Postgres(PgStore::connect_with(url, options).await?))
         } else if let Some(path) = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))

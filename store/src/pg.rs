@@ -2,7 +2,6 @@
 //! statement per table per batch, whatever the batch size.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -22,13 +21,17 @@ pub struct PgStore {
 
 impl PgStore {
     pub async fn connect(url: &str) -> Result<PgStore> {
+        Self::connect_with(url, &crate::StoreOptions::default()).await
+    }
+
+    pub async fn connect_with(url: &str, opts: &crate::StoreOptions) -> Result<PgStore> {
         let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Url {
             url: url.to_string(),
             reason: e.to_string(),
         })?;
         let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(10))
+            .max_connections(opts.max_connections.max(1))
+            .acquire_timeout(opts.acquire_timeout)
             .connect_with(options)
             .await
             .context("connecting to PostgreSQL")?;

@@ -130,9 +130,11 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
         .consumer
         .insert("heartbeat.interval.ms".into(), "500".into());
     CollectConfig {
+        // Fail fast while the database is down, so the retry path is what waits.
         store: StoreConfig {
             url: store_url.into(),
-            migrate: true,
+            acquire_timeout: Duration::from_millis(200),
+            ..StoreConfig::default()
         },
         sources: vec![KafkaSourceConfig {
             name: "a".into(),
