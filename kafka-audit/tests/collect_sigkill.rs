@@ -1,0 +1,205 @@
+//! SIGKILL of `kafka-audit collect` (the built binary, as a child process) while it
+//! ingests a continuous stream from real Kafka into PostgreSQL, three times: after
+//! draining, the stored counts equal the sum of the distinct increments produced,
+//! exactly. A kill lands anywhere: while gathering a batch, inside the store
+//! transaction, or between the store commit and the offset commit (then the batch is
+//! read again and deduplicated by UUID).
+
+#[path = "../../collector/tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use audit_lib::AuditMessage;
+use store::Store;
+use support::*;
+
+const PARTITIONS: i32 = 4;
+
+fn write_config(
+    dir: &Path,
+    db_url: &str,
+    bootstrap: &str,
+    audit_topic: &str,
+    group: &str,
+) -> std::path::PathBuf {
+    let path = dir.join("collect.toml");
+    let toml = format!(
+        r#"
+[store]
+url = "{db_url}"
+acquire_timeout = "200ms"
+
+[[sources]]
+name = "a"
+topics = ["{audit_topic}"]
+group_id = "{group}"
+[sources.kafka]
+bootstrap_servers = "{bootstrap}"
+[sources.kafka.consumer]
+"session.timeout.ms" = 6000
+# Static membership: a restarted collector takes its partitions back at once.
+"group.instance.id" = "collector-0"
+
+[http]
+listen = "127.0.0.1:0"
+
+[batch]
+max_messages = 200
+max_wait = "20ms"
+
+[retry]
+initial_backoff = "50ms"
+max_backoff = "500ms"
+
+[retention]
+enabled = false
+"#
+    );
+    std::fs::write(&path, toml).expect("write collect.toml");
+    path
+}
+
+/// Kills the child when dropped (a failing test leaves no collector behind).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_collector(config: &Path, log: &Path) -> Running {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("open log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-audit"))
+        .arg("collect")
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn kafka-audit collect");
+    Running(child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_ingestion_then_restart_counts_every_increment_exactly_once() {
+    let bootstrap = testkit::kafka_a();
+    let db = testkit::fresh_database("collect_sigkill").await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-sigkill", PARTITIONS).await;
+    let group = testkit::unique("collect-sigkill");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), db.url(), &bootstrap, &audit_topic, &group);
+    let log = dir.path().join("collector.log");
+
+    let topics: Vec<String> = (0..10).map(|t| format!("topic-{t}")).collect();
+    let messages: Vec<AuditMessage> = (0..10_000u64)
+        .map(|seed| {
+            increment(
+                &topics[(seed % 10) as usize],
+                (seed % 3) as i64,
+                1 + seed % 991,
+                seed,
+            )
+        })
+        .collect();
+    let mut records: Vec<(String, Vec<u8>)> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        records.push(keyed(m));
+        if i % 5 == 0 {
+            records.push(keyed(m)); // resent, as by an at-least-once emitter
+        }
+    }
+    let total_records = records.len() as i64;
+
+    // A continuous stream: paced so that ingestion goes on across all the kills.
+    let producer = producer(&bootstrap);
+    let background = {
+        let topic = audit_topic.clone();
+        let chunks: Vec<Vec<(String, Vec<u8>)>> = records.chunks(100).map(|c| c.to_vec()).collect();
+        tokio::spawn(async move {
+            let mut pace = tokio::time::interval(Duration::from_millis(30));
+            for chunk in chunks {
+                pace.tick().await;
+                produce(&producer, &topic, &chunk).await;
+            }
+        })
+    };
+
+    let mut kills = 0;
+    let mut last = 0;
+    for _ in 0..3 {
+        let mut child = spawn_collector(&config, &log);
+        // Kill only once this incarnation has made progress, i.e. while it ingests.
+        let progressed = testkit::wait_until(Duration::from_secs(60), || {
+            committed(&bootstrap, &group, &audit_topic, PARTITIONS) >= last + 300
+        });
+        assert!(
+            progressed,
+            "collector made no progress; log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        child.0.kill().expect("SIGKILL");
+        let status = child.0.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "killed by SIGKILL"
+        );
+        kills += 1;
+        last = committed(&bootstrap, &group, &audit_topic, PARTITIONS);
+        eprintln!("kill {kills}: committed records {last} of {total_records}");
+    }
+    assert!(
+        last < total_records,
+        "the stream must still be running at the last kill"
+    );
+    background.await.unwrap();
+
+    // Drain with a last incarnation, then stop it gracefully.
+    let mut child = spawn_collector(&config, &log);
+    let drained = testkit::wait_until(Duration::from_secs(120), || {
+        committed(&bootstrap, &group, &audit_topic, PARTITIONS) == total_records
+    });
+    assert!(
+        drained,
+        "collector did not drain; log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let store = Store::connect(db.url()).await.unwrap();
+    let expected = truth(&messages);
+    assert_eq!(
+        expected.values().map(|v| v.2).sum::<u64>(),
+        messages.len() as u64
+    );
+    assert_eq!(
+        stored(&store, &topics).await,
+        expected,
+        "stored counts differ from the distinct increments"
+    );
+
+    let pid = child.0.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut status = None;
+    let exited = testkit::wait_until(Duration::from_secs(30), || {
+        status = child.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(exited, "no exit within 30 s of SIGTERM");
+    assert!(
+        status.unwrap().success(),
+        "clean exit after SIGTERM: {status:?}"
+    );
+}
