@@ -1,5 +1,5 @@
 //! Seeds a store through its real write path with a small pipeline history that has
-//! every kind of verdict: `seed STORE_URL [HOURS]`. Topology to serve it with:
+//! every kind of verdict: `seed STORE_URL [HOURS]` (HOURS = 0: only migrate). Topology to serve it with:
 //! bench/serve-seeded.toml (producer → regional one-to-one in dc1/dc2, regional →
 //! aggregate many-to-one into `agg`).
 //!
@@ -67,6 +67,10 @@ async fn main() -> anyhow::Result<()> {
     let hours: i64 = args.next().map(|h| h.parse()).transpose()?.unwrap_or(6);
     let store = store::Store::connect(&url).await?;
     store.migrate().await?;
+    if hours == 0 {
+        println!("migrated {url}; nothing seeded (HOURS = 0)");
+        return Ok(());
+    }
     let now = now_ms();
     let last = (now - 40 * 60_000).div_euclid(WINDOW) * WINDOW;
     let first = last - hours * 3_600_000;

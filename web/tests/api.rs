@@ -37,6 +37,7 @@ on_both_backends!(
     bad_input_is_a_json_400,
     metrics_export_completeness_and_anomalies,
     readiness_waits_for_the_first_evaluation,
+    settling_window_is_judged_once_it_settles,
 );
 
 async fn state(backend: Backend, extra: &str) -> (AppState, support::Db) {
@@ -546,4 +547,25 @@ async fn serves_on_a_bound_port_and_shuts_down() {
             .expect("job stops")
             .unwrap();
     }
+}
+
+/// A window evaluated while settling is `pending`; a later cycle, with no new data,
+/// judges it once its grace period is over (the evaluator re-judges waiting windows).
+async fn settling_window_is_judged_once_it_settles(backend: Backend) {
+    let (state, _db) = state(backend, "").await;
+    let w = settled_window();
+    seed_loss(&state.store, "orders", w).await;
+    let during_grace = w + WINDOW + 5 * MIN;
+    state.evaluate(during_grace).await.expect("evaluate");
+    let range = format!("from={w}&to={}", w + WINDOW);
+    let r = get(&state, &format!("/api/v1/topics?{range}")).await;
+    assert_eq!(r.body["topics"][0]["worst"], "pending", "{}", r.body);
+    assert_eq!(r.body["topics"][0]["pending"], 1);
+    let r = get(&state, &format!("/api/v1/anomalies?{range}")).await;
+    assert_eq!(r.body["total"], 0, "pending is not an anomaly: {}", r.body);
+
+    state.evaluate(now_ms()).await.expect("evaluate");
+    let r = get(&state, &format!("/api/v1/anomalies?{range}")).await;
+    assert_eq!(r.body["total"], 1, "{}", r.body);
+    assert_eq!(r.body["anomalies"][0]["verdict"], "loss");
 }
