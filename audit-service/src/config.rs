@@ -137,6 +137,9 @@ pub struct AuditConfig {
     pub track_offsets: bool,
     /// Warn only (default) or fail when the durability checks at start fail.
     pub strict_checks: bool,
+    /// Check the durability settings of the audit topic and of the audited topics at
+    /// start (needs DescribeConfigs; librdkafka's mock cluster does not answer it).
+    pub durability_checks: bool,
     /// Event-time extraction and window size (audit-lib's configuration), as
     /// `[audit.event_time]`.
     pub event_time: audit_lib::EventTimeConfig,
@@ -168,6 +171,7 @@ impl Default for AuditConfig {
             revoke_timeout: Duration::from_secs(20),
             track_offsets: true,
             strict_checks: false,
+            durability_checks: true,
             event_time: audit_lib::EventTimeConfig::default(),
         }
     }

@@ -4,11 +4,16 @@ use clap::{Parser, Subcommand};
 
 mod audit;
 mod collect;
+mod demo;
 mod migrate;
 mod serve;
 
 #[derive(Parser)]
-#[command(name = "kafka-audit", version, about = "Audit Kafka pipelines for loss, delay and duplication")]
+#[command(
+    name = "kafka-audit",
+    version,
+    about = "Audit Kafka pipelines for loss, delay and duplication"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The whole pipeline in one process on embedded Kafka and SQLite, with injected faults.
+    Demo(demo::DemoArgs),
     /// Audit one Kafka cluster as one tier (audit-service).
     Audit(audit::AuditArgs),
     /// Collect audit messages from Kafka and HTTP into the store, exactly once.
@@ -29,6 +36,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Collect(args) => collect::run(args),
         Command::Migrate(args) => migrate::run(args),
