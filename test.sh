@@ -123,7 +123,11 @@ awk '/^test result:/ {
        }
        n++
      }
-     END { printf "== summary: %d passed, %d failed, %d ignored in %d test binaries\n", p, f, g, n }' "$log"
+     END {
+       printf "== %d test binaries\n", n
+       # The plain closing line CI readers look for: "summary: N passed, N failed, N skipped".
+       printf "summary: %d passed, %d failed, %d skipped\n", p, f, g
+     }' "$log"
 grep -E '^test .* FAILED$' "$log" || true
 rm -f "$log"
 
