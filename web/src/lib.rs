@@ -4,6 +4,7 @@
 pub mod alert;
 pub mod api;
 pub mod config;
+pub mod dashboard;
 pub mod engine;
 pub mod error;
 pub mod eval;
@@ -291,6 +292,7 @@ pub fn app(state: AppState) -> Router {
         .merge(admin_api)
         .merge(health)
         .merge(metrics)
+        .merge(dashboard::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), record_http))
