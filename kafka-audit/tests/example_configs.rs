@@ -417,6 +417,24 @@ fn prometheus_rules_use_only_metrics_and_label_values_the_services_expose() {
             used.extend(check_promql(expr, &exposed, name));
         }
     }
+    // The unit tests of the rules (promtool test rules) feed series the services
+    // really expose, with label values the code really sets.
+    let tests: Yaml =
+        serde_norway::from_str(&read(&repo().join("deploy/prometheus/alerts_test.yml"))).unwrap();
+    assert_eq!(tests["rule_files"][0].as_str(), Some("alerts.yml"));
+    for t in tests["tests"].as_sequence().unwrap() {
+        for series in t["input_series"].as_sequence().unwrap() {
+            let series = series["series"].as_str().unwrap();
+            check_promql(series, &exposed, "alerts_test.yml");
+        }
+        for a in t["alert_rule_test"].as_sequence().unwrap() {
+            let name = a["alertname"].as_str().unwrap();
+            assert!(
+                alerts.contains(name),
+                "alerts_test.yml tests unknown alert {name}"
+            );
+        }
+    }
     // What the issue asks the rules to cover.
     for must in [
         "kafka_audit_auditor_stalled",
@@ -1028,6 +1046,8 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
 
     let health_url = regex::Regex::new(r"http://127\.0\.0\.1:(\d+)(/[a-z]+)").unwrap();
     let mut started = BTreeSet::new();
+    let mut listen_ports = BTreeMap::new();
+    let mut bind_mounts: BTreeMap<String, BTreeMap<String, PathBuf>> = BTreeMap::new();
     for (name, svc) in services {
         let name = yaml_str(name);
         let ctx = format!("compose service {name}");
@@ -1082,6 +1102,10 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
                 );
             }
             mounts.insert(dst.to_string(), src.to_string());
+            bind_mounts
+                .entry(name.clone())
+                .or_default()
+                .insert(dst.to_string(), dir.join(src));
         }
         if !yaml_str(&svc["image"]).starts_with("kafka-audit") {
             continue;
@@ -1116,6 +1140,7 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
         assert_eq!(Subcommand::of(file_name), Subcommand::of(&sub), "{ctx}");
         let loaded = load_text(file_name, &read(&file), &env);
         let (port, paths) = listen_port_and_paths(&loaded);
+        listen_ports.insert(name.clone(), port);
         let check = svc["healthcheck"]["test"]
             .as_sequence()
             .unwrap()
@@ -1168,6 +1193,130 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
             .into_iter()
             .collect()
     );
+
+    // The monitoring profile: Prometheus scrapes each service on the port its config
+    // listens on; Grafana's provisioned data sources fit the dashboard and PostgreSQL.
+    let prometheus = service("prometheus");
+    let config_file = prometheus["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(yaml_str)
+        .find_map(|a| a.strip_prefix("--config.file=").map(String::from))
+        .expect("--config.file");
+    let (config_dir, file) = config_file.rsplit_once('/').unwrap();
+    let prom_config: Yaml =
+        serde_norway::from_str(&read(&bind_mounts["prometheus"][config_dir].join(file))).unwrap();
+    let mut scraped = BTreeSet::new();
+    for job in prom_config["scrape_configs"].as_sequence().unwrap() {
+        for target in job["static_configs"][0]["targets"].as_sequence().unwrap() {
+            let target = yaml_str(target);
+            let (host, port) = target.split_once(':').unwrap();
+            assert_eq!(
+                listen_ports.get(host),
+                Some(&port.parse::<u16>().unwrap()),
+                "prometheus.yml: target {target}"
+            );
+            scraped.insert(host.to_string());
+        }
+    }
+    assert_eq!(
+        scraped,
+        listen_ports.keys().cloned().collect(),
+        "every kafka-audit service is scraped"
+    );
+    for rules in prom_config["rule_files"].as_sequence().unwrap() {
+        let path = bind_mounts["prometheus"][config_dir].join(yaml_str(rules));
+        assert!(path.is_file(), "{}", path.display());
+    }
+
+    let grafana_mounts = &bind_mounts["grafana"];
+    let provisioning = &grafana_mounts["/etc/grafana/provisioning"];
+    let datasources: Yaml =
+        serde_norway::from_str(&read(&provisioning.join("datasources/kafka-audit.yml"))).unwrap();
+    let types: BTreeSet<String> = datasources["datasources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|d| yaml_str(&d["type"]))
+        .collect();
+    let wanted: BTreeSet<String> = dashboard()["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "datasource")
+        .map(|v| v["query"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        types, wanted,
+        "data source types of the dashboard's variables"
+    );
+    let pg = datasources["datasources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|d| d["type"] == "grafana-postgresql-datasource")
+        .unwrap();
+    assert_eq!(yaml_str(&pg["user"]), pg_env["POSTGRES_USER"]);
+    assert_eq!(yaml_str(&pg["jsonData"]["database"]), pg_env["POSTGRES_DB"]);
+    let providers: Yaml =
+        serde_norway::from_str(&read(&provisioning.join("dashboards/kafka-audit.yml"))).unwrap();
+    let path = yaml_str(&providers["providers"][0]["options"]["path"]);
+    let mounted = &grafana_mounts[&format!("{path}/kafka-audit.json")];
+    assert_eq!(
+        mounted.canonicalize().unwrap(),
+        repo().join("deploy/grafana/kafka-audit.json")
+    );
+}
+
+/// The job names alerts.yml filters on are the jobs Prometheus scrapes, in compose
+/// (prometheus.yml) and on Kubernetes (scrape-kubernetes.yml, by component label).
+#[test]
+fn alert_rule_jobs_are_the_scrape_jobs_of_compose_and_kubernetes() {
+    let dir = repo().join("deploy/prometheus");
+    let jobs_in_rules: BTreeSet<String> = regex::Regex::new(r#"job="([^"]+)""#)
+        .unwrap()
+        .captures_iter(&read(&dir.join("alerts.yml")))
+        .map(|c| c[1].to_string())
+        .collect();
+    assert!(!jobs_in_rules.is_empty());
+    let compose: Yaml = serde_norway::from_str(&read(&dir.join("prometheus.yml"))).unwrap();
+    let compose_jobs: BTreeSet<String> = compose["scrape_configs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|j| yaml_str(&j["job_name"]))
+        .collect();
+    let k8s: Yaml = serde_norway::from_str(&read(&dir.join("scrape-kubernetes.yml"))).unwrap();
+    let components: BTreeSet<String> = k8s_documents()
+        .iter()
+        .filter_map(|d| {
+            d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"].as_str()
+        })
+        .map(String::from)
+        .collect();
+    let mut k8s_jobs = BTreeSet::new();
+    for relabel in k8s["scrape_configs"][0]["relabel_configs"]
+        .as_sequence()
+        .unwrap()
+    {
+        if relabel["target_label"] == "job" {
+            let component = yaml_str(&relabel["regex"]);
+            assert!(components.contains(&component), "no workload {component}");
+            k8s_jobs.insert(yaml_str(&relabel["replacement"]));
+        }
+    }
+    for job in &jobs_in_rules {
+        assert!(
+            compose_jobs.contains(job),
+            "prometheus.yml has no job {job}"
+        );
+        assert!(
+            k8s_jobs.contains(job),
+            "scrape-kubernetes.yml sets no job {job}"
+        );
+    }
+    assert_eq!(compose_jobs, k8s_jobs);
 }
 
 fn k8s_documents() -> Vec<Yaml> {
