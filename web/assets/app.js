@@ -31,7 +31,6 @@
   // Not red or orange: those mean loss and duplication.
   const SERIES = ['#2f6fde', '#139a74', '#8b5cf6', '#0e93b0', '#d03f95', '#56657a', '#9c6b00'];
   const TABLE_LIMIT = 1000;
-  const PAGE_SIZE = 50;
   const SVGNS = 'http://www.w3.org/2000/svg';
 
   const $ = (id) => document.getElementById(id);
@@ -318,6 +317,12 @@
         showAuth(e.status === 401 ? `The API needs a bearer token: ${e.message}.` : `This token may not read the API: ${e.message}.`);
       }
       showError(e);
+      // A failed refresh keeps the last good data on screen (the banner says it is
+      // stale); a failed navigation must not leave the previous view looking current.
+      if (!refresh && $('view').getAttribute('data-for') !== location.hash) {
+        $('view').replaceChildren(h('div', { class: 'panel empty' }, 'This view could not be loaded; the reason is shown above.'));
+        $('view').setAttribute('data-for', '');
+      }
       setStatus(`Update failed ${fmtClockSec(Date.now())} UTC`, true);
       document.body.setAttribute('data-state', 'error');
       if (!(e instanceof ApiError)) console.error(e);
@@ -328,17 +333,18 @@
 
   // ---------------------------------------------------------------- topics view
 
-  async function allTopics(range) {
-    const topics = [];
+  /// Pages of `path` at the server's default page size (the largest it allows is
+  /// configuration we cannot see), up to `maxPages`.
+  async function pages(path, params, key, maxPages) {
+    const items = [];
     let first = null;
-    // Bounded: 50 pages of 1000 topics.
-    for (let page = 1; page <= 50; page++) {
-      const res = await api('/topics', { from: range.from, to: range.to, page, page_size: 1000 });
+    for (let page = 1; page <= maxPages; page++) {
+      const res = await api(path, { ...params, page });
       first = first || res;
-      topics.push(...res.topics);
-      if (topics.length >= res.total || res.topics.length === 0) break;
+      items.push(...res[key]);
+      if (items.length >= res.total || res[key].length === 0) break;
     }
-    return { ...first, topics };
+    return { ...first, [key]: items };
   }
 
   function verdictFilterOptions() {
@@ -347,9 +353,10 @@
   }
 
   async function topicsView(r, range) {
+    const q = { from: range.from, to: range.to };
     const [res, anomalies] = await Promise.all([
-      allTopics(range),
-      api('/anomalies', { from: range.from, to: range.to, page_size: 1000 }),
+      pages('/topics', q, 'topics', 200),
+      pages('/anomalies', q, 'anomalies', 10),
     ]);
     const kinds = new Map();
     for (const a of anomalies.anomalies) {
@@ -362,7 +369,7 @@
     const topics = res.topics.map((t) => ({ ...t, health: isAnomaly(t.worst) ? t.worst : 'ok' }))
       .sort((a, b) => severity(b.health) - severity(a.health) || b.anomalies - a.anomalies || a.topic.localeCompare(b.topic));
 
-    const q = r.params.get('q') || '';
+    const text = r.params.get('q') || '';
     const vf = r.params.get('verdict') || '';
     const rangeP = rangeOnly(r.params);
 
@@ -379,7 +386,7 @@
       tile('t-ok', count((t) => t.health === 'ok'), 'healthy', 'ok'),
       tile('t-pending', count((t) => t.pending > 0), 'with windows awaiting a verdict', 'pending'));
 
-    const input = h('input', { id: 'filter-q', type: 'search', placeholder: 'Filter topics  ( / )', value: q, 'aria-label': 'Filter topics by name', autocomplete: 'off', spellcheck: 'false' });
+    const input = h('input', { id: 'filter-q', type: 'search', placeholder: 'Filter topics  ( / )', value: text, 'aria-label': 'Filter topics by name', autocomplete: 'off', spellcheck: 'false' });
     const select = h('select', { id: 'filter-verdict', 'aria-label': 'Filter by worst verdict' });
     fillSelect(select, verdictFilterOptions(), vf);
     const shown = h('span', { class: 'sub' });
@@ -707,13 +714,14 @@
       cursor.setAttribute('x2', cx);
       cursor.setAttribute('visibility', 'visible');
       const lifecycle = st.es.length ? st.es[0].lifecycle : (w + windowMs > now ? 'open' : '');
-      tip.replaceChildren(
+      tip.replaceChildren();
+      append(tip, [
         h('div', { class: 't-head' }, `${fmtWindow(w, w + windowMs)} UTC`, lifecycle ? h('span', { class: 'dim' }, `  ${lifecycle}`) : null),
         h('table', {}, tiers.map((t, i) => h('tr', {},
           h('td', {}, h('span', { class: 'sw-line', 'data-color': i }), ' ', t),
           h('td', { class: 'num' }, counts.get(t).has(w) ? int(counts.get(t).get(w)) : 'no row')))),
         st.es.map((e) => h('div', { class: 'edge' }, badge(e.verdict), ` ${edgeKey(e)} ${e.datacenter}: `,
-          `${signed(e.difference)} (${pct(e.completeness)})`)));
+          `${signed(e.difference)} (${pct(e.completeness)})`))]);
       tip.querySelectorAll('.sw-line').forEach((el) => { el.style.background = SERIES[Number(el.getAttribute('data-color')) % SERIES.length]; });
       tip.hidden = false;
       const scale = wrap.clientWidth / W;
@@ -874,17 +882,18 @@
   async function anomaliesView(r, range) {
     const kind = r.params.get('kind') || '';
     const page = Math.max(1, parseInt(r.params.get('page'), 10) || 1);
-    const res = await api('/anomalies', { from: range.from, to: range.to, kind, page, page_size: PAGE_SIZE });
-    const pages = Math.max(1, Math.ceil(res.total / PAGE_SIZE));
+    // The server's default page size: its maximum is configuration the page cannot see.
+    const res = await api('/anomalies', { from: range.from, to: range.to, kind, page });
+    const pageCount = Math.max(1, Math.ceil(res.total / res.page_size));
     const select = h('select', { id: 'filter-kind', 'aria-label': 'Anomaly kind' });
     fillSelect(select, [['', 'All kinds'], ...ANOMALIES.map((a) => [a, a])], kind);
     select.addEventListener('change', () => { location.hash = link('anomalies', null, withParam(withParam(r.params, 'kind', select.value), 'page', '')); });
     const pageLink = (p, label, id) => h('a', {
       id, href: link('anomalies', null, withParam(r.params, 'page', p > 1 ? String(p) : '')),
-      class: p < 1 || p > pages || p === page ? 'disabled' : '',
+      class: p < 1 || p > pageCount || p === page ? 'disabled' : '',
     }, label);
-    const pager = h('div', { class: 'pager', id: 'pager', 'data-page': page, 'data-pages': pages },
-      pageLink(page - 1, '‹ Previous', 'page-prev'), h('span', { class: 'sub' }, `page ${page} of ${pages}`), pageLink(page + 1, 'Next ›', 'page-next'));
+    const pager = h('div', { class: 'pager', id: 'pager', 'data-page': page, 'data-pages': pageCount },
+      pageLink(page - 1, '‹ Previous', 'page-prev'), h('span', { class: 'sub' }, `page ${page} of ${pageCount}`), pageLink(page + 1, 'Next ›', 'page-next'));
     const rows = res.anomalies.map((e) => verdictRow(e, e.topic, true));
     return h('div', { 'data-page': 'anomalies' },
       h('div', { class: 'page-head' },
