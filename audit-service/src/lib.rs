@@ -86,9 +86,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let token = shutdown.clone();
     let h = health.clone();
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let core = service::Core::new(cfg.clone(), wal, metrics)?;
-        let consumer = service::create_consumer(&cfg, core)?;
-        service::consume_loop(consumer, cfg, token, h)
+        let mut core = service::Core::new(cfg.clone(), wal, metrics)?;
+        loop {
+            let consumer = service::create_consumer(&cfg, core)?;
+            match service::consume_loop(consumer, cfg.clone(), token.clone(), h.clone())? {
+                service::LoopExit::Shutdown => return Ok(()),
+                service::LoopExit::ConsumerFailed(c) => core = *c,
+            }
+        }
     })
     .await
     .context("consume loop panicked")?;

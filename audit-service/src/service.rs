@@ -716,6 +716,18 @@ impl Core {
         }
     }
 
+    /// After the consumer was lost: nothing counted since the last report can be
+    /// committed any more.
+    fn reset_after_consumer_loss(&mut self) {
+        let _ = self.counting.drain(now_ms());
+        self.parts.clear();
+        self.assigned.clear();
+        self.paused = false;
+        self.unreconciled = self.wal.pending_count() > 0;
+        self.metrics.assigned_partitions.set(0);
+        self.metrics.paused.set(0);
+    }
+
     fn on_revoke(&mut self, consumer: &BaseConsumer<AuditContext>, lost: bool) {
         if !lost {
             let deadline = Instant::now() + self.cfg.audit.revoke_timeout;
@@ -799,13 +811,21 @@ pub(crate) fn resolve_topics(
     Ok(topics)
 }
 
-/// The blocking consume loop; returns after the shutdown report.
+/// How the consume loop ended.
+pub(crate) enum LoopExit {
+    Shutdown,
+    /// The consumer hit a fatal error; run again with a new consumer and this core.
+    ConsumerFailed(Box<Core>),
+}
+
+/// The blocking consume loop; returns after the shutdown report, or when the
+/// consumer failed fatally.
 pub(crate) fn consume_loop(
     consumer: BaseConsumer<AuditContext>,
     cfg: Config,
     shutdown: CancellationToken,
     health: common::Health,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<LoopExit> {
     let a = &cfg.audit;
     let mut topics = resolve_topics(&consumer, &cfg)?;
     anyhow::ensure!(
@@ -896,11 +916,23 @@ pub(crate) fn consume_loop(
             }
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(e)) => {
-                let g = ctx.lock();
+                let mut g = ctx.lock();
                 if let Some(core) = g.as_ref() {
                     core.metrics.error("consume");
                 }
                 tracing::warn!(error = %e, "consumer error");
+                if let Some((code, reason)) = consumer.client().fatal_error() {
+                    // E.g. a static member fenced after a coordinator restart: this
+                    // consumer can never work again. Its uncommitted counts are void
+                    // (recounted from the committed offsets by the next consumer);
+                    // pending WAL entries go through the restart rule.
+                    tracing::error!(%code, %reason, "fatal consumer error; recreating the consumer");
+                    let mut core = g.take().expect("core present while running");
+                    drop(g);
+                    core.reset_after_consumer_loss();
+                    drop(consumer);
+                    return Ok(LoopExit::ConsumerFailed(Box::new(core)));
+                }
             }
         }
     }
@@ -929,7 +961,7 @@ pub(crate) fn consume_loop(
     }
     drop(consumer);
     tracing::info!("audit service stopped");
-    Ok(())
+    Ok(LoopExit::Shutdown)
 }
 
 /// Header access for audit-lib without copying.

@@ -36,6 +36,10 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
     produce_known(&p, &topic, PARTITIONS, 6_000, 0, base, 7, &mut truth);
 
     let shutdown = CancellationToken::new();
+
+    // a failed assertion must stop the service, not hang the test
+
+    let _stop = shutdown.clone().drop_guard();
     let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     produce_known(&p, &topic, PARTITIONS, 6_000, 6_000, base, 7, &mut truth);
@@ -58,6 +62,8 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
         .unwrap();
     produce_known(&p, &topic, PARTITIONS, 8_000, 12_000, base, 7, &mut truth);
     let shutdown = CancellationToken::new();
+    // a failed assertion must stop the service, not hang the test
+    let _stop = shutdown.clone().drop_guard();
     let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
     assert!(
         tokio::task::block_in_place(|| reader.wait_for_count(

@@ -73,6 +73,8 @@ async fn records_of_aborted_transactions_are_not_counted() {
         });
     }
     let shutdown = CancellationToken::new();
+    // a failed assertion must stop the service, not hang the test
+    let _stop = shutdown.clone().drop_guard();
     let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     let ok = tokio::task::block_in_place(|| {
@@ -225,6 +227,10 @@ async fn bad_input_is_counted_in_its_own_columns_and_the_service_keeps_running()
     tokio::task::block_in_place(|| p.flush(Duration::from_secs(60))).unwrap();
 
     let shutdown = CancellationToken::new();
+
+    // a failed assertion must stop the service, not hang the test
+
+    let _stop = shutdown.clone().drop_guard();
     let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     let ok = tokio::task::block_in_place(|| {

@@ -82,6 +82,8 @@ fn last_segment(dir: &Path) -> PathBuf {
 
 async fn run_until(cfg: &audit_service::Config, reader: &mut AuditReader, topic: &str, n: u64) {
     let shutdown = CancellationToken::new();
+    // a failed assertion must stop the service, not hang the test
+    let _stop = shutdown.clone().drop_guard();
     let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
     let ok =
         tokio::task::block_in_place(|| reader.wait_for_count(topic, n, Duration::from_secs(90)));

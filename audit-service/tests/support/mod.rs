@@ -191,7 +191,9 @@ impl AuditReader {
                         self.progress.push(msg);
                     }
                 }
-                Some(Err(e)) => panic!("audit reader: {e}"),
+                // Transport errors while a broker restarts are transient; the
+                // consumer reconnects by itself.
+                Some(Err(e)) => eprintln!("audit reader: {e}"),
                 None => {}
             }
         }
