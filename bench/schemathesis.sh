@@ -6,8 +6,8 @@
 #   bench/schemathesis.sh            # default: 100 examples per operation
 #   EXAMPLES=500 bench/schemathesis.sh
 #
-# Seeds a SQLite store with web/examples/seed.rs (every kind of verdict), starts the
-# server (web/examples/serve.rs = `kafka-audit serve` without the Kafka parts) with
+# Seeds a SQLite store with web/src/bin/web-bench-seed.rs (every kind of verdict), starts the
+# server (web/src/bin/web-bench-serve.rs = `kafka-audit serve` without the Kafka parts) with
 # bench/serve-seeded.toml, waits for /readyz, runs schemathesis with the admin token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +23,11 @@ if [ ! -x "$VENV/bin/schemathesis" ]; then
     "$VENV/bin/pip" install --quiet schemathesis
 fi
 
-cargo build -p web --example seed --example serve
+cargo build -p web --features bench-bins --bin web-bench-seed --bin web-bench-serve
 rm -rf "$WORK" && mkdir -p "$WORK"
-target/debug/examples/seed "sqlite:$WORK/audit.db" 12
+target/debug/web-bench-seed "sqlite:$WORK/audit.db" 12
 
-target/debug/examples/serve bench/serve-seeded.toml 2>"$WORK/server.log" &
+target/debug/web-bench-serve bench/serve-seeded.toml 2>"$WORK/server.log" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 

@@ -7,7 +7,7 @@
 #   DURATION=30s CONNECTIONS=16 bench/web-anomalies.sh
 #
 # Needs the dev PostgreSQL (deploy/dev/postgres start) and wrk (apt-get install wrk).
-# The server is web/examples/serve.rs (= `kafka-audit serve` without the Kafka parts)
+# The server is web/src/bin/web-bench-serve.rs (= `kafka-audit serve` without the Kafka parts)
 # built in release mode in its own target dir, so the shared one stays unlocked.
 # About 1 % of (topic, window, datacenter) lose 5 messages between regional and
 # aggregate, so a 24 h range holds ~3 000 loss anomalies, a 1 h range ~120.
@@ -26,8 +26,8 @@ TARGET=${BENCH_TARGET_DIR:-/tmp/kafka-audit-bench-target}
 OUT=${OUT:-/tmp/kafka-audit-bench}
 mkdir -p "$OUT"
 
-CARGO_TARGET_DIR=$TARGET cargo build --release -p web --example serve --example seed
-BIN=$TARGET/release/examples
+CARGO_TARGET_DIR=$TARGET cargo build --release -p web --features bench-bins --bin web-bench-serve --bin web-bench-seed
+BIN=$TARGET/release
 
 now_ms=$(( $(date +%s) * 1000 ))
 last=$(( (now_ms - 40 * 60000) / 600000 * 600000 ))
@@ -35,7 +35,7 @@ first=$(( last - (7 * 144 - 1) * 600000 ))
 
 if [ "$SEED" = 1 ]; then
     psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
-    "$BIN/seed" "$PG/$DB" 0
+    "$BIN/web-bench-seed" "$PG/$DB" 0
     start=$(date +%s.%N)
     psql "$PG/$DB" -v ON_ERROR_STOP=1 -q <<SQL
 INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
@@ -63,7 +63,7 @@ SQL
 fi
 psql "$PG/$DB" -Atc "SELECT 'window rows: ' || count(*) FROM audit_window"
 
-"$BIN/serve" bench/web-anomalies.toml 2>"$OUT/server.log" &
+"$BIN/web-bench-serve" bench/web-anomalies.toml 2>"$OUT/server.log" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 start=$(date +%s.%N)
