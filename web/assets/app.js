@@ -11,7 +11,7 @@
   const HOUR = 60 * MIN;
   const DAY = 24 * HOUR;
   const RANGES = [
-    ['1h', HOUR], ['3h', 3 * HOUR], ['6h', 6 * HOUR], ['12h', 12 * HOUR],
+    ['15m', 15 * MIN], ['30m', 30 * MIN], ['1h', HOUR], ['3h', 3 * HOUR], ['6h', 6 * HOUR], ['12h', 12 * HOUR],
     ['24h', DAY], ['3d', 3 * DAY], ['7d', 7 * DAY],
   ];
   const RANGE_MS = Object.fromEntries(RANGES);
@@ -269,8 +269,11 @@
   let generation = 0;
   let timer = null;
 
-  function schedule() {
+  function schedule(retrySoon) {
     clearTimeout(timer);
+    // 503 is what a server answers before its first evaluation (e.g. right after
+    // `kafka-audit demo` starts): retry in seconds, whatever the refresh setting.
+    if (retrySoon) { timer = setTimeout(() => render(true), 3000); return; }
     const secs = Number(refreshSetting());
     if (secs > 0) timer = setTimeout(() => (document.hidden ? schedule() : render(true)), secs * 1000);
   }
@@ -289,6 +292,7 @@
 
   async function render(refresh) {
     const gen = ++generation;
+    let unavailable = false;
     clearTimeout(timer);
     const r = route();
     document.body.setAttribute('data-view', r.view);
@@ -316,6 +320,7 @@
       if (e instanceof ApiError && (e.status === 401 || e.status === 403)) {
         showAuth(e.status === 401 ? `The API needs a bearer token: ${e.message}.` : `This token may not read the API: ${e.message}.`);
       }
+      unavailable = e instanceof ApiError && e.status === 503;
       showError(e);
       // A failed refresh keeps the last good data on screen (the banner says it is
       // stale); a failed navigation must not leave the previous view looking current.
@@ -327,7 +332,7 @@
       document.body.setAttribute('data-state', 'error');
       if (!(e instanceof ApiError)) console.error(e);
     } finally {
-      if (gen === generation) schedule();
+      if (gen === generation) schedule(unavailable);
     }
   }
 
@@ -447,6 +452,14 @@
 
   // ---------------------------------------------------------------- topic view
 
+  /// A tier keeps its colour whichever datacenter is shown: colours follow the
+  /// topology's order of tiers.
+  function tierColors(topo, tiers) {
+    const names = topo.tiers.map((t) => t.name);
+    for (const t of tiers) if (!names.includes(t)) names.push(t);
+    return (tier) => SERIES[Math.max(0, names.indexOf(tier)) % SERIES.length];
+  }
+
   function tierOrder(topo, rows) {
     const names = topo.tiers.map((t) => t.name);
     for (const r of rows) if (!names.includes(r.tier)) names.push(r.tier);
@@ -457,10 +470,17 @@
     const topic = r.topic;
     const enc = encodeURIComponent(topic);
     const q = { from: range.from, to: range.to };
-    const [win, cmp] = await Promise.all([api(`/topics/${enc}/windows`, q), api(`/topics/${enc}/compare`, q)]);
+    // Optional datacenter: the chart and latency then show that datacenter's rows, and
+    // the tables the edges that start or end there.
+    const dc = r.params.get('dc') || '';
+    const [win, cmp] = await Promise.all([
+      api(`/topics/${enc}/windows`, { ...q, datacenter: dc }),
+      api(`/topics/${enc}/compare`, q),
+    ]);
     const windowMs = win.window_ms;
     const tiers = tierOrder(topo, win.windows);
-    const edges = cmp.edges;
+    const dcs = [...new Set(cmp.edges.flatMap((e) => [...e.upstream_datacenters, e.datacenter]))].sort();
+    const edges = dc ? cmp.edges.filter((e) => e.datacenter === dc || e.upstream_datacenters.includes(dc)) : cmp.edges;
     const worst = edges.reduce((w, e) => (severity(e.verdict) > severity(w) ? e.verdict : w), 'ok');
     const anomalous = edges.filter((e) => isAnomaly(e.verdict));
     const rangeP = rangeOnly(r.params);
@@ -469,7 +489,9 @@
       h('a', { class: 'crumb', href: link('topics', null, rangeP) }, 'Topics /'),
       h('h1', { class: 'topic-name', id: 'topic-title' }, topic),
       badge(worst),
-      h('span', { class: 'sub' }, `windows of ${ms(windowMs)} starting ${fmtFull(range.from)} – ${fmtFull(range.to)} UTC · grace ${ms(topo.grace_ms)}`));
+      h('span', { class: 'sub' }, `windows of ${ms(windowMs)} starting ${fmtFull(range.from)} – ${fmtFull(range.to)} UTC · grace ${ms(topo.grace_ms)}`),
+      h('span', { class: 'spacer' }),
+      dcs.length > 1 || dc ? dcSelect(r, dcs, dc) : null);
 
     if (win.windows.length === 0 && edges.every((e) => e.expected === 0 && e.observed === 0)) {
       return h('div', { 'data-page': 'topic' }, head,
@@ -480,11 +502,18 @@
     return h('div', { 'data-page': 'topic', 'data-topic': topic },
       head,
       edgeSummary(edges),
-      chartPanel({ win, cmp, tiers, windowMs, range, topic }),
+      chartPanel({ win, cmp: { ...cmp, edges }, tiers, colorOf: tierColors(topo, tiers), windowMs, range, topic }),
       h('div', { class: 'cols' },
         latencyPanel(win, tiers, topo),
         anomalyListPanel(anomalous)),
       verdictPanel(r, edges, topic));
+  }
+
+  function dcSelect(r, dcs, dc) {
+    const sel = h('select', { id: 'filter-dc', 'aria-label': 'Datacenter' });
+    fillSelect(sel, [['', 'all datacenters'], ...dcs.map((d) => [d, d])], dc);
+    sel.addEventListener('change', () => { location.hash = link('topic', r.topic, withParam(r.params, 'dc', sel.value)); });
+    return h('label', { class: 'filters check' }, 'Datacenter', sel);
   }
 
   function edgeKey(e) {
@@ -543,7 +572,7 @@
     return steps.find((st) => (st / spanMs) * px >= 90) || steps[steps.length - 1];
   }
 
-  function chartPanel({ win, cmp, tiers, windowMs, range, topic }) {
+  function chartPanel({ win, cmp, tiers, colorOf, windowMs, range, topic }) {
     const first = Math.floor(range.from / windowMs) * windowMs;
     const wins = [];
     for (let w = first; w < range.to; w += windowMs) wins.push(w);
@@ -650,7 +679,7 @@
     const gaps = s('g', { class: 'gaps' });
     let tierGaps = 0;
     tiers.forEach((tier, i) => {
-      const color = SERIES[i % SERIES.length];
+      const color = colorOf(tier);
       const m = counts.get(tier);
       let d = '';
       let prev = null;
@@ -717,12 +746,12 @@
       tip.replaceChildren();
       append(tip, [
         h('div', { class: 't-head' }, `${fmtWindow(w, w + windowMs)} UTC`, lifecycle ? h('span', { class: 'dim' }, `  ${lifecycle}`) : null),
-        h('table', {}, tiers.map((t, i) => h('tr', {},
-          h('td', {}, h('span', { class: 'sw-line', 'data-color': i }), ' ', t),
+        h('table', {}, tiers.map((t) => h('tr', {},
+          h('td', {}, h('span', { class: 'sw-line', 'data-color': t }), ' ', t),
           h('td', { class: 'num' }, counts.get(t).has(w) ? int(counts.get(t).get(w)) : 'no row')))),
         st.es.map((e) => h('div', { class: 'edge' }, badge(e.verdict), ` ${edgeKey(e)} ${e.datacenter}: `,
           `${signed(e.difference)} (${pct(e.completeness)})`))]);
-      tip.querySelectorAll('.sw-line').forEach((el) => { el.style.background = SERIES[Number(el.getAttribute('data-color')) % SERIES.length]; });
+      tip.querySelectorAll('.sw-line').forEach((el) => { el.style.background = colorOf(el.getAttribute('data-color')); });
       tip.hidden = false;
       const scale = wrap.clientWidth / W;
       const left = cx * scale;
@@ -740,9 +769,9 @@
     // Legend, with only the marks that appear.
     const present = new Set([...bands.querySelectorAll('[data-band]')].map((b) => b.getAttribute('data-band')));
     const legend = h('div', { class: 'legend', id: 'chart-legend' },
-      tiers.map((t, i) => {
+      tiers.map((t) => {
         const sw = h('span', { class: 'sw-line' });
-        sw.style.background = SERIES[i % SERIES.length];
+        sw.style.background = colorOf(t);
         return h('span', { class: 'item' }, sw, t);
       }),
       ANOMALIES.filter((a) => present.has(a)).map((a) => h('span', { class: 'item' }, h('span', { class: `sw-band ${a}` }), a)),
@@ -848,7 +877,7 @@
         `${o.tier} ${o.datacenter}: `,
         o.partitions.length ? o.partitions.map((p) => `p${p.partition} ${p.min}–${p.max}`).join(', ') : 'no offsets recorded')));
     } catch (e) {
-      cell.textContent = `Offsets unavailable: ${e.message}`;
+      cell.textContent = e.status === 404 ? 'No tier has reported this window.' : `Offsets unavailable: ${e.message}`;
     }
   }
 
