@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, Mode};
+pub use service::consumer_client_config;
 
 /// Runs the audit service until `shutdown` is cancelled, then reports, publishes and
 /// commits what it has counted and returns.

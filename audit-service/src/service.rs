@@ -192,10 +192,10 @@ fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
     Ok(producer)
 }
 
-pub(crate) fn create_consumer(
-    cfg: &Config,
-    core: Core,
-) -> anyhow::Result<BaseConsumer<AuditContext>> {
+/// The consumer's client configuration: the user's properties with the settings
+/// exactly-once needs forced. Public so a benchmark's bare consumer can use the very
+/// same settings.
+pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
     let a = &cfg.audit;
     let stats_ms = a
         .report_interval
@@ -212,19 +212,25 @@ pub(crate) fn create_consumer(
     if a.static_membership {
         overrides.push(("group.instance.id", &a.instance_id));
     }
+    cfg.kafka.client_config_with_defaults(
+        common::KafkaRole::Consumer,
+        &[
+            ("auto.offset.reset", "earliest"),
+            ("session.timeout.ms", "10000"),
+        ],
+        &overrides,
+    )
+}
+
+pub(crate) fn create_consumer(
+    cfg: &Config,
+    core: Core,
+) -> anyhow::Result<BaseConsumer<AuditContext>> {
     let ctx = AuditContext {
         core: Mutex::new(Some(core)),
         hwm: Mutex::new(HashMap::new()),
     };
-    cfg.kafka
-        .client_config_with_defaults(
-            common::KafkaRole::Consumer,
-            &[
-                ("auto.offset.reset", "earliest"),
-                ("session.timeout.ms", "10000"),
-            ],
-            &overrides,
-        )
+    consumer_client_config(cfg)
         .create_with_context(ctx)
         .context("cannot create consumer")
 }
@@ -350,6 +356,14 @@ impl Core {
             return Ok(false);
         }
         if messages.is_empty() && ranges.is_empty() {
+            return Ok(false);
+        }
+        if ranges.is_empty()
+            && self.wal.pending_count() > 0
+            && messages.iter().all(|m| m.as_progress().is_some())
+        {
+            // Entries are stuck (audit topic unwritable): progress alone would only
+            // grow the WAL; the stuck entries carry progress already.
             return Ok(false);
         }
         let wal_messages = messages

@@ -1,0 +1,382 @@
+//! Benchmark driver for bench/audit-service.sh (real broker).
+//!
+//! `audit_bench throughput BOOTSTRAP MESSAGES ROUNDS`: fills a 12-partition topic with
+//! ~100-byte JSON messages, then alternately (a) consumes it with a bare rdkafka
+//! consumer built from the audit service's own consumer settings and (b) runs the audit
+//! service (a child process of this binary, the same code as `kafka-audit audit`) on it,
+//! each with a fresh group. Rate = messages between the first and the last consumed
+//! one ÷ elapsed time; the service's count is read from its /metrics.
+//!
+//! `audit_bench rss BOOTSTRAP TOPICS PER_TOPIC WINDOWS`: creates TOPICS one-partition
+//! topics, writes PER_TOPIC messages to each with event times spread over WINDOWS
+//! one-minute windows in the past (late data keeps many windows open), audits them all
+//! and reports the child's peak RSS (VmHWM).
+//!
+//! `audit_bench serve CONFIG`: runs the audit service (used as the child).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::Message;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn unique(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{}-{n}", std::process::id(), now_ms())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("serve") => serve(&args[2]),
+        Some("throughput") => throughput(&args[2], args[3].parse()?, args[4].parse()?),
+        Some("rss") => rss(&args[2], args[3].parse()?, args[4].parse()?, args[5].parse()?),
+        _ => bail!("usage: audit_bench serve CONFIG | throughput BOOTSTRAP MESSAGES ROUNDS | rss BOOTSTRAP TOPICS PER_TOPIC WINDOWS"),
+    }
+}
+
+fn serve(config: &str) -> anyhow::Result<()> {
+    let cfg = audit_service::Config::load(Some(config.as_ref()))?;
+    common::init_tracing(&cfg.log);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move { audit_service::run(cfg, common::shutdown_on_signals()).await })
+}
+
+fn create_topics(bootstrap: &str, topics: &[String], partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for chunk in topics.chunks(200) {
+        let nts: Vec<NewTopic> = chunk
+            .iter()
+            .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+            .collect();
+        let res = rt.block_on(admin.create_topics(
+            &nts,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(60))),
+        ))?;
+        for r in res {
+            if let Err((t, e)) = r {
+                bail!("create topic {t}: {e}");
+            }
+        }
+    }
+    // wait for leaders
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let md = admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(30))?;
+        let ready = md
+            .topics()
+            .iter()
+            .filter(|t| topics.iter().any(|x| x == t.name()))
+            .filter(|t| {
+                t.error().is_none()
+                    && t.partitions().len() == partitions as usize
+                    && t.partitions().iter().all(|p| p.leader() >= 0)
+            })
+            .count();
+        if ready == topics.len() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("only {ready} of {} topics ready", topics.len());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn producer(bootstrap: &str) -> anyhow::Result<BaseProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()?)
+}
+
+fn send(p: &BaseProducer, topic: &str, partition: Option<i32>, key: &str, value: &str) {
+    let mut rec = BaseRecord::to(topic).key(key).payload(value);
+    if let Some(pt) = partition {
+        rec = rec.partition(pt);
+    }
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((_, r)) => {
+                rec = r;
+                p.poll(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+fn bench_config(
+    bootstrap: &str,
+    topics: Vec<String>,
+    regex: Option<String>,
+    port: u16,
+    dir: &str,
+) -> String {
+    let topics_toml: Vec<String> = topics.iter().map(|t| format!("{t:?}")).collect();
+    let regex_toml = regex
+        .map(|r| format!("topic_regex = [{r:?}]"))
+        .unwrap_or_default();
+    format!(
+        r#"
+[kafka]
+bootstrap_servers = "{bootstrap}"
+[audit]
+instance_id = "{id}"
+group_id = "{group}"
+topics = [{topics}]
+{regex_toml}
+audit_topic = "{audit}"
+audit_topic_replication = 1
+audit_topic_partitions = 3
+report_interval = "5s"
+wal_dir = "{dir}/wal"
+[audit.event_time]
+window_size = "1m"
+[ops]
+listen = "127.0.0.1:{port}"
+[log]
+level = "warn"
+"#,
+        id = unique("bench"),
+        group = unique("bench-group"),
+        topics = topics_toml.join(","),
+        audit = unique("bench-audit"),
+    )
+}
+
+fn spawn_service(config_text: &str, dir: &str) -> anyhow::Result<Child> {
+    let path = format!("{dir}/{}.toml", unique("cfg"));
+    std::fs::write(&path, config_text)?;
+    let exe = std::env::current_exe()?;
+    Ok(Command::new(exe)
+        .args(["serve", &path])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?)
+}
+
+fn scrape(port: u16, metric: &str) -> Option<u64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find(|l| l.starts_with(metric))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+fn vm_hwm_kb(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+fn stop(mut child: Child) -> anyhow::Result<()> {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    let st = child.wait()?;
+    if !st.success() {
+        bail!("audit service exited with {st}");
+    }
+    Ok(())
+}
+
+/// Rate of the audit service child: messages between the first and last observed
+/// count ÷ time between them.
+fn measure_service(port: u16, child: &mut Child, n: u64) -> anyhow::Result<(f64, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("audit service exited early: {status}");
+        }
+        let c = scrape(port, "kafka_audit_consumed_messages_total").unwrap_or(0);
+        let now = Instant::now();
+        if c > 0 && first.is_none() {
+            first = Some((now, c));
+        }
+        if c >= n {
+            let (t0, c0) = first.unwrap();
+            let hwm = vm_hwm_kb(child.id()).unwrap_or(0);
+            return Ok(((c - c0) as f64 / (now - t0).as_secs_f64(), hwm));
+        }
+        if now > deadline {
+            bail!("service consumed only {c} of {n}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Result<f64> {
+    let consumer: BaseConsumer = audit_service::consumer_client_config(cfg).create()?;
+    consumer.subscribe(&[topic])?;
+    let mut count = 0u64;
+    let mut bytes = 0u64;
+    let mut t0: Option<(Instant, u64)> = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while count < n {
+        if let Some(r) = consumer.poll(Duration::from_millis(100)) {
+            let m = r?;
+            bytes +=
+                m.payload().map_or(0, <[u8]>::len) as u64 + m.key().map_or(0, <[u8]>::len) as u64;
+            count += 1;
+            // Same sampling as the service side: the clock starts at the first
+            // 10 ms tick with messages.
+            if t0.is_none() {
+                t0 = Some((Instant::now(), count));
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("bare consumer read only {count} of {n}");
+        }
+    }
+    let (t0, c0) = t0.unwrap();
+    std::hint::black_box(bytes);
+    Ok((count - c0) as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn throughput(bootstrap: &str, n: u64, rounds: usize) -> anyhow::Result<()> {
+    let dir = tempdir()?;
+    let topic = unique("bench-tp");
+    create_topics(bootstrap, std::slice::from_ref(&topic), 12)?;
+    let p = producer(bootstrap)?;
+    let base = now_ms() - 3_600_000;
+    let started = Instant::now();
+    for i in 0..n {
+        let v = format!(
+            "{{\"ts\":{},\"user\":\"u{}\",\"event\":\"click\",\"page\":\"/products/{}\"}}",
+            base + (i as i64 % 3_600_000),
+            i % 10_000,
+            i % 977
+        );
+        send(&p, &topic, Some((i % 12) as i32), &format!("k{i}"), &v);
+    }
+    p.flush(Duration::from_secs(120))?;
+    eprintln!(
+        "filled {topic} with {n} messages in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let mut bare = Vec::new();
+    let mut audit = Vec::new();
+    for round in 0..rounds {
+        let port = 19_500 + round as u16;
+        // Same settings, own group and instance id for each side.
+        let bare_cfg: audit_service::Config = common::config::from_toml_str(&bench_config(
+            bootstrap,
+            vec![topic.clone()],
+            None,
+            port,
+            &dir,
+        ))?;
+        let text = bench_config(bootstrap, vec![topic.clone()], None, port, &dir);
+        let b = measure_bare(&bare_cfg, &topic, n)?;
+        let mut child = spawn_service(&text, &dir)?;
+        let (a, hwm) = measure_service(port, &mut child, n)?;
+        stop(child)?;
+        eprintln!("round {round}: bare {b:.0} msg/s, audit-service {a:.0} msg/s, ratio {:.3}, service peak RSS {} MB", a / b, hwm / 1024);
+        bare.push(b);
+        audit.push(a);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!(
+        "throughput: messages={n} rounds={rounds} bare_mean={:.0} msg/s audit_mean={:.0} msg/s ratio={:.3}",
+        mean(&bare),
+        mean(&audit),
+        mean(&audit) / mean(&bare)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn rss(bootstrap: &str, topics: usize, per_topic: u64, windows: i64) -> anyhow::Result<()> {
+    let dir = tempdir()?;
+    let prefix = unique("bench-rss");
+    let names: Vec<String> = (0..topics).map(|i| format!("{prefix}.{i:05}")).collect();
+    let started = Instant::now();
+    create_topics(bootstrap, &names, 1)?;
+    eprintln!(
+        "created {topics} topics in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let p = producer(bootstrap)?;
+    let now = now_ms();
+    for (ti, t) in names.iter().enumerate() {
+        for i in 0..per_topic {
+            // late data: event times up to `windows` minutes back
+            let w = (i as i64 * 31 + ti as i64) % windows;
+            let ts = now - (w + 1) * 60_000;
+            send(
+                &p,
+                t,
+                None,
+                &format!("k{i}"),
+                &format!("{{\"ts\":{ts},\"n\":{i}}}"),
+            );
+        }
+    }
+    p.flush(Duration::from_secs(300))?;
+    let n = topics as u64 * per_topic;
+    eprintln!("wrote {n} messages");
+    let port = 19_600;
+    let text = bench_config(
+        bootstrap,
+        vec![],
+        Some(format!("^{}\\.", prefix.replace('-', "\\-"))),
+        port,
+        &dir,
+    );
+    let mut child = spawn_service(&text, &dir)?;
+    let (rate, _) = measure_service(port, &mut child, n)?;
+    // two more reports with everything drained
+    std::thread::sleep(Duration::from_secs(11));
+    let hwm = vm_hwm_kb(child.id()).context("no VmHWM")?;
+    let published = scrape(port, "kafka_audit_published_messages_total").unwrap_or(0);
+    stop(child)?;
+    println!(
+        "rss: topics={topics} messages={n} windows_per_topic={windows} open_topic_windows={} rate={rate:.0} msg/s published_audit_messages={published} peak_rss={} MB",
+        topics as i64 * windows,
+        hwm / 1024
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn tempdir() -> anyhow::Result<String> {
+    let d = std::env::temp_dir().join(unique("audit-bench"));
+    std::fs::create_dir_all(&d)?;
+    Ok(d.display().to_string())
+}
