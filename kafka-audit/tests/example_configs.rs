@@ -1980,8 +1980,8 @@ fn the_image_fits_how_compose_and_kubernetes_run_it() {
     let last = |instruction: &str| -> String {
         dockerfile
             .lines()
-            .filter_map(|l| l.strip_prefix(&format!("{instruction} ")))
-            .last()
+            .rev()
+            .find_map(|l| l.strip_prefix(&format!("{instruction} ")))
             .unwrap_or_else(|| panic!("Dockerfile has no {instruction}"))
             .to_string()
     };
