@@ -118,3 +118,51 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_mode_without_transactions_counts_exactly_when_nothing_crashes() {
+    init_tracing();
+    let bootstrap = testkit::kafka_a();
+    let topic = testkit::create_unique_topic(&bootstrap, "alo", PARTITIONS).await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "alo-audit", 3).await;
+    let group = testkit::unique("alo-group");
+    let wal = tempfile::tempdir().unwrap();
+    let mut cfg = audit_config(
+        &bootstrap,
+        std::slice::from_ref(&topic),
+        &audit_topic,
+        &group,
+        &testkit::unique("alo"),
+        wal.path(),
+    );
+    cfg.audit.mode = audit_service::Mode::AtLeastOnce;
+    let mut truth = Totals::new();
+    let base = base_time();
+    let p = producer(&bootstrap);
+    produce_known(&p, &topic, PARTITIONS, 5_000, 0, base, 3, &mut truth);
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+    produce_known(&p, &topic, PARTITIONS, 5_000, 5_000, base, 3, &mut truth);
+    assert!(tokio::task::block_in_place(|| reader.wait_for_count(
+        &topic,
+        10_000,
+        Duration::from_secs(90)
+    )));
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(60), svc)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
+    let d = diff(&truth, &reader.topic_totals(&topic));
+    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, PARTITIONS)
+            .values()
+            .sum::<i64>(),
+        10_000
+    );
+}
