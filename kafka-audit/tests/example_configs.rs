@@ -2016,3 +2016,28 @@ fn the_image_fits_how_compose_and_kubernetes_run_it() {
     }
     assert_eq!(workloads, 3);
 }
+
+#[test]
+fn grafana_panels_have_unique_ids_and_use_the_dashboard_data_sources() {
+    let d = dashboard();
+    let variables: BTreeSet<String> = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "datasource")
+        .map(|v| format!("${{{}}}", v["name"].as_str().unwrap()))
+        .collect();
+    let mut ids = BTreeSet::new();
+    for p in d["panels"].as_array().unwrap() {
+        let id = p["id"].as_u64().unwrap();
+        assert!(ids.insert(id), "panel id {id} twice");
+        if p["type"] == "row" {
+            continue;
+        }
+        let uid = p["datasource"]["uid"].as_str().unwrap();
+        assert!(variables.contains(uid), "panel {id}: data source {uid}");
+        for t in p["targets"].as_array().unwrap() {
+            assert_eq!(t["datasource"], p["datasource"], "panel {id}");
+        }
+    }
+}
