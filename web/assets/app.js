@@ -251,6 +251,8 @@
 
   function showAuth(message) {
     $('auth-message').textContent = message;
+    // Already open: do not steal the focus again at every refresh.
+    if (!$('auth').hidden) return;
     $('auth').hidden = false;
     $('auth-token').value = store.get(TOKEN_KEY) || '';
     $('auth-token').focus();
@@ -296,6 +298,7 @@
     clearTimeout(timer);
     const r = route();
     document.body.setAttribute('data-view', r.view);
+    document.title = (r.view === 'topic' ? `${r.topic} · ` : r.view === 'anomalies' ? 'Anomalies · ' : 'Topics · ') + 'kafka-audit';
     updateChrome(r);
     if (!refresh) {
       setStatus('Loading…');
@@ -312,6 +315,7 @@
       $('view').setAttribute('data-for', location.hash);
       if (refresh) window.scrollTo(0, scroll);
       restoreFocus(focus);
+      reopenOffsets();
       showError(null);
       setStatus(`Updated ${fmtClockSec(Date.now())} UTC`);
       document.body.setAttribute('data-state', 'ready');
@@ -704,7 +708,8 @@
         const xb = X(w + windowMs).toFixed(1);
         d += prev === null ? `M${xa},${y}H${xb}` : `V${y}H${xb}`;
         prev = c;
-        points.append(s('circle', {
+        // Beyond ~2000 windows the points are sub-pixel noise and cost more than they show.
+        if (wins.length <= 2000) points.append(s('circle', {
           class: 'point', cx: (X(w) + wpx / 2).toFixed(1), cy: y, r: Math.max(1.2, Math.min(3, wpx / 5)), fill: color,
           stroke: '#fff', 'stroke-width': wpx > 8 ? 1 : 0,
           'data-point': '', 'data-tier': tier, 'data-window': w, 'data-count': c,
@@ -855,7 +860,7 @@
       h('td', { class: 'reason' }, e.reason),
     ];
     if (!withTopic) {
-      const btn = h('button', { type: 'button', class: 'linkish', title: 'Partition offsets behind this window, per tier' }, 'show');
+      const btn = h('button', { type: 'button', class: 'linkish', 'data-offsets': `${e.window_start}|${topic}`, title: 'Partition offsets behind this window, per tier' }, 'show');
       btn.addEventListener('click', (ev) => { ev.stopPropagation(); toggleOffsets(btn, topic, e.window_start); });
       cells.push(h('td', {}, btn));
     }
@@ -865,12 +870,27 @@
     }, cells);
   }
 
-  async function toggleOffsets(btn, topic, w) {
+  // Offset rows the reader opened stay open across refreshes.
+  const openOffsets = new Set();
+  function reopenOffsets() {
+    document.querySelectorAll('#verdicts-table button[data-offsets]').forEach((b) => {
+      const key = b.getAttribute('data-offsets');
+      // One detail row per window, under its first edge row.
+      if (openOffsets.has(key) && !document.querySelector(`tr.detail[data-offsets="${CSS.escape(key)}"]`)) {
+        toggleOffsets(b, key.slice(key.indexOf('|') + 1), Number(key.slice(0, key.indexOf('|'))), true);
+      }
+    });
+  }
+
+  async function toggleOffsets(btn, topic, w, reopen) {
+    const key = `${w}|${topic}`;
     const tr = btn.closest('tr');
-    const next = tr.nextElementSibling;
-    if (next && next.classList.contains('detail')) { next.remove(); return; }
+    // Every edge row of a window toggles the same detail row.
+    const open = document.querySelector(`tr.detail[data-offsets="${CSS.escape(key)}"]`);
+    if (open) { open.remove(); openOffsets.delete(key); return; }
+    if (!reopen) openOffsets.add(key);
     const cell = h('td', { colspan: tr.children.length }, 'Loading offsets…');
-    tr.after(h('tr', { class: 'detail' }, cell));
+    tr.after(h('tr', { class: 'detail', 'data-offsets': key }, cell));
     try {
       const res = await api(`/topics/${encodeURIComponent(topic)}/windows/${w}/offsets`);
       cell.replaceChildren(...res.offsets.map((o) => h('div', { class: 'mono' },

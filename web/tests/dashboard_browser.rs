@@ -170,9 +170,12 @@ fn require_chromium() {
 }
 
 fn artifacts_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // A relative CARGO_TARGET_DIR is relative to the workspace, not to this test's
+    // working directory (the crate's).
     let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        .map(|d| workspace.join(d))
+        .unwrap_or_else(|| workspace.join("target"));
     let dir = target.join("test-artifacts").join("dashboard");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
     dir.canonicalize().unwrap_or(dir)
