@@ -807,6 +807,49 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
         }
     }
 
+    // The dashboard's edge arithmetic is the engine's: web's detection engine, given
+    // what the store gives the evaluator and the example topology (thresholds at zero,
+    // as the SQL has none), finds the same completeness for every settled window of
+    // every edge and the same anomalies.
+    let mut serve = web::Config::load(Some(&config_dir().join("serve.toml"))).unwrap();
+    serve.topology.thresholds = Default::default();
+    let topology = web::engine::Topology::new(serve.topology).unwrap();
+    let (rows, progress) = {
+        use store::AuditStore;
+        let range = store::TimeRange::new(first, first + 6 * WINDOW_MS);
+        let rows = store.topic_windows(TOPIC, range).await.unwrap();
+        (rows, store.progress(Some(TOPIC)).await.unwrap())
+    };
+    let rows: Vec<_> = rows.iter().map(web::eval::engine_row).collect();
+    let progress: Vec<_> = progress.iter().map(web::eval::engine_progress).collect();
+    let windows: Vec<i64> = (0..6).map(|k| first + k * WINDOW_MS).collect();
+    let mut judged = 0;
+    let mut engine_anomalies = BTreeSet::new();
+    for ew in topology.evaluate_topic(TOPIC, &windows, &rows, &progress, now) {
+        assert_eq!(ew.lifecycle, web::engine::Lifecycle::Final, "{ew:?}");
+        let key = (
+            format!("{} -> {} ({})", ew.upstream, ew.downstream, ew.datacenter),
+            (ew.window_start - first) / WINDOW_MS,
+        );
+        assert_eq!(Some(completeness[&key]), ew.completeness, "{key:?}");
+        judged += 1;
+        if ew.verdict.is_anomaly() {
+            engine_anomalies.insert((
+                format!("{} -> {}", ew.upstream, ew.downstream),
+                ew.datacenter.clone(),
+                ew.expected as i64,
+                ew.observed as i64,
+                ew.verdict.as_str().to_string(),
+            ));
+        }
+    }
+    assert_eq!(
+        judged,
+        completeness.len(),
+        "every window of every edge is final"
+    );
+    assert_eq!(engine_anomalies, expected, "the engine's anomalies");
+
     let rows = sqlx::query(&by_title["Emitters"])
         .fetch_all(pool)
         .await
