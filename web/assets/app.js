@@ -928,11 +928,28 @@
 
   // ---------------------------------------------------------------- anomalies view
 
+  /// Page `page` of the anomalies, newest window first. The API lists them oldest
+  /// first, so our page p is the slice [total − p·size, total − (p−1)·size) of its
+  /// order, which lies on at most two of its pages (at its default page size: its
+  /// maximum is configuration the page cannot see).
+  async function newestFirst(q, page) {
+    const first = await api('/anomalies', { ...q, page: 1 });
+    const size = first.page_size;
+    const hi = first.total - (page - 1) * size;
+    const lo = Math.max(0, hi - size);
+    if (hi <= 0) return { ...first, items: [] };
+    const p0 = Math.floor(lo / size) + 1;
+    const p1 = Math.floor((hi - 1) / size) + 1;
+    const got = [];
+    for (let p = p0; p <= p1; p++) got.push(...(p === 1 ? first : await api('/anomalies', { ...q, page: p })).anomalies);
+    const offset = (p0 - 1) * size;
+    return { ...first, items: got.slice(lo - offset, hi - offset).reverse() };
+  }
+
   async function anomaliesView(r, range) {
     const kind = r.params.get('kind') || '';
     const page = Math.max(1, parseInt(r.params.get('page'), 10) || 1);
-    // The server's default page size: its maximum is configuration the page cannot see.
-    const res = await api('/anomalies', { from: range.from, to: range.to, kind, page });
+    const res = await newestFirst({ from: range.from, to: range.to, kind }, page);
     const pageCount = Math.max(1, Math.ceil(res.total / res.page_size));
     const select = h('select', { id: 'filter-kind', 'aria-label': 'Anomaly kind' });
     fillSelect(select, [['', 'All kinds'], ...ANOMALIES.map((a) => [a, a])], kind);
@@ -943,13 +960,13 @@
     }, label);
     const pager = h('div', { class: 'pager', id: 'pager', 'data-page': page, 'data-pages': pageCount },
       pageLink(page - 1, '‹ Previous', 'page-prev'), h('span', { class: 'sub' }, `page ${page} of ${pageCount}`), pageLink(page + 1, 'Next ›', 'page-next'));
-    const rows = res.anomalies.map((e) => verdictRow(e, e.topic, true));
+    const rows = res.items.map((e) => verdictRow(e, e.topic, true));
     return h('div', { 'data-page': 'anomalies' },
       h('div', { class: 'page-head' },
         h('h1', {}, 'Anomalies'),
         h('span', { class: 'sub' }, `${int(res.total)} window × edge comparisons · windows starting ${fmtFull(res.from)} – ${fmtFull(res.to)} UTC · evaluated ${fmtClockSec(res.evaluated_at)} UTC`)),
       h('section', { class: 'panel' },
-        h('div', { class: 'panel-head' }, h('h2', {}, 'Anomalous windows'), h('span', { class: 'sub' }, 'oldest first'), h('span', { class: 'spacer' }), h('div', { class: 'filters' }, select), pager),
+        h('div', { class: 'panel-head' }, h('h2', {}, 'Anomalous windows'), h('span', { class: 'sub' }, 'newest first'), h('span', { class: 'spacer' }), h('div', { class: 'filters' }, select), pager),
         h('div', { class: 'panel-body flush' }, h('table', { class: 'grid', id: 'anomalies-table' },
           h('thead', {}, h('tr', {}, h('th', {}, 'Window (UTC)'), h('th', {}, 'Topic'), h('th', {}, 'Edge (datacenters)'),
             h('th', { class: 'num' }, 'Expected'), h('th', { class: 'num' }, 'Observed'), h('th', { class: 'num' }, 'Difference'),
