@@ -623,9 +623,9 @@
     });
     const defs = s('defs', {},
       s('pattern', { id: 'hatch-pending', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
-        s('rect', { width: 6, height: 6, fill: '#ffffff' }), s('line', { x1: 0, y1: 0, x2: 0, y2: 6, stroke: '#dde1e6', 'stroke-width': 3 })),
+        s('rect', { class: 'hatch-bg', width: 6, height: 6, fill: '#ffffff' }), s('line', { class: 'hatch-line', x1: 0, y1: 0, x2: 0, y2: 6, stroke: '#dde1e6', 'stroke-width': 3 })),
       s('pattern', { id: 'hatch-nodata', width: 5, height: 5, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(-45)' },
-        s('rect', { width: 5, height: 5, fill: '#f4f5f7' }), s('line', { x1: 0, y1: 0, x2: 0, y2: 5, stroke: '#c3c9d1', 'stroke-width': 1 })));
+        s('rect', { class: 'nodata-bg', width: 5, height: 5, fill: '#f4f5f7' }), s('line', { class: 'nodata-line', x1: 0, y1: 0, x2: 0, y2: 5, stroke: '#c3c9d1', 'stroke-width': 1 })));
     svg.append(defs);
 
     // Bands behind everything: anomalies, then windows still waiting, then windows nobody reported.
@@ -645,7 +645,7 @@
         }));
         bands.append(s('rect', { x: bx, y: M.t - 4, width: bw, height: 4, fill, 'data-band-marker': st.worst }));
         if (bw >= 26) {
-          labels.append(s('text', { x: bx + bw / 2, y: M.t - 8, class: 'band-label', fill: BAND_TEXT[st.worst] },
+          labels.append(s('text', { x: bx + bw / 2, y: M.t - 8, class: `band-label l-${st.worst}`, fill: BAND_TEXT[st.worst] },
             st.worst === 'loss' || st.worst === 'duplication' ? compact(diff).replace('-', '−').replace(/^(\d)/, '+$1') : st.worst.slice(0, 5)));
         }
       } else if (st.pending) {
