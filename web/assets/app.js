@@ -4,7 +4,9 @@
 // view to whoever opens it. All times are shown in UTC, like the API's windows.
 'use strict';
 (function () {
-  const API = '/api/v1';
+  // Relative, like the asset links: behind a reverse proxy that serves us under a
+  // path prefix (say /kafka-audit/), every request stays under it.
+  const API = 'api/v1';
   const TOKEN_KEY = 'kafka-audit.token';
   const REFRESH_KEY = 'kafka-audit.refresh';
   const MIN = 60000;
@@ -261,7 +263,7 @@
   function showError(e) {
     const el = $('error');
     if (!e) { el.hidden = true; el.textContent = ''; return; }
-    const where = e.url ? ` (GET ${e.url.split('?')[0]})` : '';
+    const where = e.url ? ` (GET ${new URL(e.url, document.baseURI).pathname})` : '';
     el.textContent = (e.status ? `${e.status}: ` : '') + e.message + where;
     el.hidden = false;
   }

@@ -171,7 +171,7 @@ mod tests {
         }
         for a in ASSETS {
             assert!(
-                INDEX.body.contains(&format!("/assets/{}", a.name)),
+                INDEX.body.contains(&format!("\"assets/{}\"", a.name)),
                 "{}",
                 a.name
             );
