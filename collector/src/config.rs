@@ -121,6 +121,9 @@ pub struct BatchConfig {
     /// How long to wait for more records once a batch has one.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// Most stored increments added to their windows per roll-up transaction
+    /// (PostgreSQL stages increments on the hot path and rolls them up behind it).
+    pub rollup_max: u32,
 }
 
 impl Default for BatchConfig {
@@ -128,6 +131,7 @@ impl Default for BatchConfig {
         BatchConfig {
             max_messages: 5_000,
             max_wait: Duration::from_millis(200),
+            rollup_max: 50_000,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod http;
 pub mod kafka_source;
 pub mod metrics;
 pub mod retention;
+pub mod rollup;
 pub mod sink;
 
 use std::net::SocketAddr;
@@ -70,11 +71,13 @@ pub async fn start(
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let health = Health::new();
+    let staged = Arc::new(tokio::sync::Notify::new());
     let sink = Sink {
         store: store.clone(),
         metrics: metrics.clone(),
         health: health.clone(),
         retry: config.retry.clone(),
+        staged: Arc::clone(&staged),
     };
     let mut tasks = JoinSet::new();
 
@@ -113,6 +116,15 @@ pub async fn start(
             kafka_source::KafkaSource::new(source.clone(), config.batch.clone(), sink.clone());
         let token = shutdown.child_token();
         tasks.spawn(async move { source.run(token).await });
+    }
+    {
+        let token = shutdown.child_token();
+        let (store, metrics, retry) = (store.clone(), metrics.clone(), config.retry.clone());
+        let limit = config.batch.rollup_max;
+        tasks.spawn(async move {
+            rollup::run(store, limit, staged, metrics, retry, token).await;
+            Ok(())
+        });
     }
     if config.retention.enabled {
         let token = shutdown.child_token();

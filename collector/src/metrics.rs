@@ -42,6 +42,8 @@ pub struct Metrics {
     pub store_up: Gauge,
     pub retention_deleted: Family<RetentionLabels, Counter>,
     pub retention_errors: Counter,
+    pub rolled_up: Counter,
+    pub rollup_errors: Counter,
 }
 
 impl Metrics {
@@ -56,6 +58,8 @@ impl Metrics {
             store_up: Gauge::default(),
             retention_deleted: Family::default(),
             retention_errors: Counter::default(),
+            rolled_up: Counter::default(),
+            rollup_errors: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit_collector");
         r.register(

@@ -1,7 +1,10 @@
 //! Writing batches to the store: retried with backoff while the database is down, so
 //! a Kafka source stops consuming (its offsets stay uncommitted) and resumes.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use common::Health;
 use store::{AuditStore, Batch, BatchOutcome, Store, StoreError};
@@ -16,17 +19,19 @@ pub struct Sink {
     pub metrics: Metrics,
     pub health: Health,
     pub retry: RetryConfig,
+    /// Wakes the roll-up task when new increments were staged.
+    pub staged: Arc<Notify>,
 }
 
 impl Sink {
-    /// One attempt.
+    /// One attempt (staged: the roll-up task adds increments to their windows).
     pub async fn write_once(
         &self,
         source: &str,
         batch: &Batch,
     ) -> Result<BatchOutcome, StoreError> {
         let started = Instant::now();
-        match self.store.write_batch(batch).await {
+        match self.store.stage_batch(batch).await {
             Ok(outcome) => {
                 self.metrics
                     .write_seconds

@@ -63,7 +63,8 @@ async fn a_message_delivered_twice_over_kafka_and_once_over_http_is_stored_once(
     );
     let store = Store::connect(db.url()).await.unwrap();
     let topics = vec!["orders".to_string(), "payments".to_string()];
-    assert_eq!(stored(&store, &topics).await, truth([&twice, &sentinel]));
+    let expected = truth([&twice, &sentinel]);
+    assert_eq!(wait_stored(&store, &topics, &expected).await, expected);
     let rows = store
         .topic_windows("orders", store::TimeRange::new(T0, T0 + W))
         .await
@@ -133,9 +134,10 @@ async fn advances_offset_past_poison_records_and_keeps_their_reason() {
         "poison must not block the topic: offsets not committed past it"
     );
     let store = Store::connect(db.url()).await.unwrap();
+    let expected = truth([&good]);
     assert_eq!(
-        stored(&store, &["orders".to_string()]).await,
-        truth([&good])
+        wait_stored(&store, &["orders".to_string()], &expected).await,
+        expected
     );
     let rejects = store.rejects(10).await.unwrap();
     assert_eq!(rejects.len(), 4);

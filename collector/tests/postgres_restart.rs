@@ -114,7 +114,7 @@ async fn a_postgres_restart_during_ingestion_loses_nothing_and_counts_nothing_tw
         messages.len() as u64
     );
     assert_eq!(
-        stored(&store, &topics).await,
+        wait_stored(&store, &topics, &expected).await,
         expected,
         "stored counts differ from the distinct increments"
     );

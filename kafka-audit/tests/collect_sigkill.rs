@@ -181,7 +181,7 @@ async fn sigkill_mid_ingestion_then_restart_counts_every_increment_exactly_once(
         messages.len() as u64
     );
     assert_eq!(
-        stored(&store, &topics).await,
+        wait_stored(&store, &topics, &expected).await,
         expected,
         "stored counts differ from the distinct increments"
     );

@@ -11,6 +11,7 @@
 mod aggregate;
 mod model;
 mod pg;
+pub mod pgcopy;
 mod rows;
 mod sqlite;
 
@@ -50,6 +51,14 @@ impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
     }
 }
 
+/// Milliseconds since the epoch, the store's clock for roll-up times.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 /// Upper bound on rows a read returns, so no query can load an unbounded range.
 pub const MAX_READ_ROWS: usize = 100_000;
 
@@ -69,6 +78,18 @@ pub trait AuditStore: Send + Sync {
     /// passed [`validate_message`]; an invalid one fails the batch with
     /// [`StoreError::Invalid`].
     fn write_batch(&self, batch: &Batch) -> impl Future<Output = Result<BatchOutcome>> + Send;
+
+    /// The collector's hot path: like [`AuditStore::write_batch`] (same outcomes, same
+    /// exactly-once guarantee, one transaction), except that increments may reach
+    /// their window rows only at a later [`AuditStore::rollup`]. PostgreSQL stores
+    /// each message whole with one binary COPY and defers the roll-up; SQLite rolls up
+    /// at once.
+    fn stage_batch(&self, batch: &Batch) -> impl Future<Output = Result<BatchOutcome>> + Send;
+
+    /// Adds up to `limit` staged increments to their windows, in one transaction;
+    /// returns how many. Call until it returns 0 to catch up. Safe to run
+    /// concurrently (each staged increment is taken by exactly one caller).
+    fn rollup(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
 
     /// All topics that have at least one window, sorted.
     fn list_topics(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
@@ -202,6 +223,12 @@ impl AuditStore for Store {
     }
     async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
         dispatch!(self, s => s.write_batch(batch).await)
+    }
+    async fn stage_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
+        dispatch!(self, s => s.stage_batch(batch).await)
+    }
+    async fn rollup(&self, limit: u32) -> Result<u64> {
+        dispatch!(self, s => s.rollup(limit).await)
     }
     async fn list_topics(&self) -> Result<Vec<String>> {
         dispatch!(self, s => s.list_topics().await)

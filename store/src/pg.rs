@@ -446,6 +446,181 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    async fn stage_in(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<BatchOutcome> {
+        let firsts = first_in_batch(batch)?;
+        let received = batch.received_at_ms;
+        let uuids: Vec<Uuid> = firsts.iter().map(|f| f.0).collect();
+        // Which are known already: index probes, far cheaper than ON CONFLICT per row.
+        let known: HashSet<Uuid> = if uuids.is_empty() {
+            HashSet::new()
+        } else {
+            sqlx::query_scalar::<_, Uuid>("SELECT uuid FROM audit_message WHERE uuid = ANY($1)")
+                .bind(&uuids)
+                .fetch_all(&mut **tx)
+                .await
+                .context("probing message UUIDs")?
+                .into_iter()
+                .collect()
+        };
+        let mut outcomes = vec![WriteOutcome::Duplicate; batch.messages.len()];
+        let mut accepted = Vec::with_capacity(firsts.len());
+        let mut pending = Vec::with_capacity(firsts.len());
+        // `firsts` is sorted by UUID: concurrent writers insert in one order and wait
+        // for each other instead of deadlocking.
+        for &(uuid, index) in &firsts {
+            if !known.contains(&uuid) {
+                outcomes[index] = WriteOutcome::Accepted;
+                let message = &batch.messages[index];
+                accepted.push(message);
+                if matches!(message, Message::Increment(_)) {
+                    pending.push(uuid);
+                }
+            }
+        }
+        if !accepted.is_empty() {
+            // A concurrent writer that stored one of these UUIDs after the probe makes
+            // the COPY fail with a unique violation; the caller retries the batch.
+            let data = crate::pgcopy::encode_messages(&accepted, received);
+            let mut copy = tx
+                .copy_in_raw(crate::pgcopy::COPY_MESSAGES)
+                .await
+                .context("starting COPY of messages")?;
+            copy.send(data).await.context("sending COPY data")?;
+            copy.finish().await.context("storing messages (COPY)")?;
+        }
+        if !pending.is_empty() {
+            sqlx::query("INSERT INTO audit_pending (uuid) SELECT * FROM UNNEST($1::uuid[])")
+                .bind(&pending)
+                .execute(&mut **tx)
+                .await
+                .context("queueing increments for roll-up")?;
+        }
+        let rollup = Rollup::of(
+            accepted
+                .iter()
+                .copied()
+                .filter(|m| matches!(m, Message::Progress(_))),
+        );
+        Self::keep_progress(tx, &rollup, received).await?;
+        let everyone = Rollup::of(accepted);
+        Self::touch_emitters(tx, &everyone, received).await?;
+        Self::store_rejects(tx, &batch.rejects, received).await?;
+        Ok(BatchOutcome { outcomes })
+    }
+
+    async fn rollup_in(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
+        let taken: Vec<Uuid> = sqlx::query_scalar(
+            "DELETE FROM audit_pending WHERE ctid = ANY(ARRAY(
+                 SELECT ctid FROM audit_pending LIMIT $1 FOR UPDATE SKIP LOCKED))
+             RETURNING uuid",
+        )
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&mut **tx)
+        .await
+        .context("taking staged increments")?;
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        let rows: Vec<StagedDb> = sqlx::query_as(
+            "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
+                    count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+                    latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
+                    bucket_count, offset_partition, offset_min, offset_max
+             FROM audit_message WHERE uuid = ANY($1) AND kind = 0",
+        )
+        .bind(&taken)
+        .fetch_all(&mut **tx)
+        .await
+        .context("reading staged increments")?;
+        // A staged UUID whose message retention already deleted has nothing to add.
+        let increments: Vec<Message> = rows
+            .into_iter()
+            .filter_map(StagedDb::into_increment)
+            .map(Message::Increment)
+            .collect();
+        let rollup = Rollup::of(&increments);
+        Self::add_windows(tx, &rollup, crate::now_ms()).await?;
+        Ok(taken.len() as u64)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct StagedDb {
+    uuid: Uuid,
+    topic: String,
+    tier: String,
+    datacenter: String,
+    host: String,
+    window_start_ms: Option<i64>,
+    window_end_ms: Option<i64>,
+    emitted_at_ms: i64,
+    count: Option<i64>,
+    bytes: Option<i64>,
+    no_time_count: Option<i64>,
+    malformed_count: Option<i64>,
+    out_of_bounds_count: Option<i64>,
+    checksum: Option<i64>,
+    latency_zero_count: Option<i64>,
+    latency_negative_count: Option<i64>,
+    latency_max_ms: Option<i64>,
+    bucket_index: Option<Vec<i32>>,
+    bucket_count: Option<Vec<i64>>,
+    offset_partition: Option<Vec<i32>>,
+    offset_min: Option<Vec<i64>>,
+    offset_max: Option<Vec<i64>>,
+}
+
+impl StagedDb {
+    fn into_increment(self) -> Option<Increment> {
+        let u = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
+        let (buckets, offsets) = (
+            self.bucket_index?
+                .into_iter()
+                .zip(self.bucket_count?)
+                .map(|(b, c)| (b, c.max(0) as u64))
+                .collect(),
+            self.offset_partition?
+                .into_iter()
+                .zip(self.offset_min?)
+                .zip(self.offset_max?)
+                .map(|((partition, min), max)| OffsetRange {
+                    partition,
+                    min,
+                    max,
+                })
+                .collect(),
+        );
+        Some(Increment {
+            uuid: self.uuid,
+            topic: self.topic,
+            tier: self.tier,
+            datacenter: self.datacenter,
+            host: self.host,
+            window_start_ms: self.window_start_ms?,
+            window_end_ms: self.window_end_ms?,
+            emitted_at_ms: self.emitted_at_ms,
+            count: u(self.count)?,
+            bytes: u(self.bytes)?,
+            no_time_count: u(self.no_time_count)?,
+            malformed_count: u(self.malformed_count)?,
+            out_of_bounds_count: u(self.out_of_bounds_count)?,
+            checksum: self.checksum? as u64,
+            latency: Latency {
+                zero_count: u(self.latency_zero_count)?,
+                negative_count: u(self.latency_negative_count)?,
+                max_ms: u(self.latency_max_ms)?,
+                buckets,
+            },
+            offsets,
+        })
+    }
+}
+
+fn is_unique_violation(e: &StoreError) -> bool {
+    matches!(e, StoreError::Database { source: sqlx::Error::Database(db), .. } if db.code().as_deref() == Some("23505"))
+}
+
 enum BucketBinds<'a> {
     Topic(&'a str, TimeRange),
     Ids(Vec<i64>),
@@ -479,6 +654,44 @@ impl AuditStore for PgStore {
         let outcome = Self::write_in(&mut tx, batch).await?;
         tx.commit().await.context("committing a batch")?;
         Ok(outcome)
+    }
+
+    async fn stage_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
+        let mut attempt = 0;
+        loop {
+            let mut tx = self
+                .pool
+                .begin()
+                .await
+                .context("beginning a batch transaction")?;
+            match Self::stage_in(&mut tx, batch).await {
+                Ok(outcome) => {
+                    tx.commit().await.context("committing a batch")?;
+                    return Ok(outcome);
+                }
+                // Another writer stored one of these messages since the probe: the
+                // next attempt sees it as a duplicate.
+                Err(e) if is_unique_violation(&e) && attempt < 5 => {
+                    attempt += 1;
+                    tracing::debug!(
+                        attempt,
+                        "concurrent writer stored a message of this batch; retrying"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn rollup(&self, limit: u32) -> Result<u64> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning a roll-up transaction")?;
+        let n = Self::rollup_in(&mut tx, limit).await?;
+        tx.commit().await.context("committing a roll-up")?;
+        Ok(n)
     }
 
     async fn list_topics(&self) -> Result<Vec<String>> {

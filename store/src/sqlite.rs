@@ -290,6 +290,15 @@ impl AuditStore for SqliteStore {
         Ok(outcome)
     }
 
+    /// SQLite has one writer and no bulk path worth deferring for: rolls up at once.
+    async fn stage_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
+        self.write_batch(batch).await
+    }
+
+    async fn rollup(&self, _limit: u32) -> Result<u64> {
+        Ok(0)
+    }
+
     async fn list_topics(&self) -> Result<Vec<String>> {
         sqlx::query_scalar("SELECT DISTINCT topic FROM audit_window ORDER BY topic")
             .fetch_all(&self.pool)

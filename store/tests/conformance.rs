@@ -71,7 +71,178 @@ conformance!(
     an_invalid_message_fails_the_batch_and_writes_nothing,
     concurrent_writers_of_the_same_messages_count_them_once,
     migrating_twice_is_harmless,
+    staged_increments_add_up_exactly_after_rollup,
+    staged_and_direct_writes_deduplicate_each_other,
+    concurrent_staging_and_rollups_count_each_increment_once,
 );
+
+/// Rolls up everything staged.
+async fn rollup_all(store: &Store) -> u64 {
+    let mut total = 0;
+    loop {
+        let n = store.rollup(1000).await.unwrap();
+        if n == 0 {
+            return total;
+        }
+        total += n;
+    }
+}
+
+async fn all_rows(store: &Store) -> Vec<WindowRow> {
+    let mut stored = vec![];
+    for topic in store.list_topics().await.unwrap() {
+        stored.extend(store.topic_windows(&topic, all()).await.unwrap());
+    }
+    stored.sort_by_key(|r| r.key());
+    stored
+}
+
+async fn staged_increments_add_up_exactly_after_rollup(store: &Store) {
+    let mut rng = Rng(99);
+    let increments: Vec<Increment> = (0..500).map(|_| random_increment(&mut rng)).collect();
+    let mut progress_msg = progress("topic-0", "auditor-9", T0 + 5, &[(3, 77)]);
+    progress_msg.tier = "regional".into();
+    let mut first = batch(vec![Message::Progress(progress_msg.clone())]);
+    first.rejects = vec![Reject {
+        source: "s".into(),
+        reason: "r".into(),
+        payload: "p".into(),
+    }];
+    assert_eq!(
+        store.stage_batch(&first).await.unwrap().outcomes,
+        vec![WriteOutcome::Accepted]
+    );
+    for chunk in increments.chunks(64) {
+        let out = store
+            .stage_batch(&batch(
+                chunk.iter().cloned().map(Message::Increment).collect(),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(out.accepted(), chunk.len());
+    }
+    for chunk in increments.chunks(100) {
+        let out = store
+            .stage_batch(&batch(
+                chunk.iter().cloned().map(Message::Increment).collect(),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            out.duplicates(),
+            chunk.len(),
+            "a replay is all duplicates, staged or not"
+        );
+    }
+    let rolled = rollup_all(store).await;
+    assert!(
+        rolled == 0 || rolled == increments.len() as u64,
+        "rolled up {rolled}"
+    );
+    assert_eq!(rollup_all(store).await, 0, "nothing is rolled up twice");
+    let truth = ground_truth(&increments);
+    let expected: Vec<&WindowRow> = truth.values().map(|(r, _)| r).collect();
+    assert_rows_match(&all_rows(store).await, &expected);
+    for (key, (_, offsets)) in &truth {
+        let expected: Vec<OffsetRange> = offsets
+            .iter()
+            .map(|(&partition, &(min, max))| OffsetRange {
+                partition,
+                min,
+                max,
+            })
+            .collect();
+        assert_eq!(store.window_offsets(key).await.unwrap(), expected);
+    }
+    // Progress, emitters and rejects are written at staging time.
+    let p = store.progress(Some("topic-0")).await.unwrap();
+    assert_eq!((p.len(), p[0].next_offset), (1, 77));
+    assert!(store
+        .emitters()
+        .await
+        .unwrap()
+        .iter()
+        .any(|e| e.host == "auditor-9"));
+    assert_eq!(store.rejects(10).await.unwrap().len(), 1);
+}
+
+async fn staged_and_direct_writes_deduplicate_each_other(store: &Store) {
+    let a = increment("orders", "regional", "dc1", 0, 10);
+    let b = increment("orders", "regional", "dc1", 0, 20);
+    assert_eq!(
+        store
+            .write_batch(&batch(vec![Message::Increment(a.clone())]))
+            .await
+            .unwrap()
+            .accepted(),
+        1
+    );
+    assert_eq!(
+        store
+            .stage_batch(&batch(vec![Message::Increment(b.clone())]))
+            .await
+            .unwrap()
+            .accepted(),
+        1
+    );
+    let out = store
+        .stage_batch(&batch(vec![
+            Message::Increment(a.clone()),
+            Message::Increment(b.clone()),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.outcomes,
+        vec![WriteOutcome::Duplicate, WriteOutcome::Duplicate]
+    );
+    let out = store
+        .write_batch(&batch(vec![Message::Increment(b), Message::Increment(a)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.outcomes,
+        vec![WriteOutcome::Duplicate, WriteOutcome::Duplicate]
+    );
+    rollup_all(store).await;
+    let rows = all_rows(store).await;
+    assert_eq!((rows.len(), rows[0].count, rows[0].increments), (1, 30, 2));
+}
+
+async fn concurrent_staging_and_rollups_count_each_increment_once(store: &Store) {
+    let mut rng = Rng(5);
+    let increments: Vec<Increment> = (0..600).map(|_| random_increment(&mut rng)).collect();
+    let mut tasks = vec![];
+    for writer in 0..4usize {
+        let store = store.clone();
+        let mut mine = increments.clone();
+        mine.rotate_left(writer * 131);
+        let size = 40 + writer * 17;
+        tasks.push(tokio::spawn(async move {
+            let mut accepted = 0;
+            for chunk in mine.chunks(size) {
+                let b = batch(chunk.iter().cloned().map(Message::Increment).collect());
+                accepted += store.stage_batch(&b).await.unwrap().accepted();
+                // Roll up concurrently with the other writers' staging.
+                store.rollup(50).await.unwrap();
+            }
+            accepted
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        accepted += t.await.unwrap();
+    }
+    assert_eq!(
+        accepted,
+        increments.len(),
+        "each UUID accepted by exactly one writer"
+    );
+    rollup_all(store).await;
+    let truth = ground_truth(&increments);
+    let expected: Vec<&WindowRow> = truth.values().map(|(r, _)| r).collect();
+    assert_rows_match(&all_rows(store).await, &expected);
+}
 
 /// Small deterministic generator (no dependency needed for a test's random numbers).
 struct Rng(u64);

@@ -87,6 +87,23 @@ pub async fn stored(store: &Store, topics: &[String]) -> BTreeMap<(String, i64),
     t
 }
 
+/// Polls the store until it holds `expected` (the roll-up runs behind ingestion) or
+/// 60 s pass; returns what it holds last, for the caller's assertion.
+pub async fn wait_stored(
+    store: &Store,
+    topics: &[String],
+    expected: &BTreeMap<(String, i64), (u64, u64, u64)>,
+) -> BTreeMap<(String, i64), (u64, u64, u64)> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = stored(store, topics).await;
+        if &now == expected || std::time::Instant::now() >= deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub fn producer(bootstrap: &str) -> FutureProducer {
     testkit::client_config(bootstrap)
         .set("linger.ms", "5")
@@ -149,6 +166,7 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
         batch: collector::config::BatchConfig {
             max_messages: 500,
             max_wait: Duration::from_millis(50),
+            ..Default::default()
         },
         retry: collector::config::RetryConfig {
             initial_backoff: Duration::from_millis(50),
