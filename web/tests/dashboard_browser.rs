@@ -483,6 +483,73 @@ async fn dashboard_renders_topics_chart_and_highlighted_loss() {
     server.stop().await;
 }
 
+/// The value of `attr` in each opening tag.
+fn attr<'a>(tags: &[&'a str], attr: &str) -> Vec<&'a str> {
+    let key = format!("{attr}=\"");
+    tags.iter()
+        .filter_map(|t| t.split(key.as_str()).nth(1)?.split('"').next())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_links_restore_the_view_and_its_filters() {
+    require_chromium();
+    let (server, state) = Server::start("").await;
+    let seeded = seed(&state).await;
+    let base = &server.base;
+
+    // Text and verdict filters of the topic list.
+    let (dom, run) = rendered(&format!("{base}/#/?q=pay")).await;
+    assert_ready(&dom, &run, "filtered topic list");
+    assert_eq!(
+        attr(&tags(&dom, "tr", &["data-topic="]), "data-topic"),
+        vec!["payments"]
+    );
+    let (dom, run) = rendered(&format!("{base}/#/?verdict=loss")).await;
+    assert_ready(&dom, &run, "topic list by verdict");
+    assert_eq!(
+        attr(&tags(&dom, "tr", &["data-topic="]), "data-topic"),
+        vec![LOSSY]
+    );
+
+    // The anomaly kind of the anomalies page.
+    let (dom, run) = rendered(&format!("{base}/#/anomalies?kind=duplication")).await;
+    assert_ready(&dom, &run, "anomalies by kind");
+    let rows = tags(&dom, "tr", &["data-verdict="]);
+    assert_eq!(attr(&rows, "data-verdict"), vec!["duplication"]);
+    assert_eq!(
+        attr(&rows, "data-window"),
+        vec![seeded.duplication_window.to_string()]
+    );
+
+    // An absolute range on the topic page: only the windows of that range are drawn,
+    // and "anomalies only" keeps just the loss in the verdict table.
+    let (from, to) = (seeded.loss_window - WINDOW, seeded.loss_window + 2 * WINDOW);
+    let (dom, run) = rendered(&format!(
+        "{base}/#/topic/{LOSSY}?from={from}&to={to}&only=1"
+    ))
+    .await;
+    assert_ready(&dom, &run, "topic page with a pinned range");
+    let windows: Vec<String> = (0..3).map(|i| (from + i * WINDOW).to_string()).collect();
+    assert_eq!(
+        attr(
+            &tags(&dom, "circle", &[r#"data-tier="producer""#]),
+            "data-window"
+        ),
+        windows,
+        "one producer point per window of the pinned range"
+    );
+    let rows = tags(&dom, "tr", &["data-verdict="]);
+    // Rows of the "anomalous windows" panel are clickable; the verdict table's are not.
+    let in_table: Vec<&str> = rows
+        .iter()
+        .copied()
+        .filter(|t| !t.contains("clickable"))
+        .collect();
+    assert_eq!(attr(&in_table, "data-verdict"), vec!["loss"], "{rows:?}");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_is_open_and_asks_for_a_token_when_the_api_needs_one() {
     require_chromium();
