@@ -455,13 +455,16 @@ impl PgStore {
         let known: HashSet<Uuid> = if uuids.is_empty() {
             HashSet::new()
         } else {
-            sqlx::query_scalar::<_, Uuid>("SELECT uuid FROM audit_message WHERE uuid = ANY($1)")
-                .bind(&uuids)
-                .fetch_all(&mut **tx)
-                .await
-                .context("probing message UUIDs")?
-                .into_iter()
-                .collect()
+            seqscan(tx, false).await?;
+            let known = sqlx::query_scalar::<_, Uuid>(
+                "SELECT uuid FROM audit_message WHERE uuid = ANY($1)",
+            )
+            .bind(&uuids)
+            .fetch_all(&mut **tx)
+            .await
+            .context("probing message UUIDs")?;
+            seqscan(tx, true).await?;
+            known.into_iter().collect()
         };
         let mut outcomes = vec![WriteOutcome::Duplicate; batch.messages.len()];
         let mut accepted = Vec::with_capacity(firsts.len());
@@ -522,17 +525,19 @@ impl PgStore {
         if taken.is_empty() {
             return Ok(0);
         }
+        seqscan(tx, false).await?;
         let rows: Vec<StagedDb> = sqlx::query_as(
-            "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
-                    count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
-                    latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
-                    bucket_count, offset_partition, offset_min, offset_max
-             FROM audit_message WHERE uuid = ANY($1) AND kind = 0",
-        )
-        .bind(&taken)
-        .fetch_all(&mut **tx)
-        .await
-        .context("reading staged increments")?;
+                    "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
+                            count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+                            latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
+                            bucket_count, offset_partition, offset_min, offset_max
+                     FROM audit_message WHERE uuid = ANY($1) AND kind = 0",
+                )
+                .bind(&taken)
+                .fetch_all(&mut **tx)
+                .await
+                .context("reading staged increments")?;
+        seqscan(tx, true).await?;
         // A staged UUID whose message retention already deleted has nothing to add.
         let increments: Vec<Message> = rows
             .into_iter()
@@ -615,6 +620,24 @@ impl StagedDb {
             offsets,
         })
     }
+}
+
+/// Turns sequential scans off (and back on) around lookups by UUID. `uuid =
+/// ANY(thousands)` must use the primary key; right after a table was created or
+/// truncated the planner's statistics say it is tiny and it picks a sequential scan
+/// that compares every row with every UUID (measured: seconds per batch instead of
+/// milliseconds). An error aborts the transaction, which resets the setting.
+async fn seqscan(tx: &mut Transaction<'_, Postgres>, on: bool) -> Result<()> {
+    let statement = if on {
+        "SET LOCAL enable_seqscan = on"
+    } else {
+        "SET LOCAL enable_seqscan = off"
+    };
+    sqlx::query(statement)
+        .execute(&mut **tx)
+        .await
+        .context("planning a lookup by UUID")?;
+    Ok(())
 }
 
 fn is_unique_violation(e: &StoreError) -> bool {
