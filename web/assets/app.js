@@ -559,10 +559,10 @@
     });
     return h('section', { class: 'panel' },
       h('div', { class: 'panel-head' }, h('h2', {}, 'Edges'), h('span', { class: 'sub' }, 'totals over settled (final) windows')),
-      h('div', { class: 'panel-body flush' }, h('table', { class: 'grid', id: 'edges-table' },
+      h('div', { class: 'panel-body flush scroll' }, h('table', { class: 'grid', id: 'edges-table' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Edge (datacenters)'), h('th', { class: 'num' }, 'Final windows'),
           h('th', { class: 'num' }, 'Expected'), h('th', { class: 'num' }, 'Observed'), h('th', { class: 'num' }, 'Difference'),
-          h('th', { class: 'num' }, 'Completeness'), h('th', {}, 'Anomalies'), h('th', { class: 'num' }, 'Awaiting verdict'))),
+          h('th', { class: 'num' }, 'Completeness'), h('th', {}, 'Anomalies'), h('th', { class: 'num', title: 'Windows still open, settling or waiting for an auditor' }, 'Awaiting verdict'))),
         h('tbody', {}, rows))));
   }
 
@@ -646,9 +646,11 @@
           class: `band band-${st.worst}`, 'data-band': st.worst, 'data-window': w,
         }));
         bands.append(s('rect', { x: bx, y: M.t - 4, width: bw, height: 4, fill, 'data-band-marker': st.worst }));
-        if (bw >= 26) {
-          labels.append(s('text', { x: bx + bw / 2, y: M.t - 8, class: `band-label l-${st.worst}`, fill: BAND_TEXT[st.worst] },
-            st.worst === 'loss' || st.worst === 'duplication' ? compact(diff).replace('-', '−').replace(/^(\d)/, '+$1') : st.worst.slice(0, 5)));
+        const text = st.worst === 'loss' || st.worst === 'duplication'
+          ? compact(diff).replace('-', '−').replace(/^(\d)/, '+$1') : st.worst.slice(0, 5);
+        // Only where it fits (about 6.5 px per character at this size).
+        if (text.length * 6.5 + 2 <= bw + 8) {
+          labels.append(s('text', { x: bx + bw / 2, y: M.t - 8, class: `band-label l-${st.worst}`, fill: BAND_TEXT[st.worst] }, text));
         }
       } else if (st.pending) {
         bands.append(s('rect', { x: bx, y: M.t, width: bw, height: ph, fill: 'url(#hatch-pending)', class: 'band band-pending', 'data-band': 'pending', 'data-window': w }));
@@ -821,7 +823,7 @@
     });
     return h('section', { class: 'panel' },
       h('div', { class: 'panel-head' }, h('h2', {}, 'Latency by tier'), h('span', { class: 'sub' }, 'observed − event time, histograms merged over the range')),
-      h('div', { class: 'panel-body flush' }, h('table', { class: 'grid', id: 'latency-table' },
+      h('div', { class: 'panel-body flush scroll' }, h('table', { class: 'grid', id: 'latency-table' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Tier'), h('th', { class: 'num' }, 'Messages'), h('th', { class: 'num' }, 'p50'),
           h('th', { class: 'num' }, 'p95'), h('th', { class: 'num' }, 'p99'), h('th', { class: 'num' }, 'Max'), h('th', { class: 'num' }, 'p99 objective'))),
         h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'No latency samples in this range.'))))));
@@ -840,7 +842,7 @@
     h('td', { class: 'num' }, pct(e.completeness))));
     return h('section', { class: 'panel' },
       h('div', { class: 'panel-head' }, h('h2', {}, 'Anomalous windows'), h('span', { class: 'sub' }, anomalous.length ? `${anomalous.length}, newest first` : '')),
-      h('div', { class: 'panel-body flush' }, h('table', { class: 'grid', id: 'topic-anomalies' },
+      h('div', { class: 'panel-body flush scroll' }, h('table', { class: 'grid', id: 'topic-anomalies' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Verdict'), h('th', {}, 'Window (UTC)'), h('th', {}, 'Edge'), h('th', { class: 'num' }, 'Difference'), h('th', { class: 'num' }, 'Completeness'))),
         h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'empty' }, 'No anomaly in this range.')))),
       sorted.length > 12 ? h('div', { class: 'foot' }, `${sorted.length - 12} more in the table below.`) : null));
