@@ -16,6 +16,7 @@ pub(crate) struct Counting {
     /// event_time, no_time, malformed, out_of_bounds: resolved once, so the hot path
     /// is one atomic add.
     classes: [Counter; 4],
+    unflushed: [u64; 4],
 }
 
 impl Counting {
@@ -46,13 +47,20 @@ impl Counting {
                 c("malformed"),
                 c("out_of_bounds"),
             ],
+            unflushed: [0; 4],
         })
     }
 
     /// Counts one message; returns its key + value bytes.
     #[inline]
-    pub(crate) fn record(&mut self, m: &BorrowedMessage<'_>, observed_at_ms: i64) -> u64 {
-        let record_timestamp = match m.timestamp() {
+    pub(crate) fn record(
+        &mut self,
+        m: &BorrowedMessage<'_>,
+        topic: &str,
+        timestamp: Timestamp,
+        observed_at_ms: i64,
+    ) -> u64 {
+        let record_timestamp = match timestamp {
             Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
                 ms,
                 kind: TimestampType::CreateTime,
@@ -63,9 +71,9 @@ impl Counting {
             }),
             _ => None,
         };
-        let headers = KafkaHeaders(m.headers());
+        let headers = KafkaHeaders(m);
         let obs = Observation {
-            topic: m.topic(),
+            topic,
             partition: m.partition(),
             offset: m.offset(),
             key: m.key(),
@@ -81,8 +89,17 @@ impl Counting {
             Classification::Malformed(_) => 2,
             Classification::OutOfBounds { .. } => 3,
         };
-        self.classes[i].inc();
+        self.unflushed[i] += 1;
         obs.byte_len()
+    }
+
+    pub(crate) fn flush_metrics(&mut self) {
+        for (c, n) in self.classes.iter().zip(self.unflushed.iter_mut()) {
+            if *n > 0 {
+                c.inc_by(*n);
+                *n = 0;
+            }
+        }
     }
 
     pub(crate) fn drain(&mut self, now_ms: i64) -> Vec<AuditMessage> {
