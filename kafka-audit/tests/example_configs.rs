@@ -743,6 +743,22 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
         }
     };
 
+    let quality = series("Messages without event time, malformed, out of bounds").await;
+    assert_eq!(
+        quality[&("producer no_time".into(), 0)],
+        4.0,
+        "2 per datacenter"
+    );
+    assert_eq!(quality[&("regional malformed".into(), 5)], 2.0);
+    assert_eq!(quality[&("aggregate out_of_bounds".into(), 3)], 0.0);
+
+    let rejects = sqlx::query(&by_title["Rejected audit messages"])
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    let rejected: f64 = rejects.iter().map(|r| r.get::<f64, _>("rejected")).sum();
+    assert_eq!(rejected, 1.0);
+
     let counts = series("Messages per tier").await;
     assert_eq!(counts[&("regional".into(), LOSS_WINDOW)], 1790.0);
     assert_eq!(counts[&("producer".into(), LOSS_WINDOW)], 1800.0);
