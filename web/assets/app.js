@@ -729,21 +729,33 @@
     });
     svg.append(series, gaps, points);
 
-    // Hover: one transparent column per window, a cursor line and a tooltip.
+    // Hover: one transparent overlay (not one element per window, so a long range of
+    // short windows stays light), a highlighted column, a cursor line and a tooltip.
     const wrap = h('div', { class: 'chart-wrap' });
     const tip = h('div', { class: 'tip', hidden: true });
     const cursor = s('line', { class: 'cursor', y1: M.t, y2: M.t + ph, x1: 0, x2: 0, visibility: 'hidden' });
-    const hits = s('g', { class: 'hits' });
-    for (const w of wins) {
-      const bx = X(w);
-      hits.append(s('rect', {
-        class: 'hit', x: bx, y: M.t, width: Math.max(1, X(w + windowMs) - bx), height: ph,
-        onmouseenter: () => showTip(w, bx),
-        onclick: () => focusWindow(w),
-      }));
-    }
-    hits.addEventListener('mouseleave', () => { tip.hidden = true; cursor.setAttribute('visibility', 'hidden'); });
-    svg.append(cursor, hits);
+    const column = s('rect', { class: 'hover-column', x: 0, y: M.t, width: 0, height: ph, visibility: 'hidden' });
+    const overlay = s('rect', { class: 'hit', x: M.l, y: M.t, width: pw, height: ph });
+    const windowAt = (ev) => {
+      const box = svg.getBoundingClientRect();
+      const x = ((ev.clientX - box.left) * W) / box.width;
+      const i = Math.floor((x - M.l) / wpx);
+      return i >= 0 && i < wins.length ? wins[i] : null;
+    };
+    let shown = null;
+    overlay.addEventListener('mousemove', (ev) => {
+      const w = windowAt(ev);
+      if (w !== null && w !== shown) { shown = w; showTip(w, X(w)); }
+    });
+    overlay.addEventListener('mouseleave', () => {
+      shown = null;
+      tip.hidden = true;
+      cursor.setAttribute('visibility', 'hidden');
+      column.setAttribute('visibility', 'hidden');
+    });
+    overlay.addEventListener('click', (ev) => { const w = windowAt(ev); if (w !== null) focusWindow(w); });
+    svg.insertBefore(column, svg.querySelector('.series-group'));
+    svg.append(cursor, overlay);
 
     function showTip(w, bx) {
       const st = windowState(w);
@@ -751,6 +763,9 @@
       cursor.setAttribute('x1', cx);
       cursor.setAttribute('x2', cx);
       cursor.setAttribute('visibility', 'visible');
+      column.setAttribute('x', bx);
+      column.setAttribute('width', Math.max(1, wpx));
+      column.setAttribute('visibility', 'visible');
       const lifecycle = st.es.length ? st.es[0].lifecycle : (w + windowMs > now ? 'open' : '');
       tip.replaceChildren();
       append(tip, [
