@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::CompiledRule;
 use crate::observation::{Observation, TimestampType};
 use crate::scan::{find_path, RawValue};
-use crate::timeparse::{number_to_ms, text_to_ms, TimeError, TimeUnit};
+use crate::timeparse::{int_to_ms, number_to_ms, text_to_ms, TimeError, TimeUnit};
 
 /// Where an event time was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,6 +115,7 @@ pub fn classify(rule: &CompiledRule, obs: &Observation<'_>) -> Classification {
             let found = match find_path(value, path) {
                 Err(_) => return Classification::Malformed(MalformedReason::NotJson),
                 Ok(None) | Ok(Some(RawValue::Null)) => continue,
+                Ok(Some(RawValue::Int(v))) => from_result(int_to_ms(v, rule.unit)),
                 Ok(Some(RawValue::Number(n))) => from_result(number_to_ms(n, rule.unit)),
                 Ok(Some(RawValue::String(s))) => from_result(text_to_ms(&s, rule.unit)),
                 Ok(Some(RawValue::Bool(_) | RawValue::Compound)) => Found::Bad,

@@ -70,9 +70,38 @@ fn detect_unit(abs_int_digits: i64) -> TimeUnit {
 
 const MAX_MANTISSA_DIGITS: usize = 36;
 
+/// Converts a plain integer in `unit` to ms (the scanner's fast path).
+#[inline]
+pub fn int_to_ms(v: i64, unit: Unit) -> Result<(i64, TimeUnit), TimeError> {
+    let a = v.unsigned_abs();
+    let u = match unit {
+        Unit::Auto => {
+            if a < 100_000_000_000 {
+                TimeUnit::Seconds
+            } else if a < 100_000_000_000_000 {
+                TimeUnit::Millis
+            } else if a < 100_000_000_000_000_000 {
+                TimeUnit::Micros
+            } else {
+                TimeUnit::Nanos
+            }
+        }
+        other => resolve_unit(other, 0),
+    };
+    let r = match u {
+        TimeUnit::Millis | TimeUnit::Rfc3339 => Some(v),
+        TimeUnit::Seconds => v.checked_mul(1000),
+        TimeUnit::Micros => Some(v.div_euclid(1000)),
+        TimeUnit::Nanos => Some(v.div_euclid(1_000_000)),
+    };
+    r.map(|ms| (ms, u)).ok_or(TimeError::OutOfRange {
+        negative: v < 0,
+        unit: u,
+    })
+}
+
 /// Converts a JSON number text (already validated by the grammar) to ms.
-pub fn number_to_ms(text: &str, unit: Unit) -> Result<(i64, TimeUnit), TimeError> {
-    let b = text.as_bytes();
+pub fn number_to_ms(b: &[u8], unit: Unit) -> Result<(i64, TimeUnit), TimeError> {
     let mut i = 0;
     let negative = b.first() == Some(&b'-');
     if negative {
@@ -230,7 +259,7 @@ fn finish(
 pub fn text_to_ms(text: &str, unit: Unit) -> Result<(i64, TimeUnit), TimeError> {
     let t = text.trim();
     if crate::scan::number_len(t.as_bytes()) == Some(t.len()) {
-        return number_to_ms(t, unit);
+        return number_to_ms(t.as_bytes(), unit);
     }
     match chrono::DateTime::parse_from_rfc3339(t) {
         Ok(dt) => Ok((dt.timestamp_millis(), TimeUnit::Rfc3339)),
@@ -244,7 +273,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn ms(t: &str, u: Unit) -> Result<(i64, TimeUnit), TimeError> {
-        number_to_ms(t, u)
+        number_to_ms(t.as_bytes(), u)
     }
 
     #[test]
@@ -377,6 +406,11 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn int_fast_path_equals_text_path(v in any::<i64>(), unit in prop::sample::select(vec![Unit::Auto, Unit::Seconds, Unit::Millis, Unit::Micros, Unit::Nanos])) {
+            prop_assert_eq!(int_to_ms(v, unit), number_to_ms(v.to_string().as_bytes(), unit));
+        }
+
         /// Ground truth: an integer ms value rendered in each unit (with exact decimal
         /// fractions) must come back as the same ms.
         #[test]

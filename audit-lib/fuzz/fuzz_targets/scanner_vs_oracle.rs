@@ -1,0 +1,41 @@
+//! Differential fuzzing of the targeted JSON scanner against the full parser.
+//!
+//! Input: one selector byte (which field path to look up), then the document. The
+//! oracle (serde_json with audit-lib's first-duplicate rule) is shared with the
+//! property tests. Also runs the whole classification on the bytes: it must not panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../tests/oracle/mod.rs"]
+mod oracle;
+
+const PATHS: &[&[&str]] = &[
+    &["ts"],
+    &["timestamp"],
+    &["a", "ts"],
+    &["meta", "event_time"],
+    &["a", "a", "a"],
+    &[""],
+];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, doc)) = data.split_first() else {
+        return;
+    };
+    let path = PATHS[sel as usize % PATHS.len()];
+    if let Err(e) = oracle::check(doc, path) {
+        panic!("scanner disagrees with oracle: {e}");
+    }
+    if doc.len() <= 512 {
+        if let Err(e) = oracle::check_prefixes(doc, path) {
+            panic!("truncation changed the answer: {e}");
+        }
+    }
+    let config = audit_lib::EventTimeConfig::default().compile().unwrap();
+    let rule = config.rule_for("t");
+    let _ = audit_lib::classify(rule, &audit_lib::Observation::new("t", doc, 0));
+    if let Ok(text) = std::str::from_utf8(doc) {
+        let _ = audit_lib::timeparse::text_to_ms(text, audit_lib::Unit::Auto);
+    }
+});
