@@ -213,6 +213,7 @@ fn main() {
         let mut copy_rates = vec![];
         let mut replay_rates = vec![];
         let mut rollup_rates = vec![];
+        let mut ratios = vec![];
         for round in 1..=a.rounds {
             truncate(&pool).await;
             let copy = copy_baseline(&pool, &increments, a.batch).await;
@@ -246,6 +247,7 @@ fn main() {
             copy_rates.push(rate(a.increments, copy));
             replay_rates.push(rate(a.increments, replay));
             rollup_rates.push(rate(a.increments, rolled));
+            ratios.push(copy.as_secs_f64() / ours.as_secs_f64());
         }
         let median = |v: &mut Vec<f64>| {
             v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -253,12 +255,14 @@ fn main() {
         };
         let (ours, copy, replay) = (median(&mut ours_rates), median(&mut copy_rates), median(&mut replay_rates));
         let rolled = median(&mut rollup_rates);
+        // The ratio is taken per round (both measured back to back under the same
+        // load of a shared machine), then the median.
+        let ratio = median(&mut ratios);
         println!(
-            "median: stage_batch {ours:.0} first-seen increments/s, raw COPY {copy:.0} rows/s, ratio {:.2}, replay {replay:.0}/s, roll-up {rolled:.0} increments/s ({} per transaction)",
-            ours / copy,
+            "median: stage_batch {ours:.0} first-seen increments/s, raw COPY {copy:.0} rows/s, ratio of rounds {ratio:.2}, replay {replay:.0}/s, roll-up {rolled:.0} increments/s ({} per transaction)",
             a.rollup
         );
-        let ok = ours >= 50_000.0 && ours / copy >= 0.5;
+        let ok = ours >= 50_000.0 && ratio >= 0.5;
         println!("targets (>= 50000/s and >= 0.5x COPY): {}", if ok { "met" } else { "NOT met" });
         if !ok {
             std::process::exit(1);

@@ -7,6 +7,20 @@
 //! Exactly-once: [`AuditStore::write_batch`] records every message's UUID and adds
 //! only first-seen increments, in one transaction. A batch that fails changed nothing
 //! and can be retried as a whole.
+//!
+//! The collector uses [`AuditStore::stage_batch`] instead: on PostgreSQL it stores
+//! each first-seen message whole (one binary COPY) and queues its increment; the
+//! collector's roll-up task ([`AuditStore::rollup`]) adds queued increments to their
+//! window rows a moment later (normally well under a second behind). Readers of
+//! window rows therefore see increments after the roll-up; progress, emitters and
+//! rejects are written at staging time.
+//!
+//! Schema (migrations/postgres, migrations/sqlite): `audit_window` (one row per
+//! topic, tier, datacenter, window; times in epoch ms; checksum is the u64 as bigint),
+//! `audit_window_bucket` (window_id, bucket, count: merge with `sum(count) GROUP BY
+//! bucket`), `audit_window_offset`, `audit_progress`, `audit_emitter`,
+//! `audit_reject`, `audit_message` (every accepted UUID, the deduplication record),
+//! `audit_pending` (PostgreSQL: increments staged, not yet rolled up).
 
 mod aggregate;
 mod model;
