@@ -215,9 +215,12 @@ impl Config {
         }
         // Only our sections: variables meant for other subcommands in the same
         // environment must not trip deny_unknown_fields.
+        // Keys keep the variable's case here (`SERVE.LISTEN`); compare without it.
         let env = Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
             let top = key.as_str().split('.').next().unwrap_or("");
-            ["serve", "topology", "auth", "alerting", "log"].contains(&top)
+            ["serve", "topology", "auth", "alerting", "log"]
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(top))
         });
         let config: Config = figment.merge(env).extract().with_context(|| match file {
             Some(p) => format!(
@@ -284,5 +287,23 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_overrides_the_file() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("serve.toml", "[serve]\nlisten = \"127.0.0.1:8080\"\n")?;
+            jail.set_env("KAFKA_AUDIT__SERVE__LISTEN", "127.0.0.1:18493");
+            // Another subcommand's section must not trip deny_unknown_fields.
+            jail.set_env("KAFKA_AUDIT__AUDIT__TIER", "regional");
+            let config = Config::load(Some(Path::new("serve.toml"))).expect("config loads");
+            assert_eq!(config.serve.listen, "127.0.0.1:18493".parse().unwrap());
+            Ok(())
+        });
     }
 }
