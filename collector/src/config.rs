@@ -123,6 +123,10 @@ pub struct BatchConfig {
     pub max_wait: Duration,
     /// Most stored increments added to their windows per roll-up transaction
     /// (PostgreSQL stages increments on the hot path and rolls them up behind it).
+    /// A roll-up costs about one row write per distinct (window, latency bucket) it
+    /// touches, so the more it takes at once the cheaper each increment: measured
+    /// ~17k increments/s at 50 000 and ~55k/s at 200 000 (bench/collector-store.sh).
+    /// Memory: roughly 300 bytes per increment taken.
     pub rollup_max: u32,
 }
 
@@ -131,7 +135,7 @@ impl Default for BatchConfig {
         BatchConfig {
             max_messages: 5_000,
             max_wait: Duration::from_millis(200),
-            rollup_max: 50_000,
+            rollup_max: 200_000,
         }
     }
 }
