@@ -35,7 +35,7 @@ fn args() -> Args {
         buckets: 8,
         topics: 200,
         rounds: 3,
-        rollup: 50_000,
+        rollup: 200_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
