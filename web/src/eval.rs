@@ -209,14 +209,21 @@ impl Evaluator {
         let horizon_start = topo.window_start(now.saturating_sub(self.horizon_ms));
         let range_end = now + topo.window_ms;
 
+        // Every topic's auditors, also of idle topics (no windows to judge), so that
+        // an auditor that stops reporting is flagged even when its topic is quiet.
+        let all_progress = self.store.progress(None).await?;
+        let progress_capped = all_progress.len() >= store::MAX_READ_ROWS;
         let mut progress: HashMap<String, Vec<PartitionProgress>> = HashMap::new();
-        for p in self.store.progress(None).await? {
+        for p in &all_progress {
             progress
                 .entry(p.topic.clone())
                 .or_default()
-                .push(engine_progress(&p));
+                .push(engine_progress(p));
         }
-        self.update_auditor_metrics(&progress, now);
+        for (topic, p) in &progress {
+            self.update_auditor_metrics(topic, p, now);
+        }
+        let empty = Vec::new();
 
         // Topic → the windows to judge (`None`: every window of the horizon with rows).
         let mut work: BTreeMap<String, Option<BTreeSet<i64>>> = BTreeMap::new();
@@ -278,7 +285,6 @@ impl Evaluator {
             index.drop_before(horizon_start);
         }
         let mut stats = CycleStats::default();
-        let empty = Vec::new();
         for (topic, windows) in work {
             let range = match &windows {
                 Some(ws) => match (ws.first(), ws.last()) {
@@ -303,7 +309,24 @@ impl Evaluator {
                     .into_iter()
                     .collect(),
             };
-            let p = progress.get(&topic).unwrap_or(&empty);
+            let fetched;
+            let p = match progress.get(&topic) {
+                Some(p) if !progress_capped => p,
+                // The store caps a read at MAX_READ_ROWS: when all partitions of all
+                // topics exceed it, read this topic's (a missing auditor would look
+                // stalled).
+                _ if progress_capped => {
+                    fetched = self
+                        .store
+                        .progress(Some(&topic))
+                        .await?
+                        .iter()
+                        .map(engine_progress)
+                        .collect::<Vec<_>>();
+                    &fetched
+                }
+                _ => &empty,
+            };
             let verdicts = topo.evaluate_topic(&topic, &windows, &rows, p, now);
             stats.windows += windows.len();
             stats.topics += 1;
@@ -386,18 +409,16 @@ impl Evaluator {
         }
     }
 
-    fn update_auditor_metrics(&self, progress: &HashMap<String, Vec<PartitionProgress>>, now: i64) {
-        for (topic, p) in progress {
-            for s in engine::auditor_status(&self.topology, p, now) {
-                self.metrics
-                    .auditor_stalled
-                    .get_or_create(&AuditorLabels {
-                        topic: topic.clone(),
-                        tier: s.tier,
-                        datacenter: s.datacenter,
-                    })
-                    .set(i64::from(s.stalled));
-            }
+    fn update_auditor_metrics(&self, topic: &str, progress: &[PartitionProgress], now: i64) {
+        for st in engine::auditor_status(&self.topology, progress, now) {
+            self.metrics
+                .auditor_stalled
+                .get_or_create(&AuditorLabels {
+                    topic: topic.to_string(),
+                    tier: st.tier,
+                    datacenter: st.datacenter,
+                })
+                .set(i64::from(st.stalled));
         }
     }
 }
