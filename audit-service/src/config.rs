@@ -135,6 +135,9 @@ pub struct AuditConfig {
     pub revoke_timeout: Duration,
     /// Record offsets per partition in increments (for replaying a window).
     pub track_offsets: bool,
+    /// Open (topic, window) statistics that trigger an early report: bounds memory
+    /// when late data keeps many windows open across many topics.
+    pub max_windows_per_report: usize,
     /// Warn only (default) or fail when the durability checks at start fail.
     pub strict_checks: bool,
     /// Check the durability settings of the audit topic and of the audited topics at
@@ -170,6 +173,7 @@ impl Default for AuditConfig {
             publish_timeout: Duration::from_secs(30),
             revoke_timeout: Duration::from_secs(20),
             track_offsets: true,
+            max_windows_per_report: 2_000,
             strict_checks: false,
             durability_checks: true,
             event_time: audit_lib::EventTimeConfig::default(),

@@ -27,7 +27,7 @@ impl Counting {
     ) -> anyhow::Result<Counting> {
         let limits = Limits {
             track_offsets: cfg.audit.track_offsets,
-            ..Limits::default()
+            max_open_windows: cfg.audit.max_windows_per_report.max(1),
         };
         let aggregator = Aggregator::new(identity, cfg.audit.event_time.clone(), limits)
             .map_err(|e| anyhow::anyhow!("audit.event_time: {e}"))?;
@@ -100,6 +100,11 @@ impl Counting {
                 *n = 0;
             }
         }
+    }
+
+    /// Window statistics held in memory (open, or evicted and waiting for the drain).
+    pub(crate) fn windows(&self) -> usize {
+        self.aggregator.open_windows() + self.aggregator.pending_windows()
     }
 
     pub(crate) fn drain(&mut self, now_ms: i64) -> Vec<AuditMessage> {

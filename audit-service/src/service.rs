@@ -474,8 +474,18 @@ impl Core {
             // Entries of a previous incarnation wait for the restart rule.
             return false;
         }
-        let entries: Vec<WalEntry> = self.wal.pending().cloned().collect();
-        for entry in entries {
+        for id in self.wal.pending_ids() {
+            let entry = match self.wal.read(id) {
+                Ok(e) => e,
+                Err(e) => {
+                    // Keep it: dropping it here would lose its counts while this
+                    // instance owns the partitions; at revoke or restart it is
+                    // discarded and recounted.
+                    self.metrics.error("wal_read");
+                    tracing::error!(error = %format!("{e:#}"), id, "cannot read pending WAL entry");
+                    return false;
+                }
+            };
             let started = Instant::now();
             match self.publish(consumer, &entry) {
                 Ok(()) => {
@@ -642,16 +652,21 @@ impl Core {
     }
 
     /// The restart rule for pending entries, given the partitions owned now.
-    pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>) {
-        let entries: Vec<WalEntry> = self.wal.pending().cloned().collect();
+    pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>, at_assignment: bool) {
+        let entries: Vec<(u64, Vec<OffsetRange>)> = self
+            .wal
+            .pending_ids()
+            .into_iter()
+            .map(|id| (id, self.wal.ranges(id).unwrap_or_default().to_vec()))
+            .collect();
         if entries.is_empty() {
             self.unreconciled = false;
             return;
         }
         let mut tpl = TopicPartitionList::new();
         let mut seen = HashSet::new();
-        for e in &entries {
-            for r in &e.ranges {
+        for (_, ranges) in &entries {
+            for r in ranges {
                 if seen.insert((r.topic.clone(), r.partition)) {
                     tpl.add_partition(&r.topic, r.partition);
                 }
@@ -674,49 +689,55 @@ impl Core {
             committed_map.insert((el.topic().to_string(), el.partition()), off);
         }
         self.unreconciled = false;
-        for e in entries {
+        for (id, ranges) in entries {
             let at = |r: &OffsetRange| {
                 committed_map
                     .get(&(r.topic.clone(), r.partition))
                     .cloned()
                     .flatten()
             };
-            let all_end = e.ranges.iter().all(|r| at(r) == Some(r.end));
-            let owns_all = e
-                .ranges
+            let all_end = ranges.iter().all(|r| at(r) == Some(r.end));
+            let owns_all = ranges
                 .iter()
                 .all(|r| self.assigned.contains(&(r.topic.clone(), r.partition)));
-            let all_start = e.ranges.iter().all(|r| at(r) == r.start);
-            if !e.ranges.is_empty() && all_end {
-                tracing::info!(id = e.id, "pending WAL entry was already published");
-                let _ = self.wal.mark_published(e.id);
-            } else if owns_all && all_start {
-                tracing::info!(
-                    id = e.id,
-                    messages = e.messages.len(),
-                    "resending pending WAL entry"
-                );
-                match self.publish(consumer, &e) {
-                    Ok(()) => {
+            let all_start = ranges.iter().all(|r| at(r) == r.start);
+            if !ranges.is_empty() && all_end {
+                tracing::info!(id, "pending WAL entry was already published");
+                let _ = self.wal.mark_published(id);
+                continue;
+            }
+            if owns_all && all_start {
+                let resent = self.wal.read(id).and_then(|e| {
+                    tracing::info!(
+                        id,
+                        messages = e.messages.len(),
+                        "resending pending WAL entry"
+                    );
+                    self.publish(consumer, &e).map(|()| e.messages.len())
+                });
+                match resent {
+                    Ok(n) => {
                         self.metrics.published_entries.inc();
-                        self.metrics
-                            .published_messages
-                            .inc_by(e.messages.len() as u64);
-                        let _ = self.wal.mark_published(e.id);
-                        for r in &e.ranges {
+                        self.metrics.published_messages.inc_by(n as u64);
+                        let _ = self.wal.mark_published(id);
+                        for r in &ranges {
                             committed_map.insert((r.topic.clone(), r.partition), Some(r.end));
                         }
+                        continue;
                     }
-                    Err(err) => {
-                        // Its offsets were not committed: whoever owns the partitions
-                        // recounts from the committed offsets.
-                        tracing::warn!(id = e.id, error = %format!("{err:#}"), "resend failed; discarding the entry");
-                        self.discard(e.id);
-                    }
+                    Err(err) => tracing::warn!(id, error = %format!("{err:#}"), "resend failed"),
                 }
+            }
+            if at_assignment {
+                // Consumption of these partitions has not started: whoever owns them
+                // recounts from the committed offsets, so the entry must never be sent.
+                tracing::info!(id, owns_all, "discarding pending WAL entry: its partitions are recounted from the committed offsets");
+                self.discard(id);
             } else {
-                tracing::info!(id = e.id, owns_all, "discarding pending WAL entry: its partitions are recounted from the committed offsets");
-                self.discard(e.id);
+                // Mid-run the consumer is past the entry: dropping it would lose its
+                // counts. Keep it; a later attempt or the next revoke settles it.
+                self.unreconciled = true;
+                break;
             }
         }
         self.update_wal_metrics();
@@ -742,7 +763,7 @@ impl Core {
         // producer) are settled before consumption of these partitions starts: a
         // resend commits their end offsets, which the assignment then starts from.
         if self.wal.pending_count() > 0 {
-            self.reconcile(consumer);
+            self.reconcile(consumer, true);
         }
         self.paused = false;
         // Each range starts at the committed offset, which is where the assignment
@@ -816,7 +837,7 @@ impl Core {
         }
         // What could not be published now never will be by us: the next owner counts
         // these partitions again from their committed offsets.
-        let left: Vec<u64> = self.wal.pending().map(|e| e.id).collect();
+        let left = self.wal.pending_ids();
         if !left.is_empty() || lost {
             // The in-memory counts of a lost assignment are void too.
             let _ = self.counting.drain(now_ms());
@@ -924,6 +945,10 @@ pub(crate) fn consume_loop(
             since_clock = 0;
             if let Some(core) = ctx.lock().as_mut() {
                 core.flush_metrics();
+                if core.counting.windows() >= a.max_windows_per_report {
+                    // Memory bound: report now rather than at the interval.
+                    next_report = now;
+                }
             }
         }
         since_clock += 1;
@@ -934,7 +959,7 @@ pub(crate) fn consume_loop(
             let core = g.as_mut().expect("core present while running");
             core.update_hwm(&hwm);
             if core.unreconciled && !core.assigned.is_empty() {
-                core.reconcile(&consumer);
+                core.reconcile(&consumer, false);
             }
             if let Err(e) = core.write_report(Reason::Interval) {
                 core.metrics.error("wal");
@@ -1033,7 +1058,7 @@ pub(crate) fn consume_loop(
         let deadline = Instant::now() + a.publish_timeout;
         while !core.publish_pending(&consumer) && Instant::now() < deadline {
             if core.unreconciled {
-                core.reconcile(&consumer);
+                core.reconcile(&consumer, false);
             }
             std::thread::sleep(Duration::from_millis(200));
         }

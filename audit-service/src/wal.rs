@@ -107,6 +107,16 @@ struct Segment {
     pending: BTreeSet<u64>,
 }
 
+/// What stays in memory of a pending entry: where it is and the offsets it covers.
+/// Its messages are read back from disk when it is published, so memory does not
+/// grow with the backlog while the audit topic is unwritable.
+struct Pending {
+    seq: u64,
+    offset: u64,
+    len: u64,
+    ranges: Vec<OffsetRange>,
+}
+
 pub struct Wal {
     dir: PathBuf,
     opts: WalOptions,
@@ -115,7 +125,7 @@ pub struct Wal {
     active: File,
     /// Pending entries by id (ids grow, so this is publication order) with their
     /// segment and size on disk.
-    pending: BTreeMap<u64, (WalEntry, u64, u64)>,
+    pending: BTreeMap<u64, Pending>,
     pending_bytes: u64,
     next_id: u64,
 }
@@ -147,7 +157,7 @@ impl Wal {
             ..Default::default()
         };
         let mut segments = BTreeMap::new();
-        let mut pending: BTreeMap<u64, (WalEntry, u64, u64)> = BTreeMap::new();
+        let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
         let mut resolved = BTreeSet::new();
         let mut next_id = 1;
         for &seq in &seqs {
@@ -177,7 +187,7 @@ impl Wal {
                 size: good_len,
                 pending: BTreeSet::new(),
             };
-            for (kind, body, len) in records {
+            for (kind, body, len, offset) in records {
                 recovery.records += 1;
                 match kind {
                     KIND_ENTRY => {
@@ -186,7 +196,15 @@ impl Wal {
                         })?;
                         next_id = next_id.max(entry.id + 1);
                         seg.pending.insert(entry.id);
-                        pending.insert(entry.id, (entry, seq, len));
+                        pending.insert(
+                            entry.id,
+                            Pending {
+                                seq,
+                                offset,
+                                len,
+                                ranges: entry.ranges,
+                            },
+                        );
                     }
                     KIND_PUBLISHED | KIND_DISCARDED => {
                         let id = u64::from_le_bytes(
@@ -203,13 +221,13 @@ impl Wal {
             segments.insert(seq, seg);
         }
         for id in &resolved {
-            if let Some((_, seq, _)) = pending.remove(id) {
-                if let Some(seg) = segments.get_mut(&seq) {
+            if let Some(p) = pending.remove(id) {
+                if let Some(seg) = segments.get_mut(&p.seq) {
                     seg.pending.remove(id);
                 }
             }
         }
-        let pending_bytes = pending.values().map(|(_, _, len)| *len).sum();
+        let pending_bytes = pending.values().map(|p| p.len).sum();
         recovery.pending_entries = pending.len();
         let active_seq = seqs.last().map(|s| s + 1).unwrap_or(1);
         let active = create_segment(dir, active_seq)?;
@@ -258,6 +276,7 @@ impl Wal {
         if self.segments[&self.active_seq].size >= self.opts.segment_bytes {
             self.rotate()?;
         }
+        let offset = self.segments[&self.active_seq].size;
         let len = self.write_record(KIND_ENTRY, &body)?;
         if self.opts.fsync == FsyncPolicy::Always {
             self.active.sync_data().with_context(|| {
@@ -272,7 +291,15 @@ impl Wal {
             .get_mut(&self.active_seq)
             .expect("active segment");
         seg.pending.insert(id);
-        self.pending.insert(id, (entry, self.active_seq, len));
+        self.pending.insert(
+            id,
+            Pending {
+                seq: self.active_seq,
+                offset,
+                len,
+                ranges: entry.ranges,
+            },
+        );
         self.pending_bytes += len;
         Ok(id)
     }
@@ -289,7 +316,7 @@ impl Wal {
     }
 
     fn resolve(&mut self, id: u64, kind: u8) -> anyhow::Result<()> {
-        let Some((_, seq, len)) = self.pending.remove(&id) else {
+        let Some(Pending { seq, len, .. }) = self.pending.remove(&id) else {
             return Ok(());
         };
         self.pending_bytes -= len;
@@ -309,9 +336,51 @@ impl Wal {
         self.remove_resolved_segments()
     }
 
-    /// Pending entries in the order they must be published.
-    pub fn pending(&self) -> impl Iterator<Item = &WalEntry> {
-        self.pending.values().map(|(e, _, _)| e)
+    /// Ids of pending entries in the order they must be published.
+    pub fn pending_ids(&self) -> Vec<u64> {
+        self.pending.keys().copied().collect()
+    }
+
+    /// The offset ranges of a pending entry (kept in memory).
+    pub fn ranges(&self, id: u64) -> Option<&[OffsetRange]> {
+        self.pending.get(&id).map(|p| p.ranges.as_slice())
+    }
+
+    /// Reads a pending entry back from disk, checksum verified.
+    pub fn read(&self, id: u64) -> anyhow::Result<WalEntry> {
+        let p = self
+            .pending
+            .get(&id)
+            .with_context(|| format!("WAL entry {id} is not pending"))?;
+        let path = segment_path(&self.dir, p.seq);
+        let mut f = File::open(&path)
+            .with_context(|| format!("cannot open WAL segment {}", path.display()))?;
+        f.seek(SeekFrom::Start(p.offset))?;
+        let mut buf = vec![0u8; p.len as usize];
+        f.read_exact(&mut buf).with_context(|| {
+            format!(
+                "cannot read WAL entry {id} at {}:{}",
+                path.display(),
+                p.offset
+            )
+        })?;
+        let crc = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
+        anyhow::ensure!(
+            crc32fast::hash(&buf[8..]) == crc && buf[8] == KIND_ENTRY,
+            "WAL entry {id} at {}:{} is corrupt",
+            path.display(),
+            p.offset
+        );
+        serde_json::from_slice(&buf[9..])
+            .with_context(|| format!("undecodable WAL entry {id} in {}", path.display()))
+    }
+
+    /// Every pending entry, read from disk, in publication order.
+    pub fn pending_entries(&self) -> anyhow::Result<Vec<WalEntry>> {
+        self.pending_ids()
+            .into_iter()
+            .map(|id| self.read(id))
+            .collect()
     }
 
     pub fn pending_count(&self) -> usize {
@@ -418,9 +487,10 @@ fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot fsync WAL directory {}", dir.display()))
 }
 
-type Records = Vec<(u8, Vec<u8>, u64)>;
+type Records = Vec<(u8, Vec<u8>, u64, u64)>;
 
-/// Reads the valid prefix of a segment: its records (kind, payload, bytes on disk),
+/// Reads the valid prefix of a segment: its records (kind, payload, bytes on disk,
+/// offset in the file),
 /// the length of the valid prefix and the file length.
 fn read_segment(path: &Path) -> anyhow::Result<(Records, u64, u64)> {
     let mut f =
@@ -457,7 +527,7 @@ fn read_segment(path: &Path) -> anyhow::Result<(Records, u64, u64)> {
             break;
         }
         let total = HEADER_BYTES + len as u64;
-        records.push((kind, payload.to_vec(), total));
+        records.push((kind, payload.to_vec(), total, pos as u64));
         pos += total as usize;
     }
     Ok((records, pos as u64, file_len))
@@ -512,7 +582,7 @@ mod tests {
         drop(wal);
         let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
         assert!(rec.truncated.is_empty());
-        let pending: Vec<_> = wal.pending().cloned().collect();
+        let pending = wal.pending_entries().unwrap();
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].id, b);
         assert_eq!(pending[0].ranges, vec![range(0, 10, 20)]);
@@ -542,7 +612,7 @@ mod tests {
         let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
         assert_eq!(rec.truncated.len(), 1);
         assert_eq!(rec.truncated[0].0, seg);
-        let ids: Vec<_> = wal.pending().map(|e| e.id).collect();
+        let ids = wal.pending_ids();
         assert_eq!(ids, vec![a]);
         assert_eq!(
             fs::metadata(&seg).unwrap().len(),
@@ -560,7 +630,7 @@ mod tests {
             .append(vec![range(0, 10, 20)], vec![msg("bbbbbbbbbbbbbbbb")])
             .unwrap();
         let c = wal.append(vec![range(0, 20, 30)], vec![msg("c")]).unwrap();
-        let sizes: Vec<u64> = wal.pending.values().map(|(_, _, l)| *l).collect();
+        let sizes: Vec<u64> = wal.pending.values().map(|p| p.len).collect();
         drop(wal);
         let seg = only_segment(dir.path());
         let mut data = fs::read(&seg).unwrap();
@@ -572,7 +642,7 @@ mod tests {
             rec.truncated,
             vec![(seg.clone(), sizes[0], sizes[1] + sizes[2])]
         );
-        let ids: Vec<_> = wal.pending().map(|e| e.id).collect();
+        let ids = wal.pending_ids();
         assert_eq!(
             ids,
             vec![a],
@@ -650,7 +720,7 @@ mod tests {
         wal.mark_published(b).unwrap();
         drop(wal);
         let (wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
-        assert_eq!(wal.pending().map(|e| e.id).collect::<Vec<_>>(), vec![a]);
+        assert_eq!(wal.pending_ids(), vec![a]);
         drop(wal);
         let (mut wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
         wal.mark_published(a).unwrap();
