@@ -5,8 +5,9 @@
 //! After every evaluation the set of current anomalies is published; a worker then
 //! triggers what is anomalous and not yet open (or whose verdict changed), and resolves
 //! what is open and no longer anomalous — which is how late data completing a window
-//! resolves its alert. Every notification carries a dedup key per topic, edge,
-//! datacenter and window, so a repeated trigger updates rather than duplicates (and
+//! resolves its alert. An auditor that stops reporting is one alert of its own (per
+//! topic, tier and datacenter), not one per window it blocks. Every notification
+//! carries a dedup key (per topic, edge, datacenter and window for windows), so a repeated trigger updates rather than duplicates (and
 //! PagerDuty merges them). A failing channel is retried with exponential backoff; one
 //! that still fails is counted, and the notification is retried on a later pass. A
 //! rate limit per channel defers notifications beyond it to the next period.
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AlertingConfig, ChannelConfig, ChannelKind, PAGERDUTY_URL};
-use crate::engine::{EdgeWindow, Lifecycle, Verdict};
+use crate::engine::{AuditorStatus, EdgeWindow, Lifecycle, Verdict};
 use crate::eval::VerdictIndex;
 use crate::metrics::{AlertLabels, ChannelLabels, Metrics};
 
@@ -31,16 +32,32 @@ pub struct Alert {
     pub dedup_key: String,
     pub verdict: Verdict,
     pub topic: String,
-    pub upstream: String,
-    pub downstream: String,
-    pub datacenter: String,
-    pub window_start: i64,
-    pub window_end: i64,
-    pub expected: u64,
-    pub observed: u64,
-    pub difference: i64,
-    pub completeness: Option<f64>,
+    #[serde(flatten)]
+    pub subject: Subject,
     pub reason: String,
+}
+
+/// A window of an edge, or an auditor that stopped reporting.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Subject {
+    Window {
+        upstream: String,
+        downstream: String,
+        datacenter: String,
+        window_start: i64,
+        window_end: i64,
+        expected: u64,
+        observed: u64,
+        difference: i64,
+        completeness: Option<f64>,
+    },
+    Auditor {
+        tier: String,
+        datacenter: String,
+        /// When it last reported progress (epoch ms, the collector's clock).
+        last_report: i64,
+    },
 }
 
 pub fn dedup_key(e: &EdgeWindow) -> String {
@@ -50,49 +67,103 @@ pub fn dedup_key(e: &EdgeWindow) -> String {
     )
 }
 
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| ms.to_string())
+}
+
 impl Alert {
     fn from_verdict(e: &EdgeWindow) -> Self {
         Self {
             dedup_key: dedup_key(e),
             verdict: e.verdict,
             topic: e.topic.clone(),
-            upstream: e.upstream.clone(),
-            downstream: e.downstream.clone(),
-            datacenter: e.datacenter.clone(),
-            window_start: e.window_start,
-            window_end: e.window_end,
-            expected: e.expected,
-            observed: e.observed,
-            difference: e.difference,
-            completeness: e.completeness,
+            subject: Subject::Window {
+                upstream: e.upstream.clone(),
+                downstream: e.downstream.clone(),
+                datacenter: e.datacenter.clone(),
+                window_start: e.window_start,
+                window_end: e.window_end,
+                expected: e.expected,
+                observed: e.observed,
+                difference: e.difference,
+                completeness: e.completeness,
+            },
             reason: e.reason.clone(),
         }
     }
 
-    fn window_rfc3339(&self) -> String {
-        chrono::DateTime::from_timestamp_millis(self.window_start)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-            .unwrap_or_else(|| self.window_start.to_string())
+    fn from_auditor(topic: &str, a: &AuditorStatus, stall_after_ms: i64) -> Self {
+        Self {
+            dedup_key: format!("kafka-audit:{topic}:auditor:{}:{}", a.tier, a.datacenter),
+            verdict: Verdict::Stalled,
+            topic: topic.to_string(),
+            subject: Subject::Auditor {
+                tier: a.tier.clone(),
+                datacenter: a.datacenter.clone(),
+                last_report: a.last_report,
+            },
+            reason: format!(
+                "no progress report for longer than {} s",
+                stall_after_ms / 1000
+            ),
+        }
+    }
+
+    /// What it is about, without the verdict: for titles and resolve messages.
+    fn what(&self) -> String {
+        match &self.subject {
+            Subject::Window {
+                upstream,
+                downstream,
+                datacenter,
+                window_start,
+                ..
+            } => format!(
+                "{} {upstream} -> {downstream} ({datacenter}), window {}",
+                self.topic,
+                rfc3339(*window_start)
+            ),
+            Subject::Auditor {
+                tier, datacenter, ..
+            } => format!("{} auditor {tier}/{datacenter}", self.topic),
+        }
     }
 
     pub fn summary(&self) -> String {
-        let completeness = self
-            .completeness
-            .map(|c| format!(" ({:.2} %)", c * 100.0))
-            .unwrap_or_default();
-        format!(
-            "{} on {} {} -> {} ({}), window {}: {} of {} messages{}: {}",
-            self.verdict.as_str(),
-            self.topic,
-            self.upstream,
-            self.downstream,
-            self.datacenter,
-            self.window_rfc3339(),
-            self.observed,
-            self.expected,
-            completeness,
-            self.reason
-        )
+        match &self.subject {
+            Subject::Window {
+                expected,
+                observed,
+                completeness,
+                ..
+            } => {
+                let completeness = completeness
+                    .map(|c| format!(" ({:.2} %)", c * 100.0))
+                    .unwrap_or_default();
+                format!(
+                    "{} on {}: {observed} of {expected} messages{completeness}: {}",
+                    self.verdict.as_str(),
+                    self.what(),
+                    self.reason
+                )
+            }
+            Subject::Auditor { last_report, .. } => format!(
+                "audit stalled: {}, last report {}: {}",
+                self.what(),
+                rfc3339(*last_report),
+                self.reason
+            ),
+        }
+    }
+
+    /// Windows alert only while recent; an auditor alert is always current.
+    fn recent_enough(&self, cutoff_ms: i64) -> bool {
+        match &self.subject {
+            Subject::Window { window_end, .. } => *window_end >= cutoff_ms,
+            Subject::Auditor { .. } => true,
+        }
     }
 }
 
@@ -127,52 +198,51 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
             let text = match action {
                 Action::Trigger => format!(":rotating_light: kafka-audit: {}", alert.summary()),
                 Action::Resolve => format!(
-                    ":white_check_mark: kafka-audit: resolved {} on {} {} -> {} ({}), window {}",
+                    ":white_check_mark: kafka-audit: resolved {} on {}",
                     alert.verdict.as_str(),
-                    alert.topic,
-                    alert.upstream,
-                    alert.downstream,
-                    alert.datacenter,
-                    alert.window_rfc3339()
+                    alert.what()
                 ),
             };
             json!({ "text": text })
         }
         ChannelKind::Pagerduty => {
             let key = channel.routing_key.clone().unwrap_or_default();
-            match action {
-                Action::Resolve => json!({
+            if action == Action::Resolve {
+                return json!({
                     "routing_key": key,
                     "event_action": "resolve",
                     "dedup_key": alert.dedup_key,
-                }),
-                Action::Trigger => json!({
-                    "routing_key": key,
-                    "event_action": "trigger",
-                    "dedup_key": alert.dedup_key,
-                    "payload": {
-                        "summary": alert.summary(),
-                        "source": "kafka-audit",
-                        "severity": match alert.verdict {
-                            Verdict::Loss | Verdict::Mismatch | Verdict::Stalled => "error",
-                            _ => "warning",
-                        },
-                        "component": alert.topic,
-                        "group": format!("{}->{}", alert.upstream, alert.downstream),
-                        "class": alert.verdict.as_str(),
-                        "custom_details": {
-                            "datacenter": alert.datacenter,
-                            "window_start": alert.window_start,
-                            "window_end": alert.window_end,
-                            "expected": alert.expected,
-                            "observed": alert.observed,
-                            "difference": alert.difference,
-                            "completeness": alert.completeness,
-                            "reason": alert.reason,
-                        }
-                    }
-                }),
+                });
             }
+            let mut details = serde_json::to_value(&alert.subject).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut details {
+                m.insert("reason".into(), json!(alert.reason));
+            }
+            let group = match &alert.subject {
+                Subject::Window {
+                    upstream,
+                    downstream,
+                    ..
+                } => format!("{upstream}->{downstream}"),
+                Subject::Auditor { tier, .. } => tier.clone(),
+            };
+            json!({
+                "routing_key": key,
+                "event_action": "trigger",
+                "dedup_key": alert.dedup_key,
+                "payload": {
+                    "summary": alert.summary(),
+                    "source": "kafka-audit",
+                    "severity": match alert.verdict {
+                        Verdict::Loss | Verdict::Mismatch | Verdict::Stalled => "error",
+                        _ => "warning",
+                    },
+                    "component": alert.topic,
+                    "group": group,
+                    "class": alert.verdict.as_str(),
+                    "custom_details": details,
+                }
+            })
         }
     }
 }
@@ -180,16 +250,29 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
 /// Current anomalies to alert on, by dedup key; published after every evaluation.
 pub type Desired = Arc<BTreeMap<String, Alert>>;
 
-/// What should be open now: anomalous verdicts of the kinds configured that are final
-/// (stalled windows are judged by time, not by lifecycle).
-pub fn desired(index: &VerdictIndex, config: &AlertingConfig) -> BTreeMap<String, Alert> {
-    index
+/// What should be open now: anomalous verdicts of the configured kinds on final
+/// windows, and one alert per stalled auditor ("tier X audit stalled"). Windows judged
+/// `stalled` are listed by the API but not alerted one by one: the auditor's alert
+/// covers them all.
+pub fn desired(
+    index: &VerdictIndex,
+    config: &AlertingConfig,
+    stall_after_ms: i64,
+) -> BTreeMap<String, Alert> {
+    let mut out: BTreeMap<String, Alert> = index
         .entries
         .values()
         .filter(|e| config.kinds.contains(&e.verdict))
-        .filter(|e| e.lifecycle == Lifecycle::Final || e.verdict == Verdict::Stalled)
+        .filter(|e| e.lifecycle == Lifecycle::Final)
         .map(|e| (dedup_key(e), Alert::from_verdict(e)))
-        .collect()
+        .collect();
+    if config.kinds.contains(&Verdict::Stalled) {
+        for ((topic, _, _), a) in index.auditors.iter().filter(|(_, a)| a.stalled) {
+            let alert = Alert::from_auditor(topic, a, stall_after_ms);
+            out.insert(alert.dedup_key.clone(), alert);
+        }
+    }
+    out
 }
 
 pub struct ChannelWorker {
@@ -273,7 +356,7 @@ impl ChannelWorker {
                 .iter()
                 .filter(|(k, a)| {
                     self.open.get(*k).is_none_or(|o| o.verdict != a.verdict)
-                        && a.window_end >= now_ms - max_age
+                        && a.recent_enough(now_ms - max_age)
                 })
                 .map(|(_, a)| (Action::Trigger, a.clone())),
         );

@@ -37,6 +37,8 @@ pub fn key_of(e: &EdgeWindow) -> VerdictKey {
 pub struct VerdictIndex {
     pub entries: BTreeMap<VerdictKey, EdgeWindow>,
     pub topics: BTreeSet<String>,
+    /// Every auditor that reported progress, by (topic, tier, datacenter).
+    pub auditors: BTreeMap<(String, String, String), engine::AuditorStatus>,
     /// Windows starting before this are not judged.
     pub horizon_start: i64,
     /// When the last successful cycle ran (epoch ms); `None` before the first.
@@ -220,8 +222,15 @@ impl Evaluator {
                 .or_default()
                 .push(engine_progress(p));
         }
+        let mut auditors = BTreeMap::new();
         for (topic, p) in &progress {
             self.update_auditor_metrics(topic, p, now);
+            for a in engine::auditor_status(&self.topology, p, now) {
+                auditors.insert((topic.clone(), a.tier.clone(), a.datacenter.clone()), a);
+            }
+        }
+        if !progress_capped {
+            self.index.write().expect("verdict index lock").auditors = auditors;
         }
         let empty = Vec::new();
 

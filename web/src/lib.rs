@@ -76,7 +76,7 @@ impl AppState {
         let stats = self.evaluator.lock().await.cycle(now).await?;
         let desired = {
             let index = self.index.read().expect("verdict index lock");
-            alert::desired(&index, &self.config.alerting)
+            alert::desired(&index, &self.config.alerting, self.topology.stall_after_ms)
         };
         self.alerts.send_replace(Arc::new(desired));
         Ok(stats)

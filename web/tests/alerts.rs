@@ -184,6 +184,8 @@ async fn trigger_then_resolve_when_late_data_completes_the_window() {
                 "group": "producer->regional",
                 "class": "loss",
                 "custom_details": {
+                    "upstream": "producer",
+                    "downstream": "regional",
                     "datacenter": "dc1",
                     "window_start": w,
                     "window_end": w + WINDOW,
@@ -369,4 +371,101 @@ async fn alerting_job_runs_alone() {
         .expect("stops on shutdown")
         .unwrap()
         .unwrap();
+}
+
+/// An auditor that stops reporting is one alert ("audit stalled"), not one per window,
+/// and resolves when it reports again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Sqlite).await;
+    let w = settled_window();
+    let last_report = now_ms() - 120 * MIN;
+    let mut messages = Vec::new();
+    for i in 0..3 {
+        let wi = w + i * WINDOW;
+        messages.push(increment("orders", "producer", "dc1", wi, 100, 7));
+        messages.push(increment("orders", "regional", "dc1", wi, 100, 7));
+    }
+    // It had read up to two hours ago (behind these windows' settle time)...
+    let mut progress = caught_up("orders", "regional", "dc1");
+    if let store::Message::Progress(p) = &mut progress {
+        p.partitions[0].record_time_ms = Some(last_report);
+        p.partitions[0].lag = Some(5);
+    }
+    messages.push(progress);
+    // ...and was received two hours ago, nothing since: stalled (stall_after = 30 min).
+    store::AuditStore::write_batch(
+        &store,
+        &store::Batch {
+            messages,
+            rejects: vec![],
+            received_at_ms: last_report,
+        },
+    )
+    .await
+    .unwrap();
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    );
+    let state = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+    wait_for("the stalled trigger", || receiver.got().len() == 1).await;
+    // The windows themselves are listed as stalled by the API...
+    let r = get(
+        &state,
+        &format!(
+            "/api/v1/anomalies?from={w}&to={}&kind=stalled",
+            w + 3 * WINDOW
+        ),
+    )
+    .await;
+    assert_eq!(r.body["total"], 3, "{}", r.body);
+    // ...but alerted once, for the auditor.
+    assert_eq!(
+        receiver.got()[0].1,
+        json!({
+            "source": "kafka-audit",
+            "action": "trigger",
+            "summary": format!(
+                "audit stalled: orders auditor regional/dc1, last report {}: no progress report for longer than 1800 s",
+                rfc(last_report)
+            ),
+            "dedup_key": "kafka-audit:orders:auditor:regional:dc1",
+            "verdict": "stalled",
+            "topic": "orders",
+            "tier": "regional",
+            "datacenter": "dc1",
+            "last_report": last_report,
+            "reason": "no progress report for longer than 1800 s",
+        })
+    );
+    // The auditor reports again, caught up: the alert resolves and the windows are judged.
+    write(&state.store, vec![caught_up("orders", "regional", "dc1")]).await;
+    state.evaluate(now_ms()).await.unwrap();
+    wait_for("the resolve", || receiver.got().len() == 2).await;
+    let resolve = &receiver.got()[1].1;
+    assert_eq!(resolve["action"], "resolve");
+    assert_eq!(
+        resolve["dedup_key"],
+        "kafka-audit:orders:auditor:regional:dc1"
+    );
+    let r = get(
+        &state,
+        &format!("/api/v1/anomalies?from={w}&to={}", w + 3 * WINDOW),
+    )
+    .await;
+    assert_eq!(r.body["total"], 0, "{}", r.body);
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
 }
