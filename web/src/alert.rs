@@ -8,9 +8,10 @@
 //! resolves its alert. An auditor that stops reporting is one alert of its own (per
 //! topic, tier and datacenter), not one per window it blocks. Every notification
 //! carries a dedup key (per topic, edge, datacenter and window for windows), so a
-//! repeated trigger updates rather than duplicates (and PagerDuty merges them). A failing channel is retried with exponential backoff; one
-//! that still fails is counted, and the notification is retried on a later pass. A
-//! rate limit per channel defers notifications beyond it to the next period.
+//! repeated trigger updates rather than duplicates (and PagerDuty merges them). A
+//! failing channel is retried with exponential backoff; one that still fails is
+//! counted, and the notification is retried on a later pass. A rate limit per channel
+//! defers notifications beyond it to the next period.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
