@@ -15,6 +15,7 @@ pub mod histogram;
 pub mod message;
 pub mod observation;
 pub mod scan;
+pub mod sink;
 pub mod stats;
 pub mod timeparse;
 pub mod window;
@@ -31,6 +32,7 @@ pub use message::{
     AUDIT_MESSAGE_VERSION,
 };
 pub use observation::{HeaderLookup, NoHeaders, Observation, RecordTimestamp, TimestampType};
+pub use sink::{MemorySink, Sink, SinkError, SpoolStats, SpoolingSink};
 pub use stats::{OffsetRange, WindowStats};
 pub use timeparse::TimeUnit;
 pub use window::{Window, WindowSize};

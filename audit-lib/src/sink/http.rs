@@ -1,0 +1,66 @@
+//! HTTP sink (feature `http`): POSTs each batch as one JSON array to the collector's
+//! `POST /api/v1/audit`. Blocking (ureq, no async runtime), so it suits producers of
+//! any kind; wrap it in [`super::SpoolingSink`] to survive collector outages.
+
+use std::time::Duration;
+
+use super::{Sink, SinkError};
+use crate::message::AuditMessage;
+
+pub struct HttpSink {
+    agent: ureq::Agent,
+    url: String,
+}
+
+impl HttpSink {
+    /// `base_url` is the collector's address, e.g. `http://127.0.0.1:8080`; the sink
+    /// posts to `{base_url}/api/v1/audit`. `timeout` bounds each request.
+    pub fn new(base_url: &str, timeout: Duration) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        HttpSink {
+            agent,
+            url: format!("{}/api/v1/audit", base_url.trim_end_matches('/')),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Sink for HttpSink {
+    fn send(&mut self, batch: &[AuditMessage]) -> Result<(), SinkError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let body = serde_json::to_vec(batch).expect("audit messages always serialise");
+        let resp = self
+            .agent
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .send(&body[..])
+            .map_err(|e| SinkError::Unavailable(format!("POST {}: {e}", self.url)))?;
+        let status = resp.status().as_u16();
+        match status {
+            200..=299 => Ok(()),
+            // Timeouts, rate limits and server trouble pass; other client errors mean
+            // this batch will never be accepted.
+            408 | 429 | 500..=599 => Err(SinkError::Unavailable(format!(
+                "POST {}: HTTP {status}",
+                self.url
+            ))),
+            _ => {
+                let text = resp.into_body().read_to_string().unwrap_or_default();
+                Err(SinkError::Rejected(format!(
+                    "POST {}: HTTP {status}: {}",
+                    self.url,
+                    text.chars().take(500).collect::<String>()
+                )))
+            }
+        }
+    }
+}
