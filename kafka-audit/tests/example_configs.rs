@@ -167,50 +167,7 @@ fn example_configs_load_with_the_loaders_of_their_subcommands() {
 fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
     let ex = load_examples();
     let topo = web::engine::Topology::new(ex.serve.topology.clone()).unwrap();
-    let tiers: BTreeMap<&str, &web::engine::topology::TierConfig> = ex
-        .serve
-        .topology
-        .tiers
-        .iter()
-        .map(|t| (t.name.as_str(), t))
-        .collect();
-    for a in &ex.audits {
-        let id = &a.audit.instance_id;
-        let tier = tiers
-            .get(a.audit.tier.as_str())
-            .unwrap_or_else(|| panic!("{id}: tier {:?} not in [topology]", a.audit.tier));
-        // Auditors publish progress watermarks; a tier declared without them would
-        // never be judged stalled.
-        assert!(
-            tier.progress,
-            "{id}: tier {} has progress = false",
-            tier.name
-        );
-        assert_eq!(
-            a.audit.event_time.window_size.as_millis(),
-            topo.window_ms,
-            "{id}: window size differs from [topology].window"
-        );
-        // Its audit topic is collected from its own cluster.
-        let bootstrap = a.kafka.bootstrap().unwrap();
-        assert!(
-            ex.collect.sources.iter().any(|s| {
-                s.kafka.bootstrap().as_deref() == Some(bootstrap.as_str())
-                    && s.topics.contains(&a.audit.audit_topic)
-            }),
-            "{id}: no collector source reads {} from {bootstrap}",
-            a.audit.audit_topic
-        );
-        // Instance ids and groups: unique instance ids (transactional.id), one group
-        // per cluster.
-        assert_eq!(
-            ex.audits
-                .iter()
-                .filter(|b| b.audit.instance_id == *id)
-                .count(),
-            1
-        );
-    }
+    check_one_deployment(&ex.audits, &ex.collect, &ex.serve, "deploy/config");
     // The many-to-one edge sends both regions to the aggregate auditor's datacenter.
     let agg = ex
         .audits
@@ -233,6 +190,56 @@ fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
         edge.upstream_datacenters(&agg.audit.datacenter),
         regional_dcs
     );
+}
+
+/// The auditors, the collector and the web service of one deployment fit together:
+/// every auditor's tier is in the topology (with progress watermarks, which auditors
+/// publish), all use the topology's window size, every audit topic is collected from
+/// the auditor's own cluster, instance ids are unique.
+fn check_one_deployment(
+    audits: &[audit_service::Config],
+    collect: &collector::CollectConfig,
+    serve: &web::Config,
+    context: &str,
+) {
+    let topo = web::engine::Topology::new(serve.topology.clone()).unwrap();
+    for a in audits {
+        let id = format!("{context}: auditor {}", a.audit.instance_id);
+        let tier = serve
+            .topology
+            .tiers
+            .iter()
+            .find(|t| t.name == a.audit.tier)
+            .unwrap_or_else(|| panic!("{id}: tier {:?} not in [topology]", a.audit.tier));
+        // A tier declared without progress would never be judged stalled.
+        assert!(
+            tier.progress,
+            "{id}: tier {} has progress = false",
+            tier.name
+        );
+        assert_eq!(
+            a.audit.event_time.window_size.as_millis(),
+            topo.window_ms,
+            "{id}: window size differs from [topology].window"
+        );
+        let bootstrap = a.kafka.bootstrap().unwrap();
+        assert!(
+            collect.sources.iter().any(|s| {
+                s.kafka.bootstrap().as_deref() == Some(bootstrap.as_str())
+                    && s.topics.contains(&a.audit.audit_topic)
+            }),
+            "{id}: no collector source reads {} from {bootstrap}",
+            a.audit.audit_topic
+        );
+        assert_eq!(
+            audits
+                .iter()
+                .filter(|b| b.audit.instance_id == a.audit.instance_id)
+                .count(),
+            1,
+            "{id}: instance id twice (it is the transactional.id)"
+        );
+    }
 }
 
 /// Every section of every example denies unknown keys: a key misspelt anywhere makes
@@ -1119,6 +1126,7 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
     let mut started = BTreeSet::new();
     let mut listen_ports = BTreeMap::new();
     let mut bind_mounts: BTreeMap<String, BTreeMap<String, PathBuf>> = BTreeMap::new();
+    let mut deployment = (Vec::new(), None, None);
     for (name, svc) in services {
         let name = yaml_str(name);
         let ctx = format!("compose service {name}");
@@ -1240,6 +1248,7 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
         );
         match &loaded {
             Loaded::Audit(c) => {
+                deployment.0.push((**c).clone());
                 assert!(advertised.contains(&format!("://{}", c.kafka.bootstrap_servers)));
                 // The WAL sits on a named volume.
                 let (target, volume) = mounts
@@ -1249,12 +1258,16 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
                 assert!(named_volumes.contains(volume), "{ctx}: {target}");
             }
             Loaded::Collect(c) => {
+                deployment.1 = Some((**c).clone());
                 for s in &c.sources {
                     assert!(advertised.contains(&format!("://{}", s.kafka.bootstrap_servers)));
                 }
                 assert!(c.store.url.starts_with("postgres://"));
             }
-            Loaded::Serve(c) => assert!(c.serve.database_url.starts_with("postgres://")),
+            Loaded::Serve(c) => {
+                deployment.2 = Some((**c).clone());
+                assert!(c.serve.database_url.starts_with("postgres://"));
+            }
         }
     }
     assert_eq!(
@@ -1263,6 +1276,12 @@ fn compose_services_reference_existing_files_and_match_their_configs() {
             .map(String::from)
             .into_iter()
             .collect()
+    );
+    check_one_deployment(
+        &deployment.0,
+        deployment.1.as_ref().unwrap(),
+        deployment.2.as_ref().unwrap(),
+        "compose",
     );
 
     // The monitoring profile: Prometheus scrapes each service on the port its config
@@ -1431,6 +1450,7 @@ fn kubernetes_manifests_start_the_services_with_their_configs_probes_and_volumes
             .unwrap_or_else(|| panic!("no {kind} {name}"))
     };
     let mut components = BTreeSet::new();
+    let mut deployment = (Vec::new(), None, None);
     let workloads: Vec<&Yaml> = of_kind("StatefulSet")
         .into_iter()
         .chain(of_kind("Deployment"))
@@ -1517,6 +1537,7 @@ fn kubernetes_manifests_start_the_services_with_their_configs_probes_and_volumes
         }
         match &loaded {
             Loaded::Audit(cfg) => {
+                deployment.0.push((**cfg).clone());
                 assert_eq!(
                     kind, "StatefulSet",
                     "{ctx}: the auditor needs a stable identity"
@@ -1560,10 +1581,12 @@ fn kubernetes_manifests_start_the_services_with_their_configs_probes_and_volumes
                 );
             }
             Loaded::Collect(cfg) => {
+                deployment.1 = Some((**cfg).clone());
                 assert_eq!(kind, "Deployment");
                 assert!(cfg.store.url.starts_with("postgres://"));
             }
             Loaded::Serve(cfg) => {
+                deployment.2 = Some((**cfg).clone());
                 assert_eq!(kind, "Deployment");
                 // Every replica evaluates and alerts.
                 assert_eq!(w["spec"]["replicas"].as_u64(), Some(1), "{ctx}");
@@ -1578,6 +1601,12 @@ fn kubernetes_manifests_start_the_services_with_their_configs_probes_and_volumes
             .map(String::from)
             .into_iter()
             .collect()
+    );
+    check_one_deployment(
+        &deployment.0,
+        deployment.1.as_ref().unwrap(),
+        deployment.2.as_ref().unwrap(),
+        "deploy/k8s",
     );
     // Every Service selects a workload and targets one of its named ports.
     for s in of_kind("Service") {
