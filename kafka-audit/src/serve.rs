@@ -27,7 +27,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         level: config.log.level.clone(),
     });
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let shutdown = common::shutdown_on_signals();
         let mode = if args.alerts_only {
