@@ -36,15 +36,18 @@ impl Histogram {
     }
 
     pub fn count(&self) -> u64 {
-        self.zero_count + self.buckets.values().sum::<u64>()
+        self.buckets
+            .values()
+            .fold(self.zero_count, |a, c| a.saturating_add(*c))
     }
 
     /// Exact merge: counts add per bucket, max is the max.
     pub fn merge(&mut self, other: &Histogram) {
-        self.zero_count += other.zero_count;
-        self.negative_count += other.negative_count;
+        self.zero_count = self.zero_count.saturating_add(other.zero_count);
+        self.negative_count = self.negative_count.saturating_add(other.negative_count);
         for (i, c) in &other.buckets {
-            *self.buckets.entry(*i).or_default() += c;
+            let b = self.buckets.entry(*i).or_default();
+            *b = b.saturating_add(*c);
         }
         self.max_ms = self.max_ms.max(other.max_ms);
     }
@@ -62,7 +65,7 @@ impl Histogram {
         }
         let mut seen = self.zero_count;
         for (i, c) in &self.buckets {
-            seen += c;
+            seen = seen.saturating_add(*c);
             if rank < seen {
                 let v = 2.0 * GAMMA.powi(*i) / (GAMMA + 1.0);
                 // The bucket midpoint may overshoot the largest value seen.

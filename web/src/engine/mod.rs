@@ -159,7 +159,8 @@ struct Side {
 
 impl Side {
     fn add(&mut self, row: &WindowRow) {
-        self.count += row.count;
+        // Stored counts fit in i64; a sum of many could still overflow.
+        self.count = self.count.saturating_add(row.count);
         self.checksum = self.checksum.wrapping_add(row.checksum);
         self.latency.merge(&row.latency);
     }
@@ -293,7 +294,7 @@ impl Topology {
         now: i64,
         out: &mut Vec<EdgeWindow>,
     ) {
-        let window_end = window_start + self.window_ms;
+        let window_end = window_start.saturating_add(self.window_ms);
         let settle_at = window_end.saturating_add(policy.grace_ms);
         for dc in self.downstream_datacenters(edge, rows, auditors) {
             let up_dcs = edge.upstream_datacenters(&dc);
@@ -306,7 +307,9 @@ impl Topology {
                     down.add(r);
                 }
             }
-            let difference = down.count as i64 - up.count as i64;
+            let difference = (i128::from(down.count) - i128::from(up.count))
+                .clamp(i128::from(i64::MIN), i128::from(i64::MAX))
+                as i64;
             let completeness = match (up.count, down.count) {
                 (0, 0) => Some(1.0),
                 (0, _) => None,

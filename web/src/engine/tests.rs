@@ -561,3 +561,20 @@ fn policy_overrides_first_match_wins() {
     assert_eq!(topo.policy_for("orders").thresholds.absolute, 0);
     assert_eq!(topo.policy_for("orders").grace_ms, 20 * MIN);
 }
+
+#[test]
+fn extreme_counts_do_not_overflow() {
+    let topo = pipeline();
+    let now = SETTLED + 5 * MIN;
+    let big = i64::MAX as u64;
+    let rows = vec![
+        row("regional", "dc1", big, 1),
+        row("regional", "dc2", big, 2),
+        row("aggregate", "agg", 0, 0),
+    ];
+    let out = topo.evaluate_topic("orders", &[W], &rows, &all_caught_up(now), now);
+    let e = find(&out, "regional", "agg");
+    assert_eq!(e.expected, big * 2);
+    assert_eq!(e.difference, i64::MIN);
+    assert_eq!(e.verdict, Verdict::Loss);
+}
