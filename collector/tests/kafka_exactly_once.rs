@@ -166,3 +166,67 @@ async fn advances_offset_past_poison_records_and_keeps_their_reason() {
         .expect("clean shutdown")
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_messages_on_two_clusters_are_stored_once() {
+    let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+    let db = testkit::fresh_database("collector_two_clusters").await;
+    let topic_a = testkit::create_unique_topic(&a, "audit-two-a", PARTITIONS).await;
+    let topic_b = testkit::create_unique_topic(&b, "audit-two-b", PARTITIONS).await;
+    let group = testkit::unique("collector-two");
+    let mut config = config(db.url(), &a, &topic_a, &group);
+    let mut source_b = config.sources[0].clone();
+    source_b.name = "b".into();
+    source_b.topics = vec![topic_b.clone()];
+    source_b.kafka.bootstrap_servers = b.clone();
+    config.sources.push(source_b);
+
+    // 300 messages, each on both clusters (as when an emitter fails over), and 100
+    // more on one cluster only.
+    let shared: Vec<_> = (0..300u64)
+        .map(|s| increment("orders", (s % 3) as i64, 1 + s, 1000 + s))
+        .collect();
+    let only_b: Vec<_> = (0..100u64)
+        .map(|s| increment("orders", 0, 5, 5000 + s))
+        .collect();
+    let shutdown = CancellationToken::new();
+    let collector = collector::start(config, shutdown.clone())
+        .await
+        .expect("start collector");
+    let records: Vec<_> = shared.iter().map(keyed).collect();
+    let mut records_b = records.clone();
+    records_b.extend(only_b.iter().map(keyed));
+    let (pa, pb) = (producer(&a), producer(&b));
+    tokio::join!(
+        produce(&pa, &topic_a, &records),
+        produce(&pb, &topic_b, &records_b)
+    );
+
+    assert!(
+        testkit::wait_until(Duration::from_secs(60), || {
+            committed(&a, &group, &topic_a, PARTITIONS) == 300
+                && committed(&b, &group, &topic_b, PARTITIONS) == 400
+        }),
+        "both sources drained"
+    );
+    let store = Store::connect(db.url()).await.unwrap();
+    let expected = truth(shared.iter().chain(&only_b));
+    assert_eq!(
+        wait_stored(&store, &["orders".to_string()], &expected).await,
+        expected
+    );
+    let (_, metrics) = http_get(collector.http_addr.unwrap(), "/metrics").await;
+    let accepted = |source: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!(r#"kafka_audit_collector_messages_total{{source="{source}",outcome="Accepted"}}"#)))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(accepted("kafka:a") + accepted("kafka:b"), 400, "{metrics}");
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), collector.wait())
+        .await
+        .expect("clean shutdown")
+        .unwrap();
+}
