@@ -12,6 +12,7 @@ pub mod checksum;
 pub mod config;
 pub mod extract;
 pub mod histogram;
+pub mod inspect;
 pub mod message;
 pub mod observation;
 pub mod scan;

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod audit;
 mod collect;
 mod demo;
+mod inspect;
 mod migrate;
 mod serve;
 
@@ -31,6 +32,8 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// REST API, detection, alerting and Prometheus metrics (web).
     Serve(serve::ServeArgs),
+    /// Show how messages (JSON lines) are classified: event time, source, unit, window.
+    Inspect(inspect::InspectArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Command::Collect(args) => collect::run(args),
         Command::Migrate(args) => migrate::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Inspect(args) => inspect::run(args),
     }
 }
