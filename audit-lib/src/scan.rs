@@ -253,7 +253,7 @@ impl<'a> Cursor<'a> {
                     v = v * 100_000_000 + parse_8_digits(chunk) as i64;
                     i += 8;
                 }
-                while i < b.len() && i - ds < 19 {
+                while i < b.len() && i - ds < 18 {
                     let d = b[i].wrapping_sub(b'0');
                     if d > 9 {
                         break;
@@ -579,6 +579,23 @@ mod tests {
         ] {
             assert!(f(d, "ts").is_err(), "{d:?} should be malformed");
         }
+    }
+
+    #[test]
+    fn long_integers_leave_the_fast_path_without_overflow() {
+        // Found by cargo-fuzz: 19+ digits overflowed the fast path's accumulator.
+        assert_eq!(
+            f(r#"{"ts":98884001247744240420.0}"#, "ts"),
+            Ok(Some(RawValue::Number(b"98884001247744240420.0")))
+        );
+        assert_eq!(
+            f(r#"{"ts":9999999999999999999}"#, "ts"),
+            Ok(Some(RawValue::Number(b"9999999999999999999")))
+        );
+        assert_eq!(
+            f(r#"{"ts":-999999999999999999}"#, "ts"),
+            Ok(Some(RawValue::Int(-999_999_999_999_999_999)))
+        );
     }
 
     #[test]
