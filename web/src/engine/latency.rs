@@ -52,14 +52,15 @@ impl Histogram {
         self.max_ms = self.max_ms.max(other.max_ms);
     }
 
-    /// The `q`-quantile in ms (within 1 %), `None` for an empty histogram.
+    /// The `q`-quantile in ms: within 1 % of the latency of rank `floor(q * (n - 1))`
+    /// (audit-lib's definition; web/tests/histogram.rs checks that both agree), and
+    /// never above the largest latency seen. `None` for an empty histogram.
     pub fn quantile(&self, q: f64) -> Option<f64> {
         let n = self.count();
         if n == 0 {
             return None;
         }
-        // Rank of the q-quantile among n ordered values (nearest rank, 0-based).
-        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).clamp(1, n) - 1;
+        let rank = ((q.clamp(0.0, 1.0) * (n - 1) as f64).floor() as u64).min(n - 1);
         if rank < self.zero_count {
             return Some(0.0);
         }
