@@ -585,9 +585,10 @@ fn seeded_count(tier: &str, dc: &str, k: i64) -> u64 {
 }
 
 /// Latencies of one tier: mostly fast, a tenth slow, a few under 1 ms. The last tier
-/// (one datacenter, so not merged) puts the boundary between fast and slow exactly at
-/// the nearest rank ceil(0.95 n): where 0.95 n is not whole, another rank rule (e.g.
-/// floor(0.95 (n - 1))) lands on the fast side and reads a different p95.
+/// (one datacenter, so not merged) puts the boundary between fast and slow between
+/// the ranks floor(0.95 (n - 1)) and ceil(0.95 n) - 1, which differ where 0.95 n is
+/// not whole: the two usual rank rules then read different p95s, so the dashboard
+/// must use the API's.
 fn seeded_latency(tier_index: usize, count: u64) -> audit_lib::LatencyHistogram {
     let mut h = audit_lib::LatencyHistogram::new();
     let slow = if tier_index == TIERS.len() - 1 {
