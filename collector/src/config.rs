@@ -128,6 +128,11 @@ pub struct BatchConfig {
     /// ~17k increments/s at 50 000 and ~55k/s at 200 000 (bench/collector-store.sh).
     /// Memory: roughly 300 bytes per increment taken.
     pub rollup_max: u32,
+    /// Testing aid, 0 in production: waits this long between the store commit of a
+    /// Kafka batch and its offset commit, widening the window a crash test must hit
+    /// (records stored but not committed, read again after a restart).
+    #[serde(with = "humantime_serde")]
+    pub test_pause_before_offset_commit: Duration,
 }
 
 impl Default for BatchConfig {
@@ -136,6 +141,7 @@ impl Default for BatchConfig {
             max_messages: 5_000,
             max_wait: Duration::from_millis(200),
             rollup_max: 200_000,
+            test_pause_before_offset_commit: Duration::ZERO,
         }
     }
 }

@@ -99,6 +99,9 @@ impl KafkaSource {
                 rejected = records.batch.rejects.len(),
                 "batch stored"
             );
+            if !self.batch.test_pause_before_offset_commit.is_zero() {
+                tokio::time::sleep(self.batch.test_pause_before_offset_commit).await;
+            }
             self.commit(&consumer, records.next_offsets).await;
         }
         tracing::info!(source = %self.label, "stopped");

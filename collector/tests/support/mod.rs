@@ -113,8 +113,13 @@ pub fn producer(bootstrap: &str) -> FutureProducer {
         .expect("create producer")
 }
 
-/// Produces every payload (all in flight at once) and waits for every delivery.
-pub async fn produce(producer: &FutureProducer, topic: &str, payloads: &[(String, Vec<u8>)]) {
+/// Produces every payload (all in flight at once), waits for every delivery and
+/// returns where each landed: (partition, offset).
+pub async fn produce(
+    producer: &FutureProducer,
+    topic: &str,
+    payloads: &[(String, Vec<u8>)],
+) -> Vec<(i32, i64)> {
     let mut deliveries = Vec::with_capacity(payloads.len());
     for (key, payload) in payloads {
         let record = FutureRecord::to(topic).key(key.as_bytes()).payload(payload);
@@ -124,12 +129,16 @@ pub async fn produce(producer: &FutureProducer, topic: &str, payloads: &[(String
             .expect("enqueue record");
         deliveries.push(delivery);
     }
+    let mut landed = Vec::with_capacity(deliveries.len());
     for d in deliveries {
-        d.await
+        let delivery = d
+            .await
             .expect("delivery not cancelled")
             .map_err(|(e, _)| e)
             .expect("delivered");
+        landed.push((delivery.partition, delivery.offset));
     }
+    landed
 }
 
 pub fn keyed(m: &AuditMessage) -> (String, Vec<u8>) {
@@ -182,6 +191,18 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
 
 /// Sum of the committed offsets of `group` over the partitions of `topic`.
 pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
+    committed_per_partition(bootstrap, group, topic, partitions)
+        .iter()
+        .sum()
+}
+
+/// The committed offset of `group` per partition of `topic` (0 when none).
+pub fn committed_per_partition(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<i64> {
     let consumer: BaseConsumer = testkit::client_config(bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -201,7 +222,7 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> 
             Offset::Offset(o) => o,
             _ => 0,
         })
-        .sum()
+        .collect()
 }
 
 pub async fn http_post(
