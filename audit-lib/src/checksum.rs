@@ -17,6 +17,16 @@ pub struct Checksum(pub u64);
 /// Messages up to this size are hashed from a stack copy in one shot, which is several
 /// times faster than the streaming hasher for small inputs.
 const STACK_HASH_LIMIT: usize = 512;
+const SMALL_STACK_HASH_LIMIT: usize = 160;
+
+#[inline(always)]
+fn hash_in(buf: &mut [u8], key_len: &[u8; 4], key: &[u8], value: &[u8]) -> u64 {
+    let total = 4 + key.len() + value.len();
+    buf[..4].copy_from_slice(key_len);
+    buf[4..4 + key.len()].copy_from_slice(key);
+    buf[4 + key.len()..total].copy_from_slice(value);
+    xxh3_64(&buf[..total])
+}
 
 /// The pinned 64-bit hash of one message. An absent key hashes like an empty key.
 #[inline]
@@ -25,12 +35,14 @@ pub fn message_hash(key: Option<&[u8]>, value: &[u8]) -> u64 {
     // Keys longer than u32::MAX cannot exist in Kafka; saturate rather than panic.
     let key_len = u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes();
     let total = 4 + key.len() + value.len();
-    if total <= STACK_HASH_LIMIT {
+    // Two stack sizes: zeroing the buffer is part of the cost, so typical ~100-byte
+    // messages use the small one.
+    if total <= SMALL_STACK_HASH_LIMIT {
+        let mut buf = [0u8; SMALL_STACK_HASH_LIMIT];
+        hash_in(&mut buf, &key_len, key, value)
+    } else if total <= STACK_HASH_LIMIT {
         let mut buf = [0u8; STACK_HASH_LIMIT];
-        buf[..4].copy_from_slice(&key_len);
-        buf[4..4 + key.len()].copy_from_slice(key);
-        buf[4 + key.len()..total].copy_from_slice(value);
-        xxh3_64(&buf[..total])
+        hash_in(&mut buf, &key_len, key, value)
     } else {
         let mut h = Xxh3Default::new();
         h.update(&key_len);
