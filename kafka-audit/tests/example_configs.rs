@@ -1923,11 +1923,6 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
     let serve_toml = compose_config("serve.toml", |d| {
         let s = table(d, "serve");
         s.insert("listen".into(), format!("127.0.0.1:{api}").into());
-        // In the file rather than KAFKA_AUDIT__SERVE__DATABASE_URL (what compose sets):
-        // web::Config::load drops every KAFKA_AUDIT__* variable today, because its
-        // section filter compares the variable's upper-case name with lower-case
-        // section names. Move it to the environment once that is fixed.
-        s.insert("database_url".into(), db.url().into());
     });
     for (name, text) in [
         ("audit.toml", &audit_toml),
@@ -1967,7 +1962,13 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
         &dir,
     );
     let serve_cfg = config("serve.toml");
-    let mut serve = Process::start("serve", &["serve", "--config", &serve_cfg], &[], &dir);
+    // The database URL from the environment, as compose, Kubernetes and systemd set it.
+    let mut serve = Process::start(
+        "serve",
+        &["serve", "--config", &serve_cfg],
+        &[("KAFKA_AUDIT__SERVE__DATABASE_URL", db.url())],
+        &dir,
+    );
 
     // The health checks of the compose file and the Kubernetes probes answer 200.
     for (port, path) in [
