@@ -91,3 +91,108 @@ pub fn excerpt(payload: &[u8]) -> String {
     let cut = &payload[..payload.len().min(REJECT_PAYLOAD_LIMIT)];
     String::from_utf8_lossy(cut).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use audit_lib::{Checksum, Identity, LatencyHistogram, Window, WindowStats};
+
+    #[test]
+    fn wire_increment_maps_field_by_field() {
+        let mut latency = LatencyHistogram::new();
+        latency.record_n(-3, 2); // negative: counted in zero_count and negative_count
+        latency.record_n(0, 1);
+        latency.record_n(50, 4);
+        let stats = WindowStats {
+            count: 10,
+            bytes: 999,
+            no_time_count: 1,
+            malformed_count: 2,
+            out_of_bounds_count: 3,
+            checksum: Checksum(u64::MAX - 1),
+            latency,
+            offsets: vec![audit_lib::OffsetRange {
+                partition: 3,
+                min: 7,
+                max: 9,
+            }],
+        };
+        let wire = AuditMessage::increment(
+            &Identity::new("regional", "dc1", "h"),
+            "orders",
+            Window {
+                start_ms: 600_000,
+                end_ms: 1_200_000,
+            },
+            stats,
+            1_234,
+        );
+        let Message::Increment(i) = parse(wire.to_json().as_bytes()).unwrap() else {
+            panic!("an increment")
+        };
+        assert_eq!(
+            (i.uuid, i.topic.as_str(), i.tier.as_str(), i.host.as_str()),
+            (wire.uuid, "orders", "regional", "h")
+        );
+        assert_eq!(
+            (i.window_start_ms, i.window_end_ms, i.emitted_at_ms),
+            (600_000, 1_200_000, 1_234)
+        );
+        assert_eq!(
+            (
+                i.count,
+                i.bytes,
+                i.no_time_count,
+                i.malformed_count,
+                i.out_of_bounds_count
+            ),
+            (10, 999, 1, 2, 3)
+        );
+        assert_eq!(i.checksum, u64::MAX - 1);
+        assert_eq!(
+            (
+                i.latency.zero_count,
+                i.latency.negative_count,
+                i.latency.max_ms
+            ),
+            (3, 2, 50)
+        );
+        let index = audit_lib::histogram::bucket_index(50) as i32;
+        assert_eq!(i.latency.buckets, vec![(index, 4)]);
+        assert_eq!(
+            i.offsets,
+            vec![OffsetRange {
+                partition: 3,
+                min: 7,
+                max: 9
+            }]
+        );
+    }
+
+    #[test]
+    fn a_value_the_store_cannot_hold_is_rejected_with_its_field() {
+        let mut v: serde_json::Value = serde_json::json!({
+            "version": 1, "uuid": "2b0c5d0e-6f4b-4a4e-9a43-8d5b7c1e2f30", "tier": "t", "datacenter": "d",
+            "host": "h", "topic": "x", "window_start": 0, "window_end": 600000, "emitted_at": 1,
+            "count": 1, "bytes": 1, "no_time_count": 0, "malformed_count": 0, "out_of_bounds_count": 0,
+            "checksum": "0000000000000001",
+            "latency": {"zero_count": 0, "negative_count": 0, "buckets": [], "max_ms": 0}
+        });
+        assert!(parse_value(&v).is_ok());
+        v["bytes"] = serde_json::json!(u64::MAX);
+        let reason = parse_value(&v).unwrap_err();
+        assert!(reason.contains("bytes"), "{reason}");
+        v["bytes"] = 1.into();
+        v["topic"] = "".into();
+        assert!(parse_value(&v).unwrap_err().contains("topic is empty"));
+    }
+
+    #[test]
+    fn reject_excerpts_are_bounded_and_lossy() {
+        let payload = vec![0xff; REJECT_PAYLOAD_LIMIT * 3];
+        let e = excerpt(&payload);
+        assert_eq!(e.chars().count(), REJECT_PAYLOAD_LIMIT);
+        assert!(e.chars().all(|c| c == '\u{FFFD}'));
+        assert_eq!(excerpt(b"{}"), "{}");
+    }
+}
