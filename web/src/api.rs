@@ -55,6 +55,8 @@ impl RangeQuery {
 }
 
 fn resolve_range(state: &AppState, from: Option<&str>, to: Option<&str>) -> ApiResult<(i64, i64)> {
+    // `?to=` (an empty value, as forms send) means the default, like an absent one.
+    let (from, to) = (from.filter(|s| !s.is_empty()), to.filter(|s| !s.is_empty()));
     let to = match to {
         Some(t) => parse_time("to", t)?,
         None => now_ms(),
@@ -392,8 +394,12 @@ pub async fn windows(
         .await?;
     let rows: Vec<_> = rows
         .into_iter()
-        .filter(|r| q.tier.as_ref().is_none_or(|t| &r.tier == t))
-        .filter(|r| q.datacenter.as_ref().is_none_or(|d| &r.datacenter == d))
+        .filter(|r| q.tier.as_ref().is_none_or(|t| t.is_empty() || &r.tier == t))
+        .filter(|r| {
+            q.datacenter
+                .as_ref()
+                .is_none_or(|d| d.is_empty() || &r.datacenter == d)
+        })
         .collect();
     let engine_rows: Vec<_> = rows.iter().map(engine_row).collect();
     let tiers = engine::tier_latency(&engine_rows);
@@ -519,7 +525,7 @@ pub async fn offsets(
         .await?;
     let rows: Vec<_> = rows
         .into_iter()
-        .filter(|r| q.tier.as_ref().is_none_or(|t| &r.tier == t))
+        .filter(|r| q.tier.as_ref().is_none_or(|t| t.is_empty() || &r.tier == t))
         .collect();
     if rows.is_empty() {
         return Err(AppError::not_found(format!(

@@ -345,6 +345,9 @@ async fn bad_input_is_a_json_400(backend: Backend) {
             "{uri}: message {m:?} lacks {message:?}"
         );
     }
+    // An empty value (as HTML forms send) means the default.
+    let r = get(&state, "/api/v1/anomalies?from=&to=&kind=").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let r = request(&state, "DELETE", "/api/v1/anomalies", None).await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(r.body["error"]["status"], 405);
