@@ -312,6 +312,12 @@ fn throughput(bootstrap: &str, n: u64, rounds: usize) -> anyhow::Result<()> {
         audit.push(a);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let mut ratios: Vec<f64> = audit.iter().zip(&bare).map(|(a, b)| a / b).collect();
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "per-round ratios {ratios:.3?}, median {:.3}",
+        ratios[ratios.len() / 2]
+    );
     println!(
         "throughput: messages={n} rounds={rounds} bare_mean={:.0} msg/s audit_mean={:.0} msg/s ratio={:.3}",
         mean(&bare),

@@ -1,22 +1,279 @@
-//! The bridge from rdkafka messages to audit-lib's aggregator.
+//! The bridge from rdkafka messages to audit-lib's aggregator, pipelined.
+//!
+//! The consume thread only copies each message into a batch (a thread-local buffer,
+//! so the rebalance callbacks, which run on the same thread inside `poll`, see it
+//! too); full batches go over a bounded channel to a worker thread that owns the
+//! aggregator. Auditing then runs beside librdkafka's own work instead of on the
+//! consume thread. A drain first submits the partial batch and is answered by the
+//! worker after every earlier batch (the channel is FIFO), so a report covers exactly
+//! the messages polled before it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 
 use audit_lib::{
-    Aggregator, AuditMessage, Classification, Identity, Limits, Observation, RecordTimestamp,
-    TimestampType,
+    Aggregator, AuditMessage, Classification, HeaderLookup, Identity, Limits, Observation,
+    RecordTimestamp, TimestampType,
 };
 use prometheus_client::metrics::counter::Counter;
-use rdkafka::message::{BorrowedMessage, Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
 
 use crate::config::Config;
 use crate::metrics::{KindLabel, Metrics};
-use crate::service::KafkaHeaders;
 
+/// Messages per batch handed to the worker.
+const BATCH: usize = 512;
+/// Batches in flight: bounds the memory between the threads and back-pressures the
+/// consume thread when auditing falls behind.
+const IN_FLIGHT: usize = 8;
+
+type Range = (u32, u32);
+
+struct Rec {
+    topic: u32,
+    partition: i32,
+    offset: i64,
+    timestamp: Option<RecordTimestamp>,
+    key: Option<Range>,
+    value: Option<Range>,
+    headers: Range,
+    observed_at_ms: i64,
+}
+
+#[derive(Default)]
+struct Batch {
+    recs: Vec<Rec>,
+    data: Vec<u8>,
+    topics: Vec<String>,
+    /// (name, value) with values in `data`; only filled when a rule reads headers.
+    headers: Vec<(String, Option<Range>)>,
+}
+
+impl Batch {
+    fn put(&mut self, bytes: Option<&[u8]>) -> Option<Range> {
+        bytes.map(|b| {
+            let start = self.data.len() as u32;
+            self.data.extend_from_slice(b);
+            (start, self.data.len() as u32)
+        })
+    }
+}
+
+thread_local! {
+    static PENDING: RefCell<Batch> = RefCell::new(Batch::default());
+}
+
+/// The partition positions a drain reports: (topic, partition, next offset, record
+/// time of the last message).
+pub(crate) type Positions = Vec<(String, i32, i64, Option<i64>)>;
+
+enum Work {
+    Batch(Batch),
+    Drain(i64, SyncSender<(Vec<AuditMessage>, Positions)>),
+}
+
+/// The consume thread's end: feeds messages, drains reports.
+#[derive(Clone)]
+pub(crate) struct Feeder {
+    tx: SyncSender<Work>,
+    needs_headers: bool,
+    windows: Arc<AtomicUsize>,
+}
+
+impl Feeder {
+    /// Copies one message into the current batch; hands the batch over when full.
+    #[inline]
+    pub(crate) fn record(&self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
+        let full = PENDING.with(|b| {
+            let mut b = b.borrow_mut();
+            let topic = m.topic();
+            let t = match b.topics.last() {
+                Some(last) if last == topic => b.topics.len() - 1,
+                _ => {
+                    b.topics.push(topic.to_string());
+                    b.topics.len() - 1
+                }
+            } as u32;
+            let timestamp = match m.timestamp() {
+                Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
+                    ms,
+                    kind: TimestampType::CreateTime,
+                }),
+                Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
+                    ms,
+                    kind: TimestampType::LogAppendTime,
+                }),
+                _ => None,
+            };
+            let key = b.put(m.key());
+            let value = b.put(m.payload());
+            let h0 = b.headers.len() as u32;
+            if self.needs_headers {
+                if let Some(hs) = m.headers() {
+                    for h in hs.iter() {
+                        let v = b.put(h.value);
+                        b.headers.push((h.key.to_string(), v));
+                    }
+                }
+            }
+            let headers = (h0, b.headers.len() as u32);
+            b.recs.push(Rec {
+                topic: t,
+                partition: m.partition(),
+                offset: m.offset(),
+                timestamp,
+                key,
+                value,
+                headers,
+                observed_at_ms,
+            });
+            b.recs.len() >= BATCH
+        });
+        if full {
+            self.submit();
+        }
+    }
+
+    /// Window statistics held in memory (open, or evicted and waiting for the drain),
+    /// as of the last batch counted.
+    pub(crate) fn windows(&self) -> usize {
+        self.windows.load(Ordering::Relaxed)
+    }
+
+    /// Hands the current (partial) batch to the worker.
+    pub(crate) fn submit(&self) {
+        let batch = PENDING.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        if !batch.recs.is_empty() {
+            // The worker lives as long as any feeder; a send error means it
+            // panicked, which the drain reports.
+            let _ = self.tx.send(Work::Batch(batch));
+        }
+    }
+}
+
+/// The worker thread ends when the last feeder is dropped.
 pub(crate) struct Counting {
+    feeder: Feeder,
+}
+
+struct Worker {
     aggregator: Aggregator,
-    /// event_time, no_time, malformed, out_of_bounds: resolved once, so the hot path
-    /// is one atomic add.
+    /// event_time, no_time, malformed, out_of_bounds
     classes: [Counter; 4],
-    unflushed: [u64; 4],
+    consumed: Counter,
+    consumed_bytes: Counter,
+    windows: Arc<AtomicUsize>,
+    positions: HashMap<(String, i32), (i64, Option<i64>)>,
+}
+
+struct BatchHeaders<'a> {
+    batch: &'a Batch,
+    range: Range,
+}
+
+impl HeaderLookup for BatchHeaders<'_> {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        let (a, b) = self.range;
+        self.batch.headers[a as usize..b as usize]
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.map(|(s, e)| &self.batch.data[s as usize..e as usize]))
+    }
+}
+
+impl Worker {
+    fn run(mut self, rx: Receiver<Work>) {
+        while let Ok(work) = rx.recv() {
+            match work {
+                Work::Batch(batch) => self.count(&batch),
+                Work::Drain(now, reply) => {
+                    let messages = self.aggregator.drain(now);
+                    let positions = self
+                        .positions
+                        .drain()
+                        .map(|((t, p), (n, r))| (t, p, n, r))
+                        .collect();
+                    self.windows.store(0, Ordering::Relaxed);
+                    let _ = reply.send((messages, positions));
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, batch: &Batch) {
+        let mut classes = [0u64; 4];
+        let mut bytes = 0u64;
+        let slice = |r: Option<Range>| r.map(|(s, e)| &batch.data[s as usize..e as usize]);
+        let mut last: Option<(u32, i32)> = None;
+        let mut last_pos: Option<(i64, Option<i64>)> = None;
+        for rec in &batch.recs {
+            let topic = batch.topics[rec.topic as usize].as_str();
+            let headers = BatchHeaders {
+                batch,
+                range: rec.headers,
+            };
+            let obs = Observation {
+                topic,
+                partition: rec.partition,
+                offset: rec.offset,
+                key: slice(rec.key),
+                value: slice(rec.value),
+                headers: &headers,
+                record_timestamp: rec.timestamp,
+                observed_at_ms: rec.observed_at_ms,
+            };
+            bytes += obs.byte_len();
+            let i = match self.aggregator.record(&obs) {
+                Classification::EventTime { .. } => 0,
+                Classification::NoTime => 1,
+                Classification::Malformed(_) => 2,
+                Classification::OutOfBounds { .. } => 3,
+            };
+            classes[i] += 1;
+            // Positions: runs of one partition are common, so write back per run.
+            let key = (rec.topic, rec.partition);
+            if last != Some(key) {
+                self.store_position(batch, last, last_pos);
+                last = Some(key);
+                last_pos = None;
+            }
+            let record_time = rec.timestamp.map(|t| t.ms).or(last_pos.and_then(|p| p.1));
+            last_pos = Some((rec.offset + 1, record_time));
+        }
+        self.store_position(batch, last, last_pos);
+        for (c, n) in self.classes.iter().zip(classes) {
+            if n > 0 {
+                c.inc_by(n);
+            }
+        }
+        self.consumed.inc_by(batch.recs.len() as u64);
+        self.consumed_bytes.inc_by(bytes);
+        self.windows.store(
+            self.aggregator.open_windows() + self.aggregator.pending_windows(),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn store_position(
+        &mut self,
+        batch: &Batch,
+        key: Option<(u32, i32)>,
+        pos: Option<(i64, Option<i64>)>,
+    ) {
+        if let (Some((t, p)), Some((next, rt))) = (key, pos) {
+            let e = self
+                .positions
+                .entry((batch.topics[t as usize].clone(), p))
+                .or_insert((next, rt));
+            e.0 = next;
+            if rt.is_some() {
+                e.1 = rt;
+            }
+        }
+    }
 }
 
 impl Counting {
@@ -25,12 +282,15 @@ impl Counting {
         identity: Identity,
         metrics: &Metrics,
     ) -> anyhow::Result<Counting> {
+        let et = &cfg.audit.event_time;
         let limits = Limits {
             track_offsets: cfg.audit.track_offsets,
             max_open_windows: cfg.audit.max_windows_per_report.max(1),
         };
-        let aggregator = Aggregator::new(identity, cfg.audit.event_time.clone(), limits)
+        let aggregator = Aggregator::new(identity, et.clone(), limits)
             .map_err(|e| anyhow::anyhow!("audit.event_time: {e}"))?;
+        let needs_headers =
+            et.default.header.is_some() || et.rules.iter().any(|r| r.header.is_some());
         let c = |k: &str| {
             metrics
                 .classified
@@ -39,7 +299,8 @@ impl Counting {
                 })
                 .clone()
         };
-        Ok(Counting {
+        let windows = Arc::new(AtomicUsize::new(0));
+        let worker = Worker {
             aggregator,
             classes: [
                 c("event_time"),
@@ -47,67 +308,39 @@ impl Counting {
                 c("malformed"),
                 c("out_of_bounds"),
             ],
-            unflushed: [0; 4],
+            consumed: metrics.consumed_messages.clone(),
+            consumed_bytes: metrics.consumed_bytes.clone(),
+            windows: windows.clone(),
+            positions: HashMap::new(),
+        };
+        let (tx, rx) = sync_channel(IN_FLIGHT);
+        std::thread::Builder::new()
+            .name("audit-counting".into())
+            .spawn(move || worker.run(rx))
+            .map_err(|e| anyhow::anyhow!("cannot start the counting thread: {e}"))?;
+        Ok(Counting {
+            feeder: Feeder {
+                tx,
+                needs_headers,
+                windows,
+            },
         })
     }
 
-    /// Counts one message; returns its key + value bytes.
-    #[inline]
-    pub(crate) fn record(
-        &mut self,
-        m: &BorrowedMessage<'_>,
-        topic: &str,
-        timestamp: Timestamp,
-        observed_at_ms: i64,
-    ) -> u64 {
-        let record_timestamp = match timestamp {
-            Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::CreateTime,
-            }),
-            Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::LogAppendTime,
-            }),
-            _ => None,
-        };
-        let headers = KafkaHeaders(m);
-        let obs = Observation {
-            topic,
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key(),
-            value: m.payload(),
-            headers: &headers,
-            record_timestamp,
-            observed_at_ms,
-        };
-        let class = self.aggregator.record(&obs);
-        let i = match class {
-            Classification::EventTime { .. } => 0,
-            Classification::NoTime => 1,
-            Classification::Malformed(_) => 2,
-            Classification::OutOfBounds { .. } => 3,
-        };
-        self.unflushed[i] += 1;
-        obs.byte_len()
+    pub(crate) fn feeder(&self) -> Feeder {
+        self.feeder.clone()
     }
 
-    pub(crate) fn flush_metrics(&mut self) {
-        for (c, n) in self.classes.iter().zip(self.unflushed.iter_mut()) {
-            if *n > 0 {
-                c.inc_by(*n);
-                *n = 0;
-            }
-        }
-    }
-
-    /// Window statistics held in memory (open, or evicted and waiting for the drain).
-    pub(crate) fn windows(&self) -> usize {
-        self.aggregator.open_windows() + self.aggregator.pending_windows()
-    }
-
-    pub(crate) fn drain(&mut self, now_ms: i64) -> Vec<AuditMessage> {
-        self.aggregator.drain(now_ms)
+    /// Everything counted so far, including the batch being filled: increments and
+    /// the position of every partition read since the previous drain. Must be called
+    /// on the consume thread.
+    pub(crate) fn drain(&mut self, now_ms: i64) -> (Vec<AuditMessage>, Positions) {
+        self.feeder.submit();
+        let (reply_tx, reply_rx) = sync_channel(1);
+        self.feeder
+            .tx
+            .send(Work::Drain(now_ms, reply_tx))
+            .expect("counting thread alive");
+        reply_rx.recv().expect("counting thread answers drains")
     }
 }

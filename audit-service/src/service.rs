@@ -19,7 +19,7 @@ use anyhow::Context;
 use audit_lib::{AuditMessage, Identity, PartitionProgress};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
@@ -146,10 +146,6 @@ pub(crate) struct Core {
     /// restart rule at the next assignment.
     unreconciled: bool,
     paused: bool,
-    /// Consumed counts not yet added to the metrics: one atomic add per batch
-    /// instead of several per message.
-    unflushed_messages: u64,
-    unflushed_bytes: u64,
 }
 
 pub(crate) struct AuditContext {
@@ -294,49 +290,7 @@ impl Core {
             assigned: HashSet::new(),
             unreconciled,
             paused: false,
-            unflushed_messages: 0,
-            unflushed_bytes: 0,
         })
-    }
-
-    /// Counts one consumed message.
-    #[inline]
-    pub(crate) fn observe(&mut self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
-        let topic = m.topic();
-        let offset = m.offset();
-        let timestamp = m.timestamp();
-        let record_time = match timestamp {
-            Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
-            Timestamp::NotAvailable => None,
-        };
-        let bytes = self.counting.record(m, topic, timestamp, observed_at_ms);
-        self.unflushed_messages += 1;
-        self.unflushed_bytes += bytes;
-        let part = match self.parts.get_mut(topic) {
-            Some(t) => t.entry(m.partition()).or_default(),
-            None => self
-                .parts
-                .entry(topic.to_string())
-                .or_default()
-                .entry(m.partition())
-                .or_default(),
-        };
-        part.next = Some(offset + 1);
-        if record_time.is_some() {
-            part.record_time = record_time;
-        }
-    }
-
-    pub(crate) fn flush_metrics(&mut self) {
-        if self.unflushed_messages > 0 {
-            self.metrics
-                .consumed_messages
-                .inc_by(self.unflushed_messages);
-            self.metrics.consumed_bytes.inc_by(self.unflushed_bytes);
-            self.unflushed_messages = 0;
-            self.unflushed_bytes = 0;
-        }
-        self.counting.flush_metrics();
     }
 
     fn update_hwm(&mut self, hwm: &HashMap<(String, i32), i64>) {
@@ -354,9 +308,20 @@ impl Core {
     /// Drains the counts into a WAL entry (fsynced) and advances every partition's
     /// range start to the entry's end. Returns false when there was nothing to write.
     fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
-        self.flush_metrics();
         let now = now_ms();
-        let mut messages: Vec<AuditMessage> = self.counting.drain(now);
+        let (mut messages, positions) = self.counting.drain(now);
+        for (topic, partition, next, record_time) in positions {
+            let st = self
+                .parts
+                .entry(topic)
+                .or_default()
+                .entry(partition)
+                .or_default();
+            st.next = Some(next);
+            if record_time.is_some() {
+                st.record_time = record_time;
+            }
+        }
         let mut ranges = Vec::new();
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();
@@ -628,6 +593,9 @@ impl Core {
         let kerr = err.chain().find_map(|c| c.downcast_ref::<KafkaError>());
         let fatal = matches!(kerr, Some(KafkaError::Transaction(e)) if e.is_fatal());
         if !fatal {
+            // A BaseProducer must serve the delivery reports of the failed messages
+            // before it can abort; flush polls them.
+            let _ = self.producer.flush(self.cfg.audit.publish_timeout);
             if let Err(e) = self
                 .producer
                 .abort_transaction(self.cfg.audit.publish_timeout)
@@ -935,6 +903,12 @@ pub(crate) fn consume_loop(
     let mut now = Instant::now();
     let mut observed_at = now_ms();
     let mut since_clock = 0u32;
+    let feeder = ctx
+        .lock()
+        .as_ref()
+        .expect("core present while running")
+        .counting
+        .feeder();
     while !shutdown.is_cancelled() {
         // Reading the clock costs as much as counting a message on some VMs: read it
         // once per batch of messages (observation time is then at most a few
@@ -943,12 +917,9 @@ pub(crate) fn consume_loop(
             now = Instant::now();
             observed_at = now_ms();
             since_clock = 0;
-            if let Some(core) = ctx.lock().as_mut() {
-                core.flush_metrics();
-                if core.counting.windows() >= a.max_windows_per_report {
-                    // Memory bound: report now rather than at the interval.
-                    next_report = now;
-                }
+            if feeder.windows() >= a.max_windows_per_report {
+                // Memory bound: report now rather than at the interval.
+                next_report = now;
             }
         }
         since_clock += 1;
@@ -1021,12 +992,13 @@ pub(crate) fn consume_loop(
         }
         match consumer.poll(POLL) {
             Some(Ok(m)) => {
-                let mut g = ctx.lock();
-                g.as_mut()
-                    .expect("core present while running")
-                    .observe(&m, observed_at);
+                feeder.record(&m, observed_at);
             }
-            Some(Err(KafkaError::PartitionEOF(_))) | None => since_clock = CLOCK_EVERY,
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {
+                // Idle: let the worker count what is buffered (metrics, progress).
+                feeder.submit();
+                since_clock = CLOCK_EVERY;
+            }
             Some(Err(e)) => {
                 let mut g = ctx.lock();
                 if let Some(core) = g.as_ref() {
@@ -1074,15 +1046,4 @@ pub(crate) fn consume_loop(
     drop(consumer);
     tracing::info!("audit service stopped");
     Ok(LoopExit::Shutdown)
-}
-
-/// Header access for audit-lib without copying; headers are parsed only when a
-/// rule asks for one (most topics take the time from the payload).
-pub(crate) struct KafkaHeaders<'a, 'm>(pub &'a BorrowedMessage<'m>);
-
-impl audit_lib::HeaderLookup for KafkaHeaders<'_, '_> {
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        let h = self.0.headers()?;
-        h.iter().find(|h| h.key == name).and_then(|h| h.value)
-    }
 }
