@@ -44,6 +44,7 @@ pub struct Metrics {
     pub retention_errors: Counter,
     pub rolled_up: Counter,
     pub rollup_errors: Counter,
+    pub rollup_caught_up: Gauge,
 }
 
 impl Metrics {
@@ -60,6 +61,7 @@ impl Metrics {
             retention_errors: Counter::default(),
             rolled_up: Counter::default(),
             rollup_errors: Counter::default(),
+            rollup_caught_up: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit_collector");
         r.register(

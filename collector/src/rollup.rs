@@ -31,6 +31,7 @@ pub async fn run(
         match store.rollup(limit).await {
             Ok(0) => {
                 backoff = retry.initial_backoff;
+                metrics.rollup_caught_up.set(1);
                 tokio::select! {
                     _ = staged.notified() => {}
                     _ = tokio::time::sleep(IDLE_CHECK) => {}
@@ -40,9 +41,14 @@ pub async fn run(
             Ok(n) => {
                 backoff = retry.initial_backoff;
                 metrics.rolled_up.inc_by(n);
+                // A full roll-up means more may be waiting.
+                metrics
+                    .rollup_caught_up
+                    .set(i64::from(n < u64::from(limit)));
             }
             Err(e) => {
                 metrics.rollup_errors.inc();
+                metrics.rollup_caught_up.set(0);
                 tracing::warn!(error = %e, backoff = ?backoff, "roll-up failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

@@ -134,6 +134,11 @@ async fn a_postgres_restart_during_ingestion_loses_nothing_and_counts_nothing_tw
         200,
         "healthy again after the restart"
     );
+    assert_eq!(
+        metric(&metrics, "kafka_audit_collector_rollup_caught_up"),
+        1.0,
+        "roll-up caught up:\n{metrics}"
+    );
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(30), collector.wait())
         .await
