@@ -15,4 +15,4 @@ if [[ -z "$exe" ]]; then
   cargo bench -p store --bench collector_store --no-run >&2
   exit 1
 fi
-exec "$exe" "$@"
+exec "$exe" --bench "$@"
