@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +28,7 @@ use crate::eval::VerdictIndex;
 use crate::metrics::{AlertLabels, ChannelLabels, Metrics};
 
 /// What a notification is about.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Alert {
     pub dedup_key: String,
     pub verdict: Verdict,
@@ -39,7 +39,7 @@ pub struct Alert {
 }
 
 /// A window of an edge, or an auditor that stopped reporting.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Subject {
     Window {
@@ -249,7 +249,9 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
 }
 
 /// Current anomalies to alert on, by dedup key; published after every evaluation.
-pub type Desired = Arc<BTreeMap<String, Alert>>;
+/// `None` until the first evaluation: an empty set then would resolve every alert
+/// that was open before a restart.
+pub type Desired = Option<Arc<BTreeMap<String, Alert>>>;
 
 /// What should be open now: anomalous verdicts of the configured kinds on final
 /// windows, and one alert per stalled auditor ("tier X audit stalled"). Windows judged
@@ -283,6 +285,7 @@ pub struct ChannelWorker {
     metrics: Arc<Metrics>,
     open: BTreeMap<String, Alert>,
     sent: VecDeque<Instant>,
+    store: Option<store::Store>,
 }
 
 #[derive(Debug)]
@@ -303,7 +306,13 @@ impl std::fmt::Display for SendError {
 }
 
 impl ChannelWorker {
-    pub fn new(channel: ChannelConfig, config: AlertingConfig, metrics: Arc<Metrics>) -> Self {
+    /// `store` keeps the open alerts across restarts (`None`: in memory only).
+    pub fn new(
+        channel: ChannelConfig,
+        config: AlertingConfig,
+        metrics: Arc<Metrics>,
+        store: Option<store::Store>,
+    ) -> Self {
         let client = reqwest::Client::builder()
             .timeout(config.send_timeout)
             .build()
@@ -315,6 +324,7 @@ impl ChannelWorker {
             metrics,
             open: BTreeMap::new(),
             sent: VecDeque::new(),
+            store,
         }
     }
 
@@ -376,6 +386,7 @@ impl ChannelWorker {
                             action: action.as_str().into(),
                         })
                         .inc();
+                    self.remember(action, &alert, now_ms).await;
                     match action {
                         Action::Trigger => {
                             self.open.insert(alert.dedup_key.clone(), alert);
@@ -407,6 +418,49 @@ impl ChannelWorker {
             .alerts_open
             .get_or_create(&self.labels())
             .set(self.open.len() as i64);
+    }
+
+    /// Loads the alerts this channel had open before a restart.
+    pub async fn load_open(&mut self) {
+        let Some(store) = &self.store else { return };
+        match crate::read::open_alerts(store, &self.channel.name).await {
+            Ok(rows) => {
+                for (key, json) in rows {
+                    match serde_json::from_str::<Alert>(&json) {
+                        Ok(a) => {
+                            self.open.insert(key, a);
+                        }
+                        Err(e) => tracing::warn!(channel = %self.channel.name, %key, error = %e,
+                            "unreadable stored alert; it will not be resolved"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(channel = %self.channel.name, error = %e,
+                "cannot read open alerts; open anomalies may be triggered again"),
+        }
+    }
+
+    /// Persists what was delivered; a failure only costs a repeated notification
+    /// after a restart, so it is logged, not fatal.
+    async fn remember(&self, action: Action, alert: &Alert, now_ms: i64) {
+        let Some(store) = &self.store else { return };
+        let name = &self.channel.name;
+        let result = match action {
+            Action::Trigger => match serde_json::to_string(alert) {
+                Ok(json) => {
+                    crate::read::save_open_alert(store, name, &alert.dedup_key, &json, now_ms).await
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "alert not serializable");
+                    Ok(())
+                }
+            },
+            Action::Resolve => crate::read::delete_open_alert(store, name, &alert.dedup_key).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!(channel = %name, key = %alert.dedup_key, error = %e,
+                "cannot persist alert state");
+        }
     }
 
     async fn deliver(&self, action: Action, alert: &Alert) -> Result<(), SendError> {
@@ -453,9 +507,12 @@ impl ChannelWorker {
     /// so that deferred and failed notifications go out.
     pub async fn run(mut self, mut rx: watch::Receiver<Desired>, shutdown: CancellationToken) {
         let retry_every = self.config.rate_period.min(Duration::from_secs(30));
+        self.load_open().await;
         loop {
             let desired = rx.borrow_and_update().clone();
-            self.sync(&desired, crate::eval::now_ms()).await;
+            if let Some(desired) = desired {
+                self.sync(&desired, crate::eval::now_ms()).await;
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 changed = rx.changed() => if changed.is_err() { return },

@@ -58,7 +58,7 @@ impl AppState {
             metrics.clone(),
             config.serve.horizon.as_millis() as i64,
         );
-        let (alerts, _) = watch::channel(Arc::default());
+        let (alerts, _) = watch::channel(None);
         Ok(Self {
             config: Arc::new(config),
             topology,
@@ -78,7 +78,7 @@ impl AppState {
             let index = self.index.read().expect("verdict index lock");
             alert::desired(&index, &self.config.alerting, self.topology.stall_after_ms)
         };
-        self.alerts.send_replace(Arc::new(desired));
+        self.alerts.send_replace(Some(Arc::new(desired)));
         Ok(stats)
     }
 
@@ -92,6 +92,7 @@ impl AppState {
                     c.clone(),
                     self.config.alerting.clone(),
                     self.metrics.clone(),
+                    Some(self.store.clone()),
                 );
                 handles.push(tokio::spawn(
                     worker.run(self.alerts.subscribe(), shutdown.child_token()),

@@ -76,3 +76,84 @@ pub async fn changed_windows(
         .map_err(db("listing windows with late increments")),
     }
 }
+
+/// Alerts a channel has delivered and not resolved: `(dedup_key, alert JSON)`.
+pub async fn open_alerts(
+    store: &Store,
+    channel: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let sql_pg = "SELECT dedup_key, alert FROM web_alert_open WHERE channel = $1";
+    let sql_lite = "SELECT dedup_key, alert FROM web_alert_open WHERE channel = ?";
+    match store {
+        Store::Postgres(s) => {
+            sqlx::query_as(sql_pg)
+                .bind(channel)
+                .fetch_all(s.pool())
+                .await
+        }
+        Store::Sqlite(s) => {
+            sqlx::query_as(sql_lite)
+                .bind(channel)
+                .fetch_all(s.pool())
+                .await
+        }
+    }
+    .map_err(db("reading open alerts"))
+}
+
+/// Records a delivered trigger (replacing an earlier one of the same key).
+pub async fn save_open_alert(
+    store: &Store,
+    channel: &str,
+    dedup_key: &str,
+    alert: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO web_alert_open (channel, dedup_key, alert, opened_at_ms)
+               VALUES ($1, $2, $3, $4)
+               ON CONFLICT (channel, dedup_key) DO UPDATE SET alert = excluded.alert";
+    match store {
+        Store::Postgres(s) => sqlx::query(sql)
+            .bind(channel)
+            .bind(dedup_key)
+            .bind(alert)
+            .bind(now_ms)
+            .execute(s.pool())
+            .await
+            .map(|_| ()),
+        // SQLite accepts `$N` placeholders with the same meaning.
+        Store::Sqlite(s) => sqlx::query(sql)
+            .bind(channel)
+            .bind(dedup_key)
+            .bind(alert)
+            .bind(now_ms)
+            .execute(s.pool())
+            .await
+            .map(|_| ()),
+    }
+    .map_err(db("recording an open alert"))
+}
+
+/// Forgets a resolved alert.
+pub async fn delete_open_alert(
+    store: &Store,
+    channel: &str,
+    dedup_key: &str,
+) -> Result<(), StoreError> {
+    let sql = "DELETE FROM web_alert_open WHERE channel = $1 AND dedup_key = $2";
+    match store {
+        Store::Postgres(s) => sqlx::query(sql)
+            .bind(channel)
+            .bind(dedup_key)
+            .execute(s.pool())
+            .await
+            .map(|_| ()),
+        Store::Sqlite(s) => sqlx::query(sql)
+            .bind(channel)
+            .bind(dedup_key)
+            .execute(s.pool())
+            .await
+            .map(|_| ()),
+    }
+    .map_err(db("forgetting a resolved alert"))
+}

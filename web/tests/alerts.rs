@@ -469,3 +469,81 @@ url = "{base}/ok/webhook"
         j.await.unwrap();
     }
 }
+
+/// The alerts a channel delivered are stored: a restarted process does not trigger
+/// them again, and resolves them when late data completes the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_alerts_survive_a_restart_postgres() {
+    open_alerts_survive_a_restart(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_alerts_survive_a_restart_sqlite() {
+    open_alerts_survive_a_restart(Backend::Sqlite).await
+}
+
+async fn open_alerts_survive_a_restart(backend: Backend) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let w = settled_window();
+    seed_loss(&store, "orders", w).await;
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    );
+    let first = AppState::new(config(&cfg), store.clone()).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = first.spawn_jobs(&shutdown);
+    wait_for("the trigger", || receiver.got().len() == 1).await;
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+
+    // A new process on the same database: its first pass finds the alert open.
+    let second = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = second.spawn_jobs(&shutdown);
+    let open = || {
+        second
+            .metrics
+            .alerts_open
+            .get_or_create(&ChannelLabels {
+                channel: "hook".into(),
+            })
+            .get()
+    };
+    let passed = || second.metrics.evaluations.get() >= 1;
+    wait_for("the second process's first pass", || {
+        passed() && open() == 1
+    })
+    .await;
+    assert_eq!(
+        receiver.got().len(),
+        1,
+        "not triggered again after the restart: {:#?}",
+        receiver.got()
+    );
+
+    write(
+        &second.store,
+        vec![increment("orders", "regional", "dc1", w, 10, 100)],
+    )
+    .await;
+    second.evaluate(now_ms()).await.unwrap();
+    wait_for("the resolve", || receiver.got().len() == 2).await;
+    let got = receiver.got();
+    assert_eq!(got[1].1["action"], "resolve");
+    assert_eq!(got[1].1["dedup_key"], got[0].1["dedup_key"]);
+    wait_for("the open alert to be forgotten", || open() == 0).await;
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+}
