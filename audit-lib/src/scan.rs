@@ -497,7 +497,7 @@ pub fn find_path<'a, S: AsRef<str>>(
             && doc[1] == b'"'
             && doc[n + 2] == b'"'
             && doc[n + 3] == b':'
-            && &doc[2..n + 2] == name
+            && doc[2..n + 2].iter().zip(name).all(|(a, b)| a == b)
         {
             let mut c = Cursor { b: doc, i: n + 4 };
             c.skip_ws();
