@@ -17,7 +17,7 @@ use std::time::Instant;
 use store::{AuditStore, Store, StoreError, TimeRange};
 
 use crate::engine::{self, EdgeWindow, PartitionProgress, Topology, Verdict, WindowRow};
-use crate::metrics::{AuditorLabels, EdgeLabels, KindLabels, Metrics};
+use crate::metrics::{AuditorLabels, EdgeLabels, KindLabels, Metrics, TopicKindLabels};
 
 /// (window_start, topic, upstream, downstream, datacenter)
 pub type VerdictKey = (i64, String, String, String, String);
@@ -346,9 +346,26 @@ impl Evaluator {
         let mut index = self.index.write().expect("verdict index lock");
         index.evaluated_at = Some(now);
         let mut by_kind: BTreeMap<Verdict, i64> = BTreeMap::new();
+        let mut by_topic: HashMap<(&str, Verdict), i64> = HashMap::new();
         for e in index.entries.values() {
             *by_kind.entry(e.verdict).or_default() += 1;
+            *by_topic.entry((e.topic.as_str(), e.verdict)).or_default() += 1;
         }
+        // Every topic and kind is set, zeros included, so a resolved anomaly's series
+        // drops to 0 instead of keeping its last value.
+        for topic in &index.topics {
+            for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
+                let n = by_topic.get(&(topic.as_str(), v)).copied().unwrap_or(0);
+                self.metrics
+                    .topic_anomalies
+                    .get_or_create(&TopicKindLabels {
+                        topic: topic.clone(),
+                        kind: v.as_str().into(),
+                    })
+                    .set(n);
+            }
+        }
+        drop(by_topic);
         drop(index);
         for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
             let n = by_kind.get(&v).copied().unwrap_or(0);

@@ -26,6 +26,12 @@ pub struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicKindLabels {
+    pub topic: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuditorLabels {
     pub topic: String,
     pub tier: String,
@@ -61,6 +67,7 @@ pub struct Metrics {
     pub completeness_window: Family<EdgeLabels, Gauge>,
     pub anomalies: Family<KindLabels, Gauge>,
     pub anomalies_detected: Family<KindLabels, Counter>,
+    pub topic_anomalies: Family<TopicKindLabels, Gauge>,
     pub auditor_stalled: Family<AuditorLabels, Gauge>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
@@ -108,6 +115,12 @@ impl Metrics {
             "anomalies_detected",
             "Anomalous verdicts newly found, by kind",
             anomalies_detected.clone(),
+        );
+        let topic_anomalies = Family::<TopicKindLabels, Gauge>::default();
+        registry.register(
+            "topic_anomalies",
+            "Windows x edges currently judged anomalous within the horizon, per topic and kind",
+            topic_anomalies.clone(),
         );
         let auditor_stalled = Family::<AuditorLabels, Gauge>::default();
         registry.register(
@@ -191,6 +204,7 @@ impl Metrics {
             completeness_window,
             anomalies,
             anomalies_detected,
+            topic_anomalies,
             auditor_stalled,
             http_requests,
             http_duration,

@@ -367,6 +367,8 @@ async fn metrics_export_completeness_and_anomalies(backend: Backend) {
         &format!("kafka_audit_window_completeness_window_start_ms{{topic=\"orders\",upstream=\"producer\",downstream=\"regional\",datacenter=\"dc1\"}} {w}"),
         "kafka_audit_anomalies{kind=\"loss\"} 1",
         "kafka_audit_anomalies{kind=\"duplication\"} 0",
+        "kafka_audit_topic_anomalies{topic=\"orders\",kind=\"loss\"} 1",
+        "kafka_audit_topic_anomalies{topic=\"orders\",kind=\"mismatch\"} 0",
         "kafka_audit_anomalies_detected_total{kind=\"loss\"} 1",
         "kafka_audit_auditor_stalled{topic=\"orders\",tier=\"regional\",datacenter=\"dc1\"} 0",
         "kafka_audit_http_requests_total{method=\"GET\",route=\"/api/v1/topology\",status=\"200\"} 1",
