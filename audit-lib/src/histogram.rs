@@ -89,21 +89,24 @@ impl LatencyHistogram {
     }
 
     /// Adds `other` into `self`: exactly equal to having recorded both inputs here.
+    /// Counts saturate instead of overflowing: only hostile input gets near 2^64.
     pub fn merge(&mut self, other: &LatencyHistogram) {
-        self.zero_count += other.zero_count;
-        self.negative_count += other.negative_count;
+        self.zero_count = self.zero_count.saturating_add(other.zero_count);
+        self.negative_count = self.negative_count.saturating_add(other.negative_count);
         self.max_ms = self.max_ms.max(other.max_ms);
         if other.counts.len() > self.counts.len() {
             self.counts.resize(other.counts.len(), 0);
         }
         for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
-            *mine += *theirs;
+            *mine = mine.saturating_add(*theirs);
         }
     }
 
     /// Total number of recorded latencies.
     pub fn count(&self) -> u64 {
-        self.zero_count + self.counts.iter().sum::<u64>()
+        self.counts
+            .iter()
+            .fold(self.zero_count, |acc, c| acc.saturating_add(*c))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -151,7 +154,7 @@ impl LatencyHistogram {
         }
         let mut seen = self.zero_count;
         for (i, c) in self.buckets() {
-            seen += c;
+            seen = seen.saturating_add(c);
             if rank < seen {
                 return Some(bucket_value(i));
             }
@@ -213,7 +216,7 @@ impl<'de> Deserialize<'de> for LatencyHistogram {
                 h.counts.resize(i + 1, 0);
             }
             // Duplicate indexes are summed: the merge rule applied within one message.
-            h.counts[i] += c;
+            h.counts[i] = h.counts[i].saturating_add(c);
         }
         Ok(h)
     }

@@ -61,11 +61,14 @@ impl WindowStats {
 
     /// Adds `other` into `self`.
     pub fn merge(&mut self, other: &WindowStats) {
-        self.count += other.count;
-        self.bytes += other.bytes;
-        self.no_time_count += other.no_time_count;
-        self.malformed_count += other.malformed_count;
-        self.out_of_bounds_count += other.out_of_bounds_count;
+        // Saturating: only hostile increments get near 2^64, and they must not panic.
+        self.count = self.count.saturating_add(other.count);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.no_time_count = self.no_time_count.saturating_add(other.no_time_count);
+        self.malformed_count = self.malformed_count.saturating_add(other.malformed_count);
+        self.out_of_bounds_count = self
+            .out_of_bounds_count
+            .saturating_add(other.out_of_bounds_count);
         self.checksum.merge(other.checksum);
         self.latency.merge(&other.latency);
         for r in &other.offsets {
@@ -79,6 +82,17 @@ impl WindowStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merging_hostile_counts_saturates_instead_of_panicking() {
+        let json = r#"{"count":18446744073709551615,"bytes":18446744073709551615,"no_time_count":0,"malformed_count":0,"checksum":"0000000000000000","latency":{"zero_count":18446744073709551615,"negative_count":0,"buckets":[[1,18446744073709551615]],"max_ms":5}}"#;
+        let a: WindowStats = serde_json::from_str(json).unwrap();
+        let mut b = a.clone();
+        b.merge(&a);
+        assert_eq!(b.count, u64::MAX);
+        assert_eq!(b.latency.count(), u64::MAX);
+        assert!(b.latency.quantile(0.5).is_some());
+    }
 
     #[test]
     fn merge_adds_everything() {
