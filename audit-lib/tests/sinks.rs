@@ -204,7 +204,7 @@ mod http {
     #[test]
     fn posts_batches_as_a_json_array_to_the_collector_path() {
         let ep = endpoint();
-        let mut sink = HttpSink::new(&ep.base, Duration::from_secs(5));
+        let mut sink = HttpSink::new(&ep.base, Duration::from_secs(5)).unwrap();
         let b = batch(3, 1);
         sink.send(&b).unwrap();
         sink.send(&batch(1, 2)).unwrap();
@@ -216,9 +216,17 @@ mod http {
     }
 
     #[test]
+    fn https_without_the_tls_feature_is_refused_up_front() {
+        let e = HttpSink::new("https://collector.example", Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("http-tls"), "{e}");
+    }
+
+    #[test]
     fn status_codes_map_to_retry_or_reject() {
         let ep = endpoint();
-        let mut sink = HttpSink::new(&ep.base, Duration::from_secs(5));
+        let mut sink = HttpSink::new(&ep.base, Duration::from_secs(5)).unwrap();
         *ep.status.lock().unwrap() = 503;
         assert!(matches!(
             sink.send(&batch(1, 1)),
@@ -241,7 +249,7 @@ mod http {
         };
         let dir = tempfile::tempdir().unwrap();
         let mut sink = SpoolingSink::new(
-            HttpSink::new(&dead, Duration::from_secs(2)),
+            HttpSink::new(&dead, Duration::from_secs(2)).unwrap(),
             dir.path(),
             1 << 20,
         )
@@ -252,7 +260,7 @@ mod http {
         drop(sink);
         let ep = endpoint();
         let mut sink = SpoolingSink::new(
-            HttpSink::new(&ep.base, Duration::from_secs(5)),
+            HttpSink::new(&ep.base, Duration::from_secs(5)).unwrap(),
             dir.path(),
             1 << 20,
         )

@@ -15,16 +15,24 @@ pub struct HttpSink {
 impl HttpSink {
     /// `base_url` is the collector's address, e.g. `http://127.0.0.1:8080`; the sink
     /// posts to `{base_url}/api/v1/audit`. `timeout` bounds each request.
-    pub fn new(base_url: &str, timeout: Duration) -> Self {
+    ///
+    /// An `https://` URL needs the `http-tls` feature; without it this is an error
+    /// here rather than a retriable failure on every send (which would only spool).
+    pub fn new(base_url: &str, timeout: Duration) -> Result<Self, SinkError> {
+        if !cfg!(feature = "http-tls") && base_url.starts_with("https://") {
+            return Err(SinkError::Rejected(format!(
+                "{base_url}: https needs audit-lib's `http-tls` feature"
+            )));
+        }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .build()
             .into();
-        HttpSink {
+        Ok(HttpSink {
             agent,
             url: format!("{}/api/v1/audit", base_url.trim_end_matches('/')),
-        }
+        })
     }
 
     pub fn url(&self) -> &str {
