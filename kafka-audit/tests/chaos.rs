@@ -224,10 +224,10 @@ async fn three_instances_survive_20_sigkills_and_a_rolling_restart_with_exact_co
             );
         }
         // Graceful rolling restart while the producer still writes.
-        for i in 0..3 {
+        for (i, inst) in instances.iter_mut().enumerate() {
             let before = reader.total_count(&topic);
-            instances[i].sigterm();
-            instances[i].start();
+            inst.sigterm();
+            inst.start();
             assert!(
                 reader.wait_for_count(&topic, before + 1, Duration::from_secs(60)),
                 "counting did not resume after restarting instance {i}"
