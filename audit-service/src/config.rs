@@ -66,6 +66,19 @@ impl Config {
             a.instance_id
         );
         anyhow::ensure!(!a.group_id.is_empty(), "audit.group_id is required");
+        // A revoke reports and commits every partition, then forgets them all: that
+        // is the eager protocol. Incremental (cooperative) revokes would leave
+        // partitions whose ranges are no longer tracked.
+        if let Some(strategy) = self
+            .kafka
+            .properties_for(common::KafkaRole::Consumer)
+            .get("partition.assignment.strategy")
+        {
+            anyhow::ensure!(
+                !strategy.contains("cooperative"),
+                "partition.assignment.strategy {strategy:?}: the auditor needs an eager strategy (range, roundrobin)"
+            );
+        }
         anyhow::ensure!(!a.audit_topic.is_empty(), "audit.audit_topic is required");
         anyhow::ensure!(
             !a.topics.is_empty() || !a.topic_regex.is_empty(),
@@ -242,5 +255,11 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("invalid topic regex"));
+        cfg.audit.topic_regex = vec!["^x".into()];
+        cfg.kafka.consumer.insert(
+            "partition.assignment.strategy".into(),
+            "cooperative-sticky".into(),
+        );
+        assert!(cfg.validate().unwrap_err().to_string().contains("eager"));
     }
 }
