@@ -711,6 +711,16 @@ impl Core {
         self.update_wal_metrics();
     }
 
+    /// Drops the assignment and its per-partition lag series, so /metrics does not
+    /// keep reporting partitions another instance now owns.
+    fn forget_assignment(&mut self) {
+        for (topic, partition) in self.assigned.drain() {
+            self.metrics
+                .partition_lag
+                .remove(&PartitionLabel { topic, partition });
+        }
+    }
+
     fn discard(&mut self, id: u64) {
         self.metrics.discarded_entries.inc();
         if let Err(e) = self.wal.discard(id) {
@@ -781,7 +791,7 @@ impl Core {
     fn reset_after_consumer_loss(&mut self) {
         let _ = self.counting.drain(now_ms());
         self.parts.clear();
-        self.assigned.clear();
+        self.forget_assignment();
         self.paused = false;
         self.unreconciled = self.wal.pending_count() > 0;
         self.metrics.assigned_partitions.set(0);
@@ -815,7 +825,7 @@ impl Core {
             }
         }
         self.unreconciled = false;
-        self.assigned.clear();
+        self.forget_assignment();
         self.parts.clear();
         self.metrics.assigned_partitions.set(0);
         self.update_wal_metrics();
