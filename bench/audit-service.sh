@@ -26,3 +26,4 @@ echo "== throughput ($MESSAGES messages, $ROUNDS rounds, $BOOTSTRAP)"
 "$BIN" throughput "$BOOTSTRAP" "$MESSAGES" "$ROUNDS" 2> >(grep -v "durability check" >&2)
 echo "== memory ($TOPICS topics x $PER_TOPIC messages, $WINDOWS windows each)"
 "$BIN" rss "$BOOTSTRAP" "$TOPICS" "$PER_TOPIC" "$WINDOWS" 2> >(grep -v "durability check" >&2)
+"$BIN" cleanup "$BOOTSTRAP"

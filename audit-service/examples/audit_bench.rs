@@ -14,6 +14,10 @@
 //! and reports the child's peak RSS (VmHWM).
 //!
 //! `audit_bench serve CONFIG`: runs the audit service (used as the child).
+//!
+//! `audit_bench cleanup BOOTSTRAP`: deletes the topics the benchmark created
+//! (`bench-tp-*`, `bench-rss-*`, `bench-audit-*`), so the dev cluster does not keep
+//! thousands of them.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -47,7 +51,8 @@ fn main() -> anyhow::Result<()> {
         Some("serve") => serve(&args[2]),
         Some("throughput") => throughput(&args[2], args[3].parse()?, args[4].parse()?),
         Some("rss") => rss(&args[2], args[3].parse()?, args[4].parse()?, args[5].parse()?),
-        _ => bail!("usage: audit_bench serve CONFIG | throughput BOOTSTRAP MESSAGES ROUNDS | rss BOOTSTRAP TOPICS PER_TOPIC WINDOWS"),
+        Some("cleanup") => cleanup(&args[2]),
+        _ => bail!("usage: audit_bench serve CONFIG | throughput BOOTSTRAP MESSAGES ROUNDS | rss BOOTSTRAP TOPICS PER_TOPIC WINDOWS | cleanup BOOTSTRAP"),
     }
 }
 
@@ -386,4 +391,39 @@ fn tempdir() -> anyhow::Result<String> {
     let d = std::env::temp_dir().join(unique("audit-bench"));
     std::fs::create_dir_all(&d)?;
     Ok(d.display().to_string())
+}
+
+fn cleanup(bootstrap: &str) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let md = admin
+        .inner()
+        .fetch_metadata(None, Duration::from_secs(30))?;
+    let names: Vec<String> = md
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|n| {
+            ["bench-tp-", "bench-rss-", "bench-audit-"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for chunk in names.chunks(500) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        for r in rt.block_on(admin.delete_topics(
+            &refs,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(60))),
+        ))? {
+            if let Err((t, e)) = r {
+                eprintln!("cannot delete {t}: {e}");
+            }
+        }
+    }
+    println!("cleanup: deleted {} benchmark topics", names.len());
+    Ok(())
 }
