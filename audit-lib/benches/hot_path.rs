@@ -200,14 +200,8 @@ fn record_path(c: &mut Criterion) {
         })
     });
     g.finish();
-    // Keep the state bounded across criterion's iterations and make sure it counted.
-    let out = agg.drain(T0);
-    assert!(
-        out.iter()
-            .map(|m| m.as_increment().unwrap().stats.count)
-            .sum::<u64>()
-            > 0
-    );
+    // Release the state; nothing was recorded when a filter skipped this bench.
+    drop(agg.drain(T0));
 }
 
 criterion_group!(benches, extraction, record_path);

@@ -274,7 +274,15 @@ impl<'a> Cursor<'a> {
                 // digits, so one or two steps replace most dependent multiply-adds.
                 while i + 8 <= b.len() && i - ds <= 10 {
                     let chunk = load8(b, i);
-                    if !all_digits(chunk) {
+                    let k = leading_digits(chunk);
+                    if k < 8 {
+                        // The digits that end in this chunk, parsed from the register
+                        // already loaded (at most 18 digits in all: no overflow).
+                        if k > 0 && i - ds + k <= 18 {
+                            let shifted = (chunk << (8 * (8 - k))) | (ZEROS >> (8 * k));
+                            v = v * POW10[k] + parse_8_digits(shifted) as i64;
+                            i += k;
+                        }
                         break;
                     }
                     v = v * 100_000_000 + parse_8_digits(chunk) as i64;
@@ -409,8 +417,33 @@ fn has_byte(x: u64, c: u8) -> u64 {
     y.wrapping_sub(0x0101_0101_0101_0101) & !y & 0x8080_8080_8080_8080
 }
 
-/// True when all eight bytes of `chunk` are ASCII digits.
+const ZEROS: u64 = 0x3030_3030_3030_3030;
+const POW10: [i64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// How many of the bytes of `chunk` (loaded little-endian) are ASCII digits before
+/// the first other byte (8 when all are). A carry out of a non-digit byte can only
+/// disturb later bytes, never the position of the first non-digit.
 #[inline(always)]
+fn leading_digits(chunk: u64) -> usize {
+    let hi = chunk & 0xF0F0_F0F0_F0F0_F0F0;
+    let hi6 = chunk.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0;
+    let nondigit = (hi ^ ZEROS) | (hi6 ^ ZEROS);
+    (nondigit.trailing_zeros() / 8) as usize
+}
+
+/// True when all eight bytes of `chunk` are ASCII digits (the reference for
+/// `leading_digits` in the tests).
+#[cfg(test)]
 fn all_digits(chunk: u64) -> bool {
     (chunk & 0xF0F0_F0F0_F0F0_F0F0) == 0x3030_3030_3030_3030
         && (chunk.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0)
@@ -766,6 +799,14 @@ mod swar_tests {
         for byte in 0..=255u8 {
             let c = u64::from_le_bytes([b'1', b'2', b'3', byte, b'5', b'6', b'7', b'8']);
             assert_eq!(all_digits(c), byte.is_ascii_digit(), "byte {byte}");
+            let want = if byte.is_ascii_digit() { 8 } else { 3 };
+            assert_eq!(leading_digits(c), want, "byte {byte}");
+            let c = u64::from_le_bytes([byte, b'2', b'3', b'4', 0xff, b'6', b'7', b'8']);
+            assert_eq!(
+                leading_digits(c),
+                if byte.is_ascii_digit() { 4 } else { 0 },
+                "byte {byte}"
+            );
         }
     }
 }
