@@ -121,8 +121,18 @@ pub fn produce_known(
             }
         }
     }
-    p.flush(Duration::from_secs(60))
-        .expect("flush test producer");
+    // A broker restart (tests/broker_restart.rs) can hold deliveries up for longer than
+    // one flush: keep flushing while librdkafka still retries, within a bound.
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        match p.flush(Duration::from_secs(10)) {
+            Ok(()) => break,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("flush test producer: {e}; still retrying");
+            }
+            Err(e) => panic!("flush test producer: {e} (gave up after 240 s)"),
+        }
+    }
 }
 
 /// Reads the audit topic (read_committed) and keeps a running sum of increments.
