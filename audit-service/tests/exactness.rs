@@ -15,19 +15,15 @@ const PARTITIONS: i32 = 12;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_windows() {
     init_tracing();
-    let bootstrap = testkit::kafka_a();
-    let topic = testkit::create_unique_topic(&bootstrap, "exact", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "exact-audit", 3).await;
-    let group = testkit::unique("exact-group");
-    let wal = tempfile::tempdir().unwrap();
-    let cfg = audit_config(
-        &bootstrap,
-        std::slice::from_ref(&topic),
-        &audit_topic,
-        &group,
-        &testkit::unique("i"),
-        wal.path(),
-    );
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        // Kept alive: dropping it deletes the WAL directory.
+        wal: _wal,
+        cfg,
+    } = Setup::new("exact", PARTITIONS).await;
 
     let mut truth = Totals::new();
     let base = base_time();
@@ -122,19 +118,15 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_mode_without_transactions_counts_exactly_when_nothing_crashes() {
     init_tracing();
-    let bootstrap = testkit::kafka_a();
-    let topic = testkit::create_unique_topic(&bootstrap, "alo", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "alo-audit", 3).await;
-    let group = testkit::unique("alo-group");
-    let wal = tempfile::tempdir().unwrap();
-    let mut cfg = audit_config(
-        &bootstrap,
-        std::slice::from_ref(&topic),
-        &audit_topic,
-        &group,
-        &testkit::unique("alo"),
-        wal.path(),
-    );
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        // Kept alive: dropping it deletes the WAL directory.
+        wal: _wal,
+        mut cfg,
+    } = Setup::new("alo", PARTITIONS).await;
     cfg.audit.mode = audit_service::Mode::AtLeastOnce;
     let mut truth = Totals::new();
     let base = base_time();

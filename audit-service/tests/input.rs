@@ -18,19 +18,15 @@ const PARTITIONS: i32 = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_aborted_transactions_are_not_counted() {
     init_tracing();
-    let bootstrap = testkit::kafka_a();
-    let topic = testkit::create_unique_topic(&bootstrap, "rc", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "rc-audit", 3).await;
-    let group = testkit::unique("rc-group");
-    let wal = tempfile::tempdir().unwrap();
-    let cfg = audit_config(
-        &bootstrap,
-        std::slice::from_ref(&topic),
-        &audit_topic,
-        &group,
-        &testkit::unique("rc"),
-        wal.path(),
-    );
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        // Kept alive: dropping it deletes the WAL directory.
+        wal: _wal,
+        cfg,
+    } = Setup::new("rc", PARTITIONS).await;
     let base = base_time();
     let txp: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)

@@ -99,19 +99,15 @@ async fn run_until(cfg: &audit_service::Config, reader: &mut AuditReader, topic:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_or_torn_wal_entries_are_truncated_and_counts_stay_exact() {
     init_tracing();
-    let bootstrap = testkit::kafka_a();
-    let topic = testkit::create_unique_topic(&bootstrap, "walf", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "walf-audit", 3).await;
-    let group = testkit::unique("walf-group");
-    let wal_base = tempfile::tempdir().unwrap();
-    let cfg = audit_config(
-        &bootstrap,
-        std::slice::from_ref(&topic),
-        &audit_topic,
-        &group,
-        &testkit::unique("w"),
-        wal_base.path(),
-    );
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        // Kept alive: dropping it deletes the WAL directory.
+        wal: _wal,
+        cfg,
+    } = Setup::new("walf", PARTITIONS).await;
     let wal_dir = cfg.audit.instance_wal_dir();
     let base = base_time();
     let p = producer(&bootstrap);

@@ -57,6 +57,44 @@ pub fn audit_config(
     cfg
 }
 
+/// What most tests start from: a topic on cluster A, its audit topic, a consumer
+/// group, a WAL directory and an instance config for them, all named after `prefix`.
+pub struct Setup {
+    pub bootstrap: String,
+    pub topic: String,
+    pub audit_topic: String,
+    pub group: String,
+    pub wal: tempfile::TempDir,
+    pub cfg: audit_service::Config,
+}
+
+impl Setup {
+    pub async fn new(prefix: &str, partitions: i32) -> Setup {
+        let bootstrap = testkit::kafka_a();
+        let topic = testkit::create_unique_topic(&bootstrap, prefix, partitions).await;
+        let audit_topic =
+            testkit::create_unique_topic(&bootstrap, &format!("{prefix}-audit"), 3).await;
+        let group = testkit::unique(&format!("{prefix}-group"));
+        let wal = tempfile::tempdir().unwrap();
+        let cfg = audit_config(
+            &bootstrap,
+            std::slice::from_ref(&topic),
+            &audit_topic,
+            &group,
+            &testkit::unique(prefix),
+            wal.path(),
+        );
+        Setup {
+            bootstrap,
+            topic,
+            audit_topic,
+            group,
+            wal,
+            cfg,
+        }
+    }
+}
+
 pub fn producer(bootstrap: &str) -> ThreadedProducer<DefaultProducerContext> {
     ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
