@@ -194,6 +194,8 @@ pub struct CompiledRule {
     pub record_timestamp: bool,
     pub max_future_ms: Option<i64>,
     pub max_past_ms: Option<i64>,
+    /// The fast path for the first path when it is one top-level name.
+    pub compact: Option<crate::scan::CompactPrefix>,
 }
 
 impl CompiledRule {
@@ -227,7 +229,12 @@ impl CompiledRule {
             })
             .transpose()
         };
+        let compact = match paths.first().map(Vec::as_slice) {
+            Some([only]) => crate::scan::CompactPrefix::new(only),
+            _ => None,
+        };
         Ok(CompiledRule {
+            compact,
             paths,
             path_names: names,
             unit: rule.unit,
