@@ -2,7 +2,8 @@
 //!
 //! Input: one selector byte (which field path to look up), then the document. The
 //! oracle (serde_json with audit-lib's first-duplicate rule) is shared with the
-//! property tests. Also runs the whole classification on the bytes: it must not panic.
+//! property tests. Also checks the compact-integer shortcut against the scanner, and
+//! runs the whole classification on the bytes: it must not panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -30,6 +31,16 @@ fuzz_target!(|data: &[u8]| {
     if doc.len() <= 512 {
         if let Err(e) = oracle::check_prefixes(doc, path) {
             panic!("truncation changed the answer: {e}");
+        }
+    }
+    // The compact-integer shortcut answers only where the general scanner agrees.
+    if let Some(prefix) = audit_lib::scan::CompactPrefix::new(path[0]) {
+        if let Some(v) = prefix.int(doc) {
+            assert_eq!(
+                audit_lib::scan::find_path(doc, &path[..1]),
+                Ok(Some(audit_lib::scan::RawValue::Int(v))),
+                "compact shortcut disagrees"
+            );
         }
     }
     let config = audit_lib::EventTimeConfig::default().compile().unwrap();
