@@ -153,6 +153,7 @@ fn bench_config(
         r#"
 [kafka]
 bootstrap_servers = "{bootstrap}"
+{extra}
 [audit]
 instance_id = "{id}"
 group_id = "{group}"
@@ -174,6 +175,9 @@ level = "warn"
         group = unique("bench-group"),
         topics = topics_toml.join(","),
         audit = unique("bench-audit"),
+        extra = std::env::var("BENCH_KAFKA_EXTRA")
+            .unwrap_or_default()
+            .replace(';', "\n"),
     )
 }
 
@@ -189,6 +193,10 @@ fn spawn_service(config_text: &str, dir: &str) -> anyhow::Result<Child> {
 }
 
 fn scrape(port: u16, metric: &str) -> Option<u64> {
+    scrape_f64(port, metric).map(|v| v as u64)
+}
+
+fn scrape_f64(port: u16, metric: &str) -> Option<f64> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -199,7 +207,109 @@ fn scrape(port: u16, metric: &str) -> Option<u64> {
         .find(|l| l.starts_with(metric))
         .and_then(|l| l.split_whitespace().last())
         .and_then(|v| v.parse::<f64>().ok())
-        .map(|v| v as u64)
+}
+
+/// CPU time (user + system, all threads) of process `pid` so far, in seconds.
+fn process_cpu_secs(pid: u32) -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let ticks = *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    });
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start at `state`.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(0.0, |(u, s)| (u + s) / ticks)
+}
+
+/// CPU seconds per thread name of process `pid` (threads of one name summed).
+fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let name = head.split_once(" (").map_or("?", |(_, n)| n);
+        let name = name
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string();
+        let f: Vec<f64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0.0))
+            .collect();
+        let secs = f
+            .get(11)
+            .zip(f.get(12))
+            .map_or(0.0, |(u, s)| (u + s) / 100.0);
+        *out.entry(name).or_insert(0.0) += secs;
+    }
+    out
+}
+
+/// (busy, total) jiffies of the whole machine, from /proc/stat.
+fn machine_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Where the CPU went over a measured span: the measured process's CPU per message and
+/// the machine's busy fraction (the broker runs on the same cores).
+struct Span {
+    pid: u32,
+    cpu0: f64,
+    jiffies0: (u64, u64),
+    threads0: std::collections::BTreeMap<String, f64>,
+}
+
+impl Span {
+    fn start(pid: u32) -> Span {
+        Span {
+            pid,
+            cpu0: process_cpu_secs(pid),
+            jiffies0: machine_jiffies(),
+            threads0: thread_cpu_secs(pid),
+        }
+    }
+
+    /// (process CPU µs per message, machine busy %)
+    fn end(&self, messages: u64) -> (f64, f64) {
+        let cpu = process_cpu_secs(self.pid) - self.cpu0;
+        let per_thread: Vec<String> = thread_cpu_secs(self.pid)
+            .into_iter()
+            .filter_map(|(name, secs)| {
+                let d = secs - self.threads0.get(&name).copied().unwrap_or(0.0);
+                (d > 0.0).then(|| format!("{name} {:.2}", d * 1e6 / messages.max(1) as f64))
+            })
+            .collect();
+        eprintln!("  µs CPU/msg by thread: {}", per_thread.join(", "));
+        let (b1, t1) = machine_jiffies();
+        let busy = (b1 - self.jiffies0.0) as f64 / (t1 - self.jiffies0.1).max(1) as f64;
+        (cpu * 1e6 / messages.max(1) as f64, busy * 100.0)
+    }
 }
 
 fn vm_hwm_kb(pid: u32) -> Option<u64> {
@@ -223,9 +333,17 @@ fn stop(mut child: Child) -> anyhow::Result<()> {
 
 /// Rate of the audit service child: messages between the first and last observed
 /// count ÷ time between them.
-fn measure_service(port: u16, child: &mut Child, n: u64) -> anyhow::Result<(f64, u64)> {
+struct Measured {
+    rate: f64,
+    /// Measured process's CPU µs per message over the span.
+    cpu_us: f64,
+    /// Machine busy % over the span.
+    busy: f64,
+}
+
+fn measure_service(port: u16, child: &mut Child, n: u64) -> anyhow::Result<(Measured, u64)> {
     let deadline = Instant::now() + Duration::from_secs(600);
-    let mut first: Option<(Instant, u64)> = None;
+    let mut first: Option<(Instant, u64, Span)> = None;
     loop {
         if let Some(status) = child.try_wait()? {
             bail!("audit service exited early: {status}");
@@ -233,12 +351,19 @@ fn measure_service(port: u16, child: &mut Child, n: u64) -> anyhow::Result<(f64,
         let c = scrape(port, "kafka_audit_consumed_messages_total").unwrap_or(0);
         let now = Instant::now();
         if c >= n / 10 && first.is_none() {
-            first = Some((now, c));
+            first = Some((now, c, Span::start(child.id())));
         }
         if c >= n {
-            let (t0, c0) = first.unwrap();
+            let (t0, c0, span) = first.unwrap();
+            let (cpu_us, busy) = span.end(c - c0);
             let hwm = vm_hwm_kb(child.id()).unwrap_or(0);
-            return Ok(((c - c0) as f64 / (now - t0).as_secs_f64(), hwm));
+            let rate = (c - c0) as f64 / (now - t0).as_secs_f64();
+            eprintln!(
+                "  service: {} publishes, {:.3} s publishing in all",
+                scrape(port, "kafka_audit_publish_latency_seconds_count").unwrap_or(0),
+                scrape_f64(port, "kafka_audit_publish_latency_seconds_sum").unwrap_or(0.0)
+            );
+            return Ok((Measured { rate, cpu_us, busy }, hwm));
         }
         if now > deadline {
             bail!("service consumed only {c} of {n}");
@@ -247,12 +372,12 @@ fn measure_service(port: u16, child: &mut Child, n: u64) -> anyhow::Result<(f64,
     }
 }
 
-fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Result<f64> {
+fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Result<Measured> {
     let consumer: BaseConsumer = audit_service::consumer_client_config(cfg).create()?;
     consumer.subscribe(&[topic])?;
     let mut count = 0u64;
     let mut bytes = 0u64;
-    let mut t0: Option<(Instant, u64)> = None;
+    let mut t0: Option<(Instant, u64, Span)> = None;
     let deadline = Instant::now() + Duration::from_secs(600);
     while count < n {
         if let Some(r) = consumer.poll(Duration::from_millis(100)) {
@@ -263,16 +388,18 @@ fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Res
             // Same span as the service side: from the 10 % mark to the end, so
             // group join and fetch ramp-up weigh on neither side.
             if t0.is_none() && count >= n / 10 {
-                t0 = Some((Instant::now(), count));
+                t0 = Some((Instant::now(), count, Span::start(std::process::id())));
             }
         }
         if Instant::now() > deadline {
             bail!("bare consumer read only {count} of {n}");
         }
     }
-    let (t0, c0) = t0.unwrap();
+    let (t0, c0, span) = t0.unwrap();
     std::hint::black_box(bytes);
-    Ok((count - c0) as f64 / t0.elapsed().as_secs_f64())
+    let rate = (count - c0) as f64 / t0.elapsed().as_secs_f64();
+    let (cpu_us, busy) = span.end(count - c0);
+    Ok(Measured { rate, cpu_us, busy })
 }
 
 fn throughput(bootstrap: &str, n: u64, rounds: usize) -> anyhow::Result<()> {
@@ -309,13 +436,36 @@ fn throughput(bootstrap: &str, n: u64, rounds: usize) -> anyhow::Result<()> {
             &dir,
         ))?;
         let text = bench_config(bootstrap, vec![topic.clone()], None, port, &dir);
-        let b = measure_bare(&bare_cfg, &topic, n)?;
-        let mut child = spawn_service(&text, &dir)?;
-        let (a, hwm) = measure_service(port, &mut child, n)?;
-        stop(child)?;
-        eprintln!("round {round}: bare {b:.0} msg/s, audit-service {a:.0} msg/s, ratio {:.3}, service peak RSS {} MB", a / b, hwm / 1024);
-        bare.push(b);
-        audit.push(a);
+        // Alternate which side goes first: the broker's page cache and JIT state drift
+        // between back-to-back runs.
+        let run_service = || -> anyhow::Result<(Measured, u64)> {
+            let mut child = spawn_service(&text, &dir)?;
+            let r = measure_service(port, &mut child, n)?;
+            stop(child)?;
+            Ok(r)
+        };
+        let (b, (a, hwm)) = if round % 2 == 0 {
+            let b = measure_bare(&bare_cfg, &topic, n)?;
+            (b, run_service()?)
+        } else {
+            let a = run_service()?;
+            (measure_bare(&bare_cfg, &topic, n)?, a)
+        };
+        eprintln!(
+            "round {round}: bare {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), \
+             audit-service {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), ratio {:.3}, \
+             service peak RSS {} MB",
+            b.rate,
+            b.cpu_us,
+            b.busy,
+            a.rate,
+            a.cpu_us,
+            a.busy,
+            a.rate / b.rate,
+            hwm / 1024
+        );
+        bare.push(b.rate);
+        audit.push(a.rate);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let mut ratios: Vec<f64> = audit.iter().zip(&bare).map(|(a, b)| a / b).collect();
@@ -372,7 +522,7 @@ fn rss(bootstrap: &str, topics: usize, per_topic: u64, windows: i64) -> anyhow::
         &dir,
     );
     let mut child = spawn_service(&text, &dir)?;
-    let (rate, _) = measure_service(port, &mut child, n)?;
+    let rate = measure_service(port, &mut child, n)?.0.rate;
     // two more reports with everything drained
     std::thread::sleep(Duration::from_secs(11));
     let hwm = vm_hwm_kb(child.id()).context("no VmHWM")?;
