@@ -968,7 +968,7 @@ fn consume(
     publish: &SyncSender<()>,
 ) -> anyhow::Result<LoopExit> {
     let a = &cfg.audit;
-    let mut topics = resolve_topics(consumer, &cfg)?;
+    let mut topics = resolve_topics(consumer, cfg)?;
     anyhow::ensure!(
         !topics.is_empty() || !a.topic_regex.is_empty(),
         "no topic to audit"
@@ -1048,7 +1048,7 @@ fn consume(
         }
         if now >= next_refresh {
             next_refresh = now + a.topic_refresh;
-            match resolve_topics(consumer, &cfg) {
+            match resolve_topics(consumer, cfg) {
                 Ok(t) if t != topics && !t.is_empty() => {
                     tracing::info!(
                         before = topics.len(),
