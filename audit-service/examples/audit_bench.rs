@@ -209,8 +209,8 @@ fn scrape_f64(port: u16, metric: &str) -> Option<f64> {
         .and_then(|v| v.parse::<f64>().ok())
 }
 
-/// CPU time (user + system, all threads) of process `pid` so far, in seconds.
-fn process_cpu_secs(pid: u32) -> f64 {
+/// utime + stime, in seconds, from the text of a /proc/…/stat file.
+fn stat_cpu_secs(stat: &str) -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     let ticks = *TICKS.get_or_init(|| {
         Command::new("getconf")
@@ -220,7 +220,6 @@ fn process_cpu_secs(pid: u32) -> f64 {
             .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
             .unwrap_or(100.0)
     });
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may contain spaces) start at `state`.
     let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
     let f: Vec<f64> = rest
@@ -232,6 +231,11 @@ fn process_cpu_secs(pid: u32) -> f64 {
         .map_or(0.0, |(u, s)| (u + s) / ticks)
 }
 
+/// CPU time (user + system, all threads) of process `pid` so far, in seconds.
+fn process_cpu_secs(pid: u32) -> f64 {
+    stat_cpu_secs(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+}
+
 /// CPU seconds per thread name of process `pid` (threads of one name summed).
 fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
     let mut out = std::collections::BTreeMap::new();
@@ -240,22 +244,13 @@ fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
     };
     for t in tasks.flatten() {
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        let Some((head, rest)) = stat.rsplit_once(") ") else {
-            continue;
-        };
-        let name = head.split_once(" (").map_or("?", |(_, n)| n);
-        let name = name
+        let name = stat
+            .split_once(" (")
+            .and_then(|(_, r)| r.rsplit_once(") "))
+            .map_or("?", |(n, _)| n)
             .trim_end_matches(|c: char| c.is_ascii_digit())
             .to_string();
-        let f: Vec<f64> = rest
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0.0))
-            .collect();
-        let secs = f
-            .get(11)
-            .zip(f.get(12))
-            .map_or(0.0, |(u, s)| (u + s) / 100.0);
-        *out.entry(name).or_insert(0.0) += secs;
+        *out.entry(name).or_insert(0.0) += stat_cpu_secs(&stat);
     }
     out
 }
