@@ -61,7 +61,28 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     // Start-up checks need the list of audited topics; resolve it once here for the
     // report (the consume loop resolves it again and keeps it fresh).
     let explicit = a.topics.clone();
-    checks::run_checks(&config, &explicit).await?;
+    let checked = until_kafka_answers("start-up checks", &shutdown, &health, || {
+        checks::run_checks(&config, &explicit)
+    })
+    .await?;
+    if checked.is_none() {
+        return stop_ops(ops, ops_token).await;
+    }
+    // init_transactions (exactly-once) fences the previous incarnation of this
+    // instance; it needs the transaction coordinator.
+    let producer = until_kafka_answers("producer", &shutdown, &health, || {
+        let cfg = config.clone();
+        async move {
+            tokio::task::spawn_blocking(move || service::create_producer(&cfg))
+                .await
+                .context("producer start-up panicked")?
+        }
+    })
+    .await?;
+    let Some(producer) = producer else {
+        return stop_ops(ops, ops_token).await;
+    };
+    health.set_healthy();
 
     let wal_dir = a.instance_wal_dir();
     let (wal, recovery) = wal::Wal::open(
@@ -87,7 +108,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let token = shutdown.clone();
     let h = health.clone();
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut core = service::Core::new(cfg.clone(), wal, metrics)?;
+        let mut core = service::Core::new(cfg.clone(), wal, metrics, producer)?;
         loop {
             let consumer = service::create_consumer(&cfg, core)?;
             match service::consume_loop(consumer, cfg.clone(), token.clone(), h.clone())? {
@@ -98,9 +119,75 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     })
     .await
     .context("consume loop panicked")?;
+    stop_ops(ops, ops_token).await?;
+    result
+}
+
+async fn stop_ops(ops: Option<common::OpsServer>, token: CancellationToken) -> anyhow::Result<()> {
     if let Some(ops) = ops {
-        ops_token.cancel();
+        token.cancel();
         let _ = ops.task.await;
     }
-    result
+    Ok(())
+}
+
+/// Runs `attempt` until it succeeds, retrying with backoff (1 s doubling to 30 s) while
+/// its error says Kafka could not be reached: an auditor started before its cluster,
+/// or during an outage, waits for it (unhealthy on /healthz, with the reason) instead
+/// of exiting. Any other error (configuration, permissions, a missing audit topic that
+/// may not be created) is returned at once. `None`: shutdown came first.
+async fn until_kafka_answers<T, F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    health: &common::Health,
+    mut attempt: F,
+) -> anyhow::Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut backoff = std::time::Duration::from_secs(1);
+    loop {
+        let err = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            r = attempt() => match r {
+                Ok(v) => return Ok(Some(v)),
+                Err(e) if kafka_unreachable(&e) => e,
+                Err(e) => return Err(e),
+            },
+        };
+        health.set_unhealthy(format!("waiting for Kafka ({what}): {err:#}"));
+        tracing::warn!(error = %format!("{err:#}"), retry_in = ?backoff, "{what}: Kafka cannot be reached; waiting for it");
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
+    }
+}
+
+/// Whether `e` comes from Kafka not answering (transport, timeouts), as opposed to a
+/// problem that waiting does not fix.
+fn kafka_unreachable(e: &anyhow::Error) -> bool {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<KafkaError>())
+        .any(|k| {
+            matches!(
+                k.rdkafka_error_code(),
+                Some(
+                    C::BrokerTransportFailure
+                        | C::AllBrokersDown
+                        | C::OperationTimedOut
+                        | C::RequestTimedOut
+                        | C::MessageTimedOut
+                        | C::NetworkException
+                        | C::Resolve
+                        | C::CoordinatorNotAvailable
+                        | C::NotCoordinator
+                        | C::CoordinatorLoadInProgress
+                        | C::LeaderNotAvailable
+                )
+            )
+        })
 }

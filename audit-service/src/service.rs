@@ -206,7 +206,7 @@ impl ConsumerContext for AuditContext {
     }
 }
 
-fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
+pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
     let a = &cfg.audit;
     let txn_id = a.transactional_id();
     let timeout_ms = a.publish_timeout.as_millis().max(1000).to_string();
@@ -290,11 +290,15 @@ pub(crate) fn create_consumer(
 }
 
 impl Core {
-    pub(crate) fn new(cfg: Config, wal: Wal, metrics: Metrics) -> anyhow::Result<Core> {
+    pub(crate) fn new(
+        cfg: Config,
+        wal: Wal,
+        metrics: Metrics,
+        producer: AuditProducer,
+    ) -> anyhow::Result<Core> {
         let a = &cfg.audit;
         let identity = Identity::new(&a.tier, &a.datacenter, &a.instance_id);
         let counting = Counting::new(&cfg, identity.clone(), &metrics)?;
-        let producer = create_producer(&cfg)?;
         let unreconciled = wal.pending_count() > 0;
         Ok(Core {
             cfg,

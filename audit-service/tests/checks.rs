@@ -84,3 +84,123 @@ async fn missing_audit_topic_is_created_and_weak_durability_is_reported() {
     let err = run_checks(&cfg, &[]).await.unwrap_err();
     assert!(err.to_string().contains("strict_checks"), "{err:#}");
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /healthz` on the ops port: (status, body), or None while nothing answers.
+fn healthz(port: u16) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, text))
+}
+
+/// Forwards every connection to `listener` to `upstream`, one thread per direction.
+fn forward(listener: std::net::TcpListener, upstream: String) {
+    for inbound in listener.incoming() {
+        let Ok(inbound) = inbound else { return };
+        let Ok(outbound) = std::net::TcpStream::connect(upstream.as_str()) else {
+            continue;
+        };
+        let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from, &mut to);
+                let _ = to.shutdown(std::net::Shutdown::Write);
+            });
+        };
+        pipe(inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+        pipe(outbound, inbound);
+    }
+}
+
+/// An auditor started while its cluster cannot be reached waits for it (503 on
+/// /healthz with the reason) instead of exiting, then audits exactly once the cluster
+/// answers. "Unreachable" is a bootstrap port nobody listens on; "answers" is a TCP
+/// forwarder from that port to the real broker, started by the test (metadata then
+/// sends the clients to the broker itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
+    init_tracing();
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        wal: _wal,
+        mut cfg,
+        ..
+    } = Setup::new("late-kafka", 2).await;
+    let proxy_port = free_port();
+    let ops_port = free_port();
+    cfg.kafka.bootstrap_servers = format!("127.0.0.1:{proxy_port}");
+    cfg.ops.enabled = true;
+    cfg.ops.listen = ([127, 0, 0, 1], ops_port).into();
+    let token = tokio_util::sync::CancellationToken::new();
+    let service = tokio::spawn(audit_service::run(cfg, token.clone()));
+
+    // Waiting, not exiting: /healthz says why.
+    // (Polled from a blocking thread: start-up checks may block a runtime worker while
+    // librdkafka waits for the cluster.)
+    let waiting = tokio::task::spawn_blocking(move || {
+        testkit::wait_until(
+            Duration::from_secs(90),
+            || matches!(healthz(ops_port), Some((503, body)) if body.contains("waiting for Kafka")),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        waiting,
+        "no 503 'waiting for Kafka' on /healthz: {:?}",
+        healthz(ops_port)
+    );
+    assert!(
+        !service.is_finished(),
+        "the service exited instead of waiting"
+    );
+
+    // The cluster answers. (The forwarding thread ends with the test process.)
+    let listener = std::net::TcpListener::bind(("127.0.0.1", proxy_port)).unwrap();
+    let upstream = bootstrap.clone();
+    std::thread::spawn(move || forward(listener, upstream));
+
+    let mut truth = Totals::new();
+    let p = producer(&bootstrap);
+    produce_known(&p, &topic, 2, 500, 0, base_time(), 3, &mut truth);
+    let bootstrap_for_reader = bootstrap.clone();
+    let audit = audit_topic.clone();
+    let t = topic.clone();
+    let seen = tokio::task::spawn_blocking(move || {
+        let mut reader = AuditReader::new(&bootstrap_for_reader, &audit, 3);
+        reader.wait_for_count(&t, 500, Duration::from_secs(120));
+        reader.topic_totals(&t)
+    })
+    .await
+    .unwrap();
+    assert!(diff(&truth, &seen).is_empty(), "{:?}", diff(&truth, &seen));
+    let healthy = tokio::task::spawn_blocking(move || {
+        testkit::wait_until(Duration::from_secs(60), || {
+            matches!(healthz(ops_port), Some((200, _)))
+        })
+    })
+    .await
+    .unwrap();
+    assert!(healthy, "still unhealthy: {:?}", healthz(ops_port));
+
+    token.cancel();
+    let exit = tokio::time::timeout(Duration::from_secs(60), service)
+        .await
+        .expect("the service stops within 60 s of shutdown")
+        .unwrap();
+    assert!(exit.is_ok(), "{exit:?}");
+}
