@@ -8,9 +8,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
-};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use support::*;
@@ -50,18 +48,8 @@ async fn unwritable_audit_topic_fills_the_wal_then_pauses_and_nothing_is_lost() 
         .create()
         .unwrap();
     // Every audit message is too large for this topic: publication fails.
-    let nt =
-        NewTopic::new(&audit_topic, 3, TopicReplication::Fixed(1)).set("max.message.bytes", "100");
-    for r in admin
-        .create_topics(
-            [&nt],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
+    testkit::create_topic_with_config(&bootstrap, &audit_topic, 3, &[("max.message.bytes", "100")])
+        .await;
     let group = testkit::unique("bp-group");
     let wal = tempfile::tempdir().unwrap();
     let mut cfg = audit_config(
@@ -150,12 +138,7 @@ async fn unwritable_audit_topic_fills_the_wal_then_pauses_and_nothing_is_lost() 
         Duration::from_secs(30),
         || metric(port, "kafka_audit_paused") == 0.0
     )));
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
     let d = diff(&truth, &reader.topic_totals(&topic));
     assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));

@@ -116,12 +116,7 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
         !svc.is_finished(),
         "service exited during the broker restart"
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
     let truth = truth.lock().unwrap();
     let d = diff(&truth, &reader.topic_totals(&topic));

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use audit_service::checks::run_checks;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use support::*;
@@ -19,18 +19,13 @@ async fn missing_audit_topic_is_created_and_weak_durability_is_reported() {
         .set("bootstrap.servers", &bootstrap)
         .create()
         .unwrap();
-    let nt = NewTopic::new(&audited, 1, TopicReplication::Fixed(1))
-        .set("unclean.leader.election.enable", "true");
-    for r in admin
-        .create_topics(
-            [&nt],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
+    testkit::create_topic_with_config(
+        &bootstrap,
+        &audited,
+        1,
+        &[("unclean.leader.election.enable", "true")],
+    )
+    .await;
     let audit_topic = testkit::unique("chk-audit");
     let wal = tempfile::tempdir().unwrap();
     let mut cfg = audit_config(
@@ -197,10 +192,5 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     .unwrap();
     assert!(healthy, "still unhealthy: {:?}", healthz(ops_port));
 
-    token.cancel();
-    let exit = tokio::time::timeout(Duration::from_secs(60), service)
-        .await
-        .expect("the service stops within 60 s of shutdown")
-        .unwrap();
-    assert!(exit.is_ok(), "{exit:?}");
+    stop_service(&token, service).await;
 }

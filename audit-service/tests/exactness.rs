@@ -50,12 +50,7 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
     );
     // Graceful restart: the shutdown report publishes and commits; the next run
     // continues from the committed offsets.
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .expect("shutdown within bound")
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     produce_known(&p, &topic, PARTITIONS, 8_000, 12_000, base, 7, &mut truth);
     let shutdown = CancellationToken::new();
     // a failed assertion must stop the service, not hang the test
@@ -70,12 +65,7 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
         "only {} of 20000 counted",
         reader.total_count(&topic)
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .expect("shutdown within bound")
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     // Anything published late (a double count) would show here.
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
 
@@ -142,12 +132,7 @@ async fn at_least_once_mode_without_transactions_counts_exactly_when_nothing_cra
         10_000,
         Duration::from_secs(90)
     )));
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
     let d = diff(&truth, &reader.topic_totals(&topic));
     assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));

@@ -87,12 +87,7 @@ async fn records_of_aborted_transactions_are_not_counted() {
             c.values().sum::<i64>() >= 3_000 + 4 * PARTITIONS as i64
         })
     });
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
     assert!(
         ok && hw_ok,
@@ -256,12 +251,7 @@ async fn bad_input_is_counted_in_its_own_columns_and_the_service_keeps_running()
     });
     assert!(ok, "service stopped counting after bad input");
     assert!(!svc.is_finished(), "service exited on bad input");
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
 
     let mut seen = WindowTotals::default();

@@ -78,12 +78,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
         "no revoke report was published when B joined"
     );
     // A leaves: B gets every partition after a revoke of its own.
-    stop_a.cancel();
-    tokio::time::timeout(Duration::from_secs(60), a)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&stop_a, a).await;
     produce_known(&p, &topic, PARTITIONS, 5_000, 10_000, base, 4, &mut truth);
     // B publishes at its shutdown; everything must be counted exactly once by then.
     assert!(tokio::task::block_in_place(|| testkit::wait_until(
@@ -95,12 +90,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
             committed_total() >= 10_000
         }
     )));
-    stop_b.cancel();
-    tokio::time::timeout(Duration::from_secs(60), b)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&stop_b, b).await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
     let counted = reader.total_count(&topic) as i64;
     let committed_now = committed_total();
@@ -120,12 +110,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
             15_000,
             Duration::from_secs(90)
         )));
-        stop_c.cancel();
-        tokio::time::timeout(Duration::from_secs(60), c)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        stop_service(&stop_c, c).await;
         tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
     }
     let d = diff(&truth, &reader.topic_totals(&topic));

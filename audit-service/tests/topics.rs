@@ -55,12 +55,7 @@ async fn regex_topics_are_audited_new_ones_picked_up_and_exclusions_skipped() {
         "new topic not picked up: {} counted",
         reader.total_count(&later)
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
     let mut seen = reader.topic_totals(&first);
     seen.extend(reader.topic_totals(&later));

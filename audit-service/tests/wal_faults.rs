@@ -87,12 +87,7 @@ async fn run_until(cfg: &audit_service::Config, reader: &mut AuditReader, topic:
     let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
     let ok =
         tokio::task::block_in_place(|| reader.wait_for_count(topic, n, Duration::from_secs(90)));
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), svc)
-        .await
-        .expect("shutdown within bound")
-        .unwrap()
-        .unwrap();
+    stop_service(&shutdown, svc).await;
     assert!(ok, "only {} of {n} counted", reader.total_count(topic));
 }
 

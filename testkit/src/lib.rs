@@ -175,11 +175,24 @@ pub fn client_config(bootstrap: &str) -> ClientConfig {
 /// `bootstrap`, and waits until every partition has a leader, so producing to it right
 /// after works. Panics on failure: this is a test helper.
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    create_topic_with_config(bootstrap, topic, partitions, &[]).await;
+}
+
+/// [`create_topic`] with topic-level settings, e.g. `("max.message.bytes", "100")`.
+pub async fn create_topic_with_config(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    config: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = client_config(bootstrap)
         .create()
         .unwrap_or_else(|e| panic!("admin client for {bootstrap}: {e}"));
     let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
-    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (key, value) in config {
+        new_topic = new_topic.set(key, value);
+    }
     let results = admin
         .create_topics([&new_topic], &options)
         .await

@@ -328,3 +328,17 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> 
         })
         .collect()
 }
+
+/// Cancels `stop` and waits for the service to return; panics unless it returns Ok
+/// within 60 s.
+pub async fn stop_service(
+    stop: &tokio_util::sync::CancellationToken,
+    svc: tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(60), svc)
+        .await
+        .expect("the service stops within 60 s of shutdown")
+        .expect("service task")
+        .expect("service result");
+}
