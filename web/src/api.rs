@@ -54,7 +54,11 @@ impl RangeQuery {
     }
 }
 
-fn resolve_range(state: &AppState, from: Option<&str>, to: Option<&str>) -> ApiResult<(i64, i64)> {
+pub(crate) fn resolve_range(
+    state: &AppState,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> ApiResult<(i64, i64)> {
     // `?to=` (an empty value, as forms send) means the default, like an absent one.
     let (from, to) = (from.filter(|s| !s.is_empty()), to.filter(|s| !s.is_empty()));
     let to = match to {

@@ -3,6 +3,7 @@
 
 pub mod alert;
 pub mod api;
+pub mod completeness;
 pub mod config;
 pub mod dashboard;
 pub mod engine;
@@ -268,6 +269,10 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/topics", get(api::topics))
         .route("/api/v1/topics/{topic}/windows", get(api::windows))
         .route("/api/v1/topics/{topic}/compare", get(api::compare))
+        .route(
+            "/api/v1/topics/{topic}/completeness",
+            get(completeness::completeness),
+        )
         .route(
             "/api/v1/topics/{topic}/windows/{window_start}/offsets",
             get(api::offsets),

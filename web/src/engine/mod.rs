@@ -294,71 +294,132 @@ impl Topology {
         now: i64,
         out: &mut Vec<EdgeWindow>,
     ) {
+        for dc in self.downstream_datacenters(edge, rows, auditors) {
+            out.push(self.evaluate_edge_at(
+                topic,
+                edge,
+                dc,
+                window_start,
+                rows,
+                auditors,
+                policy,
+                now,
+            ));
+        }
+    }
+
+    /// Evaluates `edge` on one window for every downstream datacenter named in
+    /// `datacenters`, whether or not it has data or progress there: the completeness
+    /// gate asks about a datacenter by name, and "nothing arrived" is an answer too.
+    #[allow(clippy::too_many_arguments)]
+    pub fn evaluate_edge_datacenter(
+        &self,
+        topic: &str,
+        edge: &Edge,
+        datacenter: &str,
+        windows: &[i64],
+        rows: &[WindowRow],
+        progress: &[PartitionProgress],
+        now: i64,
+    ) -> Vec<EdgeWindow> {
+        let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.topic == topic) {
+            by_window.entry(r.window_start).or_default().push(r);
+        }
+        let auditors = auditors(progress);
+        let policy = self.policy_for(topic);
+        windows
+            .iter()
+            .map(|&w| {
+                let rows = by_window.get(&w).map(Vec::as_slice).unwrap_or(&[]);
+                self.evaluate_edge_at(
+                    topic,
+                    edge,
+                    datacenter.to_string(),
+                    w,
+                    rows,
+                    &auditors,
+                    &policy,
+                    now,
+                )
+            })
+            .collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn evaluate_edge_at<'a>(
+        &self,
+        topic: &str,
+        edge: &'a Edge,
+        dc: String,
+        window_start: i64,
+        rows: &[&'a WindowRow],
+        auditors: &BTreeMap<(&'a str, &'a str), Auditor>,
+        policy: &Policy,
+        now: i64,
+    ) -> EdgeWindow {
         let window_end = window_start.saturating_add(self.window_ms);
         let settle_at = window_end.saturating_add(policy.grace_ms);
-        for dc in self.downstream_datacenters(edge, rows, auditors) {
-            let up_dcs = edge.upstream_datacenters(&dc);
-            let mut up = Side::default();
-            let mut down = Side::default();
-            for r in rows {
-                if r.tier == edge.upstream && up_dcs.contains(&r.datacenter) {
-                    up.add(r);
-                } else if r.tier == edge.downstream && r.datacenter == dc {
-                    down.add(r);
-                }
+        let up_dcs = edge.upstream_datacenters(&dc);
+        let mut up = Side::default();
+        let mut down = Side::default();
+        for r in rows {
+            if r.tier == edge.upstream && up_dcs.contains(&r.datacenter) {
+                up.add(r);
+            } else if r.tier == edge.downstream && r.datacenter == dc {
+                down.add(r);
             }
-            let difference = (i128::from(down.count) - i128::from(up.count))
-                .clamp(i128::from(i64::MIN), i128::from(i64::MAX))
-                as i64;
-            let completeness = match (up.count, down.count) {
-                (0, 0) => Some(1.0),
-                (0, _) => None,
-                (e, o) => Some(o as f64 / e as f64),
-            };
-            let checksums_match = up.checksum == down.checksum;
-            let down_latency = down.latency.percentiles();
-            let (lifecycle, verdict, reason) = if now < window_end {
-                (Lifecycle::Open, Verdict::Pending, "window is open".into())
-            } else if now < settle_at {
-                (
-                    Lifecycle::Settling,
-                    Verdict::Pending,
-                    "within the grace period".into(),
-                )
-            } else if let Some((v, why)) =
-                self.auditors_block(edge, &dc, &up_dcs, auditors, settle_at, now)
-            {
-                (Lifecycle::Settling, v, why)
-            } else {
-                let judged = self.judge(
-                    edge,
-                    up.count,
-                    down.count,
-                    checksums_match,
-                    down_latency.as_ref(),
-                    policy,
-                );
-                (Lifecycle::Final, judged.0, judged.1)
-            };
-            out.push(EdgeWindow {
-                topic: topic.to_string(),
-                upstream: edge.upstream.clone(),
-                downstream: edge.downstream.clone(),
-                datacenter: dc,
-                upstream_datacenters: up_dcs,
-                window_start,
-                window_end,
-                expected: up.count,
-                observed: down.count,
-                difference,
-                completeness,
+        }
+        let difference = (i128::from(down.count) - i128::from(up.count))
+            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        let completeness = match (up.count, down.count) {
+            (0, 0) => Some(1.0),
+            (0, _) => None,
+            (e, o) => Some(o as f64 / e as f64),
+        };
+        let checksums_match = up.checksum == down.checksum;
+        let down_latency = down.latency.percentiles();
+        let (lifecycle, verdict, reason) = if now < window_end {
+            (Lifecycle::Open, Verdict::Pending, "window is open".into())
+        } else if now < settle_at {
+            (
+                Lifecycle::Settling,
+                Verdict::Pending,
+                "within the grace period".into(),
+            )
+        } else if let Some((v, why)) =
+            self.auditors_block(edge, &dc, &up_dcs, auditors, settle_at, now)
+        {
+            (Lifecycle::Settling, v, why)
+        } else {
+            let judged = self.judge(
+                edge,
+                up.count,
+                down.count,
                 checksums_match,
-                lifecycle,
-                verdict,
-                reason,
-                upstream_latency: up.latency.percentiles(),
-                downstream_latency: down_latency,
-            });
+                down_latency.as_ref(),
+                policy,
+            );
+            (Lifecycle::Final, judged.0, judged.1)
+        };
+        EdgeWindow {
+            topic: topic.to_string(),
+            upstream: edge.upstream.clone(),
+            downstream: edge.downstream.clone(),
+            datacenter: dc,
+            upstream_datacenters: up_dcs,
+            window_start,
+            window_end,
+            expected: up.count,
+            observed: down.count,
+            difference,
+            completeness,
+            checksums_match,
+            lifecycle,
+            verdict,
+            reason,
+            upstream_latency: up.latency.percentiles(),
+            downstream_latency: down_latency,
         }
     }
 

@@ -22,6 +22,11 @@ pub struct TopologyConfig {
     pub stall_after: Duration,
     #[serde(default)]
     pub thresholds: Thresholds,
+    /// Default threshold of the completeness gate
+    /// (`/api/v1/topics/{topic}/completeness`, `kafka-audit wait`): a final window is
+    /// complete when its tier has at least this fraction of its reference count.
+    #[serde(default = "default_completeness")]
+    pub completeness: f64,
     #[serde(default)]
     pub tiers: Vec<TierConfig>,
     #[serde(default)]
@@ -38,6 +43,7 @@ impl Default for TopologyConfig {
             grace: default_grace(),
             stall_after: default_stall_after(),
             thresholds: Thresholds::default(),
+            completeness: default_completeness(),
             tiers: Vec::new(),
             edges: Vec::new(),
             overrides: Vec::new(),
@@ -53,6 +59,9 @@ fn default_grace() -> Duration {
 }
 fn default_stall_after() -> Duration {
     Duration::from_secs(1800)
+}
+fn default_completeness() -> f64 {
+    0.999
 }
 
 /// A difference between two tiers is an anomaly only when it exceeds *both* the
@@ -197,6 +206,7 @@ impl Topology {
             return Err(invalid("stall_after must be longer than 0"));
         }
         check_ratio(config.thresholds.ratio, "thresholds")?;
+        check_ratio(config.completeness, "completeness")?;
         let mut tiers = BTreeSet::new();
         for t in &config.tiers {
             if t.name.trim().is_empty() {

@@ -1,0 +1,311 @@
+//! The completeness gate: `GET /api/v1/topics/{topic}/completeness`. Downstream jobs
+//! (hourly ETL, the ingestion of the aggregate cluster) ask whether every window of a
+//! range is complete at one tier in one datacenter before they publish it; `kafka-audit
+//! wait` polls this route.
+//!
+//! The reference of a tier is the expected count of its upstream edge (summed over the
+//! mapped upstream datacenters of a many-to-one edge), exactly as the detection engine
+//! computes it for `/compare`: this module asks the engine for that edge and datacenter
+//! and only adds the threshold. A window is complete when the engine calls it `final`
+//! (past its grace period, every auditor involved has read past it) and the tier has at
+//! least `threshold` of the reference. More than the reference (duplicates, or a
+//! reference tier that reported nothing) is not missing data, so it is complete too.
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use store::{AuditStore, TimeRange};
+
+use crate::api::resolve_range;
+use crate::engine::{Edge, EdgeWindow, Lifecycle, Verdict};
+use crate::error::{ApiResult, AppError};
+use crate::eval::{engine_progress, engine_row, now_ms};
+use crate::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletenessQuery {
+    pub tier: Option<String>,
+    pub datacenter: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Overrides `[topology] completeness`.
+    pub threshold: Option<String>,
+    /// Only needed when the tier is downstream of several edges.
+    pub upstream: Option<String>,
+}
+
+/// Where a window stands at the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateStatus {
+    /// Final and at least the threshold: safe to publish.
+    Complete,
+    /// Not final yet (open, settling, an auditor behind or stalled): wait.
+    Pending,
+    /// Final and below the threshold: data is missing. Late data can still complete
+    /// it, but a job should not wait for that on its own.
+    Incomplete,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WindowCompleteness {
+    pub window_start: i64,
+    pub window_end: i64,
+    /// Count of the tier in the datacenter.
+    pub observed: u64,
+    /// Expected count of the upstream edge (summed over its upstream datacenters).
+    pub reference: u64,
+    /// observed / reference; 1 when both are 0; null when only the tier has data.
+    pub ratio: Option<f64>,
+    /// Neither side has data in this window.
+    pub no_data: bool,
+    pub lifecycle: Lifecycle,
+    pub complete: bool,
+    pub status: GateStatus,
+    /// The detection engine's verdict and reason for the edge in this window.
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CompletenessResponse {
+    pub topic: String,
+    pub tier: String,
+    pub datacenter: String,
+    pub reference_tier: String,
+    pub reference_datacenters: Vec<String>,
+    pub from: i64,
+    pub to: i64,
+    pub now: i64,
+    pub window_ms: i64,
+    pub threshold: f64,
+    /// Every window of the range is complete.
+    pub complete: bool,
+    /// `incomplete` when any window is, else `pending` when any window is, else
+    /// `complete`.
+    pub status: GateStatus,
+    pub windows_total: usize,
+    pub windows_complete: usize,
+    pub windows_pending: usize,
+    pub windows_incomplete: usize,
+    /// Sums over the range.
+    pub observed: u64,
+    pub reference: u64,
+    pub ratio: Option<f64>,
+    pub windows: Vec<WindowCompleteness>,
+}
+
+fn ratio(observed: u64, reference: u64) -> Option<f64> {
+    match (reference, observed) {
+        (0, 0) => Some(1.0),
+        (0, _) => None,
+        (r, o) => Some(o as f64 / r as f64),
+    }
+}
+
+fn names<'a>(it: impl Iterator<Item = &'a str>) -> String {
+    it.collect::<Vec<_>>().join(", ")
+}
+
+/// The edge whose downstream is `tier`, or a 400 that says what the reference is.
+fn upstream_edge<'t>(
+    state: &'t AppState,
+    tier: &str,
+    upstream: Option<&str>,
+) -> ApiResult<&'t Edge> {
+    let topo = &state.topology;
+    if topo.tier(tier).is_none() {
+        return Err(AppError::bad_request(format!(
+            "tier {tier:?} is not in the topology (tiers: {})",
+            names(topo.config.tiers.iter().map(|t| t.name.as_str()))
+        )));
+    }
+    let edges: Vec<&Edge> = topo.edges.iter().filter(|e| e.downstream == tier).collect();
+    if let Some(up) = upstream {
+        return edges
+            .into_iter()
+            .find(|e| e.upstream == up)
+            .ok_or_else(|| AppError::bad_request(format!("there is no edge {up} → {tier}")));
+    }
+    match edges.as_slice() {
+        [edge] => Ok(edge),
+        [] => {
+            let below: Vec<&str> = topo
+                .edges
+                .iter()
+                .filter(|e| e.upstream == tier)
+                .map(|e| e.downstream.as_str())
+                .collect();
+            let role = if below.is_empty() {
+                "it is on no edge".to_string()
+            } else {
+                format!(
+                    "it is the reference of {}; ask about that tier instead",
+                    below.join(", ")
+                )
+            };
+            Err(AppError::bad_request(format!(
+                "tier {tier:?} has no upstream edge, so nothing counts what it should have: {role}"
+            )))
+        }
+        several => Err(AppError::bad_request(format!(
+            "tier {tier:?} is downstream of several edges; choose the reference with upstream= (one of: {})",
+            names(several.iter().map(|e| e.upstream.as_str()))
+        ))),
+    }
+}
+
+fn threshold(state: &AppState, value: Option<&str>) -> ApiResult<f64> {
+    match value.filter(|v| !v.is_empty()) {
+        None => Ok(state.topology.config.completeness),
+        Some(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|t| (0.0..=1.0).contains(t))
+            .ok_or_else(|| {
+                AppError::bad_request(format!(
+                    "threshold: {v:?} is not a number within [0, 1] (e.g. 0.999)"
+                ))
+            }),
+    }
+}
+
+fn required<'q>(value: &'q Option<String>, message: &str) -> ApiResult<&'q str> {
+    value
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| AppError::bad_request(message.to_string()))
+}
+
+fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
+    let ratio = ratio(e.observed, e.expected);
+    let enough = ratio.is_none_or(|r| r >= threshold);
+    let status = match (e.lifecycle, enough) {
+        (Lifecycle::Final, true) => GateStatus::Complete,
+        (Lifecycle::Final, false) => GateStatus::Incomplete,
+        _ => GateStatus::Pending,
+    };
+    WindowCompleteness {
+        window_start: e.window_start,
+        window_end: e.window_end,
+        observed: e.observed,
+        reference: e.expected,
+        ratio,
+        no_data: e.observed == 0 && e.expected == 0,
+        lifecycle: e.lifecycle,
+        complete: status == GateStatus::Complete,
+        status,
+        verdict: e.verdict,
+        reason: e.reason,
+    }
+}
+
+pub async fn completeness(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<CompletenessQuery>, QueryRejection>,
+) -> ApiResult<Json<CompletenessResponse>> {
+    let Path(topic) = path?;
+    let Query(q) = query?;
+    let topo = &state.topology;
+    let mut downstream: Vec<&str> = topo.edges.iter().map(|e| e.downstream.as_str()).collect();
+    downstream.sort_unstable();
+    downstream.dedup();
+    let tier = required(
+        &q.tier,
+        &format!("tier is required (one of: {})", downstream.join(", ")),
+    )?;
+    let edge = upstream_edge(
+        &state,
+        tier,
+        q.upstream.as_deref().filter(|u| !u.is_empty()),
+    )?;
+    let datacenter = required(&q.datacenter, "datacenter is required")?;
+    if !edge.is_one_to_one() && !edge.datacenters.values().any(|d| d == datacenter) {
+        let mut targets: Vec<&str> = edge.datacenters.values().map(String::as_str).collect();
+        targets.sort_unstable();
+        targets.dedup();
+        return Err(AppError::bad_request(format!(
+            "datacenter {datacenter:?} is not a downstream datacenter of {} → {} ({})",
+            edge.upstream,
+            edge.downstream,
+            targets.join(", ")
+        )));
+    }
+    if q.from.as_deref().is_none_or(str::is_empty) || q.to.as_deref().is_none_or(str::is_empty) {
+        return Err(AppError::bad_request(
+            "from and to are required: the range of windows to gate on",
+        ));
+    }
+    let threshold = threshold(&state, q.threshold.as_deref())?;
+    let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
+    let first = topo.window_start(from);
+    let rows: Vec<_> = state
+        .store
+        .topic_windows(&topic, TimeRange::new(first, to))
+        .await?
+        .iter()
+        .filter(|r| r.tier == edge.upstream || r.tier == edge.downstream)
+        .map(engine_row)
+        .collect();
+    let progress: Vec<_> = state
+        .store
+        .progress(Some(&topic))
+        .await?
+        .iter()
+        .map(engine_progress)
+        .collect();
+    let starts: Vec<i64> = (0..)
+        .map(|i| first + i * topo.window_ms)
+        .take_while(|w| *w < to)
+        .collect();
+    let now = now_ms();
+    let windows: Vec<WindowCompleteness> = topo
+        .evaluate_edge_datacenter(&topic, edge, datacenter, &starts, &rows, &progress, now)
+        .into_iter()
+        .map(|e| gate(e, threshold))
+        .collect();
+    let count = |s: GateStatus| windows.iter().filter(|w| w.status == s).count();
+    let (complete, pending, incomplete) = (
+        count(GateStatus::Complete),
+        count(GateStatus::Pending),
+        count(GateStatus::Incomplete),
+    );
+    let status = if incomplete > 0 {
+        GateStatus::Incomplete
+    } else if pending > 0 {
+        GateStatus::Pending
+    } else {
+        GateStatus::Complete
+    };
+    let observed = windows
+        .iter()
+        .fold(0u64, |a, w| a.saturating_add(w.observed));
+    let reference = windows
+        .iter()
+        .fold(0u64, |a, w| a.saturating_add(w.reference));
+    Ok(Json(CompletenessResponse {
+        topic,
+        tier: tier.to_string(),
+        datacenter: datacenter.to_string(),
+        reference_tier: edge.upstream.clone(),
+        reference_datacenters: edge.upstream_datacenters(datacenter),
+        from,
+        to,
+        now,
+        window_ms: topo.window_ms,
+        threshold,
+        complete: status == GateStatus::Complete,
+        status,
+        windows_total: windows.len(),
+        windows_complete: complete,
+        windows_pending: pending,
+        windows_incomplete: incomplete,
+        observed,
+        reference,
+        ratio: ratio(observed, reference),
+        windows,
+    }))
+}
