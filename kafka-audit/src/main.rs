@@ -8,6 +8,7 @@ mod demo;
 mod inspect;
 mod migrate;
 mod serve;
+mod wait;
 
 #[derive(Parser)]
 #[command(
@@ -34,10 +35,22 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Show how messages (JSON lines) are classified: event time, source, unit, window.
     Inspect(inspect::InspectArgs),
+    /// Wait until a range of windows is complete at a tier (a gate for downstream jobs):
+    /// exit 0 complete, 1 timeout, 2 data missing in a final window, 3 error.
+    Wait(wait::WaitArgs),
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // `wait` gives 2 its own meaning (data missing): its usage errors exit 3.
+        let code = if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("wait") {
+            wait::EXIT_ERROR
+        } else {
+            e.exit_code()
+        };
+        let _ = e.print();
+        std::process::exit(code)
+    });
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Audit(args) => audit::run(args),
@@ -45,5 +58,6 @@ fn main() -> anyhow::Result<()> {
         Command::Migrate(args) => migrate::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Wait(args) => wait::run(args),
     }
 }
