@@ -505,14 +505,66 @@
           `No tier reported topic ${topic} in this range. Check the name, or choose a longer range.`)));
     }
 
+    const gates = await completenessPanel(enc, edges, q, topo);
     return h('div', { 'data-page': 'topic', 'data-topic': topic },
       head,
       edgeSummary(edges),
       chartPanel({ win, cmp: { ...cmp, edges }, tiers, colorOf: tierColors(topo, tiers), windowMs, range, topic }),
+      gates,
       h('div', { class: 'cols' },
         latencyPanel(win, tiers, topo),
         anomalyListPanel(anomalous)),
       verdictPanel(r, edges, topic));
+  }
+
+  // ---------------------------------------------------------------- completeness gate
+
+  /// Per downstream tier and datacenter, which windows a downstream job may publish:
+  /// the answer of /completeness (final and at least the threshold of the tier's
+  /// reference), one cell per window.
+  async function completenessPanel(enc, edges, q, topo) {
+    const seen = new Map();
+    for (const e of edges) {
+      const k = `${e.downstream}|${e.datacenter}|${e.upstream}`;
+      if (!seen.has(k)) seen.set(k, e);
+    }
+    const several = (tier) => topo.edges.filter((x) => x.downstream === tier).length > 1;
+    const order = topo.tiers.map((t) => t.name);
+    const pairs = [...seen.values()].sort((a, b) => order.indexOf(a.downstream) - order.indexOf(b.downstream) ||
+      a.datacenter.localeCompare(b.datacenter) || a.upstream.localeCompare(b.upstream));
+    const results = await Promise.all(pairs.map((e) => api(`/topics/${enc}/completeness`, {
+      ...q, tier: e.downstream, datacenter: e.datacenter, upstream: several(e.downstream) ? e.upstream : '',
+    }).then((res) => ({ e, res }), (err) => ({ e, err }))));
+    const rows = results.map(({ e, res, err }) => {
+      const label = h('td', { class: 'mono' }, e.downstream, ' ', h('span', { class: 'dc' }, e.datacenter),
+        h('div', { class: 'dim gate-ref' }, `vs ${e.upstream} ${e.upstream_datacenters.join('+')}`));
+      const attrs = { 'data-completeness-tier': e.downstream, 'data-datacenter': e.datacenter };
+      if (err) return h('tr', attrs, label, h('td', { colspan: 2, class: 'neg' }, `Completeness unavailable: ${err.message}`));
+      const cells = res.windows.map((w) => h('span', {
+        class: `gate-cell g-${w.status}`,
+        title: `${fmtWindow(w.window_start, w.window_end)} UTC: ${w.status}` +
+          (w.no_data ? ', no data at either tier' : `, ${int(w.observed)} of ${int(w.reference)} (${pct(w.ratio)})`) +
+          ` · ${w.lifecycle}${w.status === 'complete' ? '' : ` · ${w.reason}`}`,
+        'data-gate-window': w.window_start, 'data-complete': w.complete ? 'true' : 'false', 'data-status': w.status,
+        'data-no-data': w.no_data ? 'true' : null,
+      }));
+      return h('tr', { ...attrs, 'data-gate': res.status },
+        label,
+        h('td', { class: 'num' }, h('span', { class: `badge g-${res.status}` }, `${res.windows_complete}/${res.windows_total}`)),
+        h('td', { class: 'gate-strip-cell' }, h('div', { class: 'gate-strip' }, cells)));
+    });
+    const threshold = results.find((x) => x.res);
+    return h('section', { class: 'panel', id: 'completeness-panel' },
+      h('div', { class: 'panel-head' }, h('h2', {}, 'Complete windows by tier'),
+        h('span', { class: 'sub' }, `final and at least ${pct(threshold ? threshold.res.threshold : topo.completeness)} of the upstream tier · what kafka-audit wait gates on`),
+        h('span', { class: 'spacer' }),
+        h('div', { class: 'legend' },
+          h('span', { class: 'item' }, h('span', { class: 'gate-cell g-complete' }), 'complete'),
+          h('span', { class: 'item' }, h('span', { class: 'gate-cell g-pending' }), 'not final yet'),
+          h('span', { class: 'item' }, h('span', { class: 'gate-cell g-incomplete' }), 'final, data missing'))),
+      h('div', { class: 'panel-body flush scroll' }, h('table', { class: 'grid', id: 'completeness-table' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Tier (datacenter)'), h('th', { class: 'num' }, 'Complete'), h('th', {}, 'Windows, oldest first'))),
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 3, class: 'empty' }, 'No downstream tier in this view.'))))));
   }
 
   function dcSelect(r, dcs, dc) {

@@ -107,6 +107,8 @@ pub struct TopologyView {
     pub grace_ms: i64,
     pub stall_after_ms: i64,
     pub thresholds: engine::Thresholds,
+    /// Default threshold of the completeness gate.
+    pub completeness: f64,
     pub tiers: Vec<TierView>,
     pub edges: Vec<EdgeView>,
     pub overrides: Vec<OverrideView>,
@@ -144,6 +146,7 @@ pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
         grace_ms: c.grace.as_millis() as i64,
         stall_after_ms: t.stall_after_ms,
         thresholds: c.thresholds.clone(),
+        completeness: c.completeness,
         tiers: c
             .tiers
             .iter()

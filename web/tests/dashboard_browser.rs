@@ -483,6 +483,84 @@ async fn dashboard_renders_topics_chart_and_highlighted_loss() {
     server.stop().await;
 }
 
+/// The topic page marks, per downstream tier and datacenter, which windows are
+/// complete (what `kafka-audit wait` gates on): the loss window is final and short,
+/// the duplicated and the empty windows are complete, the newest are not final yet,
+/// and the reference tier (producer) has no row of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_page_marks_complete_windows_per_tier() {
+    require_chromium();
+    let (server, state) = Server::start("").await;
+    let seeded = seed(&state).await;
+    let url = format!("{}/#/topic/{LOSSY}", server.base);
+    let (dom, run) = rendered(&url).await;
+    assert_ready(&dom, &run, "topic page");
+    let rows = tags(&dom, "tr", &["data-completeness-tier="]);
+    assert_eq!(
+        attr(&rows, "data-completeness-tier"),
+        vec!["regional"],
+        "one row per downstream tier; console:\n{}",
+        run.console()
+    );
+    assert!(rows[0].contains(r#"data-datacenter="dc1""#), "{}", rows[0]);
+    assert!(
+        rows[0].contains(r#"data-gate="incomplete""#),
+        "a final window is short: {}",
+        rows[0]
+    );
+    let cells = tags(&dom, "span", &["data-gate-window="]);
+    let chart = tags(&dom, "svg", &[r#"data-chart="counts""#]);
+    assert_eq!(
+        attr(&chart, "data-windows"),
+        vec![cells.len().to_string()],
+        "one cell per window of the chart"
+    );
+    let cell = |w: i64| {
+        let key = format!(r#"data-gate-window="{w}""#);
+        *cells
+            .iter()
+            .find(|c| c.contains(&key))
+            .unwrap_or_else(|| panic!("no cell for window {w}: {cells:?}"))
+    };
+    let loss = cell(seeded.loss_window);
+    assert!(
+        loss.contains(r#"data-status="incomplete""#) && loss.contains(r#"data-complete="false""#),
+        "{loss}"
+    );
+    for w in [
+        seeded.duplication_window,
+        seeded.loss_window - WINDOW,
+        seeded.loss_window + WINDOW,
+    ] {
+        let c = cell(w);
+        assert!(
+            c.contains(r#"data-status="complete""#) && c.contains(r#"data-complete="true""#),
+            "window {w}: {c}"
+        );
+    }
+    let empty = cell(seeded.no_data_window);
+    assert!(
+        empty.contains(r#"data-complete="true""#) && empty.contains(r#"data-no-data="true""#),
+        "{empty}"
+    );
+    let newest = cells.last().unwrap();
+    assert!(
+        newest.contains(r#"data-status="pending""#) && newest.contains(r#"data-complete="false""#),
+        "the open window is not complete: {newest}"
+    );
+    let complete = cells
+        .iter()
+        .filter(|c| c.contains(r#"data-complete="true""#))
+        .count();
+    assert!(
+        complete >= seeded.orders_windows - 3,
+        "every settled window but the loss is complete: {complete} of {}",
+        cells.len()
+    );
+    screenshot(&url, &artifacts_dir().join("topic-completeness.png")).await;
+    server.stop().await;
+}
+
 /// The value of `attr` in each opening tag.
 fn attr<'a>(tags: &[&'a str], attr: &str) -> Vec<&'a str> {
     let key = format!("{attr}=\"");
