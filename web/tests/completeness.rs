@@ -431,3 +431,84 @@ async fn bad_parameters_are_json_400s_that_say_why(backend: Backend) {
         );
     }
 }
+
+/// The OpenAPI document describes the route as it answers: the keys of a real
+/// response and of its windows are the schema's required keys and the example's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_describes_the_completeness_route_as_it_answers() {
+    let (state, _db) = state(Backend::Sqlite).await;
+    let w0 = seed_six(&state).await;
+    let r = get(
+        &state,
+        &format!(
+            "/api/v1/topics/orders/completeness?tier=aggregate&datacenter=agg&from={w0}&to={}",
+            w0 + 6 * WINDOW
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let doc = get(&state, "/api/openapi.json").await.body;
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let required = |v: &Value| {
+        let mut k: Vec<String> = v["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        k.sort();
+        k
+    };
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(required(&schemas["Completeness"]), keys(&r.body));
+    assert_eq!(
+        required(&schemas["CompletenessWindow"]),
+        keys(&r.body["windows"][0])
+    );
+    assert_eq!(keys(&schemas["Completeness"]["properties"]), keys(&r.body));
+    let op = &doc["paths"]["/api/v1/topics/{topic}/completeness"]["get"];
+    let params: Vec<&str> = op["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        params,
+        vec![
+            "topic",
+            "tier",
+            "datacenter",
+            "from",
+            "to",
+            "threshold",
+            "upstream"
+        ]
+    );
+    let examples = op["responses"]["200"]["content"]["application/json"]["examples"]
+        .as_object()
+        .expect("response examples");
+    assert!(!examples.is_empty());
+    for (name, e) in examples {
+        assert_eq!(keys(&e["value"]), keys(&r.body), "example {name}");
+        for w in e["value"]["windows"].as_array().unwrap() {
+            assert_eq!(keys(w), keys(&r.body["windows"][0]), "example {name}");
+        }
+    }
+    // The six-window example is this test's scenario.
+    let six = &examples["six_windows"]["value"];
+    for k in [
+        "windows_complete",
+        "windows_pending",
+        "windows_incomplete",
+        "status",
+    ] {
+        assert_eq!(six[k], r.body[k], "{k}");
+    }
+    let topology = get(&state, "/api/v1/topology").await.body;
+    assert_eq!(required(&schemas["Topology"]), keys(&topology));
+}
