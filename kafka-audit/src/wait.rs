@@ -20,6 +20,12 @@ pub const EXIT_INCOMPLETE: i32 = 2;
 pub const EXIT_ERROR: i32 = 3;
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Exit codes: 0 every window of the range is complete; 1 --timeout \
+passed with windows not final yet; 2 a window is final and below the threshold (data \
+missing); 3 usage error, a request the server refused, or the server unreachable \
+--max-failures polls in a row."
+)]
 pub struct WaitArgs {
     /// Base URL of `kafka-audit serve`, e.g. http://kafka-audit.internal:8080
     #[arg(long, env = "KAFKA_AUDIT_SERVER")]

@@ -257,6 +257,23 @@ pub async fn completeness(
         .iter()
         .map(engine_progress)
         .collect();
+    // A misspelt topic or datacenter would otherwise wait forever (an auditor that
+    // never reported is `stalled`, never final) or, between tiers that report no
+    // progress, pass as complete without data: say so instead.
+    let up_dcs = edge.upstream_datacenters(datacenter);
+    let involved = |tier: &str, dc: &str| {
+        (tier == edge.downstream && dc == datacenter)
+            || (tier == edge.upstream && up_dcs.iter().any(|u| u == dc))
+    };
+    if !rows.iter().any(|r| involved(&r.tier, &r.datacenter))
+        && !progress.iter().any(|p| involved(&p.tier, &p.datacenter))
+    {
+        return Err(AppError::not_found(format!(
+            "nothing is known of topic {topic:?} at {tier}/{datacenter} or {}/{}: no counts in the range and no auditor progress (check the topic and the datacenter)",
+            edge.upstream,
+            up_dcs.join("+")
+        )));
+    }
     let starts: Vec<i64> = (0..)
         .map(|i| first + i * topo.window_ms)
         .take_while(|w| *w < to)
@@ -291,7 +308,7 @@ pub async fn completeness(
         tier: tier.to_string(),
         datacenter: datacenter.to_string(),
         reference_tier: edge.upstream.clone(),
-        reference_datacenters: edge.upstream_datacenters(datacenter),
+        reference_datacenters: up_dcs,
         from,
         to,
         now,

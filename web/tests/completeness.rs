@@ -419,6 +419,18 @@ async fn bad_parameters_are_json_400s_that_say_why(backend: Backend) {
             "no edge aggregate → regional",
         ),
     ];
+    // Nothing known of the topic, or of the datacenter: a 404 rather than a gate that
+    // waits for an auditor that does not exist.
+    seed_six(&state).await;
+    for query in [
+        format!("/api/v1/topics/orderz/completeness?tier=aggregate&datacenter=agg&{range}"),
+        format!("/api/v1/topics/orders/completeness?tier=regional&datacenter=dc9&{range}"),
+    ] {
+        let r = get(&state, &query).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{query}: {}", r.body);
+        let m = r.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains("nothing is known of topic"), "{query}: {m}");
+    }
     for (query, message) in cases {
         let uri = format!("/api/v1/topics/orders/completeness?{query}");
         let r = get(&state, &uri).await;
