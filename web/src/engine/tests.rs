@@ -578,3 +578,55 @@ fn extreme_counts_do_not_overflow() {
     assert_eq!(e.difference, i64::MIN);
     assert_eq!(e.verdict, Verdict::Loss);
 }
+
+#[test]
+fn one_named_datacenter_is_judged_like_evaluate_topic_and_even_without_data() {
+    let t = pipeline();
+    let now = SETTLED + 5 * MIN;
+    let rows = vec![
+        row("regional", "dc1", 60, 1),
+        row("regional", "dc2", 40, 2),
+        row("aggregate", "agg", 100, 3),
+    ];
+    let progress = all_caught_up(now);
+    let all = t.evaluate_topic("orders", &[W], &rows, &progress, now);
+    let edge = t
+        .edges
+        .iter()
+        .find(|e| e.downstream == "aggregate")
+        .unwrap();
+    let one = t.evaluate_edge_datacenter("orders", edge, "agg", &[W], &rows, &progress, now);
+    assert_eq!(one, vec![find(&all, "regional", "agg").clone()]);
+    assert_eq!((one[0].expected, one[0].observed), (100, 100));
+
+    // dc3 has neither rows nor progress: evaluate_topic leaves it out, a named
+    // datacenter still gets an answer (its auditor has not reported: pending).
+    let edge = t.edges.iter().find(|e| e.downstream == "regional").unwrap();
+    assert!(all.iter().all(|e| e.datacenter != "dc3"));
+    let one = t.evaluate_edge_datacenter("orders", edge, "dc3", &[W], &rows, &progress, now);
+    assert_eq!(one.len(), 1);
+    assert_eq!(
+        (
+            one[0].lifecycle,
+            one[0].verdict,
+            one[0].expected,
+            one[0].observed
+        ),
+        (Lifecycle::Settling, Verdict::Pending, 0, 0)
+    );
+    assert!(one[0].reason.contains("regional/dc3"), "{}", one[0].reason);
+}
+
+#[test]
+fn completeness_threshold_must_be_a_ratio() {
+    for bad in [
+        "completeness = 1.5",
+        "completeness = -0.1",
+        "completeness = nan",
+    ] {
+        let cfg: TopologyConfig = toml::from_str(bad).expect("parses");
+        let err = Topology::new(cfg).unwrap_err().to_string();
+        assert!(err.contains("completeness"), "{bad}: {err}");
+    }
+    assert_eq!(TopologyConfig::default().completeness, 0.999);
+}
