@@ -535,7 +535,9 @@
     const results = await Promise.all(pairs.map((e) => api(`/topics/${enc}/completeness`, {
       ...q, tier: e.downstream, datacenter: e.datacenter, upstream: several(e.downstream) ? e.upstream : '',
     }).then((res) => ({ e, res }), (err) => ({ e, err }))));
-    const rows = results.map(({ e, res, err }) => {
+    // 404: nothing is known of the topic at that tier pair (say, a mapped edge the
+    // topic does not travel): no row rather than an error.
+    const rows = results.filter((x) => !(x.err && x.err.status === 404)).map(({ e, res, err }) => {
       const label = h('td', { class: 'mono' }, e.downstream, ' ', h('span', { class: 'dc' }, e.datacenter),
         h('div', { class: 'dim gate-ref' }, `vs ${e.upstream} ${e.upstream_datacenters.join('+')}`));
       const attrs = { 'data-completeness-tier': e.downstream, 'data-datacenter': e.datacenter };
