@@ -15,7 +15,9 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use store::{AuditStore, TimeRange};
+use std::collections::BTreeSet;
+
+use store::{AuditStore, Store, StoreError, TimeRange};
 
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Verdict};
@@ -179,9 +181,16 @@ fn required<'q>(value: &'q Option<String>, message: &str) -> ApiResult<&'q str> 
         .ok_or_else(|| AppError::bad_request(message.to_string()))
 }
 
-fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
+/// `staged`: increments of this window at these tiers are stored but not yet added
+/// to its counts, so whatever the counts say now is not the answer yet.
+fn gate(mut e: EdgeWindow, threshold: f64, staged: bool) -> WindowCompleteness {
     let ratio = ratio(e.observed, e.expected);
     let enough = ratio.is_none_or(|r| r >= threshold);
+    if staged && e.lifecycle == Lifecycle::Final {
+        e.lifecycle = Lifecycle::Settling;
+        e.verdict = Verdict::Pending;
+        e.reason = "increments of this window are stored but not yet added up (the collector's roll-up is behind)".into();
+    }
     let status = match (e.lifecycle, enough) {
         (Lifecycle::Final, true) => GateStatus::Complete,
         (Lifecycle::Final, false) => GateStatus::Incomplete,
@@ -242,6 +251,18 @@ pub async fn completeness(
     let threshold = threshold(&state, q.threshold.as_deref())?;
     let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
     let first = topo.window_start(from);
+    // Progress, then staged increments, then window rows: increments that came with
+    // the progress read first are then either still staged (seen by the second read)
+    // or already added up (seen by the third).
+    let progress: Vec<_> = state
+        .store
+        .progress(Some(&topic))
+        .await?
+        .iter()
+        .map(engine_progress)
+        .collect();
+    let up_dcs = edge.upstream_datacenters(datacenter);
+    let staged = staged_windows(&state.store, &topic, edge, datacenter, &up_dcs, first, to).await?;
     let rows: Vec<_> = state
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
@@ -250,23 +271,16 @@ pub async fn completeness(
         .filter(|r| r.tier == edge.upstream || r.tier == edge.downstream)
         .map(engine_row)
         .collect();
-    let progress: Vec<_> = state
-        .store
-        .progress(Some(&topic))
-        .await?
-        .iter()
-        .map(engine_progress)
-        .collect();
     // A misspelt topic or datacenter would otherwise wait forever (an auditor that
     // never reported is `stalled`, never final) or, between tiers that report no
     // progress, pass as complete without data: say so instead.
-    let up_dcs = edge.upstream_datacenters(datacenter);
     let involved = |tier: &str, dc: &str| {
         (tier == edge.downstream && dc == datacenter)
             || (tier == edge.upstream && up_dcs.iter().any(|u| u == dc))
     };
     if !rows.iter().any(|r| involved(&r.tier, &r.datacenter))
         && !progress.iter().any(|p| involved(&p.tier, &p.datacenter))
+        && staged.is_empty()
     {
         return Err(AppError::not_found(format!(
             "nothing is known of topic {topic:?} at {tier}/{datacenter} or {}/{}: no counts in the range and no auditor progress (check the topic and the datacenter)",
@@ -282,7 +296,10 @@ pub async fn completeness(
     let windows: Vec<WindowCompleteness> = topo
         .evaluate_edge_datacenter(&topic, edge, datacenter, &starts, &rows, &progress, now)
         .into_iter()
-        .map(|e| gate(e, threshold))
+        .map(|e| {
+            let staged = staged.contains(&e.window_start);
+            gate(e, threshold, staged)
+        })
         .collect();
     let count = |s: GateStatus| windows.iter().filter(|w| w.status == s).count();
     let (complete, pending, incomplete) = (
@@ -325,4 +342,42 @@ pub async fn completeness(
         ratio: ratio(observed, reference),
         windows,
     }))
+}
+
+/// Starts of the windows in `[from, to)` with increments of the edge's tiers and
+/// datacenters that PostgreSQL has staged (`audit_pending`) and not yet rolled up.
+/// SQLite adds increments up as it stores them: none.
+async fn staged_windows(
+    store: &Store,
+    topic: &str,
+    edge: &Edge,
+    datacenter: &str,
+    up_dcs: &[String],
+    from: i64,
+    to: i64,
+) -> Result<BTreeSet<i64>, StoreError> {
+    let Store::Postgres(pg) = store else {
+        return Ok(BTreeSet::new());
+    };
+    let datacenters: Vec<&str> = std::iter::once(datacenter)
+        .chain(up_dcs.iter().map(String::as_str))
+        .collect();
+    let starts: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT m.window_start_ms FROM audit_pending p
+         JOIN audit_message m ON m.uuid = p.uuid
+         WHERE m.topic = $1 AND m.tier = ANY($2) AND m.datacenter = ANY($3)
+           AND m.window_start_ms >= $4 AND m.window_start_ms < $5",
+    )
+    .bind(topic)
+    .bind([edge.upstream.as_str(), edge.downstream.as_str()])
+    .bind(&datacenters)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pg.pool())
+    .await
+    .map_err(|source| StoreError::Database {
+        context: "reading staged increments",
+        source,
+    })?;
+    Ok(starts.into_iter().collect())
 }
