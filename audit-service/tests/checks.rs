@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use audit_service::checks::run_checks;
+use audit_service::checks::{check_topic, run_checks};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -47,14 +47,23 @@ async fn missing_audit_topic_is_created_and_weak_durability_is_reported() {
     let findings = run_checks(&cfg, std::slice::from_ref(&audited))
         .await
         .unwrap();
-    let md = admin
-        .inner()
-        .fetch_metadata(Some(&audit_topic), Duration::from_secs(10))
-        .unwrap();
-    assert_eq!(
-        md.topics()[0].partitions().len(),
-        3,
-        "audit topic created with the configured partitions"
+    // run_checks judged the topic once its metadata settled; a fresh read agrees
+    // (bounded, explicit wait: metadata may still propagate to this client's broker).
+    let settled = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(30), || {
+            admin
+                .inner()
+                .fetch_metadata(Some(&audit_topic), Duration::from_secs(5))
+                .is_ok_and(|md| {
+                    md.topics().first().is_some_and(|t| {
+                        t.partitions().len() == 3 && t.partitions().iter().all(|p| p.leader() >= 0)
+                    })
+                })
+        })
+    });
+    assert!(
+        settled,
+        "audit topic created with the configured 3 partitions, each with a leader"
     );
     let about = |t: &str, p: &str| {
         findings
@@ -78,6 +87,43 @@ async fn missing_audit_topic_is_created_and_weak_durability_is_reported() {
     cfg.audit.strict_checks = true;
     let err = run_checks(&cfg, &[]).await.unwrap_err();
     assert!(err.to_string().contains("strict_checks"), "{err:#}");
+}
+
+/// A topic is judged only once its metadata has settled (every partition with a
+/// leader and replicas). A metadata answer from before a new topic propagated read as
+/// `replication factor 0 < 3` (seen in CI for an audit topic just created): here the
+/// topic appears only after the check began, which makes that window certain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durability_is_judged_only_on_settled_metadata() {
+    let bootstrap = testkit::kafka_a();
+    let wal = tempfile::tempdir().unwrap();
+    let cfg = audit_config(&bootstrap, &[], "unused", "g", "i", wal.path());
+
+    // Never settles: a bounded wait, then an error that says why (not a finding).
+    let missing = testkit::unique("chk-missing");
+    let err = check_topic(&cfg, &missing, Duration::from_secs(2))
+        .await
+        .expect_err("a topic that does not exist is not judged");
+    assert!(err.to_string().contains("not settled"), "{err:#}");
+
+    // Appears while the check waits: judged on its real replication factor.
+    let late = testkit::unique("chk-late");
+    let check = {
+        let (cfg, late) = (cfg.clone(), late.clone());
+        tokio::spawn(async move { check_topic(&cfg, &late, Duration::from_secs(60)).await })
+    };
+    testkit::create_topic(&bootstrap, &late, 4).await;
+    let findings = check.await.unwrap().unwrap();
+    let replication: Vec<&str> = findings
+        .iter()
+        .filter(|f| f.problem.starts_with("replication factor"))
+        .map(|f| f.problem.as_str())
+        .collect();
+    assert_eq!(
+        replication,
+        vec!["replication factor 1 < 3"],
+        "{findings:?}"
+    );
 }
 
 fn free_port() -> u16 {
