@@ -441,6 +441,34 @@ impl Core {
         Ok(true)
     }
 
+    /// After a report whose WAL entry could not be written: its drained counts are
+    /// lost, so every partition it covered is read again from the start of its
+    /// unreported range (the end of the last entry written, or the committed offset).
+    /// False when a position cannot be reset: the caller then recreates the consumer,
+    /// which restarts from the committed offsets.
+    fn rewind_unreported(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
+        let timeout = self.cfg.audit.publish_timeout;
+        for (topic, parts) in &mut self.parts {
+            for (&partition, st) in parts.iter_mut() {
+                if st.next.take().is_none() || !self.assigned.contains(&(topic.clone(), partition))
+                {
+                    continue;
+                }
+                let to = match st.start {
+                    Some(o) if o >= 0 => Offset::Offset(o),
+                    // No committed offset: consumption began at the log start.
+                    None => Offset::Beginning,
+                    Some(_) => return false,
+                };
+                if let Err(e) = consumer.seek(topic, partition, to, timeout) {
+                    tracing::warn!(%topic, partition, offset = ?to, error = %e, "cannot seek back");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     fn update_wal_metrics(&self) {
         self.metrics
             .wal_pending_entries
@@ -1021,7 +1049,16 @@ fn consume(
             if let Err(e) = core.write_report(Reason::Interval) {
                 core.metrics.error("wal");
                 health.set_unhealthy(format!("cannot write WAL: {e:#}"));
-                tracing::error!(error = %format!("{e:#}"), "cannot write report");
+                // The drained counts are gone with the failed entry: read their
+                // messages again, or the next entry's range would cover them uncounted.
+                tracing::error!(error = %format!("{e:#}"), "cannot write report; counting its messages again");
+                if !core.rewind_unreported(consumer) {
+                    tracing::error!("cannot rewind the consumer; recreating it");
+                    let mut core = g.take().expect("core present while running");
+                    drop(g);
+                    core.reset_after_consumer_loss();
+                    return Ok(LoopExit::ConsumerFailed(Box::new(core)));
+                }
             } else {
                 // Full means a request is already waiting: it publishes this entry too.
                 let _ = publish.try_send(());

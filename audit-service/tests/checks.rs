@@ -126,27 +126,6 @@ async fn durability_is_judged_only_on_settled_metadata() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET /healthz` on the ops port: (status, body), or None while nothing answers.
-fn healthz(port: u16) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, text))
-}
-
 /// Forwards every connection to `listener` to `upstream`, one thread per direction.
 fn forward(listener: std::net::TcpListener, upstream: String) {
     for inbound in listener.incoming() {
@@ -195,7 +174,7 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     let waiting = tokio::task::spawn_blocking(move || {
         testkit::wait_until(
             Duration::from_secs(90),
-            || matches!(healthz(ops_port), Some((503, body)) if body.contains("waiting for Kafka")),
+            || matches!(ops_get(ops_port, "/healthz"), Some((503, body)) if body.contains("waiting for Kafka")),
         )
     })
     .await
@@ -203,7 +182,7 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     assert!(
         waiting,
         "no 503 'waiting for Kafka' on /healthz: {:?}",
-        healthz(ops_port)
+        ops_get(ops_port, "/healthz")
     );
     assert!(
         !service.is_finished(),
@@ -231,12 +210,16 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     assert!(diff(&truth, &seen).is_empty(), "{:?}", diff(&truth, &seen));
     let healthy = tokio::task::spawn_blocking(move || {
         testkit::wait_until(Duration::from_secs(60), || {
-            matches!(healthz(ops_port), Some((200, _)))
+            matches!(ops_get(ops_port, "/healthz"), Some((200, _)))
         })
     })
     .await
     .unwrap();
-    assert!(healthy, "still unhealthy: {:?}", healthz(ops_port));
+    assert!(
+        healthy,
+        "still unhealthy: {:?}",
+        ops_get(ops_port, "/healthz")
+    );
 
     stop_service(&token, service).await;
 }

@@ -41,10 +41,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     produce_known(&p, &topic, PARTITIONS, 5_000, 0, base, 4, &mut truth);
     let stop_a = CancellationToken::new();
     let _ga = stop_a.clone().drop_guard();
-    let ops_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let ops_port = free_port();
     let mut cfg_a = cfg(&testkit::unique("ra"));
     cfg_a.ops.enabled = true;
     cfg_a.ops.listen = std::net::SocketAddr::from(([127, 0, 0, 1], ops_port));
@@ -53,7 +50,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     // in the same generation and there is no revoke to test (seen on a loaded machine).
     assert!(
         tokio::task::block_in_place(|| testkit::wait_until(Duration::from_secs(90), || {
-            consumed_messages(ops_port) >= 5_000.0
+            metric(ops_port, "consumed_messages_total") >= 5_000.0
         })),
         "A did not consume the first 5 000 messages"
     );
@@ -115,26 +112,4 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     }
     let d = diff(&truth, &reader.topic_totals(&topic));
     assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
-}
-
-/// Sum of the auditor's consumed-messages counter, read from its `/metrics` (0 when
-/// the ops server is not up yet).
-fn consumed_messages(port: u16) -> f64 {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return 0.0;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    if stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return 0.0;
-    }
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body);
-    body.lines()
-        .filter(|l| !l.starts_with('#') && l.contains("consumed_messages_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }

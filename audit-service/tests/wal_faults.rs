@@ -1,7 +1,9 @@
 //! WAL faults against the real broker: a pending entry left by a crash is resent when
 //! the restart rule allows it; an entry with a flipped byte or a torn tail is detected,
 //! truncated and never sent, and its messages are recounted from the committed
-//! offsets. Either way the per-window totals equal the ground truth.
+//! offsets; a WAL disk that fills up mid-run (failed and partial writes) makes the
+//! auditor count the unwritten reports again. Either way the per-window totals equal
+//! the ground truth.
 
 mod support;
 
@@ -178,5 +180,197 @@ async fn corrupt_or_torn_wal_entries_are_truncated_and_counts_stay_exact() {
             .values()
             .sum::<i64>(),
         6_000
+    );
+}
+
+/// A tmpfs of `size` mounted at a directory for the life of the value (the tests run
+/// as root): a real disk-full for the WAL.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount tmpfs at {} (root needed)",
+            dir.display()
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system holding `path` with zeros, a page at a time, until it is
+/// full; returns the file's length.
+fn fill(path: &Path) -> u64 {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let page = [0u8; 4096];
+    loop {
+        match f.write(&page) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+            Err(e) => panic!("fill {}: {e}", path.display()),
+        }
+    }
+    let _ = f.sync_all();
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// The WAL disk fills up while the auditor runs: reports fail whole (no space at
+/// all), then part-way (one page free, entries larger than that), and /healthz says
+/// so. Traffic continues; once space returns, every window's count and checksum equal
+/// the ground truth and the committed offsets equal what was produced: the counts of
+/// the reports that could not be written were counted again, not lost (A1), and a
+/// partial write did not leave the WAL unreadable (B10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_wal_disk_mid_run_loses_no_count() {
+    // Many windows per report: entries of several pages, so one free page gives a
+    // partial write.
+    const MANY_WINDOWS: i64 = 40;
+    init_tracing();
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        wal: _unused,
+        mut cfg,
+    } = Setup::new("walfull", PARTITIONS).await;
+    let mnt = tempfile::tempdir().unwrap();
+    let _tmpfs = Tmpfs::mount(mnt.path(), "16m");
+    cfg.audit.wal_dir = mnt.path().join("wal");
+    let port = free_port();
+    cfg.ops.enabled = true;
+    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    let base = base_time();
+    let p = producer(&bootstrap);
+    let mut truth = Totals::new();
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+
+    produce_known(
+        &p,
+        &topic,
+        PARTITIONS,
+        2_000,
+        0,
+        base,
+        MANY_WINDOWS,
+        &mut truth,
+    );
+    assert!(tokio::task::block_in_place(|| reader.wait_for_count(
+        &topic,
+        2_000,
+        Duration::from_secs(90)
+    )));
+
+    let wal_errors = || metric(port, "errors_total{kind=\"wal\"}");
+    let unhealthy_wal = || matches!(ops_get(port, "/healthz"), Some((503, body)) if body.contains("cannot write WAL"));
+    let consumed = || metric(port, "consumed_messages_total");
+    let ballast = mnt.path().join("ballast");
+    let mut seq = 2_000;
+    for (phase, free) in [("no space", 0u64), ("one page", 4096)] {
+        let len = fill(&ballast);
+        if free > 0 {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&ballast)
+                .unwrap()
+                .set_len(len - free)
+                .unwrap();
+        }
+        let errors_before = wal_errors();
+        let consumed_before = consumed();
+        produce_known(
+            &p,
+            &topic,
+            PARTITIONS,
+            2_000,
+            seq,
+            base,
+            MANY_WINDOWS,
+            &mut truth,
+        );
+        seq += 2_000;
+        // Reports covering the new messages failed (twice, so the recount failed too)
+        // and /healthz said so.
+        let mut saw_unhealthy = false;
+        let failed = tokio::task::block_in_place(|| {
+            testkit::wait_until(Duration::from_secs(90), || {
+                saw_unhealthy |= unhealthy_wal();
+                consumed() >= consumed_before + 2_000.0 && wal_errors() >= errors_before + 3.0
+            })
+        });
+        assert!(
+            failed,
+            "{phase}: WAL errors {} -> {}, consumed {consumed_before} -> {}",
+            errors_before,
+            wal_errors(),
+            consumed()
+        );
+        assert!(
+            saw_unhealthy || unhealthy_wal(),
+            "{phase}: /healthz did not report the WAL fault: {:?}",
+            ops_get(port, "/healthz")
+        );
+        std::fs::remove_file(&ballast).unwrap();
+    }
+
+    // Space is back; traffic goes on.
+    produce_known(
+        &p,
+        &topic,
+        PARTITIONS,
+        2_000,
+        seq,
+        base,
+        MANY_WINDOWS,
+        &mut truth,
+    );
+    seq += 2_000;
+    let all = seq;
+    let ok = tokio::task::block_in_place(|| {
+        reader.wait_for_count(&topic, all, Duration::from_secs(120))
+    });
+    let healthy = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(60), || {
+            matches!(ops_get(port, "/healthz"), Some((200, _)))
+        })
+    });
+    stop_service(&shutdown, svc).await;
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
+    let d = diff(&truth, &reader.topic_totals(&topic));
+    assert!(
+        ok && d.is_empty(),
+        "counted {} of {all}; per-window differences:\n{}",
+        reader.total_count(&topic),
+        d.join("\n")
+    );
+    assert!(
+        healthy,
+        "/healthz after space returned: {:?}",
+        ops_get(port, "/healthz")
+    );
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, PARTITIONS)
+            .values()
+            .sum::<i64>(),
+        all as i64
     );
 }
