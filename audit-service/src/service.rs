@@ -12,13 +12,14 @@
 //! offsets → mark published.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use audit_lib::{AuditMessage, Identity, PartitionProgress};
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -159,7 +160,15 @@ pub(crate) struct Core {
 pub(crate) struct AuditContext {
     core: Mutex<Option<Core>>,
     hwm: Mutex<HashMap<(String, i32), i64>>,
+    /// Set when a rebalance used the incremental protocol: the loop then stops.
+    incremental: AtomicBool,
 }
+
+/// The rebalance protocols the auditor can work with: a revoke takes every partition
+/// (eager), so a revoke report covers the whole assignment.
+const NOT_EAGER: &str = "the consumer uses the incremental (cooperative) rebalance protocol; the \
+     auditor needs the classic group protocol with an eager assignor (set group.protocol = \
+     classic and partition.assignment.strategy = range or roundrobin)";
 
 impl AuditContext {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Core>> {
@@ -182,6 +191,16 @@ impl ClientContext for AuditContext {
 
 impl ConsumerContext for AuditContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        ) {
+            // Never act on an incremental rebalance (it would forget partitions still
+            // owned); the consume loop stops before reporting anything.
+            self.incremental.store(true, Ordering::Relaxed);
+            tracing::error!("{NOT_EAGER}");
+            return;
+        }
         let mut guard = self.lock();
         let Some(core) = guard.as_mut() else { return };
         match rebalance {
@@ -283,6 +302,7 @@ pub(crate) fn create_consumer(
     let ctx = AuditContext {
         core: Mutex::new(Some(core)),
         hwm: Mutex::new(HashMap::new()),
+        incremental: AtomicBool::new(false),
     };
     consumer_client_config(cfg)
         .create_with_context(ctx)
@@ -1010,6 +1030,12 @@ fn consume(
         let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
         consumer.subscribe(&refs).context("cannot subscribe")?;
     }
+    // Whatever the properties said: the protocol the client really uses.
+    let eager = |c: &BaseConsumer<AuditContext>| {
+        !matches!(c.rebalance_protocol(), RebalanceProtocol::Cooperative)
+            && !c.context().incremental.load(Ordering::Relaxed)
+    };
+    anyhow::ensure!(eager(consumer), "{NOT_EAGER}");
     let mut next_report = Instant::now() + a.report_interval;
     let mut next_refresh = Instant::now() + a.topic_refresh;
     let ctx = consumer.context();
@@ -1039,6 +1065,9 @@ fn consume(
         since_clock += 1;
         if now >= next_report {
             next_report = now + a.report_interval;
+            // Before any report: nothing counted under an incremental protocol is
+            // published or committed.
+            anyhow::ensure!(eager(consumer), "{NOT_EAGER}");
             let hwm = ctx.hwm.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let mut g = ctx.lock();
             let core = g.as_mut().expect("core present while running");

@@ -89,6 +89,36 @@ async fn missing_audit_topic_is_created_and_weak_durability_is_reported() {
     assert!(err.to_string().contains("strict_checks"), "{err:#}");
 }
 
+/// KIP-848 (`group.protocol = consumer`) is refused before anything starts, with a
+/// message that names the setting and what to use instead.
+#[tokio::test]
+async fn the_consumer_group_protocol_is_refused_at_start() {
+    let wal = tempfile::tempdir().unwrap();
+    let mut cfg = audit_config(
+        &testkit::kafka_a(),
+        &["t".into()],
+        "a",
+        "g",
+        "i",
+        wal.path(),
+    );
+    cfg.kafka
+        .properties
+        .insert("group.protocol".into(), "consumer".into());
+    let err = tokio::time::timeout(
+        Duration::from_secs(30),
+        audit_service::run(cfg, tokio_util::sync::CancellationToken::new()),
+    )
+    .await
+    .expect("refused at once")
+    .unwrap_err();
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("group.protocol") && err.contains("classic"),
+        "{err}"
+    );
+}
+
 /// A topic is judged only once its metadata has settled (every partition with a
 /// leader and replicas). A metadata answer from before a new topic propagated read as
 /// `replication factor 0 < 3` (seen in CI for an audit topic just created): here the
