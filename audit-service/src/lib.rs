@@ -9,6 +9,7 @@ pub mod checks;
 pub mod config;
 mod counting;
 pub mod metrics;
+mod restart;
 mod service;
 pub mod wal;
 

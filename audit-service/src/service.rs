@@ -32,7 +32,12 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, Mode};
 use crate::counting::Counting;
 use crate::metrics::{KindLabel, Metrics, PartitionLabel};
+use crate::restart::{Committed, Decision, Origin, RestartRule};
 use crate::wal::{OffsetRange, Wal, WalEntry, WalMessage};
+
+/// A range start whose committed offset could not be read (never equal to a real
+/// committed offset, so such a range is never resent).
+pub(crate) const UNKNOWN_START: i64 = -1;
 
 const POLL: Duration = Duration::from_millis(100);
 /// When the fetched-message queue runs dry, how long to let librdkafka refill it
@@ -151,9 +156,10 @@ pub(crate) struct Core {
     metrics: Metrics,
     /// Partitions this instance owns now.
     assigned: HashSet<(String, i32)>,
-    /// Entries of a previous incarnation (or of a failed producer) waiting for the
-    /// restart rule at the next assignment.
-    unreconciled: bool,
+    /// Pending entries wait for the restart rule (restart.rs): entries of an earlier
+    /// consumer session until the next assignment, or entries whose transaction is
+    /// ambiguous in this session until a mid-run reconcile settles them.
+    unsettled: Option<Origin>,
     paused: bool,
 }
 
@@ -218,8 +224,12 @@ impl ConsumerContext for AuditContext {
                 core.on_assign(consumer, tpl);
             }
             Rebalance::Error(e) => {
+                // rust-rdkafka unassigns everything after this callback: what was
+                // counted since the last report can never be committed by us, like a
+                // lost assignment.
                 core.metrics.error("rebalance");
-                tracing::error!(error = %e, "rebalance error");
+                tracing::error!(error = %e, "rebalance error; treating the assignment as lost");
+                core.on_revoke(consumer, true);
             }
         }
     }
@@ -319,7 +329,7 @@ impl Core {
         let a = &cfg.audit;
         let identity = Identity::new(&a.tier, &a.datacenter, &a.instance_id);
         let counting = Counting::new(&cfg, identity.clone(), &metrics)?;
-        let unreconciled = wal.pending_count() > 0;
+        let unsettled = (wal.pending_count() > 0).then_some(Origin::EarlierSession);
         Ok(Core {
             cfg,
             identity,
@@ -329,7 +339,7 @@ impl Core {
             producer,
             metrics,
             assigned: HashSet::new(),
-            unreconciled,
+            unsettled,
             paused: false,
         })
     }
@@ -504,8 +514,8 @@ impl Core {
     /// Publishes pending entries in order until one fails. Returns true when none is
     /// left.
     fn publish_pending(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
-        if self.unreconciled {
-            // Entries of a previous incarnation wait for the restart rule.
+        if self.unsettled.is_some() {
+            // Entries of an earlier session, or ambiguous ones, wait for the restart rule.
             return false;
         }
         for id in self.wal.pending_ids() {
@@ -680,7 +690,8 @@ impl Core {
                 self.producer = p;
                 // A fenced or broken producer may have committed or not: only the
                 // committed offsets can tell.
-                self.unreconciled = self.wal.pending_count() > 0;
+                self.unsettled =
+                    (self.wal.pending_count() > 0).then_some(Origin::AmbiguousThisSession);
             }
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "cannot recreate the audit producer")
@@ -688,65 +699,71 @@ impl Core {
         }
     }
 
-    /// The restart rule for pending entries, given the partitions owned now.
-    pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>, at_assignment: bool) {
+    /// The committed offsets of `partitions`: an errored partition, or a failed
+    /// read, is `Committed::Error`, never "no offset".
+    fn read_committed(
+        &self,
+        consumer: &BaseConsumer<AuditContext>,
+        partitions: &[(String, i32)],
+    ) -> HashMap<(String, i32), Committed> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            tpl.add_partition(topic, *partition);
+        }
+        let mut out: HashMap<(String, i32), Committed> = partitions
+            .iter()
+            .map(|tp| (tp.clone(), Committed::Error))
+            .collect();
+        match consumer.committed_offsets(tpl, self.cfg.audit.publish_timeout) {
+            Ok(c) => {
+                for el in c.elements() {
+                    let value = match (el.error(), el.offset()) {
+                        (Err(e), _) => {
+                            self.metrics.error("committed_offsets");
+                            tracing::warn!(topic = el.topic(), partition = el.partition(), error = %e, "cannot read the committed offset");
+                            Committed::Error
+                        }
+                        (Ok(()), Offset::Offset(o)) => Committed::At(o),
+                        (Ok(()), _) => Committed::None,
+                    };
+                    out.insert((el.topic().to_string(), el.partition()), value);
+                }
+            }
+            Err(e) => {
+                self.metrics.error("committed_offsets");
+                tracing::warn!(error = %e, partitions = partitions.len(), "cannot read committed offsets");
+            }
+        }
+        out
+    }
+
+    /// Applies the restart rule (restart.rs) to every pending entry, in order.
+    pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>, origin: Origin) {
         let entries: Vec<(u64, Vec<OffsetRange>)> = self
             .wal
             .pending_ids()
             .into_iter()
             .map(|id| (id, self.wal.ranges(id).unwrap_or_default().to_vec()))
             .collect();
+        self.unsettled = None;
         if entries.is_empty() {
-            self.unreconciled = false;
             return;
         }
-        let mut tpl = TopicPartitionList::new();
-        let mut seen = HashSet::new();
-        for (_, ranges) in &entries {
-            for r in ranges {
-                if seen.insert((r.topic.clone(), r.partition)) {
-                    tpl.add_partition(&r.topic, r.partition);
-                }
-            }
-        }
-        let committed = match consumer.committed_offsets(tpl, self.cfg.audit.publish_timeout) {
-            Ok(c) => c,
-            Err(e) => {
-                self.metrics.error("committed_offsets");
-                tracing::warn!(error = %e, "cannot read committed offsets; pending WAL entries wait");
-                return;
-            }
-        };
-        let mut committed_map: HashMap<(String, i32), Option<i64>> = HashMap::new();
-        for el in committed.elements() {
-            let off = match el.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            };
-            committed_map.insert((el.topic().to_string(), el.partition()), off);
-        }
-        self.unreconciled = false;
+        let mut partitions: Vec<(String, i32)> = entries
+            .iter()
+            .flat_map(|(_, ranges)| ranges.iter().map(|r| (r.topic.clone(), r.partition)))
+            .collect();
+        partitions.sort();
+        partitions.dedup();
+        let committed = self.read_committed(consumer, &partitions);
+        let mut rule = RestartRule::new(origin, committed, self.assigned.clone());
         for (id, ranges) in entries {
-            let at = |r: &OffsetRange| {
-                committed_map
-                    .get(&(r.topic.clone(), r.partition))
-                    .cloned()
-                    .flatten()
-            };
-            let all_end = ranges.iter().all(|r| at(r) == Some(r.end));
-            let owns_all = ranges
-                .iter()
-                .all(|r| self.assigned.contains(&(r.topic.clone(), r.partition)));
-            let all_start = ranges.iter().all(|r| at(r) == r.start);
-            if !ranges.is_empty() && all_end {
-                tracing::info!(id, "pending WAL entry was already published");
-                let _ = self.wal.mark_published(id);
-                continue;
-            }
-            if owns_all && all_start {
+            let mut decision = rule.decide(&ranges);
+            if decision == Decision::Resend {
                 let resent = self.wal.read(id).and_then(|e| {
                     tracing::info!(
                         id,
+                        ?origin,
                         messages = e.messages.len(),
                         "resending pending WAL entry"
                     );
@@ -757,25 +774,39 @@ impl Core {
                         self.metrics.published_entries.inc();
                         self.metrics.published_messages.inc_by(n as u64);
                         let _ = self.wal.mark_published(id);
-                        for r in &ranges {
-                            committed_map.insert((r.topic.clone(), r.partition), Some(r.end));
-                        }
-                        continue;
+                        rule.resent(&ranges);
                     }
-                    Err(err) => tracing::warn!(id, error = %format!("{err:#}"), "resend failed"),
+                    Err(err) => {
+                        tracing::warn!(id, error = %format!("{err:#}"), "resend failed");
+                        decision = rule.resend_failed();
+                    }
                 }
             }
-            if at_assignment {
-                // Consumption of these partitions has not started: whoever owns them
-                // recounts from the committed offsets, so the entry must never be sent.
-                tracing::info!(id, owns_all, "discarding pending WAL entry: its partitions are recounted from the committed offsets");
-                self.discard(id);
-            } else {
-                // Mid-run the consumer is past the entry: dropping it would lose its
-                // counts. Keep it; a later attempt or the next revoke settles it.
-                self.unreconciled = true;
-                break;
+            self.metrics.restart_decision(origin, decision);
+            match decision {
+                Decision::Resend => {}
+                Decision::AlreadyPublished => {
+                    tracing::info!(id, "pending WAL entry was already published");
+                    let _ = self.wal.mark_published(id);
+                }
+                Decision::Discard => {
+                    tracing::info!(id, ?origin, "discarding pending WAL entry: its partitions are recounted from the committed offsets");
+                    self.discard(id);
+                }
+                Decision::Keep => {
+                    // The consumer is past the entry: dropping it would lose its
+                    // counts. It and every later entry wait for the next attempt or
+                    // the next revoke.
+                    tracing::info!(id, "pending WAL entry kept: its outcome is not known yet");
+                    self.unsettled = Some(Origin::AmbiguousThisSession);
+                    break;
+                }
             }
+        }
+        if origin == Origin::EarlierSession {
+            // Every entry was settled; a producer recreated during a resend left
+            // nothing ambiguous behind.
+            self.unsettled = None;
         }
         self.update_wal_metrics();
     }
@@ -806,52 +837,38 @@ impl Core {
         self.metrics
             .assigned_partitions
             .set(self.assigned.len() as i64);
-        // Pending entries (a previous incarnation's, or ones left by a failed
-        // producer) are settled before consumption of these partitions starts: a
-        // resend commits their end offsets, which the assignment then starts from.
+        // Entries of an earlier session (a previous incarnation, a lost or failed
+        // consumer) are settled before consumption of these partitions starts: a
+        // resend commits their end offsets, which the assignment then starts from;
+        // anything else is discarded and recounted.
         if self.wal.pending_count() > 0 {
-            self.reconcile(consumer, true);
+            self.reconcile(consumer, Origin::EarlierSession);
         }
+        self.unsettled = None;
         self.paused = false;
         // Each range starts at the committed offset, which is where the assignment
-        // starts reading.
-        let mut q = TopicPartitionList::new();
-        for el in tpl.elements() {
-            q.add_partition(el.topic(), el.partition());
-        }
-        let committed = consumer.committed_offsets(q, self.cfg.audit.publish_timeout);
-        match committed {
-            Ok(c) => {
-                for el in c.elements() {
-                    let st = self
-                        .parts
-                        .entry(el.topic().to_string())
-                        .or_default()
-                        .entry(el.partition())
-                        .or_default();
-                    st.start = match el.offset() {
-                        Offset::Offset(o) => Some(o),
-                        _ => None,
-                    };
-                    st.next = None;
-                }
-            }
-            Err(e) => {
-                // Without the committed offsets the ranges' starts are unknown; the
-                // restart rule then discards rather than resends (safe, recounted).
-                self.metrics.error("committed_offsets");
-                tracing::warn!(error = %e, "cannot read committed offsets of the new assignment");
-                for el in tpl.elements() {
-                    let st = self
-                        .parts
-                        .entry(el.topic().to_string())
-                        .or_default()
-                        .entry(el.partition())
-                        .or_default();
-                    st.start = Some(-1);
-                    st.next = None;
-                }
-            }
+        // starts reading. Unknown (the read failed): the range's start says so, and
+        // the restart rule never resends it.
+        let partitions: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|el| (el.topic().to_string(), el.partition()))
+            .collect();
+        let committed = self.read_committed(consumer, &partitions);
+        for (topic, partition) in partitions {
+            let start = match committed.get(&(topic.clone(), partition)) {
+                Some(Committed::At(o)) => Some(*o),
+                Some(Committed::None) => None,
+                Some(Committed::Error) | None => Some(UNKNOWN_START),
+            };
+            let st = self
+                .parts
+                .entry(topic)
+                .or_default()
+                .entry(partition)
+                .or_default();
+            st.start = start;
+            st.next = None;
         }
     }
 
@@ -862,7 +879,7 @@ impl Core {
         self.parts.clear();
         self.forget_assignment();
         self.paused = false;
-        self.unreconciled = self.wal.pending_count() > 0;
+        self.unsettled = (self.wal.pending_count() > 0).then_some(Origin::EarlierSession);
         self.metrics.assigned_partitions.set(0);
         self.metrics.paused.set(0);
     }
@@ -877,7 +894,9 @@ impl Core {
                     tracing::error!(error = %format!("{e:#}"), "cannot write the revoke report");
                 }
             }
-            while !self.publish_pending(consumer) && Instant::now() < deadline && !self.unreconciled
+            while !self.publish_pending(consumer)
+                && Instant::now() < deadline
+                && self.unsettled.is_none()
             {
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -893,7 +912,7 @@ impl Core {
                 self.discard(id);
             }
         }
-        self.unreconciled = false;
+        self.unsettled = None;
         self.forget_assignment();
         self.parts.clear();
         self.metrics.assigned_partitions.set(0);
@@ -1072,8 +1091,8 @@ fn consume(
             let mut g = ctx.lock();
             let core = g.as_mut().expect("core present while running");
             core.update_hwm(&hwm);
-            if core.unreconciled && !core.assigned.is_empty() {
-                core.reconcile(consumer, false);
+            if core.unsettled == Some(Origin::AmbiguousThisSession) && !core.assigned.is_empty() {
+                core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
             if let Err(e) = core.write_report(Reason::Interval) {
                 core.metrics.error("wal");
@@ -1191,8 +1210,8 @@ fn consume(
         }
         let deadline = Instant::now() + a.publish_timeout;
         while !core.publish_pending(consumer) && Instant::now() < deadline {
-            if core.unreconciled {
-                core.reconcile(consumer, false);
+            if core.unsettled == Some(Origin::AmbiguousThisSession) {
+                core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
             std::thread::sleep(Duration::from_millis(200));
         }

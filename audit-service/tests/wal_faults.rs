@@ -374,3 +374,122 @@ async fn a_full_wal_disk_mid_run_loses_no_count() {
         all as i64
     );
 }
+
+/// The committed-offset read at assignment fails (A2): another producer holds an open
+/// transaction on the group's offsets, so OffsetFetch (require_stable) stays unstable
+/// past `publish_timeout`. A pending WAL entry left by a crash must then be discarded
+/// (consumption starts at the committed offsets, i.e. at the entry's start, so its
+/// messages are recounted), never resent later on top of the recount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_offset_read_at_assignment_discards_instead_of_resending_later() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, Producer};
+    use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+    init_tracing();
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        wal: _wal,
+        mut cfg,
+    } = Setup::new("walunst", PARTITIONS).await;
+    let port = free_port();
+    cfg.ops.enabled = true;
+    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    cfg.audit.publish_timeout = Duration::from_secs(3);
+    let wal_dir = cfg.audit.instance_wal_dir();
+    let base = base_time();
+    let p = producer(&bootstrap);
+    let mut truth = Totals::new();
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+
+    produce_known(&p, &topic, PARTITIONS, 2_000, 0, base, WINDOWS, &mut truth);
+    run_until(&cfg, &mut reader, &topic, 2_000).await;
+    let committed_before = committed(&bootstrap, &group, &topic, PARTITIONS);
+    assert_eq!(committed_before.values().sum::<i64>(), 2_000);
+
+    // A crash left an entry for batch 2, starting at the committed offsets.
+    produce_known(
+        &p, &topic, PARTITIONS, 2_000, 2_000, base, WINDOWS, &mut truth,
+    );
+    let (ranges, msgs, _) = crafted_entry(&cfg, &topic, 2_000, 2_000, base, 500);
+    {
+        let (mut wal, _) = Wal::open(&wal_dir, WalOptions::default()).unwrap();
+        wal.append(ranges, msgs).unwrap();
+    }
+
+    // Another producer's open transaction on the group's offsets (same values).
+    let helper: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("transactional.id", testkit::unique("unstable-offsets"))
+        .set("transaction.timeout.ms", "60000")
+        .create()
+        .unwrap();
+    let member: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut offsets = TopicPartitionList::new();
+    for (part, o) in &committed_before {
+        offsets
+            .add_partition_offset(&topic, *part, Offset::Offset(*o))
+            .unwrap();
+    }
+    tokio::task::block_in_place(|| {
+        helper.init_transactions(Duration::from_secs(30)).unwrap();
+        helper.begin_transaction().unwrap();
+        helper
+            .send_offsets_to_transaction(
+                &offsets,
+                &member.group_metadata().expect("group metadata"),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+    });
+
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+    // The auditor's offset read failed at assignment; then the other transaction ends.
+    let failed = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(90), || {
+            metric(port, "errors_total{kind=\"committed_offsets\"}") >= 1.0
+        })
+    });
+    tokio::task::block_in_place(|| helper.abort_transaction(Duration::from_secs(30)).unwrap());
+    assert!(
+        failed,
+        "the committed-offset read at assignment did not fail"
+    );
+
+    let ok = tokio::task::block_in_place(|| {
+        reader.wait_for_count(&topic, 4_000, Duration::from_secs(90))
+    });
+    // Long enough for several interval reports (and any late resend) to land.
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(5)));
+    let discarded = metric(
+        port,
+        "restart_decisions_total{origin=\"earlier_session\",decision=\"discard\"}",
+    );
+    stop_service(&shutdown, svc).await;
+    assert_eq!(
+        discarded, 1.0,
+        "the restart rule's branch: discard at assignment"
+    );
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
+    let d = diff(&truth, &reader.topic_totals(&topic));
+    assert!(
+        ok && d.is_empty(),
+        "counted {} of 4000; per-window differences:\n{}",
+        reader.total_count(&topic),
+        d.join("\n")
+    );
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, PARTITIONS)
+            .values()
+            .sum::<i64>(),
+        4_000
+    );
+}
