@@ -9,8 +9,11 @@ pub mod checks;
 pub mod config;
 mod counting;
 pub mod metrics;
+mod publish;
+mod report;
 mod restart;
 mod service;
+mod topics;
 pub mod wal;
 
 use std::sync::Arc;
@@ -74,7 +77,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let producer = until_kafka_answers("producer", &shutdown, &health, || {
         let cfg = config.clone();
         async move {
-            tokio::task::spawn_blocking(move || service::create_producer(&cfg))
+            tokio::task::spawn_blocking(move || publish::create_producer(&cfg))
                 .await
                 .context("producer start-up panicked")?
         }

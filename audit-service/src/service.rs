@@ -10,6 +10,11 @@
 //! WAL entry with the offset range of every partition consumed since the previous
 //! report (fsync) → publish pending entries in order, each in one transaction with its
 //! offsets → mark published.
+//!
+//! This file holds the consumer side: the shared state, the rebalance callbacks (with
+//! the I/O of the restart rule) and the loops. Report building is in `report.rs`,
+//! publishing in `publish.rs`, the restart rule's decision in `restart.rs` (pure),
+//! topic selection in `topics.rs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,22 +23,22 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use audit_lib::{AuditMessage, Identity, PartitionProgress};
+use audit_lib::Identity;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, Mode};
+use crate::config::Config;
 use crate::counting::Counting;
-use crate::metrics::{KindLabel, Metrics, PartitionLabel};
+use crate::metrics::{Metrics, PartitionLabel};
+use crate::publish::AuditProducer;
+use crate::report::{FastHash, PartState, Reason};
 use crate::restart::{Committed, Decision, Origin, RestartRule};
-use crate::wal::{OffsetRange, Wal, WalEntry, WalMessage};
+use crate::topics::resolve_topics;
+use crate::wal::{OffsetRange, Wal};
 
 /// A range start whose committed offset could not be read (never equal to a real
 /// committed offset, so such a range is never resent).
@@ -57,110 +62,22 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// FxHash-style hashing for the per-message partition lookup: topic names are not
-/// attacker-chosen keys here, and SipHash showed in profiles.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct FastHash;
-
-#[derive(Default)]
-pub(crate) struct FastHasher(u64);
-
-impl std::hash::BuildHasher for FastHash {
-    type Hasher = FastHasher;
-    fn build_hasher(&self) -> FastHasher {
-        FastHasher(0)
-    }
-}
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let v = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(K);
-        }
-    }
-}
-
-/// Per-partition position: `start` is the committed offset the current (unreported)
-/// range began at, `next` the offset after the last consumed message.
-#[derive(Debug, Clone, Default)]
-struct PartState {
-    start: Option<i64>,
-    next: Option<i64>,
-    record_time: Option<i64>,
-    high_watermark: Option<i64>,
-}
-
-/// Why a report is made.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Reason {
-    Interval,
-    Revoke,
-    Shutdown,
-}
-
-impl Reason {
-    fn as_str(self) -> &'static str {
-        match self {
-            Reason::Interval => "interval",
-            Reason::Revoke => "revoke",
-            Reason::Shutdown => "shutdown",
-        }
-    }
-}
-
-/// Delivery failures of the audit-message producer (for at-least-once, where no
-/// transaction reports them).
-#[derive(Default)]
-pub(crate) struct PublishContext {
-    failures: Mutex<Vec<String>>,
-}
-
-impl ClientContext for PublishContext {}
-
-impl ProducerContext for PublishContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, m)) = result {
-            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            f.push(format!(
-                "audit message to {} partition {}: {e}",
-                m.topic(),
-                m.partition()
-            ));
-        }
-    }
-}
-
-// A BaseProducer: its flush (and so commit_transaction) serves the delivery reports
-// itself. rdkafka's ThreadedProducer polling thread measurably competes with the
-// consume thread for CPU on small machines.
-type AuditProducer = BaseProducer<PublishContext>;
-
 /// Everything the rebalance callbacks and the loop share.
 pub(crate) struct Core {
-    cfg: Config,
-    identity: Identity,
-    counting: Counting,
-    parts: HashMap<String, BTreeMap<i32, PartState>, FastHash>,
+    pub(crate) cfg: Config,
+    pub(crate) identity: Identity,
+    pub(crate) counting: Counting,
+    pub(crate) parts: HashMap<String, BTreeMap<i32, PartState>, FastHash>,
     pub(crate) wal: Wal,
-    producer: AuditProducer,
-    metrics: Metrics,
+    pub(crate) producer: AuditProducer,
+    pub(crate) metrics: Metrics,
     /// Partitions this instance owns now.
-    assigned: HashSet<(String, i32)>,
+    pub(crate) assigned: HashSet<(String, i32)>,
     /// Pending entries wait for the restart rule (restart.rs): entries of an earlier
     /// consumer session until the next assignment, or entries whose transaction is
     /// ambiguous in this session until a mid-run reconcile settles them.
-    unsettled: Option<Origin>,
-    paused: bool,
+    pub(crate) unsettled: Option<Origin>,
+    pub(crate) paused: bool,
 }
 
 pub(crate) struct AuditContext {
@@ -233,37 +150,6 @@ impl ConsumerContext for AuditContext {
             }
         }
     }
-}
-
-pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
-    let a = &cfg.audit;
-    let txn_id = a.transactional_id();
-    let timeout_ms = a.publish_timeout.as_millis().max(1000).to_string();
-    let txn_timeout = (a.publish_timeout.as_millis() * 2).max(10_000).to_string();
-    let mut overrides: Vec<(&str, &str)> = vec![("enable.idempotence", "true"), ("acks", "all")];
-    if a.mode == Mode::ExactlyOnce {
-        overrides.push(("transactional.id", &txn_id));
-        overrides.push(("transaction.timeout.ms", &txn_timeout));
-    }
-    let producer: AuditProducer = cfg
-        .kafka
-        .client_config_with_defaults(
-            common::KafkaRole::Producer,
-            &[
-                ("linger.ms", "5"),
-                ("compression.type", "zstd"),
-                ("message.timeout.ms", &timeout_ms),
-            ],
-            &overrides,
-        )
-        .create_with_context(PublishContext::default())
-        .context("cannot create audit-message producer")?;
-    if a.mode == Mode::ExactlyOnce {
-        producer
-            .init_transactions(a.publish_timeout)
-            .with_context(|| format!("cannot init transactions (transactional.id {txn_id})"))?;
-    }
-    Ok(producer)
 }
 
 /// The consumer's client configuration: the user's properties with the settings
@@ -342,361 +228,6 @@ impl Core {
             unsettled,
             paused: false,
         })
-    }
-
-    fn update_hwm(&mut self, hwm: &HashMap<(String, i32), i64>) {
-        for ((topic, p), h) in hwm {
-            if let Some(part) = self
-                .parts
-                .get_mut(topic.as_str())
-                .and_then(|t| t.get_mut(p))
-            {
-                part.high_watermark = Some(*h);
-            }
-        }
-    }
-
-    /// Drains the counts into a WAL entry (fsynced) and advances every partition's
-    /// range start to the entry's end. Returns false when there was nothing to write.
-    fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
-        let now = now_ms();
-        let (mut messages, positions) = self.counting.drain(now);
-        for (topic, partition, next, record_time) in positions {
-            let st = self
-                .parts
-                .entry(topic)
-                .or_default()
-                .entry(partition)
-                .or_default();
-            st.next = Some(next);
-            if record_time.is_some() {
-                st.record_time = record_time;
-            }
-        }
-        let mut ranges = Vec::new();
-        for (topic, parts) in &mut self.parts {
-            let mut progress = Vec::new();
-            for (&partition, st) in parts.iter_mut() {
-                if !self.assigned.contains(&(topic.clone(), partition)) {
-                    continue;
-                }
-                if let Some(end) = st.next {
-                    ranges.push(OffsetRange {
-                        topic: topic.clone(),
-                        partition,
-                        start: st.start,
-                        end,
-                    });
-                }
-                if let Some(next) = st.next.or(st.start) {
-                    let lag = st.high_watermark.map(|h| (h - next).max(0));
-                    if let Some(lag) = lag {
-                        self.metrics
-                            .partition_lag
-                            .get_or_create(&PartitionLabel {
-                                topic: topic.clone(),
-                                partition,
-                            })
-                            .set(lag);
-                    }
-                    progress.push(PartitionProgress {
-                        partition,
-                        next_offset: next,
-                        record_time: st.record_time,
-                        lag,
-                    });
-                }
-            }
-            if !progress.is_empty() {
-                messages.push(AuditMessage::progress(
-                    &self.identity,
-                    topic.clone(),
-                    progress,
-                    now,
-                ));
-            }
-        }
-        self.metrics
-            .reports
-            .get_or_create(&KindLabel {
-                kind: reason.as_str().into(),
-            })
-            .inc();
-        if ranges.is_empty()
-            && messages.iter().all(|m| m.as_progress().is_some())
-            && !matches!(reason, Reason::Interval)
-        {
-            return Ok(false);
-        }
-        if messages.is_empty() && ranges.is_empty() {
-            return Ok(false);
-        }
-        if ranges.is_empty()
-            && self.wal.pending_count() > 0
-            && messages.iter().all(|m| m.as_progress().is_some())
-        {
-            // Entries are stuck (audit topic unwritable): progress alone would only
-            // grow the WAL; the stuck entries carry progress already.
-            return Ok(false);
-        }
-        let wal_messages = messages
-            .iter()
-            .map(|m| WalMessage {
-                key: m.topic.clone(),
-                payload: m.to_json(),
-            })
-            .collect();
-        let id = self
-            .wal
-            .append(ranges.clone(), wal_messages)
-            .context("cannot write report to the WAL")?;
-        tracing::debug!(
-            id,
-            reason = reason.as_str(),
-            messages = messages.len(),
-            ranges = ranges.len(),
-            "report written to WAL"
-        );
-        for r in ranges {
-            if let Some(st) = self
-                .parts
-                .get_mut(&r.topic)
-                .and_then(|t| t.get_mut(&r.partition))
-            {
-                st.start = Some(r.end);
-                st.next = None;
-            }
-        }
-        self.update_wal_metrics();
-        Ok(true)
-    }
-
-    /// After a report whose WAL entry could not be written: its drained counts are
-    /// lost, so every partition it covered is read again from the start of its
-    /// unreported range (the end of the last entry written, or the committed offset).
-    /// False when a position cannot be reset: the caller then recreates the consumer,
-    /// which restarts from the committed offsets.
-    fn rewind_unreported(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
-        let timeout = self.cfg.audit.publish_timeout;
-        for (topic, parts) in &mut self.parts {
-            for (&partition, st) in parts.iter_mut() {
-                if st.next.take().is_none() || !self.assigned.contains(&(topic.clone(), partition))
-                {
-                    continue;
-                }
-                let to = match st.start {
-                    Some(o) if o >= 0 => Offset::Offset(o),
-                    // No committed offset: consumption began at the log start.
-                    None => Offset::Beginning,
-                    Some(_) => return false,
-                };
-                if let Err(e) = consumer.seek(topic, partition, to, timeout) {
-                    tracing::warn!(%topic, partition, offset = ?to, error = %e, "cannot seek back");
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    fn update_wal_metrics(&self) {
-        self.metrics
-            .wal_pending_entries
-            .set(self.wal.pending_count() as i64);
-        self.metrics
-            .wal_pending_bytes
-            .set(self.wal.pending_bytes() as i64);
-        self.metrics
-            .wal_disk_bytes
-            .set(self.wal.disk_bytes() as i64);
-    }
-
-    /// Publishes pending entries in order until one fails. Returns true when none is
-    /// left.
-    fn publish_pending(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
-        if self.unsettled.is_some() {
-            // Entries of an earlier session, or ambiguous ones, wait for the restart rule.
-            return false;
-        }
-        for id in self.wal.pending_ids() {
-            let entry = match self.wal.read(id) {
-                Ok(e) => e,
-                Err(e) => {
-                    // Keep it: dropping it here would lose its counts while this
-                    // instance owns the partitions; at revoke or restart it is
-                    // discarded and recounted.
-                    self.metrics.error("wal_read");
-                    tracing::error!(error = %format!("{e:#}"), id, "cannot read pending WAL entry");
-                    return false;
-                }
-            };
-            let started = Instant::now();
-            match self.publish(consumer, &entry) {
-                Ok(()) => {
-                    self.metrics
-                        .publish_latency
-                        .observe(started.elapsed().as_secs_f64());
-                    self.metrics.published_entries.inc();
-                    self.metrics
-                        .published_messages
-                        .inc_by(entry.messages.len() as u64);
-                    if let Err(e) = self.wal.mark_published(entry.id) {
-                        self.metrics.error("wal");
-                        tracing::error!(error = %format!("{e:#}"), id = entry.id, "cannot mark WAL entry published");
-                    }
-                }
-                Err(e) => {
-                    self.metrics.error("publish");
-                    tracing::warn!(error = %format!("{e:#}"), id = entry.id, "cannot publish WAL entry; will retry");
-                    self.update_wal_metrics();
-                    return false;
-                }
-            }
-        }
-        self.update_wal_metrics();
-        true
-    }
-
-    fn publish(
-        &mut self,
-        consumer: &BaseConsumer<AuditContext>,
-        entry: &WalEntry,
-    ) -> anyhow::Result<()> {
-        let a = &self.cfg.audit;
-        let mut tpl = TopicPartitionList::new();
-        for r in &entry.ranges {
-            tpl.add_partition_offset(&r.topic, r.partition, Offset::Offset(r.end))
-                .with_context(|| format!("bad offset {} for {}/{}", r.end, r.topic, r.partition))?;
-        }
-        match a.mode {
-            Mode::ExactlyOnce => {
-                let res = self.publish_transaction(consumer, entry, &tpl);
-                if let Err(e) = &res {
-                    self.recover_producer(e);
-                }
-                res.with_context(|| format!("transaction of WAL entry {} failed", entry.id))
-            }
-            Mode::AtLeastOnce => {
-                self.producer
-                    .context()
-                    .failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
-                self.send_messages(entry)?;
-                self.producer
-                    .flush(a.publish_timeout)
-                    .context("cannot flush audit messages")?;
-                let failures = std::mem::take(
-                    &mut *self
-                        .producer
-                        .context()
-                        .failures
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()),
-                );
-                if let Some(f) = failures.first() {
-                    anyhow::bail!(
-                        "{} audit messages not delivered, first: {f}",
-                        failures.len()
-                    );
-                }
-                if tpl.count() > 0 {
-                    commit_sync(consumer, &tpl).context("cannot commit offsets")?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn send_messages(&self, entry: &WalEntry) -> anyhow::Result<()> {
-        let topic = &self.cfg.audit.audit_topic;
-        let deadline = Instant::now() + self.cfg.audit.publish_timeout;
-        for m in &entry.messages {
-            let mut record = BaseRecord::to(topic)
-                .key(m.key.as_str())
-                .payload(m.payload.as_str());
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        // Back-pressure from the producer queue, not an error.
-                        anyhow::ensure!(
-                            Instant::now() < deadline,
-                            "producer queue full for {:?}",
-                            self.cfg.audit.publish_timeout
-                        );
-                        record = r;
-                        self.producer.poll(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => {
-                        return Err(e).with_context(|| {
-                            format!("cannot produce audit message for topic {}", m.key)
-                        })
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn publish_transaction(
-        &self,
-        consumer: &BaseConsumer<AuditContext>,
-        entry: &WalEntry,
-        tpl: &TopicPartitionList,
-    ) -> anyhow::Result<()> {
-        let t = self.cfg.audit.publish_timeout;
-        self.producer
-            .begin_transaction()
-            .context("begin_transaction")?;
-        self.send_messages(entry)?;
-        if tpl.count() > 0 {
-            let meta = consumer
-                .group_metadata()
-                .context("consumer has no group metadata")?;
-            self.producer
-                .send_offsets_to_transaction(tpl, &meta, t)
-                .context("send_offsets_to_transaction")?;
-        }
-        self.producer
-            .commit_transaction(t)
-            .context("commit_transaction")?;
-        Ok(())
-    }
-
-    /// After a failed transaction: abort it when it can be, recreate the producer when
-    /// the error is fatal (e.g. fenced), then the restart rule decides about the
-    /// pending entries.
-    fn recover_producer(&mut self, err: &anyhow::Error) {
-        let kerr = err.chain().find_map(|c| c.downcast_ref::<KafkaError>());
-        let fatal = matches!(kerr, Some(KafkaError::Transaction(e)) if e.is_fatal());
-        if !fatal {
-            // A BaseProducer must serve the delivery reports of the failed messages
-            // before it can abort; flush polls them.
-            let _ = self.producer.flush(self.cfg.audit.publish_timeout);
-            if let Err(e) = self
-                .producer
-                .abort_transaction(self.cfg.audit.publish_timeout)
-            {
-                tracing::warn!(error = %e, "abort_transaction failed; recreating the producer");
-            } else {
-                return;
-            }
-        }
-        self.metrics.error("producer_recreated");
-        match create_producer(&self.cfg) {
-            Ok(p) => {
-                self.producer = p;
-                // A fenced or broken producer may have committed or not: only the
-                // committed offsets can tell.
-                self.unsettled =
-                    (self.wal.pending_count() > 0).then_some(Origin::AmbiguousThisSession);
-            }
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot recreate the audit producer")
-            }
-        }
     }
 
     /// The committed offsets of `partitions`: an errored partition, or a failed
@@ -918,55 +449,6 @@ impl Core {
         self.metrics.assigned_partitions.set(0);
         self.update_wal_metrics();
     }
-}
-
-fn commit_sync(
-    consumer: &BaseConsumer<AuditContext>,
-    tpl: &TopicPartitionList,
-) -> anyhow::Result<()> {
-    match consumer.commit(tpl, rdkafka::consumer::CommitMode::Sync) {
-        Ok(()) => Ok(()),
-        // Nothing to commit is success (vector's kafka source).
-        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Topic names to subscribe to: the configured names, plus existing topics matching
-/// the regexes, minus exclusions, internal topics and the audit topic itself.
-pub(crate) fn resolve_topics(
-    consumer: &BaseConsumer<AuditContext>,
-    cfg: &Config,
-) -> anyhow::Result<Vec<String>> {
-    let a = &cfg.audit;
-    let include: Vec<regex::Regex> = a
-        .topic_regex
-        .iter()
-        .map(|r| regex::Regex::new(r))
-        .collect::<Result<_, _>>()?;
-    let exclude: Vec<regex::Regex> = a
-        .exclude_regex
-        .iter()
-        .map(|r| regex::Regex::new(r))
-        .collect::<Result<_, _>>()?;
-    let mut topics: Vec<String> = a.topics.clone();
-    if !include.is_empty() {
-        let md = consumer
-            .fetch_metadata(None, Duration::from_secs(30))
-            .context("cannot list topics")?;
-        for t in md.topics() {
-            let name = t.name();
-            if include.iter().any(|r| r.is_match(name)) {
-                topics.push(name.to_string());
-            }
-        }
-    }
-    topics.retain(|t| {
-        !t.starts_with("__") && *t != a.audit_topic && !exclude.iter().any(|r| r.is_match(t))
-    });
-    topics.sort();
-    topics.dedup();
-    Ok(topics)
 }
 
 /// How the consume loop ended.
