@@ -47,6 +47,8 @@ pub struct Metrics {
     pub errors: Family<KindLabel, Counter>,
     pub paused: Gauge,
     pub assigned_partitions: Gauge,
+    /// Revoke callbacks that waited for a publication in flight.
+    pub revoke_waits: Counter,
 }
 
 impl Metrics {
@@ -68,6 +70,7 @@ impl Metrics {
             errors: Family::default(),
             paused: Gauge::default(),
             assigned_partitions: Gauge::default(),
+            revoke_waits: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit");
         r.register(
@@ -131,6 +134,11 @@ impl Metrics {
             m.reports.clone(),
         );
         r.register("errors", "Errors by kind", m.errors.clone());
+        r.register(
+            "revoke_waits",
+            "Revoke callbacks that waited for a publication in flight on the publishing thread",
+            m.revoke_waits.clone(),
+        );
         r.register(
             "restart_decisions",
             "Pending WAL entries settled by the restart rule, by origin and decision",

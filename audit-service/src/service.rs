@@ -124,8 +124,17 @@ impl ConsumerContext for AuditContext {
             tracing::error!("{NOT_EAGER}");
             return;
         }
-        let mut guard = self.lock();
+        // Only the publishing thread can hold the core while this thread is in `poll`:
+        // busy means a publication is in flight, and the callback waits for it.
+        let (mut guard, waited) = match self.core.try_lock() {
+            Ok(g) => (g, false),
+            Err(std::sync::TryLockError::Poisoned(e)) => (e.into_inner(), false),
+            Err(std::sync::TryLockError::WouldBlock) => (self.lock(), true),
+        };
         let Some(core) = guard.as_mut() else { return };
+        if waited && matches!(rebalance, Rebalance::Revoke(_)) {
+            core.metrics.revoke_waits.inc();
+        }
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 let lost = consumer.assignment_lost();
