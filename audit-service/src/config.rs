@@ -14,7 +14,8 @@
 //! topic_regex = ["^app\\..*"]     # and/or regular expressions
 //! exclude_regex = ["^tmp\\."]
 //! audit_topic = "_kafka_audit"
-//! mode = "exactly-once"           # or "at-least-once" (no transactions)
+//! mode = "exactly-once"           # or "at-least-once" (no transactions; may count
+//!                                 # twice when partitions change owner)
 //! report_interval = "10s"
 //! wal_dir = "/var/lib/kafka-audit/wal"
 //! [audit.event_time]              # audit-lib's EventTimeConfig
@@ -111,8 +112,12 @@ pub enum Mode {
     /// Audit messages and offsets in one Kafka transaction (DESIGN §5).
     #[default]
     ExactlyOnce,
-    /// For clusters without transactions: idempotent producer, then commit offsets;
-    /// a crash may publish an increment twice (same UUID, the collector deduplicates).
+    /// For clusters without transactions: idempotent producer, then commit offsets.
+    /// An increment published but whose offsets were not committed (a crash, a failed
+    /// commit, a rebalance in between) is resent with the same UUID if this instance
+    /// gets its partitions back (the collector deduplicates); if another instance
+    /// takes them first, it counts those messages again under new UUIDs: counted
+    /// twice, at most one report's worth per partition move.
     AtLeastOnce,
 }
 

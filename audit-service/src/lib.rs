@@ -40,8 +40,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         Mode::AtLeastOnce => tracing::warn!(
             instance = %a.instance_id,
             group = %a.group_id,
-            "audit service starting in AT-LEAST-ONCE mode: no transactions; after a crash an increment may be \
-             published twice (same UUID; the collector deduplicates)"
+            "audit service starting in AT-LEAST-ONCE mode: no transactions. An increment published \
+             without its offsets committed (crash, failed commit, rebalance in between) is resent with \
+             the same UUID if this instance gets its partitions back, but another instance that takes \
+             them first counts those messages again under new UUIDs: they are counted twice (at most \
+             one report per partition move). Use exactly-once where the cluster has transactions"
         ),
     }
     let mut registry = Registry::default();
