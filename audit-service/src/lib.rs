@@ -9,6 +9,7 @@ pub mod checks;
 pub mod config;
 mod counting;
 pub mod metrics;
+mod offsets_seen;
 mod publish;
 mod report;
 mod restart;

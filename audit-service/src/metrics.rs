@@ -49,6 +49,8 @@ pub struct Metrics {
     pub assigned_partitions: Gauge,
     /// Revoke callbacks that waited for a publication in flight.
     pub revoke_waits: Counter,
+    /// Assigned partitions without a committed offset although one existed before.
+    pub committed_offsets_missing: Counter,
 }
 
 impl Metrics {
@@ -71,6 +73,7 @@ impl Metrics {
             paused: Gauge::default(),
             assigned_partitions: Gauge::default(),
             revoke_waits: Counter::default(),
+            committed_offsets_missing: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit");
         r.register(
@@ -134,6 +137,11 @@ impl Metrics {
             m.reports.clone(),
         );
         r.register("errors", "Errors by kind", m.errors.clone());
+        r.register(
+            "committed_offsets_missing",
+            "Assigned partitions without a committed offset although this instance saw one before (expired or deleted group offsets: the partition is counted again)",
+            m.committed_offsets_missing.clone(),
+        );
         r.register(
             "revoke_waits",
             "Revoke callbacks that waited for a publication in flight on the publishing thread",

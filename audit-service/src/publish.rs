@@ -110,6 +110,8 @@ impl Core {
                     self.metrics
                         .published_messages
                         .inc_by(entry.messages.len() as u64);
+                    self.offsets_seen
+                        .insert_all(entry.ranges.iter().map(|r| (r.topic.as_str(), r.partition)));
                     if let Err(e) = self.wal.mark_published(entry.id) {
                         self.metrics.error("wal");
                         tracing::error!(error = %format!("{e:#}"), id = entry.id, "cannot mark WAL entry published");

@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::counting::Counting;
 use crate::metrics::{Metrics, PartitionLabel};
+use crate::offsets_seen::OffsetsSeen;
 use crate::publish::AuditProducer;
 use crate::report::{FastHash, PartState, Reason};
 use crate::restart::{Committed, Decision, Origin, RestartRule};
@@ -78,6 +79,8 @@ pub(crate) struct Core {
     /// ambiguous in this session until a mid-run reconcile settles them.
     pub(crate) unsettled: Option<Origin>,
     pub(crate) paused: bool,
+    /// Partitions this instance has seen committed offsets for (expiry detection).
+    pub(crate) offsets_seen: OffsetsSeen,
 }
 
 pub(crate) struct AuditContext {
@@ -225,6 +228,16 @@ impl Core {
         let identity = Identity::new(&a.tier, &a.datacenter, &a.instance_id);
         let counting = Counting::new(&cfg, identity.clone(), &metrics)?;
         let unsettled = (wal.pending_count() > 0).then_some(Origin::EarlierSession);
+        let mut offsets_seen = OffsetsSeen::load(wal.dir());
+        // A pending entry that starts at a committed offset shows one existed.
+        let pending_starts: Vec<(String, i32)> = wal
+            .pending_ids()
+            .into_iter()
+            .flat_map(|id| wal.ranges(id).unwrap_or_default().to_vec())
+            .filter(|r| r.start.is_some_and(|s| s >= 0))
+            .map(|r| (r.topic, r.partition))
+            .collect();
+        offsets_seen.insert_all(pending_starts.iter().map(|(t, p)| (t.as_str(), *p)));
         Ok(Core {
             cfg,
             identity,
@@ -236,6 +249,7 @@ impl Core {
             assigned: HashSet::new(),
             unsettled,
             paused: false,
+            offsets_seen,
         })
     }
 
@@ -395,6 +409,7 @@ impl Core {
             .map(|el| (el.topic().to_string(), el.partition()))
             .collect();
         let committed = self.read_committed(consumer, &partitions);
+        self.alert_missing_offsets(&committed);
         for (topic, partition) in partitions {
             let start = match committed.get(&(topic.clone(), partition)) {
                 Some(Committed::At(o)) => Some(*o),
@@ -410,6 +425,30 @@ impl Core {
             st.start = start;
             st.next = None;
         }
+    }
+
+    /// An assigned partition without a committed offset although this instance saw
+    /// one before: the group's offsets expired or were deleted, and the partition is
+    /// about to be counted again from `auto.offset.reset`. Alert (metric and log).
+    fn alert_missing_offsets(&mut self, committed: &HashMap<(String, i32), Committed>) {
+        for ((topic, partition), c) in committed {
+            if *c == Committed::None && self.offsets_seen.contains(topic, *partition) {
+                self.metrics.committed_offsets_missing.inc();
+                tracing::error!(
+                    %topic,
+                    partition,
+                    group = %self.cfg.audit.group_id,
+                    "no committed offset although one existed before: the group's offsets expired \
+                     (offsets.retention.minutes) or were deleted; the partition is read again from \
+                     auto.offset.reset and its retained messages are counted twice (see README, Operations)"
+                );
+            }
+        }
+        self.offsets_seen.insert_all(
+            committed.iter().filter_map(|((t, p), c)| {
+                matches!(c, Committed::At(_)).then_some((t.as_str(), *p))
+            }),
+        );
     }
 
     /// After the consumer was lost: nothing counted since the last report can be
