@@ -756,3 +756,53 @@ fn consume(
     }
     Ok(LoopExit::Shutdown)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Validation refuses `group.protocol = consumer`; should such a consumer get
+    /// through anyway (a property the validation does not know about), the loop
+    /// refuses the protocol the client really uses before it counts anything.
+    #[test]
+    fn an_incremental_consumer_is_refused_after_subscribe() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = testkit::kafka_a();
+        cfg.kafka
+            .consumer
+            .insert("group.protocol".into(), "consumer".into());
+        let a = &mut cfg.audit;
+        a.instance_id = testkit::unique("proto");
+        a.group_id = testkit::unique("proto-group");
+        a.topics = vec![testkit::unique("proto-topic")];
+        a.mode = crate::Mode::AtLeastOnce;
+        a.wal_dir = wal.path().to_path_buf();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
+        let producer = crate::publish::create_producer(&cfg).unwrap();
+        let core = Core::new(cfg.clone(), w, metrics, producer).unwrap();
+        // librdkafka refuses `session.timeout.ms` (one of our defaults) with this
+        // protocol; without it the consumer is created.
+        let mut client = consumer_client_config(&cfg);
+        client.remove("session.timeout.ms");
+        let consumer: BaseConsumer<AuditContext> = client
+            .create_with_context(AuditContext {
+                core: Mutex::new(Some(core)),
+                hwm: Mutex::new(HashMap::new()),
+                incremental: AtomicBool::new(false),
+            })
+            .unwrap();
+        // Bounded: a loop that accepted the protocol would run until shut down.
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(20));
+            stop.cancel();
+        });
+        let exit = consume_loop(consumer, cfg, shutdown, common::Health::new());
+        let err = format!("{:#}", exit.err().expect("refused"));
+        assert!(err.contains("incremental"), "{err}");
+    }
+}
