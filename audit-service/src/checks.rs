@@ -162,10 +162,14 @@ pub(crate) fn settled_replication(
             ));
         }
     }
+    // A topic just created (its partition count known) is settled once every
+    // partition has a leader too; an existing one whose leader is away (a broker
+    // restarting) still shows its replicas and is judged on them.
+    let just_created = expected_partitions.is_some();
     if let Some((p, _)) = partitions
         .iter()
         .enumerate()
-        .find(|(_, p)| p.leader < 0 || p.replicas == 0)
+        .find(|(_, p)| p.replicas == 0 || (just_created && p.leader < 0))
     {
         return Err(format!("partition {p} has no leader or no replicas yet"));
     }
@@ -271,7 +275,9 @@ mod tests {
         };
         not_yet(Some("UnknownTopicOrPartition"), &[], None);
         not_yet(None, &[], None);
-        not_yet(None, &[p(1, 1), p(-1, 1)], None);
+        not_yet(None, &[p(1, 1), p(-1, 1)], Some(2));
+        // an existing topic whose leader is away is judged on its replicas
+        assert_eq!(settled_replication(None, &[p(1, 3), p(-1, 3)], None), Ok(3));
         not_yet(None, &[p(1, 1), p(1, 0)], None);
         not_yet(None, &[p(1, 3), p(1, 3)], Some(3));
         assert_eq!(
