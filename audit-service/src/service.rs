@@ -805,4 +805,63 @@ mod tests {
         let err = format!("{:#}", exit.err().expect("refused"));
         assert!(err.contains("incremental"), "{err}");
     }
+
+    /// A5: after `Rebalance::Error` rust-rdkafka unassigns everything, so the
+    /// assignment is as good as lost: its partitions, positions and counts are
+    /// forgotten and this session's pending entries discarded (the next assignment
+    /// starts at the committed offsets), instead of surviving into the next
+    /// assignment and being published twice.
+    #[test]
+    fn a_rebalance_error_forgets_the_assignment_like_a_lost_one() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = testkit::kafka_a();
+        let a = &mut cfg.audit;
+        a.instance_id = testkit::unique("rebalance-error");
+        a.group_id = testkit::unique("rebalance-error-group");
+        a.topics = vec!["t".into()];
+        a.mode = crate::Mode::AtLeastOnce;
+        a.wal_dir = wal.path().to_path_buf();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
+        let producer = crate::publish::create_producer(&cfg).unwrap();
+        let core = Core::new(cfg.clone(), w, metrics, producer).unwrap();
+        let consumer = create_consumer(&cfg, core).unwrap();
+        {
+            let mut g = consumer.context().lock();
+            let core = g.as_mut().unwrap();
+            core.assigned.insert(("t".into(), 0));
+            core.parts.entry("t".into()).or_default().insert(
+                0,
+                PartState {
+                    start: Some(10),
+                    next: Some(20),
+                    ..Default::default()
+                },
+            );
+            core.wal
+                .append(
+                    vec![OffsetRange {
+                        topic: "t".into(),
+                        partition: 0,
+                        start: Some(10),
+                        end: 20,
+                    }],
+                    vec![],
+                )
+                .unwrap();
+        }
+        consumer.context().pre_rebalance(
+            &consumer,
+            &Rebalance::Error(KafkaError::Rebalance(
+                rdkafka::types::RDKafkaErrorCode::Fail,
+            )),
+        );
+        let g = consumer.context().lock();
+        let core = g.as_ref().unwrap();
+        assert!(core.assigned.is_empty(), "assignment kept");
+        assert!(core.parts.is_empty(), "positions kept");
+        assert_eq!(core.wal.pending_count(), 0, "this session's entry kept");
+    }
 }
