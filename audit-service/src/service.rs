@@ -739,7 +739,12 @@ fn consume(
             tracing::error!(error = %format!("{e:#}"), "cannot write the shutdown report");
         }
         let deadline = Instant::now() + a.publish_timeout;
-        while !core.publish_pending(consumer) && Instant::now() < deadline {
+        // Entries of an earlier session are only settled at an assignment: leave
+        // them to the next start instead of waiting out the deadline.
+        while core.unsettled != Some(Origin::EarlierSession)
+            && !core.publish_pending(consumer)
+            && Instant::now() < deadline
+        {
             if core.unsettled == Some(Origin::AmbiguousThisSession) {
                 core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
