@@ -14,7 +14,8 @@
 //! topic_regex = ["^app\\..*"]     # and/or regular expressions
 //! exclude_regex = ["^tmp\\."]
 //! audit_topic = "_kafka_audit"
-//! mode = "exactly-once"           # or "at-least-once" (no transactions)
+//! mode = "exactly-once"           # or "at-least-once" (no transactions; may count
+//!                                 # twice when partitions change owner)
 //! report_interval = "10s"
 //! wal_dir = "/var/lib/kafka-audit/wal"
 //! [audit.event_time]              # audit-lib's EventTimeConfig
@@ -68,12 +69,19 @@ impl Config {
         anyhow::ensure!(!a.group_id.is_empty(), "audit.group_id is required");
         // A revoke reports and commits every partition, then forgets them all: that
         // is the eager protocol. Incremental (cooperative) revokes would leave
-        // partitions whose ranges are no longer tracked.
-        if let Some(strategy) = self
-            .kafka
-            .properties_for(common::KafkaRole::Consumer)
-            .get("partition.assignment.strategy")
-        {
+        // partitions whose ranges are no longer tracked, and their counts would be
+        // published without their offsets (counted twice later). KIP-848's
+        // `group.protocol = consumer` is always incremental.
+        let consumer = self.kafka.properties_for(common::KafkaRole::Consumer);
+        if let Some(protocol) = consumer.get("group.protocol") {
+            anyhow::ensure!(
+                protocol.eq_ignore_ascii_case("classic"),
+                "group.protocol {protocol:?}: the auditor needs the classic consumer-group protocol \
+                 with an eager assignor (range, roundrobin); the \"consumer\" protocol (KIP-848) \
+                 revokes partitions incrementally, which would count messages twice"
+            );
+        }
+        if let Some(strategy) = consumer.get("partition.assignment.strategy") {
             anyhow::ensure!(
                 !strategy.contains("cooperative"),
                 "partition.assignment.strategy {strategy:?}: the auditor needs an eager strategy (range, roundrobin)"
@@ -104,8 +112,12 @@ pub enum Mode {
     /// Audit messages and offsets in one Kafka transaction (DESIGN §5).
     #[default]
     ExactlyOnce,
-    /// For clusters without transactions: idempotent producer, then commit offsets;
-    /// a crash may publish an increment twice (same UUID, the collector deduplicates).
+    /// For clusters without transactions: idempotent producer, then commit offsets.
+    /// An increment published but whose offsets were not committed (a crash, a failed
+    /// commit, a rebalance in between) is resent with the same UUID if this instance
+    /// gets its partitions back (the collector deduplicates); if another instance
+    /// takes them first, it counts those messages again under new UUIDs: counted
+    /// twice, at most one report's worth per partition move.
     AtLeastOnce,
 }
 
@@ -261,5 +273,44 @@ mod tests {
             "cooperative-sticky".into(),
         );
         assert!(cfg.validate().unwrap_err().to_string().contains("eager"));
+    }
+
+    /// KIP-848 is refused however it is set: `[kafka.properties]`, `[kafka.consumer]`
+    /// or the environment (which names properties with `_` for `.`).
+    #[test]
+    fn the_consumer_group_protocol_is_refused_however_it_is_set() {
+        let base = "[kafka]\nbootstrap_servers = \"b:1\"\n[audit]\ninstance_id = \"x\"\ntopics = [\"t\"]\n";
+        let refused = |cfg: Config| {
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(
+                err.contains("group.protocol") && err.contains("classic"),
+                "{err}"
+            );
+        };
+        for section in ["properties", "consumer"] {
+            for value in ["consumer", "CONSUMER"] {
+                refused(
+                    common::config::from_toml_str(&format!(
+                        "{base}[kafka.{section}]\n\"group.protocol\" = \"{value}\"\n"
+                    ))
+                    .unwrap(),
+                );
+            }
+        }
+        let ok: Config = common::config::from_toml_str(&format!(
+            "{base}[kafka.consumer]\n\"group.protocol\" = \"classic\"\n"
+        ))
+        .unwrap();
+        ok.validate().unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("audit.toml");
+        std::fs::write(&file, base).unwrap();
+        // No other test of this binary reads the environment.
+        std::env::set_var("KAFKA_AUDIT__KAFKA__CONSUMER__GROUP_PROTOCOL", "consumer");
+        let loaded = Config::load(Some(&file));
+        std::env::remove_var("KAFKA_AUDIT__KAFKA__CONSUMER__GROUP_PROTOCOL");
+        let err = format!("{:#}", loaded.unwrap_err());
+        assert!(err.contains("group.protocol"), "{err}");
     }
 }

@@ -9,7 +9,12 @@ pub mod checks;
 pub mod config;
 mod counting;
 pub mod metrics;
+mod offsets_seen;
+mod publish;
+mod report;
+mod restart;
 mod service;
+mod topics;
 pub mod wal;
 
 use std::sync::Arc;
@@ -36,8 +41,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         Mode::AtLeastOnce => tracing::warn!(
             instance = %a.instance_id,
             group = %a.group_id,
-            "audit service starting in AT-LEAST-ONCE mode: no transactions; after a crash an increment may be \
-             published twice (same UUID; the collector deduplicates)"
+            "audit service starting in AT-LEAST-ONCE mode: no transactions. An increment published \
+             without its offsets committed (crash, failed commit, rebalance in between) is resent with \
+             the same UUID if this instance gets its partitions back, but another instance that takes \
+             them first counts those messages again under new UUIDs: they are counted twice (at most \
+             one report per partition move). Use exactly-once where the cluster has transactions"
         ),
     }
     let mut registry = Registry::default();
@@ -73,7 +81,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let producer = until_kafka_answers("producer", &shutdown, &health, || {
         let cfg = config.clone();
         async move {
-            tokio::task::spawn_blocking(move || service::create_producer(&cfg))
+            tokio::task::spawn_blocking(move || publish::create_producer(&cfg))
                 .await
                 .context("producer start-up panicked")?
         }

@@ -18,8 +18,18 @@ pub struct PartitionLabel {
     pub partition: i32,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestartLabel {
+    /// `earlier_session` or `ambiguous_this_session`.
+    pub origin: String,
+    /// `already_published`, `resend`, `discard` or `keep`.
+    pub decision: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
+    /// Pending WAL entries by the restart rule's origin and decision.
+    pub restart_decisions: Family<RestartLabel, Counter>,
     pub consumed_messages: Counter,
     pub consumed_bytes: Counter,
     /// Messages by how their event time was found (`event_time`, `no_time`,
@@ -37,11 +47,16 @@ pub struct Metrics {
     pub errors: Family<KindLabel, Counter>,
     pub paused: Gauge,
     pub assigned_partitions: Gauge,
+    /// Revoke callbacks that waited for a publication in flight.
+    pub revoke_waits: Counter,
+    /// Assigned partitions without a committed offset although one existed before.
+    pub committed_offsets_missing: Counter,
 }
 
 impl Metrics {
     pub fn new(registry: &mut Registry) -> Metrics {
         let m = Metrics {
+            restart_decisions: Family::default(),
             consumed_messages: Counter::default(),
             consumed_bytes: Counter::default(),
             classified: Family::default(),
@@ -57,6 +72,8 @@ impl Metrics {
             errors: Family::default(),
             paused: Gauge::default(),
             assigned_partitions: Gauge::default(),
+            revoke_waits: Counter::default(),
+            committed_offsets_missing: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit");
         r.register(
@@ -121,6 +138,21 @@ impl Metrics {
         );
         r.register("errors", "Errors by kind", m.errors.clone());
         r.register(
+            "committed_offsets_missing",
+            "Assigned partitions without a committed offset although this instance saw one before (expired or deleted group offsets: the partition is counted again)",
+            m.committed_offsets_missing.clone(),
+        );
+        r.register(
+            "revoke_waits",
+            "Revoke callbacks that waited for a publication in flight on the publishing thread",
+            m.revoke_waits.clone(),
+        );
+        r.register(
+            "restart_decisions",
+            "Pending WAL entries settled by the restart rule, by origin and decision",
+            m.restart_decisions.clone(),
+        );
+        r.register(
             "paused",
             "1 while consumption is paused because the WAL is full",
             m.paused.clone(),
@@ -131,6 +163,30 @@ impl Metrics {
             m.assigned_partitions.clone(),
         );
         m
+    }
+
+    pub(crate) fn restart_decision(
+        &self,
+        origin: crate::restart::Origin,
+        decision: crate::restart::Decision,
+    ) {
+        use crate::restart::{Decision, Origin};
+        let origin = match origin {
+            Origin::EarlierSession => "earlier_session",
+            Origin::AmbiguousThisSession => "ambiguous_this_session",
+        };
+        let decision = match decision {
+            Decision::AlreadyPublished => "already_published",
+            Decision::Resend => "resend",
+            Decision::Discard => "discard",
+            Decision::Keep => "keep",
+        };
+        self.restart_decisions
+            .get_or_create(&RestartLabel {
+                origin: origin.into(),
+                decision: decision.into(),
+            })
+            .inc();
     }
 
     pub fn error(&self, kind: &str) {

@@ -10,28 +10,40 @@
 //! WAL entry with the offset range of every partition consumed since the previous
 //! report (fsync) → publish pending entries in order, each in one transaction with its
 //! offsets → mark published.
+//!
+//! This file holds the consumer side: the shared state, the rebalance callbacks (with
+//! the I/O of the restart rule) and the loops. Report building is in `report.rs`,
+//! publishing in `publish.rs`, the restart rule's decision in `restart.rs` (pure),
+//! topic selection in `topics.rs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use audit_lib::{AuditMessage, Identity, PartitionProgress};
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use audit_lib::Identity;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, Mode};
+use crate::config::Config;
 use crate::counting::Counting;
-use crate::metrics::{KindLabel, Metrics, PartitionLabel};
-use crate::wal::{OffsetRange, Wal, WalEntry, WalMessage};
+use crate::metrics::{Metrics, PartitionLabel};
+use crate::offsets_seen::OffsetsSeen;
+use crate::publish::AuditProducer;
+use crate::report::{FastHash, PartState, Reason};
+use crate::restart::{Committed, Decision, Origin, RestartRule};
+use crate::topics::resolve_topics;
+use crate::wal::{OffsetRange, Wal};
+
+/// A range start whose committed offset could not be read (never equal to a real
+/// committed offset, so such a range is never resent).
+pub(crate) const UNKNOWN_START: i64 = -1;
 
 const POLL: Duration = Duration::from_millis(100);
 /// When the fetched-message queue runs dry, how long to let librdkafka refill it
@@ -51,115 +63,38 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// FxHash-style hashing for the per-message partition lookup: topic names are not
-/// attacker-chosen keys here, and SipHash showed in profiles.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct FastHash;
-
-#[derive(Default)]
-pub(crate) struct FastHasher(u64);
-
-impl std::hash::BuildHasher for FastHash {
-    type Hasher = FastHasher;
-    fn build_hasher(&self) -> FastHasher {
-        FastHasher(0)
-    }
-}
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let v = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(K);
-        }
-    }
-}
-
-/// Per-partition position: `start` is the committed offset the current (unreported)
-/// range began at, `next` the offset after the last consumed message.
-#[derive(Debug, Clone, Default)]
-struct PartState {
-    start: Option<i64>,
-    next: Option<i64>,
-    record_time: Option<i64>,
-    high_watermark: Option<i64>,
-}
-
-/// Why a report is made.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Reason {
-    Interval,
-    Revoke,
-    Shutdown,
-}
-
-impl Reason {
-    fn as_str(self) -> &'static str {
-        match self {
-            Reason::Interval => "interval",
-            Reason::Revoke => "revoke",
-            Reason::Shutdown => "shutdown",
-        }
-    }
-}
-
-/// Delivery failures of the audit-message producer (for at-least-once, where no
-/// transaction reports them).
-#[derive(Default)]
-pub(crate) struct PublishContext {
-    failures: Mutex<Vec<String>>,
-}
-
-impl ClientContext for PublishContext {}
-
-impl ProducerContext for PublishContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, m)) = result {
-            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            f.push(format!(
-                "audit message to {} partition {}: {e}",
-                m.topic(),
-                m.partition()
-            ));
-        }
-    }
-}
-
-// A BaseProducer: its flush (and so commit_transaction) serves the delivery reports
-// itself. rdkafka's ThreadedProducer polling thread measurably competes with the
-// consume thread for CPU on small machines.
-type AuditProducer = BaseProducer<PublishContext>;
-
 /// Everything the rebalance callbacks and the loop share.
 pub(crate) struct Core {
-    cfg: Config,
-    identity: Identity,
-    counting: Counting,
-    parts: HashMap<String, BTreeMap<i32, PartState>, FastHash>,
+    pub(crate) cfg: Config,
+    pub(crate) identity: Identity,
+    pub(crate) counting: Counting,
+    pub(crate) parts: HashMap<String, BTreeMap<i32, PartState>, FastHash>,
     pub(crate) wal: Wal,
-    producer: AuditProducer,
-    metrics: Metrics,
+    pub(crate) producer: AuditProducer,
+    pub(crate) metrics: Metrics,
     /// Partitions this instance owns now.
-    assigned: HashSet<(String, i32)>,
-    /// Entries of a previous incarnation (or of a failed producer) waiting for the
-    /// restart rule at the next assignment.
-    unreconciled: bool,
-    paused: bool,
+    pub(crate) assigned: HashSet<(String, i32)>,
+    /// Pending entries wait for the restart rule (restart.rs): entries of an earlier
+    /// consumer session until the next assignment, or entries whose transaction is
+    /// ambiguous in this session until a mid-run reconcile settles them.
+    pub(crate) unsettled: Option<Origin>,
+    pub(crate) paused: bool,
+    /// Partitions this instance has seen committed offsets for (expiry detection).
+    pub(crate) offsets_seen: OffsetsSeen,
 }
 
 pub(crate) struct AuditContext {
     core: Mutex<Option<Core>>,
     hwm: Mutex<HashMap<(String, i32), i64>>,
+    /// Set when a rebalance used the incremental protocol: the loop then stops.
+    incremental: AtomicBool,
 }
+
+/// The rebalance protocols the auditor can work with: a revoke takes every partition
+/// (eager), so a revoke report covers the whole assignment.
+const NOT_EAGER: &str = "the consumer uses the incremental (cooperative) rebalance protocol; the \
+     auditor needs the classic group protocol with an eager assignor (set group.protocol = \
+     classic and partition.assignment.strategy = range or roundrobin)";
 
 impl AuditContext {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Core>> {
@@ -182,8 +117,27 @@ impl ClientContext for AuditContext {
 
 impl ConsumerContext for AuditContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let mut guard = self.lock();
+        if matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        ) {
+            // Never act on an incremental rebalance (it would forget partitions still
+            // owned); the consume loop stops before reporting anything.
+            self.incremental.store(true, Ordering::Relaxed);
+            tracing::error!("{NOT_EAGER}");
+            return;
+        }
+        // Only the publishing thread can hold the core while this thread is in `poll`:
+        // busy means a publication is in flight, and the callback waits for it.
+        let (mut guard, waited) = match self.core.try_lock() {
+            Ok(g) => (g, false),
+            Err(std::sync::TryLockError::Poisoned(e)) => (e.into_inner(), false),
+            Err(std::sync::TryLockError::WouldBlock) => (self.lock(), true),
+        };
         let Some(core) = guard.as_mut() else { return };
+        if waited && matches!(rebalance, Rebalance::Revoke(_)) {
+            core.metrics.revoke_waits.inc();
+        }
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 let lost = consumer.assignment_lost();
@@ -199,42 +153,15 @@ impl ConsumerContext for AuditContext {
                 core.on_assign(consumer, tpl);
             }
             Rebalance::Error(e) => {
+                // rust-rdkafka unassigns everything after this callback: what was
+                // counted since the last report can never be committed by us, like a
+                // lost assignment.
                 core.metrics.error("rebalance");
-                tracing::error!(error = %e, "rebalance error");
+                tracing::error!(error = %e, "rebalance error; treating the assignment as lost");
+                core.on_revoke(consumer, true);
             }
         }
     }
-}
-
-pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
-    let a = &cfg.audit;
-    let txn_id = a.transactional_id();
-    let timeout_ms = a.publish_timeout.as_millis().max(1000).to_string();
-    let txn_timeout = (a.publish_timeout.as_millis() * 2).max(10_000).to_string();
-    let mut overrides: Vec<(&str, &str)> = vec![("enable.idempotence", "true"), ("acks", "all")];
-    if a.mode == Mode::ExactlyOnce {
-        overrides.push(("transactional.id", &txn_id));
-        overrides.push(("transaction.timeout.ms", &txn_timeout));
-    }
-    let producer: AuditProducer = cfg
-        .kafka
-        .client_config_with_defaults(
-            common::KafkaRole::Producer,
-            &[
-                ("linger.ms", "5"),
-                ("compression.type", "zstd"),
-                ("message.timeout.ms", &timeout_ms),
-            ],
-            &overrides,
-        )
-        .create_with_context(PublishContext::default())
-        .context("cannot create audit-message producer")?;
-    if a.mode == Mode::ExactlyOnce {
-        producer
-            .init_transactions(a.publish_timeout)
-            .with_context(|| format!("cannot init transactions (transactional.id {txn_id})"))?;
-    }
-    Ok(producer)
 }
 
 /// The consumer's client configuration: the user's properties with the settings
@@ -283,6 +210,7 @@ pub(crate) fn create_consumer(
     let ctx = AuditContext {
         core: Mutex::new(Some(core)),
         hwm: Mutex::new(HashMap::new()),
+        incremental: AtomicBool::new(false),
     };
     consumer_client_config(cfg)
         .create_with_context(ctx)
@@ -299,7 +227,17 @@ impl Core {
         let a = &cfg.audit;
         let identity = Identity::new(&a.tier, &a.datacenter, &a.instance_id);
         let counting = Counting::new(&cfg, identity.clone(), &metrics)?;
-        let unreconciled = wal.pending_count() > 0;
+        let unsettled = (wal.pending_count() > 0).then_some(Origin::EarlierSession);
+        let mut offsets_seen = OffsetsSeen::load(wal.dir());
+        // A pending entry that starts at a committed offset shows one existed.
+        let pending_starts: Vec<(String, i32)> = wal
+            .pending_ids()
+            .into_iter()
+            .flat_map(|id| wal.ranges(id).unwrap_or_default().to_vec())
+            .filter(|r| r.start.is_some_and(|s| s >= 0))
+            .map(|r| (r.topic, r.partition))
+            .collect();
+        offsets_seen.insert_all(pending_starts.iter().map(|(t, p)| (t.as_str(), *p)));
         Ok(Core {
             cfg,
             identity,
@@ -309,396 +247,77 @@ impl Core {
             producer,
             metrics,
             assigned: HashSet::new(),
-            unreconciled,
+            unsettled,
             paused: false,
+            offsets_seen,
         })
     }
 
-    fn update_hwm(&mut self, hwm: &HashMap<(String, i32), i64>) {
-        for ((topic, p), h) in hwm {
-            if let Some(part) = self
-                .parts
-                .get_mut(topic.as_str())
-                .and_then(|t| t.get_mut(p))
-            {
-                part.high_watermark = Some(*h);
-            }
-        }
-    }
-
-    /// Drains the counts into a WAL entry (fsynced) and advances every partition's
-    /// range start to the entry's end. Returns false when there was nothing to write.
-    fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
-        let now = now_ms();
-        let (mut messages, positions) = self.counting.drain(now);
-        for (topic, partition, next, record_time) in positions {
-            let st = self
-                .parts
-                .entry(topic)
-                .or_default()
-                .entry(partition)
-                .or_default();
-            st.next = Some(next);
-            if record_time.is_some() {
-                st.record_time = record_time;
-            }
-        }
-        let mut ranges = Vec::new();
-        for (topic, parts) in &mut self.parts {
-            let mut progress = Vec::new();
-            for (&partition, st) in parts.iter_mut() {
-                if !self.assigned.contains(&(topic.clone(), partition)) {
-                    continue;
-                }
-                if let Some(end) = st.next {
-                    ranges.push(OffsetRange {
-                        topic: topic.clone(),
-                        partition,
-                        start: st.start,
-                        end,
-                    });
-                }
-                if let Some(next) = st.next.or(st.start) {
-                    let lag = st.high_watermark.map(|h| (h - next).max(0));
-                    if let Some(lag) = lag {
-                        self.metrics
-                            .partition_lag
-                            .get_or_create(&PartitionLabel {
-                                topic: topic.clone(),
-                                partition,
-                            })
-                            .set(lag);
-                    }
-                    progress.push(PartitionProgress {
-                        partition,
-                        next_offset: next,
-                        record_time: st.record_time,
-                        lag,
-                    });
-                }
-            }
-            if !progress.is_empty() {
-                messages.push(AuditMessage::progress(
-                    &self.identity,
-                    topic.clone(),
-                    progress,
-                    now,
-                ));
-            }
-        }
-        self.metrics
-            .reports
-            .get_or_create(&KindLabel {
-                kind: reason.as_str().into(),
-            })
-            .inc();
-        if ranges.is_empty()
-            && messages.iter().all(|m| m.as_progress().is_some())
-            && !matches!(reason, Reason::Interval)
-        {
-            return Ok(false);
-        }
-        if messages.is_empty() && ranges.is_empty() {
-            return Ok(false);
-        }
-        if ranges.is_empty()
-            && self.wal.pending_count() > 0
-            && messages.iter().all(|m| m.as_progress().is_some())
-        {
-            // Entries are stuck (audit topic unwritable): progress alone would only
-            // grow the WAL; the stuck entries carry progress already.
-            return Ok(false);
-        }
-        let wal_messages = messages
-            .iter()
-            .map(|m| WalMessage {
-                key: m.topic.clone(),
-                payload: m.to_json(),
-            })
-            .collect();
-        let id = self
-            .wal
-            .append(ranges.clone(), wal_messages)
-            .context("cannot write report to the WAL")?;
-        tracing::debug!(
-            id,
-            reason = reason.as_str(),
-            messages = messages.len(),
-            ranges = ranges.len(),
-            "report written to WAL"
-        );
-        for r in ranges {
-            if let Some(st) = self
-                .parts
-                .get_mut(&r.topic)
-                .and_then(|t| t.get_mut(&r.partition))
-            {
-                st.start = Some(r.end);
-                st.next = None;
-            }
-        }
-        self.update_wal_metrics();
-        Ok(true)
-    }
-
-    fn update_wal_metrics(&self) {
-        self.metrics
-            .wal_pending_entries
-            .set(self.wal.pending_count() as i64);
-        self.metrics
-            .wal_pending_bytes
-            .set(self.wal.pending_bytes() as i64);
-        self.metrics
-            .wal_disk_bytes
-            .set(self.wal.disk_bytes() as i64);
-    }
-
-    /// Publishes pending entries in order until one fails. Returns true when none is
-    /// left.
-    fn publish_pending(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
-        if self.unreconciled {
-            // Entries of a previous incarnation wait for the restart rule.
-            return false;
-        }
-        for id in self.wal.pending_ids() {
-            let entry = match self.wal.read(id) {
-                Ok(e) => e,
-                Err(e) => {
-                    // Keep it: dropping it here would lose its counts while this
-                    // instance owns the partitions; at revoke or restart it is
-                    // discarded and recounted.
-                    self.metrics.error("wal_read");
-                    tracing::error!(error = %format!("{e:#}"), id, "cannot read pending WAL entry");
-                    return false;
-                }
-            };
-            let started = Instant::now();
-            match self.publish(consumer, &entry) {
-                Ok(()) => {
-                    self.metrics
-                        .publish_latency
-                        .observe(started.elapsed().as_secs_f64());
-                    self.metrics.published_entries.inc();
-                    self.metrics
-                        .published_messages
-                        .inc_by(entry.messages.len() as u64);
-                    if let Err(e) = self.wal.mark_published(entry.id) {
-                        self.metrics.error("wal");
-                        tracing::error!(error = %format!("{e:#}"), id = entry.id, "cannot mark WAL entry published");
-                    }
-                }
-                Err(e) => {
-                    self.metrics.error("publish");
-                    tracing::warn!(error = %format!("{e:#}"), id = entry.id, "cannot publish WAL entry; will retry");
-                    self.update_wal_metrics();
-                    return false;
-                }
-            }
-        }
-        self.update_wal_metrics();
-        true
-    }
-
-    fn publish(
-        &mut self,
-        consumer: &BaseConsumer<AuditContext>,
-        entry: &WalEntry,
-    ) -> anyhow::Result<()> {
-        let a = &self.cfg.audit;
-        let mut tpl = TopicPartitionList::new();
-        for r in &entry.ranges {
-            tpl.add_partition_offset(&r.topic, r.partition, Offset::Offset(r.end))
-                .with_context(|| format!("bad offset {} for {}/{}", r.end, r.topic, r.partition))?;
-        }
-        match a.mode {
-            Mode::ExactlyOnce => {
-                let res = self.publish_transaction(consumer, entry, &tpl);
-                if let Err(e) = &res {
-                    self.recover_producer(e);
-                }
-                res.with_context(|| format!("transaction of WAL entry {} failed", entry.id))
-            }
-            Mode::AtLeastOnce => {
-                self.producer
-                    .context()
-                    .failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
-                self.send_messages(entry)?;
-                self.producer
-                    .flush(a.publish_timeout)
-                    .context("cannot flush audit messages")?;
-                let failures = std::mem::take(
-                    &mut *self
-                        .producer
-                        .context()
-                        .failures
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()),
-                );
-                if let Some(f) = failures.first() {
-                    anyhow::bail!(
-                        "{} audit messages not delivered, first: {f}",
-                        failures.len()
-                    );
-                }
-                if tpl.count() > 0 {
-                    commit_sync(consumer, &tpl).context("cannot commit offsets")?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn send_messages(&self, entry: &WalEntry) -> anyhow::Result<()> {
-        let topic = &self.cfg.audit.audit_topic;
-        let deadline = Instant::now() + self.cfg.audit.publish_timeout;
-        for m in &entry.messages {
-            let mut record = BaseRecord::to(topic)
-                .key(m.key.as_str())
-                .payload(m.payload.as_str());
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        // Back-pressure from the producer queue, not an error.
-                        anyhow::ensure!(
-                            Instant::now() < deadline,
-                            "producer queue full for {:?}",
-                            self.cfg.audit.publish_timeout
-                        );
-                        record = r;
-                        self.producer.poll(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => {
-                        return Err(e).with_context(|| {
-                            format!("cannot produce audit message for topic {}", m.key)
-                        })
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn publish_transaction(
+    /// The committed offsets of `partitions`: an errored partition, or a failed
+    /// read, is `Committed::Error`, never "no offset".
+    fn read_committed(
         &self,
         consumer: &BaseConsumer<AuditContext>,
-        entry: &WalEntry,
-        tpl: &TopicPartitionList,
-    ) -> anyhow::Result<()> {
-        let t = self.cfg.audit.publish_timeout;
-        self.producer
-            .begin_transaction()
-            .context("begin_transaction")?;
-        self.send_messages(entry)?;
-        if tpl.count() > 0 {
-            let meta = consumer
-                .group_metadata()
-                .context("consumer has no group metadata")?;
-            self.producer
-                .send_offsets_to_transaction(tpl, &meta, t)
-                .context("send_offsets_to_transaction")?;
+        partitions: &[(String, i32)],
+    ) -> HashMap<(String, i32), Committed> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            tpl.add_partition(topic, *partition);
         }
-        self.producer
-            .commit_transaction(t)
-            .context("commit_transaction")?;
-        Ok(())
-    }
-
-    /// After a failed transaction: abort it when it can be, recreate the producer when
-    /// the error is fatal (e.g. fenced), then the restart rule decides about the
-    /// pending entries.
-    fn recover_producer(&mut self, err: &anyhow::Error) {
-        let kerr = err.chain().find_map(|c| c.downcast_ref::<KafkaError>());
-        let fatal = matches!(kerr, Some(KafkaError::Transaction(e)) if e.is_fatal());
-        if !fatal {
-            // A BaseProducer must serve the delivery reports of the failed messages
-            // before it can abort; flush polls them.
-            let _ = self.producer.flush(self.cfg.audit.publish_timeout);
-            if let Err(e) = self
-                .producer
-                .abort_transaction(self.cfg.audit.publish_timeout)
-            {
-                tracing::warn!(error = %e, "abort_transaction failed; recreating the producer");
-            } else {
-                return;
-            }
-        }
-        self.metrics.error("producer_recreated");
-        match create_producer(&self.cfg) {
-            Ok(p) => {
-                self.producer = p;
-                // A fenced or broken producer may have committed or not: only the
-                // committed offsets can tell.
-                self.unreconciled = self.wal.pending_count() > 0;
+        let mut out: HashMap<(String, i32), Committed> = partitions
+            .iter()
+            .map(|tp| (tp.clone(), Committed::Error))
+            .collect();
+        match consumer.committed_offsets(tpl, self.cfg.audit.publish_timeout) {
+            Ok(c) => {
+                for el in c.elements() {
+                    let value = match (el.error(), el.offset()) {
+                        (Err(e), _) => {
+                            self.metrics.error("committed_offsets");
+                            tracing::warn!(topic = el.topic(), partition = el.partition(), error = %e, "cannot read the committed offset");
+                            Committed::Error
+                        }
+                        (Ok(()), Offset::Offset(o)) => Committed::At(o),
+                        (Ok(()), _) => Committed::None,
+                    };
+                    out.insert((el.topic().to_string(), el.partition()), value);
+                }
             }
             Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot recreate the audit producer")
+                self.metrics.error("committed_offsets");
+                tracing::warn!(error = %e, partitions = partitions.len(), "cannot read committed offsets");
             }
         }
+        out
     }
 
-    /// The restart rule for pending entries, given the partitions owned now.
-    pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>, at_assignment: bool) {
+    /// Applies the restart rule (restart.rs) to every pending entry, in order.
+    pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>, origin: Origin) {
         let entries: Vec<(u64, Vec<OffsetRange>)> = self
             .wal
             .pending_ids()
             .into_iter()
             .map(|id| (id, self.wal.ranges(id).unwrap_or_default().to_vec()))
             .collect();
+        self.unsettled = None;
         if entries.is_empty() {
-            self.unreconciled = false;
             return;
         }
-        let mut tpl = TopicPartitionList::new();
-        let mut seen = HashSet::new();
-        for (_, ranges) in &entries {
-            for r in ranges {
-                if seen.insert((r.topic.clone(), r.partition)) {
-                    tpl.add_partition(&r.topic, r.partition);
-                }
-            }
-        }
-        let committed = match consumer.committed_offsets(tpl, self.cfg.audit.publish_timeout) {
-            Ok(c) => c,
-            Err(e) => {
-                self.metrics.error("committed_offsets");
-                tracing::warn!(error = %e, "cannot read committed offsets; pending WAL entries wait");
-                return;
-            }
-        };
-        let mut committed_map: HashMap<(String, i32), Option<i64>> = HashMap::new();
-        for el in committed.elements() {
-            let off = match el.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            };
-            committed_map.insert((el.topic().to_string(), el.partition()), off);
-        }
-        self.unreconciled = false;
+        let mut partitions: Vec<(String, i32)> = entries
+            .iter()
+            .flat_map(|(_, ranges)| ranges.iter().map(|r| (r.topic.clone(), r.partition)))
+            .collect();
+        partitions.sort();
+        partitions.dedup();
+        let committed = self.read_committed(consumer, &partitions);
+        let mut rule = RestartRule::new(origin, committed, self.assigned.clone());
         for (id, ranges) in entries {
-            let at = |r: &OffsetRange| {
-                committed_map
-                    .get(&(r.topic.clone(), r.partition))
-                    .cloned()
-                    .flatten()
-            };
-            let all_end = ranges.iter().all(|r| at(r) == Some(r.end));
-            let owns_all = ranges
-                .iter()
-                .all(|r| self.assigned.contains(&(r.topic.clone(), r.partition)));
-            let all_start = ranges.iter().all(|r| at(r) == r.start);
-            if !ranges.is_empty() && all_end {
-                tracing::info!(id, "pending WAL entry was already published");
-                let _ = self.wal.mark_published(id);
-                continue;
-            }
-            if owns_all && all_start {
+            let mut decision = rule.decide(&ranges);
+            if decision == Decision::Resend {
                 let resent = self.wal.read(id).and_then(|e| {
                     tracing::info!(
                         id,
+                        ?origin,
                         messages = e.messages.len(),
                         "resending pending WAL entry"
                     );
@@ -709,25 +328,39 @@ impl Core {
                         self.metrics.published_entries.inc();
                         self.metrics.published_messages.inc_by(n as u64);
                         let _ = self.wal.mark_published(id);
-                        for r in &ranges {
-                            committed_map.insert((r.topic.clone(), r.partition), Some(r.end));
-                        }
-                        continue;
+                        rule.resent(&ranges);
                     }
-                    Err(err) => tracing::warn!(id, error = %format!("{err:#}"), "resend failed"),
+                    Err(err) => {
+                        tracing::warn!(id, error = %format!("{err:#}"), "resend failed");
+                        decision = rule.resend_failed();
+                    }
                 }
             }
-            if at_assignment {
-                // Consumption of these partitions has not started: whoever owns them
-                // recounts from the committed offsets, so the entry must never be sent.
-                tracing::info!(id, owns_all, "discarding pending WAL entry: its partitions are recounted from the committed offsets");
-                self.discard(id);
-            } else {
-                // Mid-run the consumer is past the entry: dropping it would lose its
-                // counts. Keep it; a later attempt or the next revoke settles it.
-                self.unreconciled = true;
-                break;
+            self.metrics.restart_decision(origin, decision);
+            match decision {
+                Decision::Resend => {}
+                Decision::AlreadyPublished => {
+                    tracing::info!(id, "pending WAL entry was already published");
+                    let _ = self.wal.mark_published(id);
+                }
+                Decision::Discard => {
+                    tracing::info!(id, ?origin, "discarding pending WAL entry: its partitions are recounted from the committed offsets");
+                    self.discard(id);
+                }
+                Decision::Keep => {
+                    // The consumer is past the entry: dropping it would lose its
+                    // counts. It and every later entry wait for the next attempt or
+                    // the next revoke.
+                    tracing::info!(id, "pending WAL entry kept: its outcome is not known yet");
+                    self.unsettled = Some(Origin::AmbiguousThisSession);
+                    break;
+                }
             }
+        }
+        if origin == Origin::EarlierSession {
+            // Every entry was settled; a producer recreated during a resend left
+            // nothing ambiguous behind.
+            self.unsettled = None;
         }
         self.update_wal_metrics();
     }
@@ -758,53 +391,64 @@ impl Core {
         self.metrics
             .assigned_partitions
             .set(self.assigned.len() as i64);
-        // Pending entries (a previous incarnation's, or ones left by a failed
-        // producer) are settled before consumption of these partitions starts: a
-        // resend commits their end offsets, which the assignment then starts from.
+        // Entries of an earlier session (a previous incarnation, a lost or failed
+        // consumer) are settled before consumption of these partitions starts: a
+        // resend commits their end offsets, which the assignment then starts from;
+        // anything else is discarded and recounted.
         if self.wal.pending_count() > 0 {
-            self.reconcile(consumer, true);
+            self.reconcile(consumer, Origin::EarlierSession);
         }
+        self.unsettled = None;
         self.paused = false;
         // Each range starts at the committed offset, which is where the assignment
-        // starts reading.
-        let mut q = TopicPartitionList::new();
-        for el in tpl.elements() {
-            q.add_partition(el.topic(), el.partition());
+        // starts reading. Unknown (the read failed): the range's start says so, and
+        // the restart rule never resends it.
+        let partitions: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|el| (el.topic().to_string(), el.partition()))
+            .collect();
+        let committed = self.read_committed(consumer, &partitions);
+        self.alert_missing_offsets(&committed);
+        for (topic, partition) in partitions {
+            let start = match committed.get(&(topic.clone(), partition)) {
+                Some(Committed::At(o)) => Some(*o),
+                Some(Committed::None) => None,
+                Some(Committed::Error) | None => Some(UNKNOWN_START),
+            };
+            let st = self
+                .parts
+                .entry(topic)
+                .or_default()
+                .entry(partition)
+                .or_default();
+            st.start = start;
+            st.next = None;
         }
-        let committed = consumer.committed_offsets(q, self.cfg.audit.publish_timeout);
-        match committed {
-            Ok(c) => {
-                for el in c.elements() {
-                    let st = self
-                        .parts
-                        .entry(el.topic().to_string())
-                        .or_default()
-                        .entry(el.partition())
-                        .or_default();
-                    st.start = match el.offset() {
-                        Offset::Offset(o) => Some(o),
-                        _ => None,
-                    };
-                    st.next = None;
-                }
-            }
-            Err(e) => {
-                // Without the committed offsets the ranges' starts are unknown; the
-                // restart rule then discards rather than resends (safe, recounted).
-                self.metrics.error("committed_offsets");
-                tracing::warn!(error = %e, "cannot read committed offsets of the new assignment");
-                for el in tpl.elements() {
-                    let st = self
-                        .parts
-                        .entry(el.topic().to_string())
-                        .or_default()
-                        .entry(el.partition())
-                        .or_default();
-                    st.start = Some(-1);
-                    st.next = None;
-                }
+    }
+
+    /// An assigned partition without a committed offset although this instance saw
+    /// one before: the group's offsets expired or were deleted, and the partition is
+    /// about to be counted again from `auto.offset.reset`. Alert (metric and log).
+    fn alert_missing_offsets(&mut self, committed: &HashMap<(String, i32), Committed>) {
+        for ((topic, partition), c) in committed {
+            if *c == Committed::None && self.offsets_seen.contains(topic, *partition) {
+                self.metrics.committed_offsets_missing.inc();
+                tracing::error!(
+                    %topic,
+                    partition,
+                    group = %self.cfg.audit.group_id,
+                    "no committed offset although one existed before: the group's offsets expired \
+                     (offsets.retention.minutes) or were deleted; the partition is read again from \
+                     auto.offset.reset and its retained messages are counted twice (see README, Operations)"
+                );
             }
         }
+        self.offsets_seen.insert_all(
+            committed.iter().filter_map(|((t, p), c)| {
+                matches!(c, Committed::At(_)).then_some((t.as_str(), *p))
+            }),
+        );
     }
 
     /// After the consumer was lost: nothing counted since the last report can be
@@ -814,7 +458,7 @@ impl Core {
         self.parts.clear();
         self.forget_assignment();
         self.paused = false;
-        self.unreconciled = self.wal.pending_count() > 0;
+        self.unsettled = (self.wal.pending_count() > 0).then_some(Origin::EarlierSession);
         self.metrics.assigned_partitions.set(0);
         self.metrics.paused.set(0);
     }
@@ -829,7 +473,9 @@ impl Core {
                     tracing::error!(error = %format!("{e:#}"), "cannot write the revoke report");
                 }
             }
-            while !self.publish_pending(consumer) && Instant::now() < deadline && !self.unreconciled
+            while !self.publish_pending(consumer)
+                && Instant::now() < deadline
+                && self.unsettled.is_none()
             {
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -845,61 +491,12 @@ impl Core {
                 self.discard(id);
             }
         }
-        self.unreconciled = false;
+        self.unsettled = None;
         self.forget_assignment();
         self.parts.clear();
         self.metrics.assigned_partitions.set(0);
         self.update_wal_metrics();
     }
-}
-
-fn commit_sync(
-    consumer: &BaseConsumer<AuditContext>,
-    tpl: &TopicPartitionList,
-) -> anyhow::Result<()> {
-    match consumer.commit(tpl, rdkafka::consumer::CommitMode::Sync) {
-        Ok(()) => Ok(()),
-        // Nothing to commit is success (vector's kafka source).
-        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Topic names to subscribe to: the configured names, plus existing topics matching
-/// the regexes, minus exclusions, internal topics and the audit topic itself.
-pub(crate) fn resolve_topics(
-    consumer: &BaseConsumer<AuditContext>,
-    cfg: &Config,
-) -> anyhow::Result<Vec<String>> {
-    let a = &cfg.audit;
-    let include: Vec<regex::Regex> = a
-        .topic_regex
-        .iter()
-        .map(|r| regex::Regex::new(r))
-        .collect::<Result<_, _>>()?;
-    let exclude: Vec<regex::Regex> = a
-        .exclude_regex
-        .iter()
-        .map(|r| regex::Regex::new(r))
-        .collect::<Result<_, _>>()?;
-    let mut topics: Vec<String> = a.topics.clone();
-    if !include.is_empty() {
-        let md = consumer
-            .fetch_metadata(None, Duration::from_secs(30))
-            .context("cannot list topics")?;
-        for t in md.topics() {
-            let name = t.name();
-            if include.iter().any(|r| r.is_match(name)) {
-                topics.push(name.to_string());
-            }
-        }
-    }
-    topics.retain(|t| {
-        !t.starts_with("__") && *t != a.audit_topic && !exclude.iter().any(|r| r.is_match(t))
-    });
-    topics.sort();
-    topics.dedup();
-    Ok(topics)
 }
 
 /// How the consume loop ended.
@@ -982,6 +579,12 @@ fn consume(
         let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
         consumer.subscribe(&refs).context("cannot subscribe")?;
     }
+    // Whatever the properties said: the protocol the client really uses.
+    let eager = |c: &BaseConsumer<AuditContext>| {
+        !matches!(c.rebalance_protocol(), RebalanceProtocol::Cooperative)
+            && !c.context().incremental.load(Ordering::Relaxed)
+    };
+    anyhow::ensure!(eager(consumer), "{NOT_EAGER}");
     let mut next_report = Instant::now() + a.report_interval;
     let mut next_refresh = Instant::now() + a.topic_refresh;
     let ctx = consumer.context();
@@ -1011,17 +614,29 @@ fn consume(
         since_clock += 1;
         if now >= next_report {
             next_report = now + a.report_interval;
+            // Before any report: nothing counted under an incremental protocol is
+            // published or committed.
+            anyhow::ensure!(eager(consumer), "{NOT_EAGER}");
             let hwm = ctx.hwm.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let mut g = ctx.lock();
             let core = g.as_mut().expect("core present while running");
             core.update_hwm(&hwm);
-            if core.unreconciled && !core.assigned.is_empty() {
-                core.reconcile(consumer, false);
+            if core.unsettled == Some(Origin::AmbiguousThisSession) && !core.assigned.is_empty() {
+                core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
             if let Err(e) = core.write_report(Reason::Interval) {
                 core.metrics.error("wal");
                 health.set_unhealthy(format!("cannot write WAL: {e:#}"));
-                tracing::error!(error = %format!("{e:#}"), "cannot write report");
+                // The drained counts are gone with the failed entry: read their
+                // messages again, or the next entry's range would cover them uncounted.
+                tracing::error!(error = %format!("{e:#}"), "cannot write report; counting its messages again");
+                if !core.rewind_unreported(consumer) {
+                    tracing::error!("cannot rewind the consumer; recreating it");
+                    let mut core = g.take().expect("core present while running");
+                    drop(g);
+                    core.reset_after_consumer_loss();
+                    return Ok(LoopExit::ConsumerFailed(Box::new(core)));
+                }
             } else {
                 // Full means a request is already waiting: it publishes this entry too.
                 let _ = publish.try_send(());
@@ -1124,9 +739,14 @@ fn consume(
             tracing::error!(error = %format!("{e:#}"), "cannot write the shutdown report");
         }
         let deadline = Instant::now() + a.publish_timeout;
-        while !core.publish_pending(consumer) && Instant::now() < deadline {
-            if core.unreconciled {
-                core.reconcile(consumer, false);
+        // Entries of an earlier session are only settled at an assignment: leave
+        // them to the next start instead of waiting out the deadline.
+        while core.unsettled != Some(Origin::EarlierSession)
+            && !core.publish_pending(consumer)
+            && Instant::now() < deadline
+        {
+            if core.unsettled == Some(Origin::AmbiguousThisSession) {
+                core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -1140,4 +760,113 @@ fn consume(
         *g = None;
     }
     Ok(LoopExit::Shutdown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Validation refuses `group.protocol = consumer`; should such a consumer get
+    /// through anyway (a property the validation does not know about), the loop
+    /// refuses the protocol the client really uses before it counts anything.
+    #[test]
+    fn an_incremental_consumer_is_refused_after_subscribe() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = testkit::kafka_a();
+        cfg.kafka
+            .consumer
+            .insert("group.protocol".into(), "consumer".into());
+        let a = &mut cfg.audit;
+        a.instance_id = testkit::unique("proto");
+        a.group_id = testkit::unique("proto-group");
+        a.topics = vec![testkit::unique("proto-topic")];
+        a.mode = crate::Mode::AtLeastOnce;
+        a.wal_dir = wal.path().to_path_buf();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
+        let producer = crate::publish::create_producer(&cfg).unwrap();
+        let core = Core::new(cfg.clone(), w, metrics, producer).unwrap();
+        // librdkafka refuses `session.timeout.ms` (one of our defaults) with this
+        // protocol; without it the consumer is created.
+        let mut client = consumer_client_config(&cfg);
+        client.remove("session.timeout.ms");
+        let consumer: BaseConsumer<AuditContext> = client
+            .create_with_context(AuditContext {
+                core: Mutex::new(Some(core)),
+                hwm: Mutex::new(HashMap::new()),
+                incremental: AtomicBool::new(false),
+            })
+            .unwrap();
+        // Bounded: a loop that accepted the protocol would run until shut down.
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(20));
+            stop.cancel();
+        });
+        let exit = consume_loop(consumer, cfg, shutdown, common::Health::new());
+        let err = format!("{:#}", exit.err().expect("refused"));
+        assert!(err.contains("incremental"), "{err}");
+    }
+
+    /// A5: after `Rebalance::Error` rust-rdkafka unassigns everything, so the
+    /// assignment is as good as lost: its partitions, positions and counts are
+    /// forgotten and this session's pending entries discarded (the next assignment
+    /// starts at the committed offsets), instead of surviving into the next
+    /// assignment and being published twice.
+    #[test]
+    fn a_rebalance_error_forgets_the_assignment_like_a_lost_one() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = testkit::kafka_a();
+        let a = &mut cfg.audit;
+        a.instance_id = testkit::unique("rebalance-error");
+        a.group_id = testkit::unique("rebalance-error-group");
+        a.topics = vec!["t".into()];
+        a.mode = crate::Mode::AtLeastOnce;
+        a.wal_dir = wal.path().to_path_buf();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
+        let producer = crate::publish::create_producer(&cfg).unwrap();
+        let core = Core::new(cfg.clone(), w, metrics, producer).unwrap();
+        let consumer = create_consumer(&cfg, core).unwrap();
+        {
+            let mut g = consumer.context().lock();
+            let core = g.as_mut().unwrap();
+            core.assigned.insert(("t".into(), 0));
+            core.parts.entry("t".into()).or_default().insert(
+                0,
+                PartState {
+                    start: Some(10),
+                    next: Some(20),
+                    ..Default::default()
+                },
+            );
+            core.wal
+                .append(
+                    vec![OffsetRange {
+                        topic: "t".into(),
+                        partition: 0,
+                        start: Some(10),
+                        end: 20,
+                    }],
+                    vec![],
+                )
+                .unwrap();
+        }
+        consumer.context().pre_rebalance(
+            &consumer,
+            &Rebalance::Error(KafkaError::Rebalance(
+                rdkafka::types::RDKafkaErrorCode::Fail,
+            )),
+        );
+        let g = consumer.context().lock();
+        let core = g.as_ref().unwrap();
+        assert!(core.assigned.is_empty(), "assignment kept");
+        assert!(core.parts.is_empty(), "positions kept");
+        assert_eq!(core.wal.pending_count(), 0, "this session's entry kept");
+    }
 }

@@ -128,6 +128,17 @@ pub struct Wal {
     pending: BTreeMap<u64, Pending>,
     pending_bytes: u64,
     next_id: u64,
+    #[cfg(test)]
+    faults: Faults,
+}
+
+/// Faults the unit tests inject into the next write or fsync.
+#[cfg(test)]
+#[derive(Default)]
+struct Faults {
+    /// Write only this many bytes of the next record, then fail.
+    partial_write: Option<usize>,
+    fail_sync: bool,
 }
 
 impl Wal {
@@ -248,6 +259,8 @@ impl Wal {
             pending,
             pending_bytes,
             next_id,
+            #[cfg(test)]
+            faults: Faults::default(),
         };
         wal.remove_resolved_segments()?;
         Ok((wal, recovery))
@@ -279,12 +292,12 @@ impl Wal {
         let offset = self.segments[&self.active_seq].size;
         let len = self.write_record(KIND_ENTRY, &body)?;
         if self.opts.fsync == FsyncPolicy::Always {
-            self.active.sync_data().with_context(|| {
-                format!(
-                    "cannot fsync {}",
-                    self.segments[&self.active_seq].path.display()
-                )
-            })?;
+            if let Err(e) = self.sync_active() {
+                // Not durable, so not an entry: take the record back out, or it
+                // would come back at restart although the caller recounts it.
+                self.roll_back_to(offset);
+                return Err(e);
+            }
         }
         let seg = self
             .segments
@@ -327,7 +340,7 @@ impl Wal {
         if kind == KIND_DISCARDED && self.opts.fsync == FsyncPolicy::Always {
             // A discarded entry must not come back after a crash: its partitions may
             // already be recounted by their new owner.
-            self.active.sync_data().context("cannot fsync WAL")?;
+            self.sync_active()?;
         }
         let active = &self.segments[&self.active_seq];
         if active.pending.is_empty() && active.size >= self.opts.segment_bytes {
@@ -416,15 +429,73 @@ impl Wal {
         buf.extend_from_slice(&hasher.finalize().to_le_bytes());
         buf.push(kind);
         buf.extend_from_slice(payload);
-        let seg = self
-            .segments
+        let before = self.segments[&self.active_seq].size;
+        if let Err(e) = self.write_all_active(&buf) {
+            // A failed write may have written part of the record (disk full mid-way):
+            // cut it off, so that the next record starts where `size` says.
+            self.roll_back_to(before);
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot write WAL segment {}",
+                    self.segments[&self.active_seq].path.display()
+                )
+            });
+        }
+        self.segments
             .get_mut(&self.active_seq)
-            .expect("active segment");
-        self.active
-            .write_all(&buf)
-            .with_context(|| format!("cannot write WAL segment {}", seg.path.display()))?;
-        seg.size += buf.len() as u64;
+            .expect("active segment")
+            .size += buf.len() as u64;
         Ok(buf.len() as u64)
+    }
+
+    fn write_all_active(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        #[cfg(test)]
+        if let Some(n) = self.faults.partial_write.take() {
+            self.active.write_all(&buf[..n.min(buf.len())])?;
+            return Err(std::io::Error::other("injected: partial write"));
+        }
+        self.active.write_all(buf)
+    }
+
+    fn sync_active(&mut self) -> anyhow::Result<()> {
+        #[cfg(test)]
+        if std::mem::take(&mut self.faults.fail_sync) {
+            anyhow::bail!("injected: fsync failed");
+        }
+        self.active.sync_data().with_context(|| {
+            format!(
+                "cannot fsync {}",
+                self.segments[&self.active_seq].path.display()
+            )
+        })
+    }
+
+    /// Cuts the active segment back to `size` after a failed write. If that fails
+    /// too, the segment's real length is unknown: it is closed at its length on disk
+    /// and a new segment takes the next records (recovery truncates a torn tail).
+    fn roll_back_to(&mut self, size: u64) {
+        let cut = self
+            .active
+            .set_len(size)
+            .and_then(|()| self.active.sync_data());
+        if cut.is_ok() {
+            if let Some(seg) = self.segments.get_mut(&self.active_seq) {
+                seg.size = size;
+            }
+            return;
+        }
+        let on_disk = self.active.metadata().map(|m| m.len()).ok();
+        if let Some(seg) = self.segments.get_mut(&self.active_seq) {
+            seg.size = on_disk.unwrap_or(seg.size).max(size);
+            tracing::warn!(
+                file = %seg.path.display(),
+                error = %cut.err().map(|e| e.to_string()).unwrap_or_default(),
+                "cannot cut a failed WAL write off; closing the segment"
+            );
+        }
+        if let Err(e) = self.rotate() {
+            tracing::warn!(error = %format!("{e:#}"), "cannot start a new WAL segment");
+        }
     }
 
     fn rotate(&mut self) -> anyhow::Result<()> {
@@ -727,5 +798,32 @@ mod tests {
         drop(wal);
         let (wal, _) = Wal::open(dir.path(), o).unwrap();
         assert_eq!(wal.pending_count(), 0);
+    }
+
+    #[test]
+    fn a_failed_or_partial_write_leaves_the_wal_usable_and_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
+        let a = wal.append(vec![range(0, 0, 10)], vec![msg("a")]).unwrap();
+        // Disk full half-way through the next record.
+        wal.faults.partial_write = Some(13);
+        wal.append(vec![range(0, 10, 20)], vec![msg("lost")])
+            .unwrap_err();
+        // fsync fails after a complete write: not durable, so not an entry either.
+        wal.faults.fail_sync = true;
+        wal.append(vec![range(0, 10, 20)], vec![msg("unsynced")])
+            .unwrap_err();
+        let c = wal.append(vec![range(0, 10, 30)], vec![msg("c")]).unwrap();
+        assert_eq!(wal.read(a).unwrap().messages, vec![msg("a")]);
+        assert_eq!(
+            wal.read(c).unwrap().messages,
+            vec![msg("c")],
+            "an entry after a failed write reads back"
+        );
+        assert_eq!(wal.pending_ids(), vec![a, c]);
+        drop(wal);
+        let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
+        assert!(rec.truncated.is_empty(), "{rec:?}");
+        assert_eq!(wal.pending_ids(), vec![a, c], "no failed record came back");
     }
 }

@@ -1,7 +1,9 @@
-//! A broker restart mid-run (cluster B, a single-node KRaft cluster: the whole
-//! cluster, group coordinator and transaction coordinator included, goes away and
-//! comes back). Transactions fail while it is down, entries wait in the WAL, and after
-//! it is back the per-window counts are exact.
+//! A broker restart mid-run (a private single-node KRaft cluster started by this test
+//! with deploy/dev/kafka in a state directory of its own, on free ports, so the shared
+//! dev clusters are never restarted: the whole cluster, group coordinator and
+//! transaction coordinator included, goes away and comes back). Transactions fail
+//! while it is down, entries wait in the WAL, and after it is back the per-window
+//! counts are exact.
 
 mod support;
 
@@ -20,10 +22,81 @@ fn dev_kafka() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/dev/kafka")
 }
 
+/// A single-node cluster of this test's own: deploy/dev/kafka's cluster "b" in a
+/// temporary state directory on free ports. The broker jars are borrowed (symlinked)
+/// from an existing state directory when one has them (`KAFKA_AUDIT_DEV_HOME`, else
+/// the repository's `.dev`), else fetched. Stopped when dropped.
+struct PrivateKafka {
+    home: tempfile::TempDir,
+    port: u16,
+    controller_port: u16,
+}
+
+impl PrivateKafka {
+    fn start() -> PrivateKafka {
+        let home = tempfile::tempdir().unwrap();
+        let repo_dev = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.dev");
+        let sources = std::env::var_os("KAFKA_AUDIT_DEV_HOME")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain([repo_dev]);
+        'found: for dir in sources {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with("kafka-lib-") && e.path().join(".complete").exists() {
+                    std::os::unix::fs::symlink(e.path(), home.path().join(&name)).unwrap();
+                    break 'found;
+                }
+            }
+        }
+        let k = PrivateKafka {
+            home,
+            port: free_port(),
+            controller_port: free_port(),
+        };
+        k.run("start");
+        k
+    }
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn run(&self, verb: &str) {
+        let out = Command::new(dev_kafka())
+            .args([verb, "b"])
+            .env("KAFKA_AUDIT_DEV_HOME", self.home.path())
+            .env("KAFKA_B_PORT", self.port.to_string())
+            .env("KAFKA_B_CONTROLLER_PORT", self.controller_port.to_string())
+            .env("KAFKA_HEAP", "384m")
+            .output()
+            .expect("run deploy/dev/kafka");
+        assert!(
+            out.status.success(),
+            "deploy/dev/kafka {verb} b (private, port {}) failed: {}{}",
+            self.port,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PrivateKafka {
+    fn drop(&mut self) {
+        let _ = Command::new(dev_kafka())
+            .args(["stop", "b"])
+            .env("KAFKA_AUDIT_DEV_HOME", self.home.path())
+            .env("KAFKA_B_PORT", self.port.to_string())
+            .env("KAFKA_B_CONTROLLER_PORT", self.controller_port.to_string())
+            .output();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_stay_exact_across_a_broker_restart_mid_run() {
     init_tracing();
-    let bootstrap = testkit::kafka_b();
+    let kafka = tokio::task::block_in_place(PrivateKafka::start);
+    let bootstrap = kafka.bootstrap();
     let topic = testkit::create_unique_topic(&bootstrap, "brk", PARTITIONS).await;
     let audit_topic = testkit::create_unique_topic(&bootstrap, "brk-audit", 3).await;
     let group = testkit::unique("brk-group");
@@ -89,15 +162,7 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
             reader.wait_for_count(&topic, 1_000, Duration::from_secs(60)),
             "counting did not start"
         );
-        let out = Command::new(dev_kafka())
-            .args(["restart", "b"])
-            .output()
-            .expect("run deploy/dev/kafka restart b");
-        assert!(
-            out.status.success(),
-            "restart b failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        kafka.run("restart");
         let after = reader.total_count(&topic);
         assert!(
             reader.wait_for_count(&topic, after + 1_000, Duration::from_secs(120)),

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use audit_service::checks::run_checks;
+use audit_service::checks::{check_topic, run_checks};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -47,14 +47,23 @@ async fn missing_audit_topic_is_created_and_weak_durability_is_reported() {
     let findings = run_checks(&cfg, std::slice::from_ref(&audited))
         .await
         .unwrap();
-    let md = admin
-        .inner()
-        .fetch_metadata(Some(&audit_topic), Duration::from_secs(10))
-        .unwrap();
-    assert_eq!(
-        md.topics()[0].partitions().len(),
-        3,
-        "audit topic created with the configured partitions"
+    // run_checks judged the topic once its metadata settled; a fresh read agrees
+    // (bounded, explicit wait: metadata may still propagate to this client's broker).
+    let settled = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(30), || {
+            admin
+                .inner()
+                .fetch_metadata(Some(&audit_topic), Duration::from_secs(5))
+                .is_ok_and(|md| {
+                    md.topics().first().is_some_and(|t| {
+                        t.partitions().len() == 3 && t.partitions().iter().all(|p| p.leader() >= 0)
+                    })
+                })
+        })
+    });
+    assert!(
+        settled,
+        "audit topic created with the configured 3 partitions, each with a leader"
     );
     let about = |t: &str, p: &str| {
         findings
@@ -80,25 +89,71 @@ async fn missing_audit_topic_is_created_and_weak_durability_is_reported() {
     assert!(err.to_string().contains("strict_checks"), "{err:#}");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// KIP-848 (`group.protocol = consumer`) is refused before anything starts, with a
+/// message that names the setting and what to use instead.
+#[tokio::test]
+async fn the_consumer_group_protocol_is_refused_at_start() {
+    let wal = tempfile::tempdir().unwrap();
+    let mut cfg = audit_config(
+        &testkit::kafka_a(),
+        &["t".into()],
+        "a",
+        "g",
+        "i",
+        wal.path(),
+    );
+    cfg.kafka
+        .properties
+        .insert("group.protocol".into(), "consumer".into());
+    let err = tokio::time::timeout(
+        Duration::from_secs(30),
+        audit_service::run(cfg, tokio_util::sync::CancellationToken::new()),
+    )
+    .await
+    .expect("refused at once")
+    .unwrap_err();
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("group.protocol") && err.contains("classic"),
+        "{err}"
+    );
 }
 
-/// `GET /healthz` on the ops port: (status, body), or None while nothing answers.
-fn healthz(port: u16) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, text))
+/// A topic is judged only once its metadata has settled (every partition with a
+/// leader and replicas). A metadata answer from before a new topic propagated read as
+/// `replication factor 0 < 3` (seen in CI for an audit topic just created): here the
+/// topic appears only after the check began, which makes that window certain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durability_is_judged_only_on_settled_metadata() {
+    let bootstrap = testkit::kafka_a();
+    let wal = tempfile::tempdir().unwrap();
+    let cfg = audit_config(&bootstrap, &[], "unused", "g", "i", wal.path());
+
+    // Never settles: a bounded wait, then an error that says why (not a finding).
+    let missing = testkit::unique("chk-missing");
+    let err = check_topic(&cfg, &missing, Duration::from_secs(2))
+        .await
+        .expect_err("a topic that does not exist is not judged");
+    assert!(err.to_string().contains("not settled"), "{err:#}");
+
+    // Appears while the check waits: judged on its real replication factor.
+    let late = testkit::unique("chk-late");
+    let check = {
+        let (cfg, late) = (cfg.clone(), late.clone());
+        tokio::spawn(async move { check_topic(&cfg, &late, Duration::from_secs(60)).await })
+    };
+    testkit::create_topic(&bootstrap, &late, 4).await;
+    let findings = check.await.unwrap().unwrap();
+    let replication: Vec<&str> = findings
+        .iter()
+        .filter(|f| f.problem.starts_with("replication factor"))
+        .map(|f| f.problem.as_str())
+        .collect();
+    assert_eq!(
+        replication,
+        vec!["replication factor 1 < 3"],
+        "{findings:?}"
+    );
 }
 
 /// Forwards every connection to `listener` to `upstream`, one thread per direction.
@@ -149,7 +204,7 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     let waiting = tokio::task::spawn_blocking(move || {
         testkit::wait_until(
             Duration::from_secs(90),
-            || matches!(healthz(ops_port), Some((503, body)) if body.contains("waiting for Kafka")),
+            || matches!(ops_get(ops_port, "/healthz"), Some((503, body)) if body.contains("waiting for Kafka")),
         )
     })
     .await
@@ -157,7 +212,7 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     assert!(
         waiting,
         "no 503 'waiting for Kafka' on /healthz: {:?}",
-        healthz(ops_port)
+        ops_get(ops_port, "/healthz")
     );
     assert!(
         !service.is_finished(),
@@ -185,12 +240,16 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     assert!(diff(&truth, &seen).is_empty(), "{:?}", diff(&truth, &seen));
     let healthy = tokio::task::spawn_blocking(move || {
         testkit::wait_until(Duration::from_secs(60), || {
-            matches!(healthz(ops_port), Some((200, _)))
+            matches!(ops_get(ops_port, "/healthz"), Some((200, _)))
         })
     })
     .await
     .unwrap();
-    assert!(healthy, "still unhealthy: {:?}", healthz(ops_port));
+    assert!(
+        healthy,
+        "still unhealthy: {:?}",
+        ops_get(ops_port, "/healthz")
+    );
 
     stop_service(&token, service).await;
 }

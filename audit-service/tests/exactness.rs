@@ -143,3 +143,73 @@ async fn at_least_once_mode_without_transactions_counts_exactly_when_nothing_cra
         10_000
     );
 }
+
+/// The group's committed offsets disappear (expired after `offsets.retention.minutes`,
+/// or deleted) while the auditors are down: on restart the partitions start again at
+/// `auto.offset.reset` and their retained messages are counted twice. The auditor
+/// cannot prevent that, but it must say so: `kafka_audit_committed_offsets_missing_total`
+/// counts every assigned partition that had a committed offset before and has none now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_group_offsets_are_alerted() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    const PARTS: i32 = 3;
+    init_tracing();
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        wal: _wal,
+        mut cfg,
+    } = Setup::new("expired", PARTS).await;
+    // Dynamic membership: the stopped instance leaves the group at once.
+    cfg.audit.static_membership = false;
+    let port = free_port();
+    cfg.ops.enabled = true;
+    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    let p = producer(&bootstrap);
+    let mut truth = Totals::new();
+    produce_known(&p, &topic, PARTS, 600, 0, base_time(), 2, &mut truth);
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+
+    let stop = CancellationToken::new();
+    let _g = stop.clone().drop_guard();
+    let svc = tokio::spawn(audit_service::run(cfg.clone(), stop.clone()));
+    assert!(tokio::task::block_in_place(|| reader.wait_for_count(
+        &topic,
+        600,
+        Duration::from_secs(90)
+    )));
+    assert_eq!(metric(port, "committed_offsets_missing_total"), 0.0);
+    stop_service(&stop, svc).await;
+
+    // The group is empty now; its offsets go (as expiry would take them).
+    let admin: AdminClient<DefaultClientContext> =
+        testkit::client_config(&bootstrap).create().unwrap();
+    // (Bounded retry: the broker may still see the member leaving.)
+    let deleted = testkit::wait_until_async(Duration::from_secs(60), || async {
+        admin
+            .delete_groups(&[&group], &AdminOptions::new())
+            .await
+            .is_ok_and(|r| r.iter().all(|r| r.is_ok()))
+    })
+    .await;
+    assert!(deleted, "cannot delete group {group}");
+    assert!(committed(&bootstrap, &group, &topic, PARTS).is_empty());
+
+    let stop = CancellationToken::new();
+    let _g = stop.clone().drop_guard();
+    let svc = tokio::spawn(audit_service::run(cfg.clone(), stop.clone()));
+    let alerted = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(90), || {
+            metric(port, "committed_offsets_missing_total") >= PARTS as f64
+        })
+    });
+    let seen = metric(port, "committed_offsets_missing_total");
+    stop_service(&stop, svc).await;
+    assert!(
+        alerted,
+        "missing offsets alerted for {seen} of {PARTS} partitions"
+    );
+}

@@ -41,10 +41,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     produce_known(&p, &topic, PARTITIONS, 5_000, 0, base, 4, &mut truth);
     let stop_a = CancellationToken::new();
     let _ga = stop_a.clone().drop_guard();
-    let ops_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let ops_port = free_port();
     let mut cfg_a = cfg(&testkit::unique("ra"));
     cfg_a.ops.enabled = true;
     cfg_a.ops.listen = std::net::SocketAddr::from(([127, 0, 0, 1], ops_port));
@@ -53,7 +50,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     // in the same generation and there is no revoke to test (seen on a loaded machine).
     assert!(
         tokio::task::block_in_place(|| testkit::wait_until(Duration::from_secs(90), || {
-            consumed_messages(ops_port) >= 5_000.0
+            metric(ops_port, "consumed_messages_total") >= 5_000.0
         })),
         "A did not consume the first 5 000 messages"
     );
@@ -117,24 +114,97 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
 }
 
-/// Sum of the auditor's consumed-messages counter, read from its `/metrics` (0 when
-/// the ops server is not up yet).
-fn consumed_messages(port: u16) -> f64 {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return 0.0;
+/// Revokes that arrive while the publishing thread has a report's transaction in
+/// flight: the callback waits for it, then reports and commits the rest before the
+/// partitions move. Short report intervals keep a transaction in flight most of the
+/// time; instances join and leave until A's callback has waited at least twice
+/// (`kafka_audit_revoke_waits_total`). Totals exact per window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
+    init_tracing();
+    let bootstrap = testkit::kafka_a();
+    let topic = testkit::create_unique_topic(&bootstrap, "rebtx", PARTITIONS).await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "rebtx-audit", 3).await;
+    let group = testkit::unique("rebtx-group");
+    let wal = tempfile::tempdir().unwrap();
+    let cfg = |id: &str, port: u16| {
+        let mut c = audit_config(
+            &bootstrap,
+            std::slice::from_ref(&topic),
+            &audit_topic,
+            &group,
+            id,
+            wal.path(),
+        );
+        c.audit.static_membership = false;
+        c.audit.report_interval = Duration::from_millis(100);
+        c.ops.enabled = true;
+        c.ops.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        c
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    if stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return 0.0;
+    const WINDOWS: i64 = 30;
+    let base = base_time();
+    let p = producer(&bootstrap);
+    let mut truth = Totals::new();
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+    let mut seq = 0;
+
+    let port_a = free_port();
+    let stop_a = CancellationToken::new();
+    let _ga = stop_a.clone().drop_guard();
+    let a = tokio::spawn(audit_service::run(
+        cfg(&testkit::unique("ta"), port_a),
+        stop_a.clone(),
+    ));
+    let mut rounds = 0;
+    while metric(port_a, "revoke_waits_total") < 2.0 {
+        rounds += 1;
+        assert!(
+            rounds <= 12,
+            "A's revoke callback never waited for a publication in 12 rounds"
+        );
+        produce_known(
+            &p, &topic, PARTITIONS, 3_000, seq, base, WINDOWS, &mut truth,
+        );
+        seq += 3_000;
+        // B joins (A's partitions are revoked mid-traffic), then leaves again (A's
+        // again, to get them all back).
+        let port_b = free_port();
+        let stop_b = CancellationToken::new();
+        let b = tokio::spawn(audit_service::run(
+            cfg(&testkit::unique("tb"), port_b),
+            stop_b.clone(),
+        ));
+        produce_known(
+            &p, &topic, PARTITIONS, 3_000, seq, base, WINDOWS, &mut truth,
+        );
+        seq += 3_000;
+        assert!(
+            tokio::task::block_in_place(|| testkit::wait_until(Duration::from_secs(90), || {
+                metric(port_b, "assigned_partitions") > 0.0
+            })),
+            "B never got partitions"
+        );
+        stop_service(&stop_b, b).await;
     }
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body);
-    body.lines()
-        .filter(|l| !l.starts_with('#') && l.contains("consumed_messages_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let all = seq;
+    let ok = tokio::task::block_in_place(|| {
+        reader.wait_for_count(&topic, all, Duration::from_secs(120))
+    });
+    stop_service(&stop_a, a).await;
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
+    let d = diff(&truth, &reader.topic_totals(&topic));
+    assert!(
+        ok && d.is_empty(),
+        "counted {} of {all}; per-window differences:\n{}",
+        reader.total_count(&topic),
+        d.join("\n")
+    );
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, PARTITIONS)
+            .values()
+            .sum::<i64>(),
+        all as i64
+    );
+    eprintln!("rounds until two waited revokes: {rounds}");
 }

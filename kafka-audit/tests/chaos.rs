@@ -1,8 +1,14 @@
 //! Chaos against the real broker (cluster A): three `kafka-audit audit` processes in
-//! one group while a producer writes; a random instance is SIGKILLed at random
-//! instants at least 20 times and restarted; then a graceful rolling restart. After
-//! draining, the per-window counts and checksums equal the ground truth: 0 lost,
-//! 0 counted twice.
+//! one group while a producer writes; a random instance is SIGKILLed 20 times (more,
+//! up to 60, until both branches below were taken) and restarted: some at random
+//! instants and restarted at once (static membership gives it its partitions back),
+//! some right after an interval report (its transaction in flight), some only after
+//! the other two took its partitions over, and some while partitions move (a second
+//! instance killed during the rebalance a restart causes); then a graceful rolling
+//! restart. Each recovery's restart-rule decisions
+//! are read from its log; resends (same owner) and discards (partitions moved) must
+//! both occur. After draining, the per-window counts and checksums equal the ground
+//! truth: 0 lost, 0 counted twice.
 
 #[path = "../../audit-service/tests/support/mod.rs"]
 mod support;
@@ -23,6 +29,7 @@ const KILLS: usize = 20;
 struct Instance {
     config: PathBuf,
     log: PathBuf,
+    port: u16,
     child: Option<Child>,
 }
 
@@ -36,12 +43,13 @@ impl Instance {
         id: &str,
     ) -> Instance {
         let config = dir.join(format!("{id}.toml"));
+        let port = free_port();
         let toml = format!(
             r#"
 [kafka]
 bootstrap_servers = "{bootstrap}"
 [kafka.consumer]
-"session.timeout.ms" = 10000
+"session.timeout.ms" = 6000
 [audit]
 instance_id = "{id}"
 tier = "regional"
@@ -55,7 +63,8 @@ wal_dir = "{wal}"
 [audit.event_time]
 window_size = "10s"
 [ops]
-enabled = false
+enabled = true
+listen = "127.0.0.1:{port}"
 [log]
 level = "warn,audit_service=info"
 "#,
@@ -65,6 +74,7 @@ level = "warn,audit_service=info"
         Instance {
             config,
             log: dir.join(format!("{id}.log")),
+            port,
             child: None,
         }
     }
@@ -113,6 +123,25 @@ level = "warn,audit_service=info"
             assert!(Instant::now() < deadline, "no exit within 60 s of SIGTERM");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Bytes of its log so far: where the next recovery's lines start.
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Waits (bounded) until it has just written an interval report: its transaction
+    /// is then about to run or running, so a kill leaves a pending WAL entry.
+    fn await_report(&self) {
+        let reports = || metric(self.port, "reports_total{kind=\"interval\"}");
+        let before = reports();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reports() <= before && Instant::now() < deadline {}
+    }
+
+    /// Partitions it owns now (0 while it does not answer).
+    fn assigned(&self) -> f64 {
+        metric(self.port, "kafka_audit_assigned_partitions ")
     }
 
     fn assert_running(&mut self) {
@@ -210,18 +239,83 @@ async fn three_instances_survive_20_sigkills_and_a_rolling_restart_with_exact_co
         };
         let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
 
-        for k in 0..KILLS {
+        // Each restart of a killed instance: (kill number, instance, how, where its
+        // log lines start).
+        let mut recoveries: Vec<(usize, usize, &str, u64)> = Vec::new();
+        let mut k = 0;
+        // At least KILLS kills; more (bounded) until both restart branches were taken.
+        let branch_seen = |instances: &[Instance], marker: &str| {
+            instances.iter().any(|i| {
+                std::fs::read_to_string(&i.log)
+                    .unwrap_or_default()
+                    .contains(marker)
+            })
+        };
+        let mut round = 0;
+        while k < KILLS
+            || (k < 3 * KILLS
+                && !(branch_seen(&instances, "resending pending WAL entry")
+                    && branch_seen(&instances, "discarding pending WAL entry")))
+        {
+            // Rounds of four: a kill at a random instant, one right after a report,
+            // both restarted at once; one restarted after its partitions moved; one
+            // like that with a second kill while partitions move again.
+            let phase = round % 4;
+            round += 1;
             std::thread::sleep(rng.millis(200, 2_500));
             let i = (rng.next() % 3) as usize;
             instances[i].assert_running();
+            if phase == 1 {
+                // Its transaction is then in flight: the kill leaves a pending entry.
+                instances[i].await_report();
+            }
             instances[i].sigkill();
-            std::thread::sleep(rng.millis(0, 1_500));
+            k += 1;
+            let how = if phase >= 2 {
+                // The other two take its partitions over before it comes back (its
+                // static membership times out): its pending entries' partitions moved.
+                let others: Vec<usize> = (0..3).filter(|&j| j != i).collect();
+                let moved = testkit::wait_until(Duration::from_secs(60), || {
+                    others.iter().map(|&j| instances[j].assigned()).sum::<f64>()
+                        >= PARTITIONS as f64
+                });
+                assert!(
+                    moved,
+                    "kill {k}: the others never took instance {i}'s partitions"
+                );
+                "after its partitions moved"
+            } else {
+                std::thread::sleep(rng.millis(0, 1_500));
+                if phase == 1 {
+                    "at once, killed right after a report"
+                } else {
+                    "at once"
+                }
+            };
+            recoveries.push((k, i, how, instances[i].log_len()));
             instances[i].start();
-            reader.poll_for(Duration::from_millis(10));
             eprintln!(
-                "kill {k}: instance {i}; produced {}",
+                "kill {k}: instance {i}, restarted {how}; produced {}",
                 produced.load(Ordering::Relaxed)
             );
+            if phase == 3 {
+                // Its return moves partitions again: kill another one meanwhile.
+                std::thread::sleep(rng.millis(0, 1_000));
+                let j = (i + 1 + (rng.next() % 2) as usize) % 3;
+                instances[j].assert_running();
+                instances[j].sigkill();
+                k += 1;
+                std::thread::sleep(rng.millis(0, 1_500));
+                recoveries.push((
+                    k,
+                    j,
+                    "killed while partitions moved",
+                    instances[j].log_len(),
+                ));
+                instances[j].start();
+                eprintln!("kill {k}: instance {j}, killed while partitions moved");
+            }
+            reader.poll_for(Duration::from_millis(10));
         }
         // Graceful rolling restart while the producer still writes.
         for (i, inst) in instances.iter_mut().enumerate() {
@@ -253,21 +347,58 @@ async fn three_instances_survive_20_sigkills_and_a_rolling_restart_with_exact_co
             reader.total_count(&topic),
             d.join("\n")
         );
-        // How often a kill left a pending WAL entry, and what the restart rule did.
-        let logs: String = instances
+        // What the restart rule did in each recovery (its log lines up to the
+        // instance's next restart).
+        let logs: Vec<String> = instances
             .iter()
             .map(|i| std::fs::read_to_string(&i.log).unwrap_or_default())
             .collect();
-        for marker in [
-            "resending pending WAL entry",
-            "already published",
-            "discarding",
-        ] {
+        let mut totals = [0usize; 3];
+        let mut discards_after_move = 0;
+        for (r, &(k, i, how, from)) in recoveries.iter().enumerate() {
+            let to = recoveries[r + 1..]
+                .iter()
+                .find(|x| x.1 == i)
+                .map(|x| x.3 as usize)
+                .unwrap_or(logs[i].len());
+            let lines = &logs[i][from as usize..to];
+            let counts = [
+                "resending pending WAL entry",
+                "pending WAL entry was already published",
+                "discarding pending WAL entry",
+            ]
+            .map(|m| lines.matches(m).count());
+            for (t, c) in totals.iter_mut().zip(counts) {
+                *t += c;
+            }
+            if !how.starts_with("at once") {
+                discards_after_move += counts[2];
+            }
             eprintln!(
-                "restart rule: {:>4} x {marker}",
-                logs.matches(marker).count()
+                "recovery of kill {k:>2} (instance {i}, {how}): {} resent, {} already published, {} discarded",
+                counts[0], counts[1], counts[2]
             );
+            for l in lines.lines().filter(|l| {
+                l.contains("pending WAL entry")
+                    || l.contains("committed offset")
+                    || l.contains("resend failed")
+                    || l.contains("partitions assigned")
+            }) {
+                eprintln!("    {l}");
+            }
         }
+        eprintln!(
+            "restart rule in total: {} resent, {} already published, {} discarded",
+            totals[0], totals[1], totals[2]
+        );
+        assert!(
+            totals[0] >= 1,
+            "no recovery resent a pending entry (the same-owner branch was never taken)"
+        );
+        assert!(
+            discards_after_move >= 1,
+            "no recovery after a partition move discarded a pending entry (the moved-partition branch was never taken)"
+        );
         eprintln!(
             "exact: {n} messages over {} windows; {} increments, {} duplicate UUIDs (resends, dropped by the collector)",
             truth.len(),

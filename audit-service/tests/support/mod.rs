@@ -342,3 +342,37 @@ pub async fn stop_service(
         .expect("service task")
         .expect("service result");
 }
+
+/// A free TCP port on 127.0.0.1 (for an ops server).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `GET path` on the ops server at `port`: (status, whole response), or None while
+/// nothing answers.
+pub fn ops_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, text))
+}
+
+/// Sum of the samples of every `/metrics` line that contains `needle` (0 when the
+/// ops server does not answer yet).
+pub fn metric(port: u16, needle: &str) -> f64 {
+    let Some((_, body)) = ops_get(port, "/metrics") else {
+        return 0.0;
+    };
+    body.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(needle))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,285 @@
+//! Publishing WAL entries (DESIGN §5 step 3): in exactly-once mode each entry's audit
+//! messages and its partitions' end offsets in one Kafka transaction, fenced by the
+//! consumer's group metadata; in at-least-once mode produce, flush, then commit. A
+//! failed transaction is aborted, or the producer recreated, which makes the pending
+//! entries' outcome ambiguous until the restart rule settles them.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
+use std::sync::Mutex;
+
+use crate::config::{Config, Mode};
+use crate::restart::Origin;
+use crate::service::{AuditContext, Core};
+use crate::wal::WalEntry;
+
+/// Delivery failures of the audit-message producer (for at-least-once, where no
+/// transaction reports them).
+#[derive(Default)]
+pub(crate) struct PublishContext {
+    failures: Mutex<Vec<String>>,
+}
+
+impl ClientContext for PublishContext {}
+
+impl ProducerContext for PublishContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            f.push(format!(
+                "audit message to {} partition {}: {e}",
+                m.topic(),
+                m.partition()
+            ));
+        }
+    }
+}
+
+// A BaseProducer: its flush (and so commit_transaction) serves the delivery reports
+// itself. rdkafka's ThreadedProducer polling thread measurably competes with the
+// consume thread for CPU on small machines.
+pub(crate) type AuditProducer = BaseProducer<PublishContext>;
+
+pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
+    let a = &cfg.audit;
+    let txn_id = a.transactional_id();
+    let timeout_ms = a.publish_timeout.as_millis().max(1000).to_string();
+    let txn_timeout = (a.publish_timeout.as_millis() * 2).max(10_000).to_string();
+    let mut overrides: Vec<(&str, &str)> = vec![("enable.idempotence", "true"), ("acks", "all")];
+    if a.mode == Mode::ExactlyOnce {
+        overrides.push(("transactional.id", &txn_id));
+        overrides.push(("transaction.timeout.ms", &txn_timeout));
+    }
+    let producer: AuditProducer = cfg
+        .kafka
+        .client_config_with_defaults(
+            common::KafkaRole::Producer,
+            &[
+                ("linger.ms", "5"),
+                ("compression.type", "zstd"),
+                ("message.timeout.ms", &timeout_ms),
+            ],
+            &overrides,
+        )
+        .create_with_context(PublishContext::default())
+        .context("cannot create audit-message producer")?;
+    if a.mode == Mode::ExactlyOnce {
+        producer
+            .init_transactions(a.publish_timeout)
+            .with_context(|| format!("cannot init transactions (transactional.id {txn_id})"))?;
+    }
+    Ok(producer)
+}
+
+impl Core {
+    /// Publishes pending entries in order until one fails. Returns true when none is
+    /// left.
+    pub(crate) fn publish_pending(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
+        if self.unsettled.is_some() {
+            // Entries of an earlier session, or ambiguous ones, wait for the restart rule.
+            return false;
+        }
+        for id in self.wal.pending_ids() {
+            let entry = match self.wal.read(id) {
+                Ok(e) => e,
+                Err(e) => {
+                    // Keep it: dropping it here would lose its counts while this
+                    // instance owns the partitions; at revoke or restart it is
+                    // discarded and recounted.
+                    self.metrics.error("wal_read");
+                    tracing::error!(error = %format!("{e:#}"), id, "cannot read pending WAL entry");
+                    return false;
+                }
+            };
+            let started = Instant::now();
+            match self.publish(consumer, &entry) {
+                Ok(()) => {
+                    self.metrics
+                        .publish_latency
+                        .observe(started.elapsed().as_secs_f64());
+                    self.metrics.published_entries.inc();
+                    self.metrics
+                        .published_messages
+                        .inc_by(entry.messages.len() as u64);
+                    self.offsets_seen
+                        .insert_all(entry.ranges.iter().map(|r| (r.topic.as_str(), r.partition)));
+                    if let Err(e) = self.wal.mark_published(entry.id) {
+                        self.metrics.error("wal");
+                        tracing::error!(error = %format!("{e:#}"), id = entry.id, "cannot mark WAL entry published");
+                    }
+                }
+                Err(e) => {
+                    self.metrics.error("publish");
+                    tracing::warn!(error = %format!("{e:#}"), id = entry.id, "cannot publish WAL entry; will retry");
+                    self.update_wal_metrics();
+                    return false;
+                }
+            }
+        }
+        self.update_wal_metrics();
+        true
+    }
+
+    pub(crate) fn publish(
+        &mut self,
+        consumer: &BaseConsumer<AuditContext>,
+        entry: &WalEntry,
+    ) -> anyhow::Result<()> {
+        let a = &self.cfg.audit;
+        let mut tpl = TopicPartitionList::new();
+        for r in &entry.ranges {
+            tpl.add_partition_offset(&r.topic, r.partition, Offset::Offset(r.end))
+                .with_context(|| format!("bad offset {} for {}/{}", r.end, r.topic, r.partition))?;
+        }
+        match a.mode {
+            Mode::ExactlyOnce => {
+                let res = self.publish_transaction(consumer, entry, &tpl);
+                if let Err(e) = &res {
+                    self.recover_producer(e);
+                }
+                res.with_context(|| format!("transaction of WAL entry {} failed", entry.id))
+            }
+            Mode::AtLeastOnce => {
+                self.producer
+                    .context()
+                    .failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
+                self.send_messages(entry)?;
+                self.producer
+                    .flush(a.publish_timeout)
+                    .context("cannot flush audit messages")?;
+                let failures = std::mem::take(
+                    &mut *self
+                        .producer
+                        .context()
+                        .failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+                if let Some(f) = failures.first() {
+                    anyhow::bail!(
+                        "{} audit messages not delivered, first: {f}",
+                        failures.len()
+                    );
+                }
+                if tpl.count() > 0 {
+                    commit_sync(consumer, &tpl).context("cannot commit offsets")?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn send_messages(&self, entry: &WalEntry) -> anyhow::Result<()> {
+        let topic = &self.cfg.audit.audit_topic;
+        let deadline = Instant::now() + self.cfg.audit.publish_timeout;
+        for m in &entry.messages {
+            let mut record = BaseRecord::to(topic)
+                .key(m.key.as_str())
+                .payload(m.payload.as_str());
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                        // Back-pressure from the producer queue, not an error.
+                        anyhow::ensure!(
+                            Instant::now() < deadline,
+                            "producer queue full for {:?}",
+                            self.cfg.audit.publish_timeout
+                        );
+                        record = r;
+                        self.producer.poll(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => {
+                        return Err(e).with_context(|| {
+                            format!("cannot produce audit message for topic {}", m.key)
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn publish_transaction(
+        &self,
+        consumer: &BaseConsumer<AuditContext>,
+        entry: &WalEntry,
+        tpl: &TopicPartitionList,
+    ) -> anyhow::Result<()> {
+        let t = self.cfg.audit.publish_timeout;
+        self.producer
+            .begin_transaction()
+            .context("begin_transaction")?;
+        self.send_messages(entry)?;
+        if tpl.count() > 0 {
+            let meta = consumer
+                .group_metadata()
+                .context("consumer has no group metadata")?;
+            self.producer
+                .send_offsets_to_transaction(tpl, &meta, t)
+                .context("send_offsets_to_transaction")?;
+        }
+        self.producer
+            .commit_transaction(t)
+            .context("commit_transaction")?;
+        Ok(())
+    }
+
+    /// After a failed transaction: abort it when it can be, recreate the producer when
+    /// the error is fatal (e.g. fenced), then the restart rule decides about the
+    /// pending entries.
+    fn recover_producer(&mut self, err: &anyhow::Error) {
+        let kerr = err.chain().find_map(|c| c.downcast_ref::<KafkaError>());
+        let fatal = matches!(kerr, Some(KafkaError::Transaction(e)) if e.is_fatal());
+        if !fatal {
+            // A BaseProducer must serve the delivery reports of the failed messages
+            // before it can abort; flush polls them.
+            let _ = self.producer.flush(self.cfg.audit.publish_timeout);
+            if let Err(e) = self
+                .producer
+                .abort_transaction(self.cfg.audit.publish_timeout)
+            {
+                tracing::warn!(error = %e, "abort_transaction failed; recreating the producer");
+            } else {
+                return;
+            }
+        }
+        self.metrics.error("producer_recreated");
+        match create_producer(&self.cfg) {
+            Ok(p) => {
+                self.producer = p;
+                // A fenced or broken producer may have committed or not: only the
+                // committed offsets can tell.
+                self.unsettled =
+                    (self.wal.pending_count() > 0).then_some(Origin::AmbiguousThisSession);
+            }
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot recreate the audit producer")
+            }
+        }
+    }
+}
+
+pub(crate) fn commit_sync(
+    consumer: &BaseConsumer<AuditContext>,
+    tpl: &TopicPartitionList,
+) -> anyhow::Result<()> {
+    match consumer.commit(tpl, rdkafka::consumer::CommitMode::Sync) {
+        Ok(()) => Ok(()),
+        // Nothing to commit is success (vector's kafka source).
+        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
