@@ -8,11 +8,13 @@
 pub mod config;
 pub mod kafka;
 pub mod ops;
+pub mod server;
 pub mod shutdown;
 pub mod telemetry;
 
 pub use config::{load_config, ENV_PREFIX};
 pub use kafka::{KafkaConfig, KafkaRole};
 pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
+pub use server::ServerLimits;
 pub use shutdown::{shutdown_on_signals, wait_for_signal};
 pub use telemetry::{init_tracing, LogConfig, LogFormat};

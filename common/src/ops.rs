@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::State;
@@ -23,6 +24,11 @@ pub struct OpsConfig {
     pub listen: SocketAddr,
     /// Set false to run without the ops server.
     pub enabled: bool,
+    /// A connection that has not sent a whole request head within this is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Default for OpsConfig {
@@ -30,6 +36,9 @@ impl Default for OpsConfig {
         OpsConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             enabled: true,
+            header_read_timeout: crate::server::DEFAULT_HEADER_READ_TIMEOUT,
+            // Prometheus and a probe or two.
+            max_connections: 64,
         }
     }
 }
@@ -77,22 +86,28 @@ pub fn ops_router(registry: Arc<Registry>, health: Health) -> Router {
         .with_state(OpsState { registry, health })
 }
 
-/// Binds `listen` and serves until `shutdown` is cancelled.
+/// Binds `config.listen` and serves until `shutdown` is cancelled.
 pub async fn serve_ops(
-    listen: SocketAddr,
+    config: &OpsConfig,
     registry: Arc<Registry>,
     health: Health,
     shutdown: CancellationToken,
 ) -> anyhow::Result<OpsServer> {
+    let listen = config.listen;
+    let limits = crate::server::limits(
+        "ops",
+        config.header_read_timeout,
+        config.max_connections,
+        None,
+        None,
+    )?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot bind ops server to {listen}"))?;
     let addr = listener.local_addr()?;
     let app = ops_router(registry, health);
     let task = tokio::spawn(async move {
-        let res = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
+        let res = crate::server::serve(listener, app, limits, shutdown).await;
         if let Err(e) = res {
             tracing::error!(error = %e, "ops server failed");
         }
@@ -152,14 +167,13 @@ mod tests {
         c.inc_by(3);
         let health = Health::new();
         let token = CancellationToken::new();
-        let srv = serve_ops(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            Arc::new(registry),
-            health.clone(),
-            token.clone(),
-        )
-        .await
-        .unwrap();
+        let config = OpsConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..OpsConfig::default()
+        };
+        let srv = serve_ops(&config, Arc::new(registry), health.clone(), token.clone())
+            .await
+            .unwrap();
         let m = get(srv.addr, "/metrics").await;
         assert!(m.contains("things_total 3"), "{m}");
         assert!(get(srv.addr, "/healthz").await.starts_with("HTTP/1.1 200"));
@@ -174,5 +188,31 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    /// Slowloris: a client that sends half a request line and stops is cut off after
+    /// `header_read_timeout`, not held open forever.
+    #[tokio::test]
+    async fn closes_a_connection_that_stops_mid_header() {
+        let config = OpsConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            header_read_timeout: std::time::Duration::from_millis(500),
+            ..OpsConfig::default()
+        };
+        let token = CancellationToken::new();
+        let srv = serve_ops(
+            &config,
+            Arc::new(Registry::default()),
+            Health::new(),
+            token.clone(),
+        )
+        .await
+        .unwrap();
+        let closed_after = crate::server::testing::stalled_header_closed_after(srv.addr).await;
+        assert!(
+            closed_after.is_some(),
+            "a stalled header kept the connection open for 20 s"
+        );
+        token.cancel();
     }
 }
