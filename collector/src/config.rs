@@ -100,6 +100,20 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Larger arrays are refused with 413.
     pub max_messages: usize,
+    /// A connection that has not sent a whole request head (or finished its TLS
+    /// handshake) within this is closed; idle keep-alive connections too.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A request (body included) taking longer is answered 408: a body trickled
+    /// byte by byte cannot hold a connection and its buffer forever.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `tls_key`.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl Default for HttpConfig {
@@ -109,6 +123,11 @@ impl Default for HttpConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8091)),
             max_body_bytes: 8 << 20,
             max_messages: 10_000,
+            header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
+            request_timeout: Duration::from_secs(30),
+            max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }

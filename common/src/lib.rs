@@ -6,6 +6,7 @@
 //! The API is deliberately small and stable; both services build on it.
 
 pub mod config;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod ops;
 pub mod server;
@@ -13,6 +14,7 @@ pub mod shutdown;
 pub mod telemetry;
 
 pub use config::{load_config, ENV_PREFIX};
+#[cfg(feature = "kafka")]
 pub use kafka::{KafkaConfig, KafkaRole};
 pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
 pub use server::ServerLimits;

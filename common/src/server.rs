@@ -50,6 +50,16 @@ pub struct ServerLimits {
     pub header_read_timeout: Duration,
     pub max_connections: usize,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// A request (body included) taking longer is answered 408. `None` for routers
+    /// that bound their requests themselves (`serve`'s `request_timeout`).
+    pub request_timeout: Option<Duration>,
+}
+
+impl ServerLimits {
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
 }
 
 impl Default for ServerLimits {
@@ -58,6 +68,7 @@ impl Default for ServerLimits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tls: None,
+            request_timeout: None,
         }
     }
 }
@@ -68,6 +79,7 @@ impl std::fmt::Debug for ServerLimits {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("max_connections", &self.max_connections)
             .field("tls", &self.tls.is_some())
+            .field("request_timeout", &self.request_timeout)
             .finish()
     }
 }
@@ -111,6 +123,7 @@ pub fn limits(
         header_read_timeout,
         max_connections,
         tls,
+        request_timeout: None,
     })
 }
 
@@ -146,6 +159,21 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let app = match limits.request_timeout {
+        Some(t) => app.layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(
+                    |_: tower::BoxError| async {
+                        (
+                            axum::http::StatusCode::REQUEST_TIMEOUT,
+                            axum::Json(serde_json::json!({ "error": "request timed out" })),
+                        )
+                    },
+                ))
+                .timeout(t),
+        ),
+        None => app,
+    };
     let service = TowerToHyperService::new(app);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -310,7 +338,7 @@ mod tests {
         let (addr, token) = start(ServerLimits {
             header_read_timeout: Duration::from_secs(60),
             max_connections: 2,
-            tls: None,
+            ..ServerLimits::default()
         })
         .await;
         let idle1 = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -4,7 +4,7 @@
 //! struct denies unknown fields, so a typo is an error rather than a silent default.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -75,6 +75,16 @@ pub struct ServeConfig {
     /// Requests taking longer are answered 503.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// A connection that has not sent a whole request head (or finished its TLS
+    /// handshake) within this is closed; idle keep-alive connections too.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `tls_key`.
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -88,6 +98,10 @@ impl Default for ServeConfig {
             max_range: Duration::from_secs(7 * 24 * 3600),
             max_page_size: 1000,
             request_timeout: Duration::from_secs(10),
+            header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }

@@ -349,16 +349,22 @@ pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> any
     Ok(())
 }
 
-/// Serves `app(state)` on `listener` until `shutdown` (graceful: in-flight requests finish).
+/// Serves `app(state)` on `listener` until `shutdown` (graceful: in-flight requests
+/// finish), with `serve`'s header read timeout, connection limit and TLS.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
-    Ok(())
+    let s = &state.config.serve;
+    let limits = common::server::limits(
+        "serve",
+        s.header_read_timeout,
+        s.max_connections,
+        s.tls_cert.as_deref(),
+        s.tls_key.as_deref(),
+    )?;
+    common::server::serve(listener, app(state), limits, shutdown).await
 }
 
 /// The URL without its password, for logs.

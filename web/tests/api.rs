@@ -554,6 +554,30 @@ async fn serves_on_a_bound_port_and_shuts_down() {
     }
 }
 
+/// Slowloris: half a request line and silence is cut off after
+/// `serve.header_read_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_request_head_is_closed_after_the_header_timeout() {
+    let (store, _db) = store(Backend::Sqlite).await;
+    let state = AppState::new(
+        config("[serve]\nevaluate_every = \"1h\"\nheader_read_timeout = \"500ms\""),
+        store,
+    )
+    .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(web::serve(listener, state, shutdown.clone()));
+    let closed = common::server::testing::stalled_header_closed_after(addr).await;
+    assert!(closed.is_some(), "connection still open after 20 s");
+    shutdown.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("server stops on shutdown")
+        .unwrap()
+        .unwrap();
+}
+
 /// A window evaluated while settling is `pending`; a later cycle, with no new data,
 /// judges it once its grace period is over (the evaluator re-judges waiting windows).
 async fn settling_window_is_judged_once_it_settles(backend: Backend) {
