@@ -8,6 +8,7 @@
 pub mod config;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod labels;
 pub mod ops;
 pub mod server;
 pub mod shutdown;

@@ -330,7 +330,7 @@ impl ChannelWorker {
 
     fn labels(&self) -> ChannelLabels {
         ChannelLabels {
-            channel: self.channel.name.clone(),
+            channel: (&self.channel.name).into(),
         }
     }
 
@@ -382,7 +382,7 @@ impl ChannelWorker {
                     self.metrics
                         .alerts_sent
                         .get_or_create(&AlertLabels {
-                            channel: self.channel.name.clone(),
+                            channel: (&self.channel.name).into(),
                             action: action.as_str().into(),
                         })
                         .inc();

@@ -359,7 +359,7 @@ impl Evaluator {
                 self.metrics
                     .topic_anomalies
                     .get_or_create(&TopicKindLabels {
-                        topic: topic.clone(),
+                        topic: topic.into(),
                         kind: v.as_str().into(),
                     })
                     .set(n);
@@ -416,10 +416,10 @@ impl Evaluator {
 
     fn update_completeness(&mut self, v: &EdgeWindow) {
         let labels = EdgeLabels {
-            topic: v.topic.clone(),
-            upstream: v.upstream.clone(),
-            downstream: v.downstream.clone(),
-            datacenter: v.datacenter.clone(),
+            topic: (&v.topic).into(),
+            upstream: (&v.upstream).into(),
+            downstream: (&v.downstream).into(),
+            datacenter: (&v.datacenter).into(),
         };
         let newest = self.gauge_windows.get(&labels).copied().unwrap_or(i64::MIN);
         if v.window_start >= newest {
@@ -440,9 +440,9 @@ impl Evaluator {
             self.metrics
                 .auditor_stalled
                 .get_or_create(&AuditorLabels {
-                    topic: topic.to_string(),
-                    tier: st.tier,
-                    datacenter: st.datacenter,
+                    topic: topic.into(),
+                    tier: st.tier.into(),
+                    datacenter: st.datacenter.into(),
                 })
                 .set(i64::from(st.stalled));
         }

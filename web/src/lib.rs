@@ -190,15 +190,17 @@ async fn record_http(State(state): State<AppState>, req: Request, next: Next) ->
         .metrics
         .http_requests
         .get_or_create(&HttpLabels {
-            method,
-            route: route.clone(),
+            method: method.into(),
+            route: route.clone().into(),
             status: response.status().as_u16(),
         })
         .inc();
     state
         .metrics
         .http_duration
-        .get_or_create(&RouteLabels { route })
+        .get_or_create(&RouteLabels {
+            route: route.into(),
+        })
         .observe(started.elapsed().as_secs_f64());
     response
 }
