@@ -547,3 +547,128 @@ url = "{base}/ok/webhook"
         j.await.unwrap();
     }
 }
+
+fn loss_alert(topic: &str, window_start: i64) -> web::alert::Alert {
+    let subject = web::alert::Subject::Window {
+        upstream: "producer".into(),
+        downstream: "regional".into(),
+        datacenter: "dc1".into(),
+        window_start,
+        window_end: window_start + WINDOW,
+        expected: 100,
+        observed: 90,
+        difference: -10,
+        completeness: Some(0.9),
+    };
+    web::alert::Alert {
+        dedup_key: format!("kafka-audit:{topic}:producer->regional:dc1:{window_start}"),
+        verdict: web::engine::Verdict::Loss,
+        topic: topic.into(),
+        subject,
+        reason: "10 of 100 messages missing".into(),
+    }
+}
+
+/// A flood of (forged) anomalies on one topic that sorts first must not hold back
+/// another topic's page: with 5 notifications per period, `payments` goes out in
+/// the first pass, not after the 100 of `!x` (about 20 periods later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_on_one_topic_cannot_delay_another_topics_page() {
+    let (receiver, base) = start_receiver().await;
+    let w = settled_window();
+    let mut desired = std::collections::BTreeMap::new();
+    for i in 0..100 {
+        let a = loss_alert("!x", w - i * WINDOW);
+        desired.insert(a.dedup_key.clone(), a);
+    }
+    let a = loss_alert("payments", w);
+    desired.insert(a.dedup_key.clone(), a);
+    let cfg = config(&format!(
+        r#"
+[alerting]
+rate_limit = 5
+rate_period = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    ));
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut worker = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics,
+        None,
+    );
+    worker.sync(&desired, now_ms()).await;
+    let topics: Vec<String> = receiver
+        .got()
+        .iter()
+        .map(|(_, b)| b["topic"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(topics.len(), 5, "{topics:?}");
+    assert!(topics.iter().any(|t| t == "payments"), "{topics:?}");
+    // Within a topic, the newest window first.
+    let first_x = receiver
+        .got()
+        .iter()
+        .find(|(_, b)| b["topic"] == "!x")
+        .map(|(_, b)| b["window_start"].as_i64().unwrap());
+    assert_eq!(first_x, Some(w));
+}
+
+/// Topic, tier and datacenter names are data: in Slack text, `<!channel>` would ping
+/// the whole channel and `<https://…|label>` would post a disguised link as the
+/// trusted bot. Slack's rule: escape `&`, `<` and `>`.
+#[test]
+fn slack_text_escapes_mentions_links_and_entities() {
+    let hostile = "<!channel> act now: <https://sso-reset.example|reset SSO> &amp; <@U123>";
+    let cfg = config(
+        r#"
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "http://127.0.0.1:9/slack"
+"#,
+    );
+    let channel = &cfg.alerting.channels[0];
+    let alert = loss_alert(hostile, settled_window());
+    for action in [web::alert::Action::Trigger, web::alert::Action::Resolve] {
+        let body = web::alert::payload(channel, action, &alert);
+        let text = body["text"].as_str().unwrap();
+        // No `<` at all: Slack's controls all start with one.
+        assert!(!text.contains('<'), "{text}");
+        assert!(
+            text.contains(
+                "&lt;!channel&gt; act now: &lt;https://sso-reset.example|reset SSO&gt; \
+                 &amp;amp; &lt;@U123&gt;"
+            ),
+            "{text}"
+        );
+    }
+}
+
+/// PagerDuty refuses a `payload.summary` over 1024 characters with a 400, which is
+/// not retried: a long (512-byte) topic name must not lose the page.
+#[test]
+fn pagerduty_summary_fits_its_limit() {
+    let cfg = config(
+        r#"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+routing_key = "R0UT1NGKEY"
+"#,
+    );
+    let topic = "é".repeat(600);
+    let alert = loss_alert(&topic, settled_window());
+    let body = web::alert::payload(
+        &cfg.alerting.channels[0],
+        web::alert::Action::Trigger,
+        &alert,
+    );
+    let summary = body["payload"]["summary"].as_str().unwrap();
+    assert!(summary.len() <= 1024, "{} bytes", summary.len());
+    assert!(summary.starts_with("loss on éé"), "{summary}");
+}
