@@ -153,6 +153,9 @@ pub struct Evaluator {
     /// Window start of the completeness gauge per edge, so an older window judged
     /// again (late data) does not overwrite a newer one.
     gauge_windows: HashMap<EdgeLabels, i64>,
+    /// Newest window judged per topic: a topic whose newest window left the horizon
+    /// is dropped with its series (topic names are data; they must not pile up).
+    newest_window: HashMap<String, i64>,
 }
 
 impl Evaluator {
@@ -171,6 +174,7 @@ impl Evaluator {
             horizon_ms,
             last_cycle: None,
             gauge_windows: HashMap::new(),
+            newest_window: HashMap::new(),
         }
     }
 
@@ -342,6 +346,7 @@ impl Evaluator {
             self.apply(&topic, &windows, verdicts);
         }
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);
+        self.drop_topics_before(horizon_start);
 
         let mut index = self.index.write().expect("verdict index lock");
         index.evaluated_at = Some(now);
@@ -381,8 +386,47 @@ impl Evaluator {
         Ok(stats)
     }
 
+    /// Forgets topics with no window in the horizon: out of `/topics`, and their
+    /// anomaly and completeness series removed.
+    fn drop_topics_before(&mut self, horizon_start: i64) {
+        let gone: Vec<String> = self
+            .newest_window
+            .iter()
+            .filter(|(_, w)| **w < horizon_start)
+            .map(|(t, _)| t.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut index = self.index.write().expect("verdict index lock");
+        for topic in &gone {
+            self.newest_window.remove(topic);
+            index.topics.remove(topic);
+            for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
+                self.metrics.topic_anomalies.remove(&TopicKindLabels {
+                    topic: topic.into(),
+                    kind: v.as_str().into(),
+                });
+            }
+        }
+        let gone: std::collections::HashSet<&str> = gone.iter().map(String::as_str).collect();
+        self.gauge_windows.retain(|labels, _| {
+            let keep = !gone.contains(labels.topic.as_str());
+            if !keep {
+                self.metrics.completeness.remove(labels);
+                self.metrics.completeness_window.remove(labels);
+            }
+            keep
+        });
+    }
+
     /// Puts the verdicts of one topic's windows into the index.
     fn apply(&mut self, topic: &str, windows: &[i64], verdicts: Vec<EdgeWindow>) {
+        let newest = self
+            .newest_window
+            .entry(topic.to_string())
+            .or_insert(i64::MIN);
+        *newest = (*newest).max(windows.iter().copied().max().unwrap_or(i64::MIN));
         let mut by_window: BTreeMap<i64, Vec<EdgeWindow>> =
             windows.iter().map(|w| (*w, Vec::new())).collect();
         for v in &verdicts {

@@ -554,6 +554,65 @@ async fn serves_on_a_bound_port_and_shuts_down() {
     }
 }
 
+/// A client choosing the HTTP method must not choose the number of series: 1 000
+/// requests with made-up methods leave a handful of `method` label values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_methods_do_not_grow_the_method_label() {
+    let (state, _db) = state(Backend::Sqlite, "[serve]\nevaluate_every = \"1h\"").await;
+    for i in 0..1000 {
+        let r = request(&state, &format!("M{i}"), "/x", None).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+    }
+    request(&state, "GET", "/healthz", None).await;
+    let metrics = request(&state, "GET", "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap().to_string();
+    let methods: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("kafka_audit_http_requests_total{"))
+        .filter_map(|l| l.split("method=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(methods.len() <= 5, "{} method values", methods.len());
+    assert!(
+        methods.contains("other") && methods.contains("GET"),
+        "{methods:?}"
+    );
+}
+
+/// Topics are data: one that has no window left in the horizon (a forged name, a
+/// retired topic) leaves `/topics` and its anomaly and completeness series go, so
+/// made-up names cannot grow `/metrics` without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_that_leave_the_horizon_drop_their_series() {
+    let (state, _db) = state(
+        Backend::Sqlite,
+        "[serve]\nevaluate_every = \"1h\"\nhorizon = \"1d\"",
+    )
+    .await;
+    let w = settled_window();
+    seed_loss(&state.store, "gone", w).await;
+    let now = now_ms();
+    state.evaluate(now).await.unwrap();
+    let text = |r: Response| r.body.as_str().unwrap().to_string();
+    let m = text(get(&state, "/metrics").await);
+    assert!(
+        m.contains("topic_anomalies{topic=\"gone\",kind=\"loss\"} 1"),
+        "{m}"
+    );
+    // A day and two windows later, nothing of `gone` is in the horizon.
+    state
+        .evaluate(now + 24 * 3600 * 1000 + 2 * WINDOW)
+        .await
+        .unwrap();
+    let m = text(get(&state, "/metrics").await);
+    for family in ["topic_anomalies", "window_completeness"] {
+        assert!(
+            !m.lines()
+                .any(|l| l.starts_with(&format!("kafka_audit_{family}{{topic=\"gone\""))),
+            "{family}: {m}"
+        );
+    }
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
