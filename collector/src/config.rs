@@ -45,7 +45,7 @@ pub const ENV_SECTIONS: &[&str] = &[
     "log",
 ];
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// `postgres://...`, or a SQLite file path / `sqlite:PATH`.
@@ -58,6 +58,18 @@ pub struct StoreConfig {
     /// fails and is retried with backoff.
     #[serde(with = "humantime_serde")]
     pub acquire_timeout: Duration,
+}
+
+// Hand-written: the URL's password must not reach a log through `{config:?}`.
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("url", &store::redact_url(&self.url))
+            .field("migrate", &self.migrate)
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .finish()
+    }
 }
 
 impl StoreConfig {
@@ -239,5 +251,22 @@ impl CollectConfig {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `{config:?}` in a log line must not publish the database password.
+    #[test]
+    fn debug_output_masks_the_store_password() {
+        let config = StoreConfig {
+            url: "postgres://kafka_audit:Pa55w0rd@db:5432/audit".into(),
+            ..StoreConfig::default()
+        };
+        let text = format!("{config:?}");
+        assert!(!text.contains("Pa55w0rd"), "{text}");
+        assert!(text.contains("kafka_audit:***@db"), "{text}");
     }
 }

@@ -1,6 +1,6 @@
 //! The ops HTTP server of every process: `/metrics` (Prometheus text format from a
-//! prometheus-client `Registry`) and `/healthz` (200 when healthy, 503 with the reason
-//! otherwise).
+//! prometheus-client `Registry`) and `/healthz` (200 when healthy, 503 with a short
+//! reason otherwise; the details are in the log).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -134,10 +134,17 @@ async fn metrics(State(state): State<OpsState>) -> Response {
     }
 }
 
+/// 200 `ok`, or 503 with the reason's summary: the text before its first `": "`
+/// ("store unavailable", "waiting for Kafka (start-up checks)"). What follows it is
+/// error text (user, host and broker names) that the component logs; `/healthz` is
+/// open to anyone who reaches the port.
 async fn healthz(State(state): State<OpsState>) -> Response {
     match state.health.status() {
         Ok(()) => (StatusCode::OK, "ok").into_response(),
-        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
+        Err(reason) => {
+            let summary = reason.split(": ").next().unwrap_or_default().to_string();
+            (StatusCode::SERVICE_UNAVAILABLE, summary).into_response()
+        }
     }
 }
 
@@ -183,6 +190,14 @@ mod tests {
             h.starts_with("HTTP/1.1 503") && h.contains("wal full"),
             "{h}"
         );
+        // Open to anyone: the summary, not the error text after it (user and host
+        // names of the store, broker addresses), which goes to the log.
+        health.set_unhealthy(
+            "store unavailable: password authentication failed for user \"kafka_audit\"",
+        );
+        let h = get(srv.addr, "/healthz").await;
+        assert!(h.starts_with("HTTP/1.1 503"), "{h}");
+        assert!(h.ends_with("\r\n\r\nstore unavailable"), "{h}");
         token.cancel();
         tokio::time::timeout(std::time::Duration::from_secs(5), srv.task)
             .await

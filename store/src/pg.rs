@@ -26,7 +26,7 @@ impl PgStore {
 
     pub async fn connect_with(url: &str, opts: &crate::StoreOptions) -> Result<PgStore> {
         let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Url {
-            url: url.to_string(),
+            url: crate::redact_url(url),
             reason: e.to_string(),
         })?;
         let pool = PgPoolOptions::new()

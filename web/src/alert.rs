@@ -566,6 +566,16 @@ impl ChannelWorker {
         }
     }
 
+    /// The channel and the receiving host, for errors and logs. A Slack or webhook
+    /// URL is itself the credential (`/services/T…/B…/secret`): never its path.
+    fn where_to(&self, url: &str) -> String {
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_else(|| "?".into());
+        format!("channel {:?} (host {host})", self.channel.name)
+    }
+
     async fn deliver(&self, action: Action, alert: &Alert) -> Result<(), SendError> {
         let url = match (&self.channel.url, &self.channel.kind) {
             (Some(u), _) => u.as_str(),
@@ -581,17 +591,26 @@ impl ChannelWorker {
                 Ok(r) => {
                     let status = r.status();
                     let text = r.text().await.unwrap_or_default();
-                    let msg = format!(
-                        "{url} answered {status}: {}",
-                        text.chars().take(200).collect::<String>()
-                    );
+                    let mut excerpt: String = text.chars().take(200).collect();
+                    if let Some(key) = self
+                        .channel
+                        .routing_key
+                        .as_deref()
+                        .filter(|k| !k.is_empty())
+                    {
+                        excerpt = excerpt.replace(key, "***");
+                    }
+                    let msg = format!("{} answered {status}: {excerpt}", self.where_to(url));
                     if status.as_u16() == 429 || status.is_server_error() {
                         SendError::Transient(msg)
                     } else {
                         SendError::Permanent(msg)
                     }
                 }
-                Err(e) => SendError::Transient(format!("{url}: {e}")),
+                // reqwest's error text carries the URL: drop it.
+                Err(e) => {
+                    SendError::Transient(format!("{}: {}", self.where_to(url), e.without_url()))
+                }
             };
             if matches!(result, SendError::Permanent(_)) || attempt >= self.config.attempts {
                 return Err(result);

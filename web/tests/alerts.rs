@@ -39,13 +39,13 @@ impl Receiver {
 }
 
 /// `/ok/{name}` accepts; `/flaky/{name}` answers 503 twice, then accepts;
-/// `/reject/{name}` answers 400.
+/// `/reject/{name}` answers 400; `/echo/{name}` answers 400 with the body it got.
 async fn start_receiver() -> (Receiver, String) {
     async fn handle(
         State(r): State<Receiver>,
         Path((mode, name)): Path<(String, String)>,
         Json(body): Json<Value>,
-    ) -> StatusCode {
+    ) -> (StatusCode, String) {
         let path = format!("/{mode}/{name}");
         let n = {
             let mut a = r.attempts.lock().unwrap();
@@ -54,13 +54,19 @@ async fn start_receiver() -> (Receiver, String) {
         };
         let status = match mode.as_str() {
             "flaky" if n <= 2 => StatusCode::SERVICE_UNAVAILABLE,
-            "reject" => StatusCode::BAD_REQUEST,
+            "reject" | "echo" => StatusCode::BAD_REQUEST,
             _ => StatusCode::ACCEPTED,
+        };
+        // `echo` answers 400 with the request body, as some receivers quote it.
+        let answer = if mode == "echo" {
+            body.to_string()
+        } else {
+            String::new()
         };
         if status.is_success() {
             r.got.lock().unwrap().push((path, body));
         }
-        status
+        (status, answer)
     }
     let receiver = Receiver::default();
     let app = Router::new()
@@ -671,4 +677,78 @@ routing_key = "R0UT1NGKEY"
     let summary = body["payload"]["summary"].as_str().unwrap();
     assert!(summary.len() <= 1024, "{} bytes", summary.len());
     assert!(summary.starts_with("loss on éé"), "{summary}");
+}
+
+/// Log lines, for tests that check what reaches the log.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// A Slack or webhook URL is the credential (`/services/T…/B…/secret`) and the
+/// routing key is PagerDuty's: a failed delivery logs the channel and host only.
+/// (Current-thread runtime: the subscriber set here sees the worker's logs.)
+#[tokio::test]
+async fn failed_deliveries_log_neither_url_paths_nor_keys() {
+    let (_receiver, base) = start_receiver().await;
+    let logs = Logs::default();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let cfg = config(&format!(
+        r#"
+[alerting]
+attempts = 1
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "{base}/reject/T000-B000-XXXXSECRET"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "http://127.0.0.1:1/services/T000/B000/XXXXSECRET"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+url = "{base}/echo/pagerduty"
+routing_key = "R0UT1NGKEYSECRET"
+"#
+    ));
+    let alert = loss_alert("orders", settled_window());
+    let desired = std::collections::BTreeMap::from([(alert.dedup_key.clone(), alert)]);
+    for channel in &cfg.alerting.channels {
+        let mut worker = web::alert::ChannelWorker::new(
+            channel.clone(),
+            cfg.alerting.clone(),
+            Arc::new(web::metrics::Metrics::new()),
+            None,
+        );
+        worker.sync(&desired, now_ms()).await;
+    }
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("alert delivery failed").count(), 3, "{text}");
+    for secret in ["SECRET", "/services/", "/reject/", "/echo/"] {
+        assert!(!text.contains(secret), "{secret:?} in the log:\n{text}");
+    }
+    for host in ["channel \"chat\"", "channel \"hook\"", "host 127.0.0.1"] {
+        assert!(text.contains(host), "{host:?} not in the log:\n{text}");
+    }
 }
