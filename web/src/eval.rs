@@ -9,7 +9,7 @@
 //! change lifecycle by the passing of time, and windows still `pending` or `stalled`
 //! (waiting for an auditor). The first cycle judges the whole horizon.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -156,7 +156,14 @@ pub struct Evaluator {
     /// Newest window judged per topic: a topic whose newest window left the horizon
     /// is dropped with its series (topic names are data; they must not pile up).
     newest_window: HashMap<String, i64>,
+    /// The `auditor_stalled` series set by the last cycle.
+    auditor_series: HashSet<AuditorLabels>,
 }
+
+type AuditorKey = (String, String, String);
+
+/// Most auditors (topic × tier × datacenter) read per cycle.
+const AUDITOR_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 
 impl Evaluator {
     pub fn new(
@@ -175,6 +182,7 @@ impl Evaluator {
             last_cycle: None,
             gauge_windows: HashMap::new(),
             newest_window: HashMap::new(),
+            auditor_series: HashSet::new(),
         }
     }
 
@@ -226,16 +234,22 @@ impl Evaluator {
                 .or_default()
                 .push(engine_progress(p));
         }
+        // Auditor status from one row per auditor, not from the per-partition rows
+        // above: those are capped, and a capped read must not freeze stall alerts.
         let mut auditors = BTreeMap::new();
-        for (topic, p) in &progress {
-            self.update_auditor_metrics(topic, p, now);
-            for a in engine::auditor_status(&self.topology, p, now) {
-                auditors.insert((topic.clone(), a.tier.clone(), a.datacenter.clone()), a);
-            }
+        for (topic, tier, datacenter, last_report) in
+            crate::read::auditor_reports(&self.store, AUDITOR_LIMIT).await?
+        {
+            let a = engine::AuditorStatus {
+                stalled: now.saturating_sub(last_report) > topo.stall_after_ms,
+                tier,
+                datacenter,
+                last_report,
+            };
+            auditors.insert((topic, a.tier.clone(), a.datacenter.clone()), a);
         }
-        if !progress_capped {
-            self.index.write().expect("verdict index lock").auditors = auditors;
-        }
+        self.update_auditor_metrics(&auditors);
+        self.index.write().expect("verdict index lock").auditors = auditors;
         let empty = Vec::new();
 
         // Topic → the windows to judge (`None`: every window of the horizon with rows).
@@ -479,17 +493,26 @@ impl Evaluator {
         }
     }
 
-    fn update_auditor_metrics(&self, topic: &str, progress: &[PartitionProgress], now: i64) {
-        for st in engine::auditor_status(&self.topology, progress, now) {
+    /// Sets `auditor_stalled` for every auditor and removes the series of auditors
+    /// whose progress rows are gone.
+    fn update_auditor_metrics(&mut self, auditors: &BTreeMap<AuditorKey, engine::AuditorStatus>) {
+        let mut seen = HashSet::with_capacity(auditors.len());
+        for ((topic, tier, datacenter), st) in auditors {
+            let labels = AuditorLabels {
+                topic: topic.into(),
+                tier: tier.into(),
+                datacenter: datacenter.into(),
+            };
             self.metrics
                 .auditor_stalled
-                .get_or_create(&AuditorLabels {
-                    topic: topic.into(),
-                    tier: st.tier.into(),
-                    datacenter: st.datacenter.into(),
-                })
+                .get_or_create(&labels)
                 .set(i64::from(st.stalled));
+            seen.insert(labels);
         }
+        for gone in self.auditor_series.difference(&seen) {
+            self.metrics.auditor_stalled.remove(gone);
+        }
+        self.auditor_series = seen;
     }
 }
 

@@ -613,6 +613,78 @@ async fn topics_that_leave_the_horizon_drop_their_series() {
     }
 }
 
+/// More progress rows than one read returns (a forged topic with 100 001
+/// partitions) must not freeze stall detection: an auditor of another topic that
+/// stops reporting is still flagged, and flagged on both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_detection_survives_more_progress_rows_than_a_read_returns() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let (state, _db) = state(backend, "[serve]\nevaluate_every = \"1h\"").await;
+        let now = now_ms();
+        let rows = store::MAX_READ_ROWS as i64 + 1;
+        // Straight into the table: ingest caps partitions per message, the read side
+        // must hold even when the table is bigger than one read.
+        let bulk = "INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host,
+                        next_offset, emitted_at_ms, received_at_ms)
+                    SELECT 'bulk', 'regional', 'dc1', g, 'h', 0, $1, $1 FROM ";
+        let stalled = "INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host,
+                        next_offset, emitted_at_ms, received_at_ms)
+                       VALUES ('orders', 'regional', 'dc1', 0, 'h', 0, $1, $1)";
+        let hour_ago = now - 3_600_000;
+        match &state.store {
+            store::Store::Postgres(s) => {
+                sqlx::query(&format!("{bulk} generate_series(0, $2 - 1) g"))
+                    .bind(now)
+                    .bind(rows)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+                sqlx::query(stalled)
+                    .bind(hour_ago)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+            }
+            store::Store::Sqlite(s) => {
+                sqlx::query(&format!(
+                    "WITH RECURSIVE n(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM n WHERE g + 1 < $2) \
+                     {bulk} n"
+                ))
+                .bind(now)
+                .bind(rows)
+                .execute(s.pool())
+                .await
+                .unwrap();
+                sqlx::query(stalled)
+                    .bind(hour_ago)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+            }
+        }
+        state.evaluate(now).await.unwrap();
+        let orders = state
+            .index
+            .read()
+            .unwrap()
+            .auditors
+            .get(&("orders".into(), "regional".into(), "dc1".into()))
+            .cloned();
+        assert!(
+            orders.as_ref().is_some_and(|a| a.stalled),
+            "{backend:?}: {orders:?}"
+        );
+        let m = get(&state, "/metrics").await;
+        let m = m.body.as_str().unwrap();
+        assert!(
+            m.contains(
+                "kafka_audit_auditor_stalled{topic=\"orders\",tier=\"regional\",datacenter=\"dc1\"} 1"
+            ),
+            "{backend:?}"
+        );
+    }
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
