@@ -227,3 +227,36 @@ async fn stalled_heads_and_bodies_are_cut_off() {
     shutdown.cancel();
     collector.wait().await.unwrap();
 }
+
+/// `[http] tls_cert` / `tls_key`: ingest (and its /healthz) over HTTPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_https_with_tls_cert_and_key() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../common/tests/data");
+    let dir = tempfile::tempdir().unwrap();
+    let mut config: CollectConfig = config(
+        dir.path().join("audit.db").to_str().unwrap(),
+        "unused:1",
+        "unused",
+        "g",
+    );
+    config.sources.clear();
+    config.http.tls_cert = Some(data.join("localhost.crt"));
+    config.http.tls_key = Some(data.join("localhost.key"));
+    let shutdown = CancellationToken::new();
+    let collector = collector::start(config, shutdown.clone()).await.unwrap();
+    let port = collector.http_addr.unwrap().port();
+    let root = reqwest::Certificate::from_pem(&std::fs::read(data.join("localhost.crt")).unwrap())
+        .unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(root)
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("https://localhost:{port}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    shutdown.cancel();
+    collector.wait().await.unwrap();
+}

@@ -32,7 +32,6 @@ use hyper_util::service::TowerToHyperService;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_rustls::rustls;
 use tokio_util::sync::CancellationToken;
 
 /// Default `header_read_timeout`: generous for a client on a slow link, short enough
@@ -44,12 +43,20 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// How long shutdown waits for in-flight requests.
 const DRAIN: Duration = Duration::from_secs(30);
 
+/// Terminates TLS on accepted connections (feature `tls`).
+#[cfg(feature = "tls")]
+pub type TlsAcceptor = tokio_rustls::TlsAcceptor;
+/// Built without the `tls` feature: there is no acceptor.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone)]
+pub enum TlsAcceptor {}
+
 /// What a listener enforces. Built from each service's config section.
 #[derive(Clone)]
 pub struct ServerLimits {
     pub header_read_timeout: Duration,
     pub max_connections: usize,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub tls: Option<TlsAcceptor>,
     /// A request (body included) taking longer is answered 408. `None` for routers
     /// that bound their requests themselves (`serve`'s `request_timeout`).
     pub request_timeout: Option<Duration>,
@@ -127,10 +134,21 @@ pub fn limits(
     })
 }
 
+/// Without the `tls` feature, configured certificate files are an error.
+#[cfg(not(feature = "tls"))]
+pub fn tls_acceptor(cert: &Path, _key: &Path) -> anyhow::Result<TlsAcceptor> {
+    anyhow::bail!(
+        "{}: this build has no TLS (feature `tls` of crate common)",
+        cert.display()
+    )
+}
+
 /// A rustls acceptor for the PEM certificate chain and key in these files.
-pub fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+#[cfg(feature = "tls")]
+pub fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls;
     let certs = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("cannot read certificates from {}", cert.display()))?
         .collect::<Result<Vec<_>, _>>()
@@ -201,11 +219,17 @@ pub async fn serve(
             let _permit = permit;
             match tls {
                 None => serve_connection(&http, stream, service, token, peer).await,
+                #[cfg(feature = "tls")]
                 Some(tls) => match tokio::time::timeout(handshake, tls.accept(stream)).await {
                     Ok(Ok(stream)) => serve_connection(&http, stream, service, token, peer).await,
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                 },
+                #[cfg(not(feature = "tls"))]
+                Some(never) => {
+                    let _ = handshake;
+                    match never {}
+                }
             }
         });
     }
@@ -357,12 +381,14 @@ mod tests {
         token.cancel();
     }
 
+    #[cfg(feature = "tls")]
     fn test_file(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data")
             .join(name)
     }
 
+    #[cfg(feature = "tls")]
     #[tokio::test]
     async fn serves_https_with_the_configured_certificate() {
         let (cert, key) = (test_file("localhost.crt"), test_file("localhost.key"));
@@ -384,6 +410,7 @@ mod tests {
         token.cancel();
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn a_key_file_without_a_key_is_an_error_that_names_the_file() {
         let cert = test_file("localhost.crt");

@@ -685,6 +685,41 @@ async fn stall_detection_survives_more_progress_rows_than_a_read_returns() {
     }
 }
 
+/// `[serve] tls_cert` / `tls_key`: the API over HTTPS, as the docs' recipe sets it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_https_with_tls_cert_and_key() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../common/tests/data");
+    let (cert, key) = (data.join("localhost.crt"), data.join("localhost.key"));
+    let (store, _db) = store(Backend::Sqlite).await;
+    let state = AppState::new(
+        config(&format!(
+            "[serve]\nevaluate_every = \"1h\"\ntls_cert = {:?}\ntls_key = {:?}",
+            cert.display().to_string(),
+            key.display().to_string()
+        )),
+        store,
+    )
+    .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(web::serve(listener, state, shutdown.clone()));
+    let root = reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(root)
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("https://localhost:{port}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
