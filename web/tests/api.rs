@@ -720,6 +720,50 @@ async fn serves_https_with_tls_cert_and_key() {
     server.await.unwrap().unwrap();
 }
 
+/// The offsets of one window are read with a bound: a window with more partition
+/// ranges than one read returns (forged partitions) cannot exhaust `serve`'s memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_reads_are_bounded() {
+    use store::AuditStore;
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let (state, _db) = state(backend, "[serve]\nevaluate_every = \"1h\"").await;
+        let w = settled_window();
+        seed_loss(&state.store, "orders", w).await;
+        let rows = store::MAX_READ_ROWS as i64 + 1;
+        match &state.store {
+            store::Store::Postgres(s) => sqlx::query(
+                "INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset)
+                 SELECT id, 1000 + g, 0, 1 FROM audit_window, generate_series(0, $1 - 1) g
+                 WHERE topic = 'orders' AND tier = 'regional'",
+            )
+            .bind(rows)
+            .execute(s.pool())
+            .await
+            .map(drop)
+            .unwrap(),
+            store::Store::Sqlite(s) => sqlx::query(
+                "WITH RECURSIVE n(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM n WHERE g + 1 < $1)
+                 INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset)
+                 SELECT id, 1000 + g, 0, 1 FROM audit_window, n
+                 WHERE topic = 'orders' AND tier = 'regional'",
+            )
+            .bind(rows)
+            .execute(s.pool())
+            .await
+            .map(drop)
+            .unwrap(),
+        };
+        let key = store::WindowKey {
+            topic: "orders".into(),
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            window_start_ms: w,
+        };
+        let offsets = state.store.window_offsets(&key).await.unwrap();
+        assert_eq!(offsets.len(), store::MAX_READ_ROWS, "{backend:?}");
+    }
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
