@@ -193,7 +193,14 @@ async fn record_http(State(state): State<AppState>, req: Request, next: Next) ->
         "OPTIONS" => "OPTIONS",
         _ => "other",
     };
-    let response = next.run(req).await;
+    let mut response = next.run(req).await;
+    // Answers carry counts and checksums: never sniffed, never kept by a proxy for
+    // the next client. The dashboard's assets set their own caching.
+    let h = response.headers_mut();
+    h.entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(header::HeaderValue::from_static("nosniff"));
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(header::HeaderValue::from_static("no-store"));
     state
         .metrics
         .http_requests

@@ -764,6 +764,24 @@ async fn offset_reads_are_bounded() {
     }
 }
 
+/// API answers carry counts and checksums: no MIME sniffing, and no cache (a proxy
+/// must not keep an authenticated answer for the next client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_answers_are_not_sniffed_or_cached() {
+    let (state, _db) = state(Backend::Sqlite, "[serve]\nevaluate_every = \"1h\"").await;
+    state.evaluate(now_ms()).await.unwrap();
+    for uri in [
+        "/api/v1/topology",
+        "/api/v1/anomalies",
+        "/api/v1/nope",
+        "/readyz",
+    ] {
+        let r = get(&state, uri).await;
+        assert_eq!(r.headers["x-content-type-options"], "nosniff", "{uri}");
+        assert_eq!(r.headers["cache-control"], "no-store", "{uri}");
+    }
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
