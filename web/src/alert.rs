@@ -409,6 +409,8 @@ impl ChannelWorker {
     ) -> Self {
         let client = reqwest::Client::builder()
             .timeout(config.send_timeout)
+            // A receiver must not bounce the alert (and a routing key) elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
         Self {

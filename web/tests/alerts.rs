@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -39,13 +40,14 @@ impl Receiver {
 }
 
 /// `/ok/{name}` accepts; `/flaky/{name}` answers 503 twice, then accepts;
-/// `/reject/{name}` answers 400; `/echo/{name}` answers 400 with the body it got.
+/// `/reject/{name}` answers 400; `/echo/{name}` answers 400 with the body it got;
+/// `/redirect/{name}` answers 307 to `/ok/{name}`.
 async fn start_receiver() -> (Receiver, String) {
     async fn handle(
         State(r): State<Receiver>,
         Path((mode, name)): Path<(String, String)>,
         Json(body): Json<Value>,
-    ) -> (StatusCode, String) {
+    ) -> axum::response::Response {
         let path = format!("/{mode}/{name}");
         let n = {
             let mut a = r.attempts.lock().unwrap();
@@ -53,6 +55,7 @@ async fn start_receiver() -> (Receiver, String) {
             a.iter().filter(|p| **p == path).count()
         };
         let status = match mode.as_str() {
+            "redirect" => StatusCode::TEMPORARY_REDIRECT,
             "flaky" if n <= 2 => StatusCode::SERVICE_UNAVAILABLE,
             "reject" | "echo" => StatusCode::BAD_REQUEST,
             _ => StatusCode::ACCEPTED,
@@ -66,7 +69,11 @@ async fn start_receiver() -> (Receiver, String) {
         if status.is_success() {
             r.got.lock().unwrap().push((path, body));
         }
-        (status, answer)
+        if status == StatusCode::TEMPORARY_REDIRECT {
+            let to = format!("/ok/{name}");
+            return (status, [(axum::http::header::LOCATION, to)], answer).into_response();
+        }
+        (status, answer).into_response()
     }
     let receiver = Receiver::default();
     let app = Router::new()
@@ -751,4 +758,40 @@ routing_key = "R0UT1NGKEYSECRET"
     for host in ["channel \"chat\"", "channel \"hook\"", "host 127.0.0.1"] {
         assert!(text.contains(host), "{host:?} not in the log:\n{text}");
     }
+}
+
+/// A receiver that answers with a redirect does not get to send the alert (and its
+/// routing key) on to another address: redirects are not followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_not_followed() {
+    let (receiver, base) = start_receiver().await;
+    let cfg = config(&format!(
+        r#"
+[alerting]
+attempts = 1
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/redirect/elsewhere"
+"#
+    ));
+    let alert = loss_alert("orders", settled_window());
+    let desired = std::collections::BTreeMap::from([(alert.dedup_key.clone(), alert)]);
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut worker = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics.clone(),
+        None,
+    );
+    worker.sync(&desired, now_ms()).await;
+    assert_eq!(receiver.attempts("/redirect/elsewhere"), 1);
+    assert!(receiver.got().is_empty(), "{:?}", receiver.got());
+    let failures = metrics
+        .alert_failures
+        .get_or_create(&ChannelLabels {
+            channel: "hook".into(),
+        })
+        .get();
+    assert_eq!(failures, 1);
 }
