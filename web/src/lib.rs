@@ -358,6 +358,10 @@ pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> any
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
+        if state.config.auth.tokens.is_empty() && !listen.ip().is_loopback() {
+            tracing::warn!(%listen, "no [auth] tokens: the API is open to every client that reaches \
+                this address (every count and checksum, POST /api/v1/evaluate); set tokens or listen on loopback");
+        }
         tracing::info!(address = %listener.local_addr()?, backend = state.store.backend(), "serving");
         serve(listener, state, shutdown.clone()).await?;
     } else {

@@ -782,6 +782,61 @@ async fn api_answers_are_not_sniffed_or_cached() {
     }
 }
 
+/// An open API (no tokens) on a non-loopback address serves every count and checksum
+/// to the network: say so at start, in one warning line.
+#[tokio::test]
+async fn an_open_api_off_loopback_is_warned_about_at_start() {
+    #[derive(Clone, Default)]
+    struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+        type Writer = Logs;
+        fn make_writer(&'a self) -> Logs {
+            self.clone()
+        }
+    }
+    let logs = Logs::default();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let text = || String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for (listen, warned) in [("127.0.0.1:0", false), ("0.0.0.0:0", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let cfg = config(&format!(
+            "[serve]\nevaluate_every = \"1h\"\nlisten = \"{listen}\"\ndatabase_url = \"sqlite:{}\"",
+            db.display()
+        ));
+        logs.0.lock().unwrap().clear();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let run = tokio::spawn(web::run(cfg, web::Mode::All, shutdown.clone()));
+        let serving = testkit::wait_until_async(std::time::Duration::from_secs(20), || {
+            let t = text();
+            async move { t.contains("serving") }
+        })
+        .await;
+        assert!(serving, "{}", text());
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+        let lines = text()
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("no [auth] tokens"))
+            .count();
+        assert_eq!(lines, usize::from(warned), "{listen}: {}", text());
+    }
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
