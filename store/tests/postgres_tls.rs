@@ -1,7 +1,7 @@
 //! The store's PostgreSQL connection over TLS (`sslmode=verify-full`), against a
 //! private server with `ssl = on` started by `deploy/dev/postgres` on a free port (the
 //! shared dev server is left alone). The server's certificate is the test certificate
-//! of `common/tests/data` (CN and SAN localhost).
+//! of `common/tests/data` (SAN localhost and 127.0.0.1; the address is checked).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -89,7 +89,7 @@ async fn connects_with_sslmode_verify_full() {
     }
     let root = data.join("localhost.crt");
     let url = format!(
-        "postgres://postgres@localhost:{port}/kafka_audit?sslmode=verify-full&sslrootcert={}",
+        "postgres://postgres@127.0.0.1:{port}/kafka_audit?sslmode=verify-full&sslrootcert={}",
         root.display()
     );
     // The reload is asynchronous: poll until a TLS connection is accepted.
