@@ -177,6 +177,28 @@ async fn require_admin(State(state): State<AppState>, req: Request, next: Next) 
     }
 }
 
+/// Refuses a request whose `Origin` (sent by browsers on cross-origin and on every
+/// POST) names another host than `Host`: with auth off, a page elsewhere could
+/// otherwise make a visitor's browser post to `/api/v1/evaluate`. Clients other than
+/// browsers send no `Origin` and are unaffected.
+async fn same_origin(req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let origin_host = headers
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(|o| o.split_once("://").map_or(o, |(_, rest)| rest));
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    match (origin_host, host) {
+        (Some(o), Some(h)) if o.eq_ignore_ascii_case(h) => next.run(req).await,
+        (None, _) => next.run(req).await,
+        _ => AppError::new(
+            StatusCode::FORBIDDEN,
+            "cross-origin request refused (Origin does not match Host)",
+        )
+        .into_response(),
+    }
+}
+
 async fn record_http(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
@@ -298,7 +320,8 @@ pub fn app(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_read));
     let admin_api = Router::new()
         .route("/api/v1/evaluate", post(api::evaluate))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
+        .route_layer(middleware::from_fn(same_origin));
     let mut health = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));

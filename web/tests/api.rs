@@ -837,6 +837,34 @@ async fn an_open_api_off_loopback_is_warned_about_at_start() {
     }
 }
 
+/// With auth off, `POST /api/v1/evaluate` needs no token: a page on another site
+/// must not trigger it through a visitor's browser (a form POST carries no body and
+/// needs no preflight). Browsers name the page's origin; a foreign one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_site_posts_are_refused() {
+    use axum::body::Body;
+    use tower::ServiceExt;
+    let (state, _db) = state(Backend::Sqlite, "[serve]\nevaluate_every = \"1h\"").await;
+    let post = |origin: Option<&str>| {
+        let mut req = axum::http::Request::builder()
+            .method("POST")
+            .uri("/api/v1/evaluate")
+            .header("host", "kafka-audit.internal:8080");
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        web::app(state.clone()).oneshot(req.body(Body::empty()).unwrap())
+    };
+    let foreign = post(Some("https://evil.example")).await.unwrap();
+    assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+    let same = post(Some("http://kafka-audit.internal:8080"))
+        .await
+        .unwrap();
+    assert_eq!(same.status(), StatusCode::OK);
+    let none = post(None).await.unwrap();
+    assert_eq!(none.status(), StatusCode::OK, "curl sends no Origin");
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
