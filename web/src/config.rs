@@ -75,6 +75,10 @@ pub struct ServeConfig {
     /// Requests taking longer are answered 503.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// API requests (`/api/...`) served at once; more wait for a slot within
+    /// `request_timeout`. Below the store's pool (8), so that slow reads leave the
+    /// evaluator connections.
+    pub max_concurrent_requests: usize,
     /// A connection that has not sent a whole request head (or finished its TLS
     /// handshake) within this is closed; idle keep-alive connections too.
     #[serde(with = "humantime_serde")]
@@ -98,6 +102,7 @@ impl Default for ServeConfig {
             max_range: Duration::from_secs(7 * 24 * 3600),
             max_page_size: 1000,
             request_timeout: Duration::from_secs(10),
+            max_concurrent_requests: 4,
             header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
             max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
             tls_cert: None,
@@ -228,6 +233,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("max_range", &self.max_range)
             .field("max_page_size", &self.max_page_size)
             .field("request_timeout", &self.request_timeout)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("max_connections", &self.max_connections)
             .field("tls_cert", &self.tls_cert)
@@ -301,6 +307,10 @@ impl Config {
         anyhow::ensure!(
             s.max_page_size >= 1,
             "serve.max_page_size must be at least 1"
+        );
+        anyhow::ensure!(
+            s.max_concurrent_requests >= 1,
+            "serve.max_concurrent_requests must be at least 1"
         );
         anyhow::ensure!(
             !s.evaluate_every.is_zero(),

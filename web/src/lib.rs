@@ -43,6 +43,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     evaluator: Arc<tokio::sync::Mutex<Evaluator>>,
     alerts: Arc<watch::Sender<alert::Desired>>,
+    /// `serve.max_concurrent_requests` slots shared by every API route.
+    api_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -59,7 +61,11 @@ impl AppState {
             config.serve.horizon.as_millis() as i64,
         );
         let (alerts, _) = watch::channel(None);
+        let api_slots = Arc::new(tokio::sync::Semaphore::new(
+            config.serve.max_concurrent_requests,
+        ));
         Ok(Self {
+            api_slots,
             config: Arc::new(config),
             topology,
             store,
@@ -322,6 +328,12 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/evaluate", post(api::evaluate))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
         .route_layer(middleware::from_fn(same_origin));
+    // One semaphore for every API route: slow reads wait for a slot (within
+    // request_timeout) instead of taking every pooled connection from the evaluator.
+    let api_slots =
+        tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(state.api_slots.clone());
+    let read_api = read_api.route_layer(api_slots.clone());
+    let admin_api = admin_api.route_layer(api_slots);
     let mut health = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));

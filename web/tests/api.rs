@@ -865,6 +865,69 @@ async fn cross_site_posts_are_refused() {
     assert_eq!(none.status(), StatusCode::OK, "curl sends no Origin");
 }
 
+/// At most `serve.max_concurrent_requests` API requests run at once (the rest wait,
+/// within `request_timeout`), so slow reads cannot take every pooled connection from
+/// the evaluator. Here two `/windows` reads hang on a locked table: a third request,
+/// even one that needs no database, waits for a slot until they finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_requests_beyond_the_concurrency_limit_wait() {
+    let (state, _db) = state(
+        Backend::Postgres,
+        "[serve]\nevaluate_every = \"1h\"\nmax_concurrent_requests = 2\nrequest_timeout = \"30s\"",
+    )
+    .await;
+    state.evaluate(now_ms()).await.unwrap();
+    let store::Store::Postgres(pg) = &state.store else {
+        unreachable!()
+    };
+    let mut lock = pg.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE audit_window IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let now = now_ms();
+    let uri = format!(
+        "/api/v1/topics/orders/windows?from={}&to={now}",
+        now - 3_600_000
+    );
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let (state, uri) = (state.clone(), uri.clone());
+            tokio::spawn(async move { get(&state, &uri).await.status })
+        })
+        .collect();
+    // Both slow reads hold their slot once they wait on the lock.
+    let waiting = testkit::wait_until_async(std::time::Duration::from_secs(20), || {
+        let pool = pg.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND datname = current_database()",
+            )
+            .fetch_one(&pool)
+            .await
+            .is_ok_and(|n| n >= 2)
+        }
+    })
+    .await;
+    assert!(waiting, "the slow reads never waited on the lock");
+    let topology = {
+        let state = state.clone();
+        tokio::spawn(async move { get(&state, "/api/v1/topology").await.status })
+    };
+    // Served in microseconds when a slot is free; here it must still be waiting.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !topology.is_finished(),
+        "served beyond max_concurrent_requests"
+    );
+    lock.rollback().await.unwrap();
+    for s in slow {
+        assert_eq!(s.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(topology.await.unwrap(), StatusCode::OK);
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
