@@ -928,6 +928,31 @@ async fn api_requests_beyond_the_concurrency_limit_wait() {
     assert_eq!(topology.await.unwrap(), StatusCode::OK);
 }
 
+/// `/readyz` is open by default: when the store fails it says so without the store's
+/// error text (database, user and host names), which goes to the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_does_not_publish_store_errors() {
+    let (state, db) = state(Backend::Postgres, "[serve]\nevaluate_every = \"1h\"").await;
+    state.evaluate(now_ms()).await.unwrap();
+    let support::Db::Pg(db) = &db else {
+        unreachable!()
+    };
+    let name = db.name().to_string();
+    let admin = testkit::fresh_database("web_admin").await;
+    let conn = store::Store::connect(admin.url()).await.unwrap();
+    let store::Store::Postgres(pg) = &conn else {
+        unreachable!()
+    };
+    sqlx::raw_sql(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .execute(pg.pool())
+        .await
+        .unwrap();
+    let r = get(&state, "/readyz").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(r.body["store"], "unavailable", "{}", r.body);
+    assert!(!r.body.to_string().contains(&name), "{}", r.body);
+}
+
 /// Slowloris: half a request line and silence is cut off after
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
