@@ -55,7 +55,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let ops = if config.ops.enabled {
         Some(
             common::serve_ops(
-                config.ops.listen,
+                &config.ops,
                 Arc::new(registry),
                 health.clone(),
                 ops_token.clone(),

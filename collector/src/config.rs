@@ -45,7 +45,7 @@ pub const ENV_SECTIONS: &[&str] = &[
     "log",
 ];
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// `postgres://...`, or a SQLite file path / `sqlite:PATH`.
@@ -58,6 +58,18 @@ pub struct StoreConfig {
     /// fails and is retried with backoff.
     #[serde(with = "humantime_serde")]
     pub acquire_timeout: Duration,
+}
+
+// Hand-written: the URL's password must not reach a log through `{config:?}`.
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("url", &store::redact_url(&self.url))
+            .field("migrate", &self.migrate)
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .finish()
+    }
 }
 
 impl StoreConfig {
@@ -100,6 +112,20 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Larger arrays are refused with 413.
     pub max_messages: usize,
+    /// A connection that has not sent a whole request head (or finished its TLS
+    /// handshake) within this is closed; idle keep-alive connections too.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A request (body included) taking longer is answered 408: a body trickled
+    /// byte by byte cannot hold a connection and its buffer forever.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `tls_key`.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl Default for HttpConfig {
@@ -109,6 +135,11 @@ impl Default for HttpConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8091)),
             max_body_bytes: 8 << 20,
             max_messages: 10_000,
+            header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
+            request_timeout: Duration::from_secs(30),
+            max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -220,5 +251,22 @@ impl CollectConfig {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `{config:?}` in a log line must not publish the database password.
+    #[test]
+    fn debug_output_masks_the_store_password() {
+        let config = StoreConfig {
+            url: "postgres://kafka_audit:Pa55w0rd@db:5432/audit".into(),
+            ..StoreConfig::default()
+        };
+        let text = format!("{config:?}");
+        assert!(!text.contains("Pa55w0rd"), "{text}");
+        assert!(text.contains("kafka_audit:***@db"), "{text}");
     }
 }

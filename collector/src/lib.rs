@@ -83,6 +83,15 @@ pub async fn start(
 
     let mut http_addr = None;
     if config.http.enabled {
+        let h = &config.http;
+        let limits = common::server::limits(
+            "http",
+            h.header_read_timeout,
+            h.max_connections,
+            h.tls_cert.as_deref(),
+            h.tls_key.as_deref(),
+        )?
+        .with_request_timeout(h.request_timeout);
         let listener = tokio::net::TcpListener::bind(config.http.listen)
             .await
             .with_context(|| {
@@ -104,8 +113,7 @@ pub async fn start(
         );
         let token = shutdown.child_token();
         tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { token.cancelled().await })
+            common::server::serve(listener, app, limits, token)
                 .await
                 .context("collector HTTP server")
         });

@@ -188,3 +188,75 @@ async fn refuses_bad_bodies_with_json_errors() {
         .unwrap()
         .unwrap();
 }
+
+/// Slowloris on ingest: half a request line and silence is cut off after
+/// `http.header_read_timeout`; a body that stops halfway is answered 408 after
+/// `http.request_timeout` instead of holding the connection forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_heads_and_bodies_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config: CollectConfig = config(
+        dir.path().join("audit.db").to_str().unwrap(),
+        "unused:1",
+        "unused",
+        "g",
+    );
+    config.sources.clear();
+    config.http.header_read_timeout = Duration::from_millis(500);
+    config.http.request_timeout = Duration::from_secs(1);
+    let shutdown = CancellationToken::new();
+    let collector = collector::start(config, shutdown.clone()).await.unwrap();
+    let addr = collector.http_addr.unwrap();
+    let closed = common::server::testing::stalled_header_closed_after(addr).await;
+    assert!(closed.is_some(), "a stalled head kept the connection 20 s");
+
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"POST /api/v1/audit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000\r\n\r\n[{\"version\":",
+    )
+    .await
+    .unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_string(&mut reply))
+        .await
+        .expect("a stalled body kept the connection 20 s")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    shutdown.cancel();
+    collector.wait().await.unwrap();
+}
+
+/// `[http] tls_cert` / `tls_key`: ingest (and its /healthz) over HTTPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_https_with_tls_cert_and_key() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../common/tests/data");
+    let dir = tempfile::tempdir().unwrap();
+    let mut config: CollectConfig = config(
+        dir.path().join("audit.db").to_str().unwrap(),
+        "unused:1",
+        "unused",
+        "g",
+    );
+    config.sources.clear();
+    config.http.tls_cert = Some(data.join("localhost.crt"));
+    config.http.tls_key = Some(data.join("localhost.key"));
+    let shutdown = CancellationToken::new();
+    let collector = collector::start(config, shutdown.clone()).await.unwrap();
+    let port = collector.http_addr.unwrap().port();
+    let root = reqwest::Certificate::from_pem(&std::fs::read(data.join("localhost.crt")).unwrap())
+        .unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(root)
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("https://localhost:{port}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    shutdown.cancel();
+    collector.wait().await.unwrap();
+}

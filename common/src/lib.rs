@@ -6,13 +6,18 @@
 //! The API is deliberately small and stable; both services build on it.
 
 pub mod config;
+#[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod labels;
 pub mod ops;
+pub mod server;
 pub mod shutdown;
 pub mod telemetry;
 
 pub use config::{load_config, ENV_PREFIX};
+#[cfg(feature = "kafka")]
 pub use kafka::{KafkaConfig, KafkaRole};
 pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
+pub use server::ServerLimits;
 pub use shutdown::{shutdown_on_signals, wait_for_signal};
 pub use telemetry::{init_tracing, LogConfig, LogFormat};

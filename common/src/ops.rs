@@ -1,9 +1,10 @@
 //! The ops HTTP server of every process: `/metrics` (Prometheus text format from a
-//! prometheus-client `Registry`) and `/healthz` (200 when healthy, 503 with the reason
-//! otherwise).
+//! prometheus-client `Registry`) and `/healthz` (200 when healthy, 503 with a short
+//! reason otherwise; the details are in the log).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::State;
@@ -23,6 +24,11 @@ pub struct OpsConfig {
     pub listen: SocketAddr,
     /// Set false to run without the ops server.
     pub enabled: bool,
+    /// A connection that has not sent a whole request head within this is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Default for OpsConfig {
@@ -30,6 +36,9 @@ impl Default for OpsConfig {
         OpsConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             enabled: true,
+            header_read_timeout: crate::server::DEFAULT_HEADER_READ_TIMEOUT,
+            // Prometheus and a probe or two.
+            max_connections: 64,
         }
     }
 }
@@ -77,22 +86,28 @@ pub fn ops_router(registry: Arc<Registry>, health: Health) -> Router {
         .with_state(OpsState { registry, health })
 }
 
-/// Binds `listen` and serves until `shutdown` is cancelled.
+/// Binds `config.listen` and serves until `shutdown` is cancelled.
 pub async fn serve_ops(
-    listen: SocketAddr,
+    config: &OpsConfig,
     registry: Arc<Registry>,
     health: Health,
     shutdown: CancellationToken,
 ) -> anyhow::Result<OpsServer> {
+    let listen = config.listen;
+    let limits = crate::server::limits(
+        "ops",
+        config.header_read_timeout,
+        config.max_connections,
+        None,
+        None,
+    )?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot bind ops server to {listen}"))?;
     let addr = listener.local_addr()?;
     let app = ops_router(registry, health);
     let task = tokio::spawn(async move {
-        let res = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
+        let res = crate::server::serve(listener, app, limits, shutdown).await;
         if let Err(e) = res {
             tracing::error!(error = %e, "ops server failed");
         }
@@ -119,10 +134,17 @@ async fn metrics(State(state): State<OpsState>) -> Response {
     }
 }
 
+/// 200 `ok`, or 503 with the reason's summary: the text before its first `": "`
+/// ("store unavailable", "waiting for Kafka (start-up checks)"). What follows it is
+/// error text (user, host and broker names) that the component logs; `/healthz` is
+/// open to anyone who reaches the port.
 async fn healthz(State(state): State<OpsState>) -> Response {
     match state.health.status() {
         Ok(()) => (StatusCode::OK, "ok").into_response(),
-        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
+        Err(reason) => {
+            let summary = reason.split(": ").next().unwrap_or_default().to_string();
+            (StatusCode::SERVICE_UNAVAILABLE, summary).into_response()
+        }
     }
 }
 
@@ -152,14 +174,13 @@ mod tests {
         c.inc_by(3);
         let health = Health::new();
         let token = CancellationToken::new();
-        let srv = serve_ops(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            Arc::new(registry),
-            health.clone(),
-            token.clone(),
-        )
-        .await
-        .unwrap();
+        let config = OpsConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..OpsConfig::default()
+        };
+        let srv = serve_ops(&config, Arc::new(registry), health.clone(), token.clone())
+            .await
+            .unwrap();
         let m = get(srv.addr, "/metrics").await;
         assert!(m.contains("things_total 3"), "{m}");
         assert!(get(srv.addr, "/healthz").await.starts_with("HTTP/1.1 200"));
@@ -169,10 +190,44 @@ mod tests {
             h.starts_with("HTTP/1.1 503") && h.contains("wal full"),
             "{h}"
         );
+        // Open to anyone: the summary, not the error text after it (user and host
+        // names of the store, broker addresses), which goes to the log.
+        health.set_unhealthy(
+            "store unavailable: password authentication failed for user \"kafka_audit\"",
+        );
+        let h = get(srv.addr, "/healthz").await;
+        assert!(h.starts_with("HTTP/1.1 503"), "{h}");
+        assert!(h.ends_with("\r\n\r\nstore unavailable"), "{h}");
         token.cancel();
         tokio::time::timeout(std::time::Duration::from_secs(5), srv.task)
             .await
             .unwrap()
             .unwrap();
+    }
+
+    /// Slowloris: a client that sends half a request line and stops is cut off after
+    /// `header_read_timeout`, not held open forever.
+    #[tokio::test]
+    async fn closes_a_connection_that_stops_mid_header() {
+        let config = OpsConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            header_read_timeout: std::time::Duration::from_millis(500),
+            ..OpsConfig::default()
+        };
+        let token = CancellationToken::new();
+        let srv = serve_ops(
+            &config,
+            Arc::new(Registry::default()),
+            Health::new(),
+            token.clone(),
+        )
+        .await
+        .unwrap();
+        let closed_after = crate::server::testing::stalled_header_closed_after(srv.addr).await;
+        assert!(
+            closed_after.is_some(),
+            "a stalled header kept the connection open for 20 s"
+        );
+        token.cancel();
     }
 }

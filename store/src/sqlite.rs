@@ -390,12 +390,12 @@ impl AuditStore for SqliteStore {
     }
 
     async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
-        let rows: Vec<OffsetDb> = sqlx::query_as(
+        let rows: Vec<OffsetDb> = sqlx::query_as(&format!(
             "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
              JOIN audit_window w ON w.id = o.window_id
              WHERE w.topic = ?1 AND w.tier = ?2 AND w.datacenter = ?3 AND w.window_start_ms = ?4
-             ORDER BY o.partition_id",
-        )
+             ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
+        ))
         .bind(&key.topic)
         .bind(&key.tier)
         .bind(&key.datacenter)

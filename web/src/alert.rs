@@ -159,6 +159,34 @@ impl Alert {
         }
     }
 
+    /// The alert with every name (and the reason) escaped for Slack text.
+    fn slack_escaped(&self) -> Alert {
+        let mut a = self.clone();
+        for s in [&mut a.topic, &mut a.reason] {
+            *s = slack_escape(s);
+        }
+        match &mut a.subject {
+            Subject::Window {
+                upstream,
+                downstream,
+                datacenter,
+                ..
+            } => {
+                for s in [upstream, downstream, datacenter] {
+                    *s = slack_escape(s);
+                }
+            }
+            Subject::Auditor {
+                tier, datacenter, ..
+            } => {
+                for s in [tier, datacenter] {
+                    *s = slack_escape(s);
+                }
+            }
+        }
+        a
+    }
+
     /// Windows alert only while recent; an auditor alert is always current.
     fn recent_enough(&self, cutoff_ms: i64) -> bool {
         match &self.subject {
@@ -196,6 +224,7 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
             v
         }
         ChannelKind::Slack => {
+            let alert = alert.slack_escaped();
             let text = match action {
                 Action::Trigger => format!(":rotating_light: kafka-audit: {}", alert.summary()),
                 Action::Resolve => format!(
@@ -232,12 +261,9 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
                 "event_action": "trigger",
                 "dedup_key": alert.dedup_key,
                 "payload": {
-                    "summary": alert.summary(),
+                    "summary": truncate(alert.summary(), PAGERDUTY_SUMMARY_MAX),
                     "source": "kafka-audit",
-                    "severity": match alert.verdict {
-                        Verdict::Loss | Verdict::Mismatch | Verdict::Stalled => "error",
-                        _ => "warning",
-                    },
+                    "severity": if severity(alert.verdict) == 0 { "error" } else { "warning" },
                     "component": alert.topic,
                     "group": group,
                     "class": alert.verdict.as_str(),
@@ -246,6 +272,74 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
             })
         }
     }
+}
+
+/// Slack's escaping for message text: names in alerts are data (topics come from
+/// audit messages), and unescaped `<!channel>`, `<@U…>` or `<https://…|label>` would
+/// ping everyone or post a disguised link as the trusted bot.
+pub fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// PagerDuty Events v2 refuses a longer `payload.summary` with 400, which is not
+/// retried: the page would be lost.
+const PAGERDUTY_SUMMARY_MAX: usize = 1024;
+
+fn truncate(mut s: String, max_bytes: usize) -> String {
+    if s.len() > max_bytes {
+        let mut end = max_bytes - '…'.len_utf8();
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// 0 pages (loss, mismatch, stalled auditor), 1 and 2 warn.
+fn severity(v: Verdict) -> u8 {
+    match v {
+        Verdict::Loss | Verdict::Mismatch | Verdict::Stalled => 0,
+        Verdict::Duplication => 1,
+        _ => 2,
+    }
+}
+
+/// Delivery order under the rate limit: the most severe first; within a severity,
+/// each topic's newest alert before any topic's second, and so on (round robin over
+/// topics, newest window first within one). So however many anomalies one topic
+/// has, real or forged, another topic's page waits for at most one per topic.
+fn prioritise(alerts: Vec<Alert>) -> Vec<Alert> {
+    use std::cmp::Reverse;
+    // An auditor alert is about now: newest.
+    let time = |a: &Alert| match &a.subject {
+        Subject::Window { window_start, .. } => *window_start,
+        Subject::Auditor { .. } => i64::MAX,
+    };
+    let mut by_topic: BTreeMap<(u8, &str), Vec<&Alert>> = BTreeMap::new();
+    for a in &alerts {
+        by_topic
+            .entry((severity(a.verdict), a.topic.as_str()))
+            .or_default()
+            .push(a);
+    }
+    // (severity, rank within its topic, newest first, topic, key) orders them all.
+    type Key<'a> = (u8, usize, Reverse<i64>, &'a str, &'a str);
+    let mut ranked: Vec<(Key, &Alert)> = Vec::new();
+    for ((sev, topic), mut list) in by_topic {
+        list.sort_by_key(|a| (Reverse(time(a)), a.dedup_key.as_str()));
+        for (rank, a) in list.into_iter().enumerate() {
+            ranked.push((
+                (sev, rank, Reverse(time(a)), topic, a.dedup_key.as_str()),
+                a,
+            ));
+        }
+    }
+    ranked.sort_by(|x, y| x.0.cmp(&y.0));
+    ranked.into_iter().map(|(_, a)| a.clone()).collect()
 }
 
 /// Current anomalies to alert on, by dedup key; published after every evaluation.
@@ -315,6 +409,8 @@ impl ChannelWorker {
     ) -> Self {
         let client = reqwest::Client::builder()
             .timeout(config.send_timeout)
+            // A receiver must not bounce the alert (and a routing key) elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
         Self {
@@ -330,7 +426,7 @@ impl ChannelWorker {
 
     fn labels(&self) -> ChannelLabels {
         ChannelLabels {
-            channel: self.channel.name.clone(),
+            channel: (&self.channel.name).into(),
         }
     }
 
@@ -356,21 +452,30 @@ impl ChannelWorker {
     /// and not open (or changed verdict), within the rate limit.
     pub async fn sync(&mut self, desired: &BTreeMap<String, Alert>, now_ms: i64) {
         let max_age = self.config.max_window_age.as_millis() as i64;
-        let mut work: Vec<(Action, Alert)> = self
+        let triggers: Vec<Alert> = desired
+            .iter()
+            .filter(|(k, a)| {
+                self.open.get(*k).is_none_or(|o| o.verdict != a.verdict)
+                    && a.recent_enough(now_ms - max_age)
+            })
+            .map(|(_, a)| a.clone())
+            .collect();
+        let resolves: Vec<Alert> = self
             .open
             .iter()
             .filter(|(k, _)| !desired.contains_key(*k))
-            .map(|(_, a)| (Action::Resolve, a.clone()))
+            .map(|(_, a)| a.clone())
             .collect();
-        work.extend(
-            desired
-                .iter()
-                .filter(|(k, a)| {
-                    self.open.get(*k).is_none_or(|o| o.verdict != a.verdict)
-                        && a.recent_enough(now_ms - max_age)
-                })
-                .map(|(_, a)| (Action::Trigger, a.clone())),
-        );
+        // New pages before resolves: a resolve that waits costs a stale open alert,
+        // a page that waits costs the on-call's time.
+        let work = prioritise(triggers)
+            .into_iter()
+            .map(|a| (Action::Trigger, a))
+            .chain(
+                prioritise(resolves)
+                    .into_iter()
+                    .map(|a| (Action::Resolve, a)),
+            );
         let mut limited = 0;
         for (action, alert) in work {
             if !self.take_token() {
@@ -382,7 +487,7 @@ impl ChannelWorker {
                     self.metrics
                         .alerts_sent
                         .get_or_create(&AlertLabels {
-                            channel: self.channel.name.clone(),
+                            channel: (&self.channel.name).into(),
                             action: action.as_str().into(),
                         })
                         .inc();
@@ -463,6 +568,16 @@ impl ChannelWorker {
         }
     }
 
+    /// The channel and the receiving host, for errors and logs. A Slack or webhook
+    /// URL is itself the credential (`/services/T…/B…/secret`): never its path.
+    fn where_to(&self, url: &str) -> String {
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_else(|| "?".into());
+        format!("channel {:?} (host {host})", self.channel.name)
+    }
+
     async fn deliver(&self, action: Action, alert: &Alert) -> Result<(), SendError> {
         let url = match (&self.channel.url, &self.channel.kind) {
             (Some(u), _) => u.as_str(),
@@ -478,17 +593,26 @@ impl ChannelWorker {
                 Ok(r) => {
                     let status = r.status();
                     let text = r.text().await.unwrap_or_default();
-                    let msg = format!(
-                        "{url} answered {status}: {}",
-                        text.chars().take(200).collect::<String>()
-                    );
+                    let mut excerpt: String = text.chars().take(200).collect();
+                    if let Some(key) = self
+                        .channel
+                        .routing_key
+                        .as_deref()
+                        .filter(|k| !k.is_empty())
+                    {
+                        excerpt = excerpt.replace(key, "***");
+                    }
+                    let msg = format!("{} answered {status}: {excerpt}", self.where_to(url));
                     if status.as_u16() == 429 || status.is_server_error() {
                         SendError::Transient(msg)
                     } else {
                         SendError::Permanent(msg)
                     }
                 }
-                Err(e) => SendError::Transient(format!("{url}: {e}")),
+                // reqwest's error text carries the URL: drop it.
+                Err(e) => {
+                    SendError::Transient(format!("{}: {}", self.where_to(url), e.without_url()))
+                }
             };
             if matches!(result, SendError::Permanent(_)) || attempt >= self.config.attempts {
                 return Err(result);

@@ -4,7 +4,7 @@
 //! struct denies unknown fields, so a typo is an error rather than a silent default.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -52,7 +52,7 @@ impl Default for LogConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
@@ -75,6 +75,20 @@ pub struct ServeConfig {
     /// Requests taking longer are answered 503.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// API requests (`/api/...`) served at once; more wait for a slot within
+    /// `request_timeout`. Below the store's pool (8), so that slow reads leave the
+    /// evaluator connections.
+    pub max_concurrent_requests: usize,
+    /// A connection that has not sent a whole request head (or finished its TLS
+    /// handshake) within this is closed; idle keep-alive connections too.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `tls_key`.
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -88,6 +102,11 @@ impl Default for ServeConfig {
             max_range: Duration::from_secs(7 * 24 * 3600),
             max_page_size: 1000,
             request_timeout: Duration::from_secs(10),
+            max_concurrent_requests: 4,
+            header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -188,7 +207,7 @@ pub enum ChannelKind {
     Pagerduty,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelConfig {
     pub name: String,
@@ -199,6 +218,49 @@ pub struct ChannelConfig {
     /// PagerDuty integration (routing) key.
     #[serde(default)]
     pub routing_key: Option<String>,
+}
+
+// Hand-written: the database password, a Slack or webhook URL (the URL is the
+// credential) and a routing key must not reach a log through `{config:?}`.
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("listen", &self.listen)
+            .field("database_url", &store::redact_url(&self.database_url))
+            .field("migrate", &self.migrate)
+            .field("evaluate_every", &self.evaluate_every)
+            .field("horizon", &self.horizon)
+            .field("max_range", &self.max_range)
+            .field("max_page_size", &self.max_page_size)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ChannelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Scheme and host only.
+        let url = self.url.as_deref().map(|u| match u.find("://") {
+            Some(s) => {
+                let rest = &u[s + 3..];
+                let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+                let host = host.rsplit('@').next().unwrap_or_default();
+                format!("{}{host}/***", &u[..s + 3])
+            }
+            None => "***".to_string(),
+        });
+        f.debug_struct("ChannelConfig")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("url", &url)
+            .field("routing_key", &self.routing_key.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
@@ -247,6 +309,10 @@ impl Config {
             "serve.max_page_size must be at least 1"
         );
         anyhow::ensure!(
+            s.max_concurrent_requests >= 1,
+            "serve.max_concurrent_requests must be at least 1"
+        );
+        anyhow::ensure!(
             !s.evaluate_every.is_zero(),
             "serve.evaluate_every must be longer than 0"
         );
@@ -293,6 +359,33 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `{config:?}` in a log line must not publish the database password, a Slack or
+    /// webhook URL (the URL is the credential) or a PagerDuty routing key.
+    #[test]
+    fn debug_output_masks_secrets() {
+        let config: Config = toml::from_str(
+            r#"
+[serve]
+database_url = "postgres://kafka_audit:Pa55w0rd@db:5432/audit"
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "https://hooks.slack.com/services/T000/B000/XXXXSECRET"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+routing_key = "R0UT1NGKEYSECRET"
+"#,
+        )
+        .unwrap();
+        let text = format!("{config:?} {config:#?}");
+        for secret in ["Pa55w0rd", "SECRET", "/services/"] {
+            assert!(!text.contains(secret), "{secret:?} in {text}");
+        }
+        assert!(text.contains("kafka_audit:***@db"), "{text}");
+        assert!(text.contains("hooks.slack.com"), "{text}");
+    }
 
     #[test]
     // figment's Jail API fixes the closure's (large) error type.

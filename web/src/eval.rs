@@ -9,7 +9,7 @@
 //! change lifecycle by the passing of time, and windows still `pending` or `stalled`
 //! (waiting for an auditor). The first cycle judges the whole horizon.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -153,7 +153,17 @@ pub struct Evaluator {
     /// Window start of the completeness gauge per edge, so an older window judged
     /// again (late data) does not overwrite a newer one.
     gauge_windows: HashMap<EdgeLabels, i64>,
+    /// Newest window judged per topic: a topic whose newest window left the horizon
+    /// is dropped with its series (topic names are data; they must not pile up).
+    newest_window: HashMap<String, i64>,
+    /// The `auditor_stalled` series set by the last cycle.
+    auditor_series: HashSet<AuditorLabels>,
 }
+
+type AuditorKey = (String, String, String);
+
+/// Most auditors (topic × tier × datacenter) read per cycle.
+const AUDITOR_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 
 impl Evaluator {
     pub fn new(
@@ -171,6 +181,8 @@ impl Evaluator {
             horizon_ms,
             last_cycle: None,
             gauge_windows: HashMap::new(),
+            newest_window: HashMap::new(),
+            auditor_series: HashSet::new(),
         }
     }
 
@@ -222,16 +234,22 @@ impl Evaluator {
                 .or_default()
                 .push(engine_progress(p));
         }
+        // Auditor status from one row per auditor, not from the per-partition rows
+        // above: those are capped, and a capped read must not freeze stall alerts.
         let mut auditors = BTreeMap::new();
-        for (topic, p) in &progress {
-            self.update_auditor_metrics(topic, p, now);
-            for a in engine::auditor_status(&self.topology, p, now) {
-                auditors.insert((topic.clone(), a.tier.clone(), a.datacenter.clone()), a);
-            }
+        for (topic, tier, datacenter, last_report) in
+            crate::read::auditor_reports(&self.store, AUDITOR_LIMIT).await?
+        {
+            let a = engine::AuditorStatus {
+                stalled: now.saturating_sub(last_report) > topo.stall_after_ms,
+                tier,
+                datacenter,
+                last_report,
+            };
+            auditors.insert((topic, a.tier.clone(), a.datacenter.clone()), a);
         }
-        if !progress_capped {
-            self.index.write().expect("verdict index lock").auditors = auditors;
-        }
+        self.update_auditor_metrics(&auditors);
+        self.index.write().expect("verdict index lock").auditors = auditors;
         let empty = Vec::new();
 
         // Topic → the windows to judge (`None`: every window of the horizon with rows).
@@ -342,6 +360,7 @@ impl Evaluator {
             self.apply(&topic, &windows, verdicts);
         }
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);
+        self.drop_topics_before(horizon_start);
 
         let mut index = self.index.write().expect("verdict index lock");
         index.evaluated_at = Some(now);
@@ -359,7 +378,7 @@ impl Evaluator {
                 self.metrics
                     .topic_anomalies
                     .get_or_create(&TopicKindLabels {
-                        topic: topic.clone(),
+                        topic: topic.into(),
                         kind: v.as_str().into(),
                     })
                     .set(n);
@@ -381,8 +400,47 @@ impl Evaluator {
         Ok(stats)
     }
 
+    /// Forgets topics with no window in the horizon: out of `/topics`, and their
+    /// anomaly and completeness series removed.
+    fn drop_topics_before(&mut self, horizon_start: i64) {
+        let gone: Vec<String> = self
+            .newest_window
+            .iter()
+            .filter(|(_, w)| **w < horizon_start)
+            .map(|(t, _)| t.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut index = self.index.write().expect("verdict index lock");
+        for topic in &gone {
+            self.newest_window.remove(topic);
+            index.topics.remove(topic);
+            for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
+                self.metrics.topic_anomalies.remove(&TopicKindLabels {
+                    topic: topic.into(),
+                    kind: v.as_str().into(),
+                });
+            }
+        }
+        let gone: std::collections::HashSet<&str> = gone.iter().map(String::as_str).collect();
+        self.gauge_windows.retain(|labels, _| {
+            let keep = !gone.contains(labels.topic.as_str());
+            if !keep {
+                self.metrics.completeness.remove(labels);
+                self.metrics.completeness_window.remove(labels);
+            }
+            keep
+        });
+    }
+
     /// Puts the verdicts of one topic's windows into the index.
     fn apply(&mut self, topic: &str, windows: &[i64], verdicts: Vec<EdgeWindow>) {
+        let newest = self
+            .newest_window
+            .entry(topic.to_string())
+            .or_insert(i64::MIN);
+        *newest = (*newest).max(windows.iter().copied().max().unwrap_or(i64::MIN));
         let mut by_window: BTreeMap<i64, Vec<EdgeWindow>> =
             windows.iter().map(|w| (*w, Vec::new())).collect();
         for v in &verdicts {
@@ -416,10 +474,10 @@ impl Evaluator {
 
     fn update_completeness(&mut self, v: &EdgeWindow) {
         let labels = EdgeLabels {
-            topic: v.topic.clone(),
-            upstream: v.upstream.clone(),
-            downstream: v.downstream.clone(),
-            datacenter: v.datacenter.clone(),
+            topic: (&v.topic).into(),
+            upstream: (&v.upstream).into(),
+            downstream: (&v.downstream).into(),
+            datacenter: (&v.datacenter).into(),
         };
         let newest = self.gauge_windows.get(&labels).copied().unwrap_or(i64::MIN);
         if v.window_start >= newest {
@@ -435,17 +493,26 @@ impl Evaluator {
         }
     }
 
-    fn update_auditor_metrics(&self, topic: &str, progress: &[PartitionProgress], now: i64) {
-        for st in engine::auditor_status(&self.topology, progress, now) {
+    /// Sets `auditor_stalled` for every auditor and removes the series of auditors
+    /// whose progress rows are gone.
+    fn update_auditor_metrics(&mut self, auditors: &BTreeMap<AuditorKey, engine::AuditorStatus>) {
+        let mut seen = HashSet::with_capacity(auditors.len());
+        for ((topic, tier, datacenter), st) in auditors {
+            let labels = AuditorLabels {
+                topic: topic.into(),
+                tier: tier.into(),
+                datacenter: datacenter.into(),
+            };
             self.metrics
                 .auditor_stalled
-                .get_or_create(&AuditorLabels {
-                    topic: topic.to_string(),
-                    tier: st.tier,
-                    datacenter: st.datacenter,
-                })
+                .get_or_create(&labels)
                 .set(i64::from(st.stalled));
+            seen.insert(labels);
         }
+        for gone in self.auditor_series.difference(&seen) {
+            self.metrics.auditor_stalled.remove(gone);
+        }
+        self.auditor_series = seen;
     }
 }
 

@@ -44,6 +44,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     evaluator: Arc<tokio::sync::Mutex<Evaluator>>,
     alerts: Arc<watch::Sender<alert::Desired>>,
+    /// `serve.max_concurrent_requests` slots shared by every API route.
+    api_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -60,7 +62,11 @@ impl AppState {
             config.serve.horizon.as_millis() as i64,
         );
         let (alerts, _) = watch::channel(None);
+        let api_slots = Arc::new(tokio::sync::Semaphore::new(
+            config.serve.max_concurrent_requests,
+        ));
         Ok(Self {
+            api_slots,
             config: Arc::new(config),
             topology,
             store,
@@ -178,6 +184,28 @@ async fn require_admin(State(state): State<AppState>, req: Request, next: Next) 
     }
 }
 
+/// Refuses a request whose `Origin` (sent by browsers on cross-origin and on every
+/// POST) names another host than `Host`: with auth off, a page elsewhere could
+/// otherwise make a visitor's browser post to `/api/v1/evaluate`. Clients other than
+/// browsers send no `Origin` and are unaffected.
+async fn same_origin(req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let origin_host = headers
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(|o| o.split_once("://").map_or(o, |(_, rest)| rest));
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    match (origin_host, host) {
+        (Some(o), Some(h)) if o.eq_ignore_ascii_case(h) => next.run(req).await,
+        (None, _) => next.run(req).await,
+        _ => AppError::new(
+            StatusCode::FORBIDDEN,
+            "cross-origin request refused (Origin does not match Host)",
+        )
+        .into_response(),
+    }
+}
+
 async fn record_http(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
@@ -185,21 +213,38 @@ async fn record_http(State(state): State<AppState>, req: Request, next: Next) ->
         .get::<MatchedPath>()
         .map_or("unmatched", |p| p.as_str())
         .to_string();
-    let method = req.method().to_string();
-    let response = next.run(req).await;
+    // The method is the client's choice: only the ones the API serves get a value of
+    // their own, so made-up methods cannot add series.
+    let method = match req.method().as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    };
+    let mut response = next.run(req).await;
+    // Answers carry counts and checksums: never sniffed, never kept by a proxy for
+    // the next client. The dashboard's assets set their own caching.
+    let h = response.headers_mut();
+    h.entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(header::HeaderValue::from_static("nosniff"));
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(header::HeaderValue::from_static("no-store"));
     state
         .metrics
         .http_requests
         .get_or_create(&HttpLabels {
-            method,
-            route: route.clone(),
+            method: method.into(),
+            route: route.clone().into(),
             status: response.status().as_u16(),
         })
         .inc();
     state
         .metrics
         .http_duration
-        .get_or_create(&RouteLabels { route })
+        .get_or_create(&RouteLabels {
+            route: route.into(),
+        })
         .observe(started.elapsed().as_secs_f64());
     response
 }
@@ -212,9 +257,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let evaluated_at = state.index.read().expect("verdict index lock").evaluated_at;
     let db = state.store.ping().await;
     let ready = db.is_ok() && evaluated_at.is_some();
+    // Open by default: the store's error text (host names, user names) goes to the
+    // log, not to whoever asks.
+    if let Err(e) = &db {
+        tracing::warn!(error = %e, "readiness: store unavailable");
+    }
     let body = serde_json::json!({
         "status": if ready { "ready" } else { "not ready" },
-        "store": match &db { Ok(()) => "ok".to_string(), Err(e) => e.to_string() },
+        "store": if db.is_ok() { "ok" } else { "unavailable" },
         "evaluated_at": evaluated_at,
     });
     let status = if ready {
@@ -281,7 +331,14 @@ pub fn app(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_read));
     let admin_api = Router::new()
         .route("/api/v1/evaluate", post(api::evaluate))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
+        .route_layer(middleware::from_fn(same_origin));
+    // One semaphore for every API route: slow reads wait for a slot (within
+    // request_timeout) instead of taking every pooled connection from the evaluator.
+    let api_slots =
+        tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(state.api_slots.clone());
+    let read_api = read_api.route_layer(api_slots.clone());
+    let admin_api = admin_api.route_layer(api_slots);
     let mut health = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
@@ -328,7 +385,7 @@ pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> any
         .with_context(|| {
             format!(
                 "connecting to the store at {}",
-                redact(&config.serve.database_url)
+                store::redact_url(&config.serve.database_url)
             )
         })?;
     if config.serve.migrate {
@@ -341,6 +398,10 @@ pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> any
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
+        if state.config.auth.tokens.is_empty() && !listen.ip().is_loopback() {
+            tracing::warn!(%listen, "no [auth] tokens: the API is open to every client that reaches \
+                this address (every count and checksum, POST /api/v1/evaluate); set tokens or listen on loopback");
+        }
         tracing::info!(address = %listener.local_addr()?, backend = state.store.backend(), "serving");
         serve(listener, state, shutdown.clone()).await?;
     } else {
@@ -354,28 +415,20 @@ pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> any
     Ok(())
 }
 
-/// Serves `app(state)` on `listener` until `shutdown` (graceful: in-flight requests finish).
+/// Serves `app(state)` on `listener` until `shutdown` (graceful: in-flight requests
+/// finish), with `serve`'s header read timeout, connection limit and TLS.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
-    Ok(())
-}
-
-/// The URL without its password, for logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let cred = &url[s + 3..at];
-            match cred.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    let s = &state.config.serve;
+    let limits = common::server::limits(
+        "serve",
+        s.header_read_timeout,
+        s.max_connections,
+        s.tls_cert.as_deref(),
+        s.tls_key.as_deref(),
+    )?;
+    common::server::serve(listener, app(state), limits, shutdown).await
 }

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+pub use common::labels::LabelValue;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,51 +15,51 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EdgeLabels {
-    pub topic: String,
-    pub upstream: String,
-    pub downstream: String,
-    pub datacenter: String,
+    pub topic: LabelValue,
+    pub upstream: LabelValue,
+    pub downstream: LabelValue,
+    pub datacenter: LabelValue,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    pub kind: String,
+    pub kind: LabelValue,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TopicKindLabels {
-    pub topic: String,
-    pub kind: String,
+    pub topic: LabelValue,
+    pub kind: LabelValue,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuditorLabels {
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
+    pub topic: LabelValue,
+    pub tier: LabelValue,
+    pub datacenter: LabelValue,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
-    pub method: String,
-    pub route: String,
+    pub method: LabelValue,
+    pub route: LabelValue,
     pub status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    pub route: String,
+    pub route: LabelValue,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ChannelLabels {
-    pub channel: String,
+    pub channel: LabelValue,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AlertLabels {
-    pub channel: String,
-    pub action: String,
+    pub channel: LabelValue,
+    pub action: LabelValue,
 }
 
 pub struct Metrics {
@@ -226,5 +227,91 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `promtool check metrics` on `text`: its verdict (stdout and stderr).
+    fn promtool(text: &str) -> (bool, String) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect(
+                "promtool not found: it checks the exposition format; install the Debian \
+                 package `prometheus` (./test.sh installs it)",
+            );
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Exit 1 is a parse error; 3 is lint advice only (promtool 2.42 reads the
+        // OpenMetrics `_total` counters as untyped families "without help text").
+        (out.status.code() != Some(1), said)
+    }
+
+    /// A topic (tier, datacenter) name is data from audit messages: quotes, newlines
+    /// and backslashes in it must neither break `/metrics` (one bad scrape silences
+    /// every kafka_audit_* alert rule) nor forge a series.
+    #[test]
+    fn hostile_label_values_are_escaped() {
+        let m = Metrics::new();
+        let forged = "x\"} 0\nkafka_audit_window_completeness{topic=\"payments\",upstream=\"producer\",downstream=\"regional\",datacenter=\"dc1\"} 1\n#";
+        for hostile in [
+            forged,
+            "a\"b\nc",
+            "back\\slash\\",
+            "\\\"",
+            "cr\rnul\0tab\t}{,=",
+        ] {
+            m.completeness
+                .get_or_create(&EdgeLabels {
+                    topic: hostile.into(),
+                    upstream: "producer".into(),
+                    downstream: hostile.into(),
+                    datacenter: hostile.into(),
+                })
+                .set(0.5);
+            m.topic_anomalies
+                .get_or_create(&TopicKindLabels {
+                    topic: hostile.into(),
+                    kind: "loss".into(),
+                })
+                .set(1);
+            m.auditor_stalled
+                .get_or_create(&AuditorLabels {
+                    topic: hostile.into(),
+                    tier: hostile.into(),
+                    datacenter: hostile.into(),
+                })
+                .set(1);
+        }
+        let text = m.encode();
+        let (ok, said) = promtool(&text);
+        assert!(ok, "promtool rejects /metrics: {said}\n{text}");
+        let series = |name: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .count()
+        };
+        // Five hostile names, one series each: none forged, none split.
+        assert_eq!(series("kafka_audit_window_completeness"), 5, "{text}");
+        assert_eq!(series("kafka_audit_topic_anomalies"), 5, "{text}");
+        assert_eq!(series("kafka_audit_auditor_stalled"), 5, "{text}");
+        assert!(!text.contains("topic=\"payments\""), "{text}");
     }
 }

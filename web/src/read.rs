@@ -157,3 +157,28 @@ pub async fn delete_open_alert(
     }
     .map_err(db("forgetting a resolved alert"))
 }
+
+/// When each auditor last reported: `(topic, tier, datacenter, max(received_at_ms))`
+/// over all its partitions, at most `limit` auditors. One row per auditor rather than
+/// per partition, so a topic with a hundred thousand (forged) partitions costs one
+/// row and cannot push other auditors out of the read.
+pub async fn auditor_reports(
+    store: &Store,
+    limit: u32,
+) -> Result<Vec<(String, String, String, i64)>, StoreError> {
+    let limit = i64::from(limit);
+    const SQL: &str = "SELECT topic, tier, datacenter, max(received_at_ms) FROM audit_progress
+         GROUP BY topic, tier, datacenter ORDER BY topic, tier, datacenter LIMIT ";
+    match store {
+        Store::Postgres(s) => sqlx::query_as(&format!("{SQL} $1"))
+            .bind(limit)
+            .fetch_all(s.pool())
+            .await
+            .map_err(db("reading auditors' last reports")),
+        Store::Sqlite(s) => sqlx::query_as(&format!("{SQL} ?"))
+            .bind(limit)
+            .fetch_all(s.pool())
+            .await
+            .map_err(db("reading auditors' last reports")),
+    }
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -39,13 +40,14 @@ impl Receiver {
 }
 
 /// `/ok/{name}` accepts; `/flaky/{name}` answers 503 twice, then accepts;
-/// `/reject/{name}` answers 400.
+/// `/reject/{name}` answers 400; `/echo/{name}` answers 400 with the body it got;
+/// `/redirect/{name}` answers 307 to `/ok/{name}`.
 async fn start_receiver() -> (Receiver, String) {
     async fn handle(
         State(r): State<Receiver>,
         Path((mode, name)): Path<(String, String)>,
         Json(body): Json<Value>,
-    ) -> StatusCode {
+    ) -> axum::response::Response {
         let path = format!("/{mode}/{name}");
         let n = {
             let mut a = r.attempts.lock().unwrap();
@@ -53,14 +55,25 @@ async fn start_receiver() -> (Receiver, String) {
             a.iter().filter(|p| **p == path).count()
         };
         let status = match mode.as_str() {
+            "redirect" => StatusCode::TEMPORARY_REDIRECT,
             "flaky" if n <= 2 => StatusCode::SERVICE_UNAVAILABLE,
-            "reject" => StatusCode::BAD_REQUEST,
+            "reject" | "echo" => StatusCode::BAD_REQUEST,
             _ => StatusCode::ACCEPTED,
+        };
+        // `echo` answers 400 with the request body, as some receivers quote it.
+        let answer = if mode == "echo" {
+            body.to_string()
+        } else {
+            String::new()
         };
         if status.is_success() {
             r.got.lock().unwrap().push((path, body));
         }
-        status
+        if status == StatusCode::TEMPORARY_REDIRECT {
+            let to = format!("/ok/{name}");
+            return (status, [(axum::http::header::LOCATION, to)], answer).into_response();
+        }
+        (status, answer).into_response()
     }
     let receiver = Receiver::default();
     let app = Router::new()
@@ -546,4 +559,239 @@ url = "{base}/ok/webhook"
     for j in jobs {
         j.await.unwrap();
     }
+}
+
+fn loss_alert(topic: &str, window_start: i64) -> web::alert::Alert {
+    let subject = web::alert::Subject::Window {
+        upstream: "producer".into(),
+        downstream: "regional".into(),
+        datacenter: "dc1".into(),
+        window_start,
+        window_end: window_start + WINDOW,
+        expected: 100,
+        observed: 90,
+        difference: -10,
+        completeness: Some(0.9),
+    };
+    web::alert::Alert {
+        dedup_key: format!("kafka-audit:{topic}:producer->regional:dc1:{window_start}"),
+        verdict: web::engine::Verdict::Loss,
+        topic: topic.into(),
+        subject,
+        reason: "10 of 100 messages missing".into(),
+    }
+}
+
+/// A flood of (forged) anomalies on one topic that sorts first must not hold back
+/// another topic's page: with 5 notifications per period, `payments` goes out in
+/// the first pass, not after the 100 of `!x` (about 20 periods later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_on_one_topic_cannot_delay_another_topics_page() {
+    let (receiver, base) = start_receiver().await;
+    let w = settled_window();
+    let mut desired = std::collections::BTreeMap::new();
+    for i in 0..100 {
+        let a = loss_alert("!x", w - i * WINDOW);
+        desired.insert(a.dedup_key.clone(), a);
+    }
+    let a = loss_alert("payments", w);
+    desired.insert(a.dedup_key.clone(), a);
+    let cfg = config(&format!(
+        r#"
+[alerting]
+rate_limit = 5
+rate_period = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    ));
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut worker = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics,
+        None,
+    );
+    worker.sync(&desired, now_ms()).await;
+    let topics: Vec<String> = receiver
+        .got()
+        .iter()
+        .map(|(_, b)| b["topic"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(topics.len(), 5, "{topics:?}");
+    assert!(topics.iter().any(|t| t == "payments"), "{topics:?}");
+    // Within a topic, the newest window first.
+    let first_x = receiver
+        .got()
+        .iter()
+        .find(|(_, b)| b["topic"] == "!x")
+        .map(|(_, b)| b["window_start"].as_i64().unwrap());
+    assert_eq!(first_x, Some(w));
+}
+
+/// Topic, tier and datacenter names are data: in Slack text, `<!channel>` would ping
+/// the whole channel and `<https://…|label>` would post a disguised link as the
+/// trusted bot. Slack's rule: escape `&`, `<` and `>`.
+#[test]
+fn slack_text_escapes_mentions_links_and_entities() {
+    let hostile = "<!channel> act now: <https://sso-reset.example|reset SSO> &amp; <@U123>";
+    let cfg = config(
+        r#"
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "http://127.0.0.1:9/slack"
+"#,
+    );
+    let channel = &cfg.alerting.channels[0];
+    let alert = loss_alert(hostile, settled_window());
+    for action in [web::alert::Action::Trigger, web::alert::Action::Resolve] {
+        let body = web::alert::payload(channel, action, &alert);
+        let text = body["text"].as_str().unwrap();
+        // No `<` at all: Slack's controls all start with one.
+        assert!(!text.contains('<'), "{text}");
+        assert!(
+            text.contains(
+                "&lt;!channel&gt; act now: &lt;https://sso-reset.example|reset SSO&gt; \
+                 &amp;amp; &lt;@U123&gt;"
+            ),
+            "{text}"
+        );
+    }
+}
+
+/// PagerDuty refuses a `payload.summary` over 1024 characters with a 400, which is
+/// not retried: a long (512-byte) topic name must not lose the page.
+#[test]
+fn pagerduty_summary_fits_its_limit() {
+    let cfg = config(
+        r#"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+routing_key = "R0UT1NGKEY"
+"#,
+    );
+    let topic = "é".repeat(600);
+    let alert = loss_alert(&topic, settled_window());
+    let body = web::alert::payload(
+        &cfg.alerting.channels[0],
+        web::alert::Action::Trigger,
+        &alert,
+    );
+    let summary = body["payload"]["summary"].as_str().unwrap();
+    assert!(summary.len() <= 1024, "{} bytes", summary.len());
+    assert!(summary.starts_with("loss on éé"), "{summary}");
+}
+
+/// Log lines, for tests that check what reaches the log.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// A Slack or webhook URL is the credential (`/services/T…/B…/secret`) and the
+/// routing key is PagerDuty's: a failed delivery logs the channel and host only.
+/// (Current-thread runtime: the subscriber set here sees the worker's logs.)
+#[tokio::test]
+async fn failed_deliveries_log_neither_url_paths_nor_keys() {
+    let (_receiver, base) = start_receiver().await;
+    let logs = Logs::default();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let cfg = config(&format!(
+        r#"
+[alerting]
+attempts = 1
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "{base}/reject/T000-B000-XXXXSECRET"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "http://127.0.0.1:1/services/T000/B000/XXXXSECRET"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+url = "{base}/echo/pagerduty"
+routing_key = "R0UT1NGKEYSECRET"
+"#
+    ));
+    let alert = loss_alert("orders", settled_window());
+    let desired = std::collections::BTreeMap::from([(alert.dedup_key.clone(), alert)]);
+    for channel in &cfg.alerting.channels {
+        let mut worker = web::alert::ChannelWorker::new(
+            channel.clone(),
+            cfg.alerting.clone(),
+            Arc::new(web::metrics::Metrics::new()),
+            None,
+        );
+        worker.sync(&desired, now_ms()).await;
+    }
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("alert delivery failed").count(), 3, "{text}");
+    for secret in ["SECRET", "/services/", "/reject/", "/echo/"] {
+        assert!(!text.contains(secret), "{secret:?} in the log:\n{text}");
+    }
+    for host in ["channel \"chat\"", "channel \"hook\"", "host 127.0.0.1"] {
+        assert!(text.contains(host), "{host:?} not in the log:\n{text}");
+    }
+}
+
+/// A receiver that answers with a redirect does not get to send the alert (and its
+/// routing key) on to another address: redirects are not followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_not_followed() {
+    let (receiver, base) = start_receiver().await;
+    let cfg = config(&format!(
+        r#"
+[alerting]
+attempts = 1
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/redirect/elsewhere"
+"#
+    ));
+    let alert = loss_alert("orders", settled_window());
+    let desired = std::collections::BTreeMap::from([(alert.dedup_key.clone(), alert)]);
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut worker = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics.clone(),
+        None,
+    );
+    worker.sync(&desired, now_ms()).await;
+    assert_eq!(receiver.attempts("/redirect/elsewhere"), 1);
+    assert!(receiver.got().is_empty(), "{:?}", receiver.got());
+    let failures = metrics
+        .alert_failures
+        .get_or_create(&ChannelLabels {
+            channel: "hook".into(),
+        })
+        .get();
+    assert_eq!(failures, 1);
 }

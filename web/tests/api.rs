@@ -554,6 +554,429 @@ async fn serves_on_a_bound_port_and_shuts_down() {
     }
 }
 
+/// A client choosing the HTTP method must not choose the number of series: 1 000
+/// requests with made-up methods leave a handful of `method` label values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_methods_do_not_grow_the_method_label() {
+    let (state, _db) = state(Backend::Sqlite, "[serve]\nevaluate_every = \"1h\"").await;
+    for i in 0..1000 {
+        let r = request(&state, &format!("M{i}"), "/x", None).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+    }
+    request(&state, "GET", "/healthz", None).await;
+    let metrics = request(&state, "GET", "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap().to_string();
+    let methods: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("kafka_audit_http_requests_total{"))
+        .filter_map(|l| l.split("method=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(methods.len() <= 5, "{} method values", methods.len());
+    assert!(
+        methods.contains("other") && methods.contains("GET"),
+        "{methods:?}"
+    );
+}
+
+/// Topics are data: one that has no window left in the horizon (a forged name, a
+/// retired topic) leaves `/topics` and its anomaly and completeness series go, so
+/// made-up names cannot grow `/metrics` without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_that_leave_the_horizon_drop_their_series() {
+    let (state, _db) = state(
+        Backend::Sqlite,
+        "[serve]\nevaluate_every = \"1h\"\nhorizon = \"1d\"",
+    )
+    .await;
+    let w = settled_window();
+    seed_loss(&state.store, "gone", w).await;
+    let now = now_ms();
+    state.evaluate(now).await.unwrap();
+    let text = |r: Response| r.body.as_str().unwrap().to_string();
+    let m = text(get(&state, "/metrics").await);
+    assert!(
+        m.contains("topic_anomalies{topic=\"gone\",kind=\"loss\"} 1"),
+        "{m}"
+    );
+    // A day and two windows later, nothing of `gone` is in the horizon.
+    state
+        .evaluate(now + 24 * 3600 * 1000 + 2 * WINDOW)
+        .await
+        .unwrap();
+    let m = text(get(&state, "/metrics").await);
+    for family in ["topic_anomalies", "window_completeness"] {
+        assert!(
+            !m.lines()
+                .any(|l| l.starts_with(&format!("kafka_audit_{family}{{topic=\"gone\""))),
+            "{family}: {m}"
+        );
+    }
+}
+
+/// More progress rows than one read returns (a forged topic with 100 001
+/// partitions) must not freeze stall detection: an auditor of another topic that
+/// stops reporting is still flagged, and flagged on both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_detection_survives_more_progress_rows_than_a_read_returns() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let (state, _db) = state(backend, "[serve]\nevaluate_every = \"1h\"").await;
+        let now = now_ms();
+        let rows = store::MAX_READ_ROWS as i64 + 1;
+        // Straight into the table: ingest caps partitions per message, the read side
+        // must hold even when the table is bigger than one read.
+        let bulk = "INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host,
+                        next_offset, emitted_at_ms, received_at_ms)
+                    SELECT 'bulk', 'regional', 'dc1', g, 'h', 0, $1, $1 FROM ";
+        let stalled = "INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host,
+                        next_offset, emitted_at_ms, received_at_ms)
+                       VALUES ('orders', 'regional', 'dc1', 0, 'h', 0, $1, $1)";
+        let hour_ago = now - 3_600_000;
+        match &state.store {
+            store::Store::Postgres(s) => {
+                sqlx::query(&format!("{bulk} generate_series(0, $2 - 1) g"))
+                    .bind(now)
+                    .bind(rows)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+                sqlx::query(stalled)
+                    .bind(hour_ago)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+            }
+            store::Store::Sqlite(s) => {
+                sqlx::query(&format!(
+                    "WITH RECURSIVE n(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM n WHERE g + 1 < $2) \
+                     {bulk} n"
+                ))
+                .bind(now)
+                .bind(rows)
+                .execute(s.pool())
+                .await
+                .unwrap();
+                sqlx::query(stalled)
+                    .bind(hour_ago)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+            }
+        }
+        state.evaluate(now).await.unwrap();
+        let orders = state
+            .index
+            .read()
+            .unwrap()
+            .auditors
+            .get(&("orders".into(), "regional".into(), "dc1".into()))
+            .cloned();
+        assert!(
+            orders.as_ref().is_some_and(|a| a.stalled),
+            "{backend:?}: {orders:?}"
+        );
+        let m = get(&state, "/metrics").await;
+        let m = m.body.as_str().unwrap();
+        assert!(
+            m.contains(
+                "kafka_audit_auditor_stalled{topic=\"orders\",tier=\"regional\",datacenter=\"dc1\"} 1"
+            ),
+            "{backend:?}"
+        );
+    }
+}
+
+/// `[serve] tls_cert` / `tls_key`: the API over HTTPS, as the docs' recipe sets it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_https_with_tls_cert_and_key() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../common/tests/data");
+    let (cert, key) = (data.join("localhost.crt"), data.join("localhost.key"));
+    let (store, _db) = store(Backend::Sqlite).await;
+    let state = AppState::new(
+        config(&format!(
+            "[serve]\nevaluate_every = \"1h\"\ntls_cert = {:?}\ntls_key = {:?}",
+            cert.display().to_string(),
+            key.display().to_string()
+        )),
+        store,
+    )
+    .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(web::serve(listener, state, shutdown.clone()));
+    let root = reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(root)
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("https://localhost:{port}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}
+
+/// The offsets of one window are read with a bound: a window with more partition
+/// ranges than one read returns (forged partitions) cannot exhaust `serve`'s memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_reads_are_bounded() {
+    use store::AuditStore;
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let (state, _db) = state(backend, "[serve]\nevaluate_every = \"1h\"").await;
+        let w = settled_window();
+        seed_loss(&state.store, "orders", w).await;
+        let rows = store::MAX_READ_ROWS as i64 + 1;
+        match &state.store {
+            store::Store::Postgres(s) => sqlx::query(
+                "INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset)
+                 SELECT id, 1000 + g, 0, 1 FROM audit_window, generate_series(0, $1 - 1) g
+                 WHERE topic = 'orders' AND tier = 'regional'",
+            )
+            .bind(rows)
+            .execute(s.pool())
+            .await
+            .map(drop)
+            .unwrap(),
+            store::Store::Sqlite(s) => sqlx::query(
+                "WITH RECURSIVE n(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM n WHERE g + 1 < $1)
+                 INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset)
+                 SELECT id, 1000 + g, 0, 1 FROM audit_window, n
+                 WHERE topic = 'orders' AND tier = 'regional'",
+            )
+            .bind(rows)
+            .execute(s.pool())
+            .await
+            .map(drop)
+            .unwrap(),
+        };
+        let key = store::WindowKey {
+            topic: "orders".into(),
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            window_start_ms: w,
+        };
+        let offsets = state.store.window_offsets(&key).await.unwrap();
+        assert_eq!(offsets.len(), store::MAX_READ_ROWS, "{backend:?}");
+    }
+}
+
+/// API answers carry counts and checksums: no MIME sniffing, and no cache (a proxy
+/// must not keep an authenticated answer for the next client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_answers_are_not_sniffed_or_cached() {
+    let (state, _db) = state(Backend::Sqlite, "[serve]\nevaluate_every = \"1h\"").await;
+    state.evaluate(now_ms()).await.unwrap();
+    for uri in [
+        "/api/v1/topology",
+        "/api/v1/anomalies",
+        "/api/v1/nope",
+        "/readyz",
+    ] {
+        let r = get(&state, uri).await;
+        assert_eq!(r.headers["x-content-type-options"], "nosniff", "{uri}");
+        assert_eq!(r.headers["cache-control"], "no-store", "{uri}");
+    }
+}
+
+/// An open API (no tokens) on a non-loopback address serves every count and checksum
+/// to the network: say so at start, in one warning line.
+#[tokio::test]
+async fn an_open_api_off_loopback_is_warned_about_at_start() {
+    #[derive(Clone, Default)]
+    struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+        type Writer = Logs;
+        fn make_writer(&'a self) -> Logs {
+            self.clone()
+        }
+    }
+    let logs = Logs::default();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let text = || String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for (listen, warned) in [("127.0.0.1:0", false), ("0.0.0.0:0", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let cfg = config(&format!(
+            "[serve]\nevaluate_every = \"1h\"\nlisten = \"{listen}\"\ndatabase_url = \"sqlite:{}\"",
+            db.display()
+        ));
+        logs.0.lock().unwrap().clear();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let run = tokio::spawn(web::run(cfg, web::Mode::All, shutdown.clone()));
+        let serving = testkit::wait_until_async(std::time::Duration::from_secs(20), || {
+            let t = text();
+            async move { t.contains("serving") }
+        })
+        .await;
+        assert!(serving, "{}", text());
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+        let lines = text()
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("no [auth] tokens"))
+            .count();
+        assert_eq!(lines, usize::from(warned), "{listen}: {}", text());
+    }
+}
+
+/// With auth off, `POST /api/v1/evaluate` needs no token: a page on another site
+/// must not trigger it through a visitor's browser (a form POST carries no body and
+/// needs no preflight). Browsers name the page's origin; a foreign one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_site_posts_are_refused() {
+    use axum::body::Body;
+    use tower::ServiceExt;
+    let (state, _db) = state(Backend::Sqlite, "[serve]\nevaluate_every = \"1h\"").await;
+    let post = |origin: Option<&str>| {
+        let mut req = axum::http::Request::builder()
+            .method("POST")
+            .uri("/api/v1/evaluate")
+            .header("host", "kafka-audit.internal:8080");
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        web::app(state.clone()).oneshot(req.body(Body::empty()).unwrap())
+    };
+    let foreign = post(Some("https://evil.example")).await.unwrap();
+    assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+    let same = post(Some("http://kafka-audit.internal:8080"))
+        .await
+        .unwrap();
+    assert_eq!(same.status(), StatusCode::OK);
+    let none = post(None).await.unwrap();
+    assert_eq!(none.status(), StatusCode::OK, "curl sends no Origin");
+}
+
+/// At most `serve.max_concurrent_requests` API requests run at once (the rest wait,
+/// within `request_timeout`), so slow reads cannot take every pooled connection from
+/// the evaluator. Here two `/windows` reads hang on a locked table: a third request,
+/// even one that needs no database, waits for a slot until they finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_requests_beyond_the_concurrency_limit_wait() {
+    let (state, _db) = state(
+        Backend::Postgres,
+        "[serve]\nevaluate_every = \"1h\"\nmax_concurrent_requests = 2\nrequest_timeout = \"30s\"",
+    )
+    .await;
+    state.evaluate(now_ms()).await.unwrap();
+    let store::Store::Postgres(pg) = &state.store else {
+        unreachable!()
+    };
+    let mut lock = pg.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE audit_window IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let now = now_ms();
+    let uri = format!(
+        "/api/v1/topics/orders/windows?from={}&to={now}",
+        now - 3_600_000
+    );
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let (state, uri) = (state.clone(), uri.clone());
+            tokio::spawn(async move { get(&state, &uri).await.status })
+        })
+        .collect();
+    // Both slow reads hold their slot once they wait on the lock.
+    let waiting = testkit::wait_until_async(std::time::Duration::from_secs(20), || {
+        let pool = pg.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND datname = current_database()",
+            )
+            .fetch_one(&pool)
+            .await
+            .is_ok_and(|n| n >= 2)
+        }
+    })
+    .await;
+    assert!(waiting, "the slow reads never waited on the lock");
+    let topology = {
+        let state = state.clone();
+        tokio::spawn(async move { get(&state, "/api/v1/topology").await.status })
+    };
+    // Served in microseconds when a slot is free; here it must still be waiting.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !topology.is_finished(),
+        "served beyond max_concurrent_requests"
+    );
+    lock.rollback().await.unwrap();
+    for s in slow {
+        assert_eq!(s.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(topology.await.unwrap(), StatusCode::OK);
+}
+
+/// `/readyz` is open by default: when the store fails it says so without the store's
+/// error text (database, user and host names), which goes to the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_does_not_publish_store_errors() {
+    let (state, db) = state(Backend::Postgres, "[serve]\nevaluate_every = \"1h\"").await;
+    state.evaluate(now_ms()).await.unwrap();
+    let support::Db::Pg(db) = &db else {
+        unreachable!()
+    };
+    let name = db.name().to_string();
+    let admin = testkit::fresh_database("web_admin").await;
+    let conn = store::Store::connect(admin.url()).await.unwrap();
+    let store::Store::Postgres(pg) = &conn else {
+        unreachable!()
+    };
+    sqlx::raw_sql(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .execute(pg.pool())
+        .await
+        .unwrap();
+    let r = get(&state, "/readyz").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(r.body["store"], "unavailable", "{}", r.body);
+    assert!(!r.body.to_string().contains(&name), "{}", r.body);
+}
+
+/// Slowloris: half a request line and silence is cut off after
+/// `serve.header_read_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_request_head_is_closed_after_the_header_timeout() {
+    let (store, _db) = store(Backend::Sqlite).await;
+    let state = AppState::new(
+        config("[serve]\nevaluate_every = \"1h\"\nheader_read_timeout = \"500ms\""),
+        store,
+    )
+    .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(web::serve(listener, state, shutdown.clone()));
+    let closed = common::server::testing::stalled_header_closed_after(addr).await;
+    assert!(closed.is_some(), "connection still open after 20 s");
+    shutdown.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("server stops on shutdown")
+        .unwrap()
+        .unwrap();
+}
+
 /// A window evaluated while settling is `pending`; a later cycle, with no new data,
 /// judges it once its grace period is over (the evaluator re-judges waiting windows).
 async fn settling_window_is_judged_once_it_settles(backend: Backend) {

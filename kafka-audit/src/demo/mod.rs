@@ -250,16 +250,33 @@ dc1 = "agg"
     s
 }
 
+/// `--dir`, or a new directory in the temporary directory. The default name is
+/// predictable (the pid): on a shared `/tmp` another user could create it first and
+/// read or plant the demo's files, so it must not exist yet and is made private.
+fn demo_dir(given: Option<&std::path::Path>) -> anyhow::Result<std::path::PathBuf> {
+    if let Some(d) = given {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        return Ok(d.to_path_buf());
+    }
+    let dir = std::env::temp_dir().join(format!("kafka-audit-demo-{}", std::process::id()));
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&dir).with_context(|| {
+        format!(
+            "creating {} (it must not exist yet; pass --dir to choose another)",
+            dir.display()
+        )
+    })?;
+    Ok(dir)
+}
+
 async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.window >= Duration::from_secs(5) && args.window.as_millis() % 1000 == 0,
         "--window must be a whole number of seconds, at least 5s"
     );
-    let dir = match &args.dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("kafka-audit-demo-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = demo_dir(args.dir.as_deref())?;
 
     // The two clusters. Partitions stay small (the mock cluster keeps ~5 MiB each) and
     // the demo's producers compress with lz4.
@@ -414,4 +431,26 @@ async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     drop(regional);
     drop(aggregate);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    /// Review L6: a default demo directory someone else created first is refused.
+    #[test]
+    fn a_pre_created_default_directory_is_refused() {
+        let dir = std::env::temp_dir().join(format!("kafka-audit-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let result = super::demo_dir(None);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = result.expect_err("a pre-created directory is used");
+        assert!(format!("{e:#}").contains("must not exist yet"), "{e:#}");
+        let made = super::demo_dir(None).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&made).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700);
+        }
+        std::fs::remove_dir_all(&made).unwrap();
+    }
 }
