@@ -5,12 +5,14 @@
 //!
 //! The API is deliberately small and stable; both services build on it.
 
+pub mod auth;
 pub mod config;
 pub mod kafka;
 pub mod ops;
 pub mod shutdown;
 pub mod telemetry;
 
+pub use auth::{Scope, TokenConfig, Tokens};
 pub use config::{load_config, ENV_PREFIX};
 pub use kafka::{KafkaConfig, KafkaRole};
 pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
