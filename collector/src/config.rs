@@ -246,6 +246,9 @@ impl CollectConfig {
         if self.batch.max_messages == 0 {
             anyhow::bail!("batch.max_messages must be at least 1");
         }
+        for t in &self.auth.tokens {
+            t.check(&[common::Scope::Ingest])?;
+        }
         if self.batch.max_bytes == 0 {
             anyhow::bail!("batch.max_bytes must be at least 1");
         }

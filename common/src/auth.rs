@@ -85,6 +85,53 @@ impl std::fmt::Debug for TokenConfig {
     }
 }
 
+impl TokenConfig {
+    /// What can be checked without reading `token_file` (config validation): a name,
+    /// exactly one of `token` and `token_file`, at least one scope out of `allowed`,
+    /// and an inline token's length and placeholder check. [`Tokens::load`] checks a
+    /// file's token the same way.
+    pub fn check(&self, allowed: &[Scope]) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.name.trim().is_empty(), "an auth token has no name");
+        match (&self.token, &self.token_file) {
+            (Some(t), None) => check_token(&self.name, t)?,
+            (None, Some(_)) => {}
+            _ => anyhow::bail!(
+                "auth token {:?}: set exactly one of token and token_file",
+                self.name
+            ),
+        }
+        anyhow::ensure!(
+            !self.scopes.is_empty(),
+            "auth token {:?} has no scopes",
+            self.name
+        );
+        if let Some(s) = self.scopes.iter().find(|s| !allowed.contains(s)) {
+            anyhow::bail!(
+                "auth token {:?}: scope {s:?} does not exist here (allowed: {allowed:?})",
+                self.name
+            );
+        }
+        Ok(())
+    }
+}
+
+fn check_token(name: &str, token: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        token.len() >= MIN_TOKEN_LEN,
+        "auth token {name:?} is shorter than {MIN_TOKEN_LEN} bytes (generate one with `openssl rand -hex 32`)"
+    );
+    let lower = token.to_ascii_lowercase();
+    anyhow::ensure!(
+        !PLACEHOLDERS.iter().any(|p| lower.contains(p)),
+        "auth token {name:?} looks like a placeholder from an example config; generate a real one (`openssl rand -hex 32`)"
+    );
+    anyhow::ensure!(
+        !token.chars().any(char::is_whitespace),
+        "auth token {name:?} contains whitespace"
+    );
+    Ok(())
+}
+
 /// A configured token, ready to match.
 #[derive(Clone)]
 pub struct Holder {
@@ -151,9 +198,9 @@ impl Tokens {
     pub fn load(configs: &[TokenConfig], allowed: &[Scope]) -> anyhow::Result<Tokens> {
         let mut holders: Vec<Holder> = Vec::with_capacity(configs.len());
         for c in configs {
-            anyhow::ensure!(!c.name.trim().is_empty(), "an auth token has no name");
+            c.check(allowed)?;
             let token = match (&c.token, &c.token_file) {
-                (Some(t), None) => t.clone(),
+                (Some(t), _) => t.clone(),
                 (None, Some(path)) => std::fs::read_to_string(path)
                     .map_err(|e| {
                         anyhow::anyhow!(
@@ -164,38 +211,9 @@ impl Tokens {
                     })?
                     .trim_end()
                     .to_string(),
-                _ => anyhow::bail!(
-                    "auth token {:?}: set exactly one of token and token_file",
-                    c.name
-                ),
+                (None, None) => anyhow::bail!("auth token {:?} has no token", c.name),
             };
-            anyhow::ensure!(
-                token.len() >= MIN_TOKEN_LEN,
-                "auth token {:?} is shorter than {MIN_TOKEN_LEN} bytes (generate one with `openssl rand -hex 32`)",
-                c.name
-            );
-            let lower = token.to_ascii_lowercase();
-            anyhow::ensure!(
-                !PLACEHOLDERS.iter().any(|p| lower.contains(p)),
-                "auth token {:?} looks like a placeholder from an example config; generate a real one (`openssl rand -hex 32`)",
-                c.name
-            );
-            anyhow::ensure!(
-                !token.chars().any(char::is_whitespace),
-                "auth token {:?} contains whitespace",
-                c.name
-            );
-            anyhow::ensure!(
-                !c.scopes.is_empty(),
-                "auth token {:?} has no scopes",
-                c.name
-            );
-            if let Some(s) = c.scopes.iter().find(|s| !allowed.contains(s)) {
-                anyhow::bail!(
-                    "auth token {:?}: scope {s:?} does not exist here (allowed: {allowed:?})",
-                    c.name
-                );
-            }
+            check_token(&c.name, &token)?;
             let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
             anyhow::ensure!(
                 !holders.iter().any(|h| h.digest == digest),

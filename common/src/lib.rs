@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod config;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod ops;
 pub mod shutdown;
@@ -14,6 +15,7 @@ pub mod telemetry;
 
 pub use auth::{Scope, TokenConfig, Tokens};
 pub use config::{load_config, ENV_PREFIX};
+#[cfg(feature = "kafka")]
 pub use kafka::{KafkaConfig, KafkaRole};
 pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
 pub use shutdown::{shutdown_on_signals, wait_for_signal};
