@@ -99,6 +99,34 @@ async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
     assert_eq!(store.rejects(100).await.unwrap().len(), 6);
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
 
+    // Security review §9 test 7 (M3): 100 001 partitions in one progress report would
+    // have capped serve's progress read and frozen stall alerts; it is rejected.
+    let partitions: Vec<audit_lib::PartitionProgress> = (0..100_001)
+        .map(|partition| audit_lib::PartitionProgress {
+            partition,
+            next_offset: 1,
+            record_time: Some(T0),
+            lag: Some(0),
+        })
+        .collect();
+    let progress = audit_lib::AuditMessage::progress(
+        &audit_lib::Identity::new("regional", "dc1", "h"),
+        "payments",
+        partitions,
+        T0,
+    );
+    let (status, json) = http_post(addr, format!("[{}]", progress.to_json())).await;
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(json["results"][0]["status"], "rejected", "{json}");
+    assert!(
+        json["results"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("100001 partitions"),
+        "{json}"
+    );
+    assert!(store.progress(Some("payments")).await.unwrap().is_empty());
+
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(30), collector.wait())
         .await
