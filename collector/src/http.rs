@@ -291,9 +291,11 @@ async fn ingest(
             format!("expected a JSON array of audit messages: {e}"),
         ),
     })?;
-    let source = match &holder {
-        Some(h) => format!("{SOURCE}:{}", h.name),
-        None => SOURCE.to_string(),
+    // Rejects name the token that sent them (`http:<token name>[index]`); metrics keep
+    // the one `http` source.
+    let reject_source = |index: usize| match &holder {
+        Some(h) => format!("{SOURCE}:{}[{index}]", h.name),
+        None => format!("{SOURCE}[{index}]"),
     };
     let mut batch = Batch {
         received_at_ms: now_ms(),
@@ -319,11 +321,7 @@ async fn ingest(
         };
         let (uuid, status, reason) = refused;
         batch.rejects.push(Reject {
-            source: if holder.is_some() {
-                format!("{source}[{index}]")
-            } else {
-                format!("{SOURCE}[{index}]")
-            },
+            source: reject_source(index),
             reason: reason.clone(),
             payload: convert::excerpt(raw.get().as_bytes()),
         });
@@ -331,7 +329,7 @@ async fn ingest(
     }
     drop(items);
     drop(body);
-    let written = state.sink.write_once(&source, &batch).await.map_err(|e| {
+    let written = state.sink.write_once(SOURCE, &batch).await.map_err(|e| {
         tracing::warn!(error = %e, "HTTP ingest: store unavailable");
         ApiError(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -103,6 +103,11 @@ async fn ingest_needs_a_token_bound_to_what_it_reports() {
         (json["accepted"].as_u64(), json["rejected"].as_u64()),
         (Some(1), Some(2))
     );
+    let rejects = collector.store.rejects(10).await.unwrap();
+    assert!(
+        rejects.iter().any(|r| r.source == "http:producers-dc1[1]"),
+        "rejects name the token: {rejects:?}"
+    );
     let rows = collector
         .store
         .topic_windows("orders", TimeRange::new(T0, T0 + W))
