@@ -578,25 +578,36 @@ impl PgStore {
         Ok(taken)
     }
 
-    /// The roll-up after a data error: each increment is added under its own savepoint,
-    /// and one the database refuses is taken off the queue and kept as a reject
-    /// (source `rollup`) with the reason, so the others go on. Slow, and only used
-    /// for the transaction that failed.
+    /// The roll-up after a data error: the increments are added by bisection, each
+    /// part under its own savepoint; a part the database refuses is split in two until
+    /// the one increment that causes it is found, which is taken off the queue and
+    /// kept as a reject (source `rollup`) with the reason. The others go on, at a cost
+    /// of about twice the work of a normal roll-up.
     async fn rollup_isolating(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
         use sqlx::Acquire;
         let (taken, increments) = Self::take_staged(tx, limit).await?;
         let now = crate::now_ms();
         let mut quarantined = Vec::new();
-        for message in &increments {
+        let mut parts: Vec<&[Message]> = vec![&increments];
+        while let Some(part) = parts.pop() {
+            if part.is_empty() {
+                continue;
+            }
             let mut savepoint = tx.begin().await.context("starting a savepoint")?;
-            match Self::add_windows(&mut savepoint, &Rollup::of([message]), now).await {
+            match Self::add_windows(&mut savepoint, &Rollup::of(part), now).await {
                 Ok(()) => savepoint.commit().await.context("releasing a savepoint")?,
                 Err(e) if e.is_data_error() => {
                     savepoint
                         .rollback()
                         .await
                         .context("rolling back to a savepoint")?;
-                    let Message::Increment(i) = message else {
+                    if part.len() > 1 {
+                        let (left, right) = part.split_at(part.len() / 2);
+                        parts.push(right);
+                        parts.push(left);
+                        continue;
+                    }
+                    let Message::Increment(i) = &part[0] else {
                         continue;
                     };
                     tracing::error!(uuid = %i.uuid, topic = %i.topic, error = %e,
@@ -614,9 +625,6 @@ impl PgStore {
         Ok(taken)
     }
 }
-
-/// Most increments one isolating roll-up takes (each costs a savepoint).
-const ISOLATING_ROLLUP_MAX: u32 = 1_000;
 
 #[derive(sqlx::FromRow)]
 struct StagedDb {
@@ -795,7 +803,7 @@ impl AuditStore for PgStore {
                     .begin()
                     .await
                     .context("beginning a roll-up transaction")?;
-                let n = Self::rollup_isolating(&mut tx, limit.min(ISOLATING_ROLLUP_MAX)).await?;
+                let n = Self::rollup_isolating(&mut tx, limit).await?;
                 tx.commit().await.context("committing a roll-up")?;
                 Ok(n)
             }

@@ -1077,14 +1077,15 @@ async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
     let honest = increment("orders", "regional", "dc1", 0, 5);
     let other = increment("payments", "regional", "dc1", 0, 6);
     let poison = increment("poison", "regional", "dc1", 0, 7);
-    store
-        .stage_batch(&batch(vec![
-            Message::Increment(honest),
-            Message::Increment(poison.clone()),
-            Message::Increment(other),
-        ]))
-        .await
-        .unwrap();
+    // Many others around it, in windows of their own: the poison is found by bisection.
+    let mut messages = vec![
+        Message::Increment(honest),
+        Message::Increment(poison.clone()),
+        Message::Increment(other),
+    ];
+    messages
+        .extend((1..40).map(|w| Message::Increment(increment("orders", "regional", "dc1", w, 1))));
+    store.stage_batch(&batch(messages)).await.unwrap();
     let mut rolled = 0;
     for _ in 0..10 {
         match store
@@ -1096,11 +1097,10 @@ async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
             n => rolled += n,
         }
     }
-    assert_eq!(rolled, 3);
-    assert_eq!(
-        store.topic_windows("orders", all()).await.unwrap()[0].count,
-        5
-    );
+    assert_eq!(rolled, 42);
+    let orders = store.topic_windows("orders", all()).await.unwrap();
+    assert_eq!(orders.len(), 40);
+    assert_eq!(orders.iter().map(|r| r.count).sum::<u64>(), 5 + 39);
     assert_eq!(
         store.topic_windows("payments", all()).await.unwrap()[0].count,
         6
