@@ -102,18 +102,35 @@ impl Sink {
         error: &StoreError,
     ) -> Result<Vec<Written>, StoreError> {
         tracing::warn!(source, %error, messages = batch.messages.len(),
-            "the store refused a batch for its data; writing it one message at a time");
-        let mut written = Vec::with_capacity(batch.messages.len());
+            "the store refused a batch for its data; writing it in parts to set the culprit aside");
+        // Bisection: a part the store refuses is split in two until the message that
+        // causes it is alone; parts that are stored stay stored.
+        let mut written: Vec<Option<Written>> = vec![None; batch.messages.len()];
         let mut quarantined = Vec::new();
-        for message in &batch.messages {
-            let single = Batch {
-                messages: vec![message.clone()],
+        let mut parts = Vec::new();
+        parts.push(0..batch.messages.len());
+        while let Some(range) = parts.pop() {
+            if range.is_empty() {
+                continue;
+            }
+            let part = Batch {
+                messages: batch.messages[range.clone()].to_vec(),
                 rejects: Vec::new(),
                 received_at_ms: batch.received_at_ms,
             };
-            match self.attempt(source, &single).await {
-                Ok(outcome) => written.push(outcome.outcomes[0].into()),
+            match self.attempt(source, &part).await {
+                Ok(outcome) => {
+                    for (slot, o) in written[range].iter_mut().zip(outcome.outcomes) {
+                        *slot = Some(o.into());
+                    }
+                }
+                Err(e) if e.is_data_error() && range.len() > 1 => {
+                    let middle = range.start + range.len() / 2;
+                    parts.push(middle..range.end);
+                    parts.push(range.start..middle);
+                }
                 Err(e) if e.is_data_error() => {
+                    let message = &batch.messages[range.start];
                     let reason = store::sanitize_text(
                         &format!("quarantined: the store refused this message: {e}"),
                         store::MAX_REJECT_REASON_LEN,
@@ -125,7 +142,7 @@ impl Sink {
                         reason: reason.clone(),
                         payload: store::sanitize_text(&format!("{message:?}"), 4096),
                     });
-                    written.push(Written::Quarantined(reason));
+                    written[range.start] = Some(Written::Quarantined(reason));
                 }
                 Err(e) => return Err(e),
             }
@@ -144,7 +161,10 @@ impl Sink {
             }
             Err(e) => return Err(e),
         }
-        Ok(written)
+        Ok(written
+            .into_iter()
+            .map(|w| w.expect("every message is written or quarantined"))
+            .collect())
     }
 
     /// Retries until the batch is stored (`Some`) or `shutdown` (`None`: nothing was
