@@ -152,6 +152,8 @@ mod http {
         base: String,
         bodies: Requests,
         status: Arc<Mutex<u16>>,
+        /// The Authorization header of each request ("" when absent).
+        authorization: Arc<Mutex<Vec<String>>>,
     }
 
     fn endpoint() -> Endpoint {
@@ -159,11 +161,12 @@ mod http {
         let base = format!("http://{}", l.local_addr().unwrap());
         let bodies: Requests = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(Mutex::new(200u16));
-        let (b, s) = (bodies.clone(), status.clone());
+        let authorization = Arc::new(Mutex::new(Vec::new()));
+        let (b, s, a) = (bodies.clone(), status.clone(), authorization.clone());
         std::thread::spawn(move || {
             for conn in l.incoming() {
                 let Ok(conn) = conn else { return };
-                let (b, s) = (b.clone(), s.clone());
+                let (b, s, a) = (b.clone(), s.clone(), a.clone());
                 std::thread::spawn(move || {
                     let mut r = BufReader::new(conn.try_clone().unwrap());
                     let mut w = conn;
@@ -174,6 +177,7 @@ mod http {
                         }
                         let target = line.split_whitespace().nth(1).unwrap_or("").to_owned();
                         let mut len = 0usize;
+                        let mut auth = String::new();
                         loop {
                             let mut h = String::new();
                             r.read_line(&mut h).unwrap();
@@ -184,7 +188,11 @@ mod http {
                             {
                                 len = v.trim().parse().unwrap();
                             }
+                            if h.to_ascii_lowercase().starts_with("authorization:") {
+                                auth = h["authorization:".len()..].trim().to_string();
+                            }
                         }
+                        a.lock().unwrap().push(auth);
                         let mut body = vec![0; len];
                         r.read_exact(&mut body).unwrap();
                         b.lock().unwrap().push((target, body));
@@ -198,7 +206,38 @@ mod http {
             base,
             bodies,
             status,
+            authorization,
         }
+    }
+
+    #[test]
+    fn sends_a_bearer_token_when_given_one() {
+        let ep = endpoint();
+        let dir = std::env::temp_dir().join(format!("audit-lib-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "t0k3n-from-a-secret-0123456789\n").unwrap();
+        let mut plain = HttpSink::new(&ep.base, Duration::from_secs(5)).unwrap();
+        plain.send(&batch(1, 1)).unwrap();
+        let mut with = HttpSink::new(&ep.base, Duration::from_secs(5))
+            .unwrap()
+            .with_bearer_token_file(&file)
+            .unwrap();
+        with.send(&batch(1, 2)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            *ep.authorization.lock().unwrap(),
+            vec![
+                String::new(),
+                "Bearer t0k3n-from-a-secret-0123456789".to_string()
+            ]
+        );
+        // A refused token keeps the batch (retry or spool), it does not drop it.
+        *ep.status.lock().unwrap() = 401;
+        assert!(matches!(
+            with.send(&batch(1, 3)),
+            Err(SinkError::Unavailable(_))
+        ));
     }
 
     #[test]

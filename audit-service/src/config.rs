@@ -66,6 +66,18 @@ impl Config {
             "audit.instance_id {:?} may only hold [A-Za-z0-9._-] (it names a directory and a transactional.id)",
             a.instance_id
         );
+        // The collector rejects every message whose names leave this set (its ingest
+        // bounds): say so at start rather than in audit_reject.
+        for (key, value) in [("tier", &a.tier), ("datacenter", &a.datacenter)] {
+            anyhow::ensure!(
+                !value.is_empty()
+                    && value.len() <= 255
+                    && value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c)),
+                "audit.{key} {value:?} must be 1-255 characters of [A-Za-z0-9._:/-] (the collector rejects other names)"
+            );
+        }
         anyhow::ensure!(!a.group_id.is_empty(), "audit.group_id is required");
         // A revoke reports and commits every partition, then forgets them all: that
         // is the eager protocol. Incremental (cooperative) revokes would leave
@@ -256,6 +268,13 @@ mod tests {
         cfg.audit.instance_id = "x/../y".into();
         assert!(cfg.validate().is_err());
         cfg.audit.instance_id = "x".into();
+        cfg.audit.tier = "dc 1<b>".into();
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("audit.tier"));
+        cfg.audit.tier = "regional".into();
         assert!(cfg
             .validate()
             .unwrap_err()

@@ -13,6 +13,11 @@
 //!
 //! [http]                      # POST /api/v1/audit, /metrics, /healthz
 //! listen = "0.0.0.0:8091"
+//!
+//! [[auth.tokens]]             # bearer tokens for POST /api/v1/audit
+//! name = "producers-dc1"
+//! token_file = "/run/secrets/kafka-audit/ingest-dc1"
+//! scopes = ["ingest"]
 //! ```
 //! Environment overrides: `KAFKA_AUDIT__STORE__URL=...` etc.
 
@@ -31,7 +36,29 @@ pub struct CollectConfig {
     pub batch: BatchConfig,
     pub retry: RetryConfig,
     pub retention: RetentionConfig,
+    pub auth: AuthConfig,
     pub log: LogConfig,
+}
+
+/// Who may `POST /api/v1/audit` (`/metrics` and `/healthz` stay open).
+///
+/// ```toml
+/// [[auth.tokens]]
+/// name = "producers-dc1"
+/// token_file = "/run/secrets/kafka-audit/ingest-dc1"
+/// scopes = ["ingest"]
+/// tiers = ["producer"]        # optional: what this token may report
+/// datacenters = ["dc1"]
+/// ```
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Bearer tokens with scope `ingest` (see `common::auth`). With none, ingest
+    /// answers only clients on the loopback interface, unless `allow_unauthenticated`.
+    pub tokens: Vec<common::TokenConfig>,
+    /// Accept messages without a token from any address (a trusted network only:
+    /// anyone who can reach the port can forge every verdict).
+    pub allow_unauthenticated: bool,
 }
 
 /// Top-level sections the environment may set (see `common::load_config`).
@@ -42,6 +69,7 @@ pub const ENV_SECTIONS: &[&str] = &[
     "batch",
     "retry",
     "retention",
+    "auth",
     "log",
 ];
 
@@ -132,7 +160,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             enabled: true,
-            listen: SocketAddr::from(([0, 0, 0, 0], 8091)),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8091)),
             max_body_bytes: 8 << 20,
             max_messages: 10_000,
             header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
@@ -149,6 +177,10 @@ impl Default for HttpConfig {
 pub struct BatchConfig {
     /// Most Kafka records per database transaction.
     pub max_messages: usize,
+    /// Most payload bytes of Kafka records per database transaction (a batch ends
+    /// at the record that reaches it): bounds the collector's memory whatever the
+    /// size of audit records.
+    pub max_bytes: usize,
     /// How long to wait for more records once a batch has one.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
@@ -170,6 +202,7 @@ impl Default for BatchConfig {
     fn default() -> Self {
         BatchConfig {
             max_messages: 5_000,
+            max_bytes: 64 << 20,
             max_wait: Duration::from_millis(200),
             rollup_max: 200_000,
             test_pause_before_offset_commit: Duration::ZERO,
@@ -243,6 +276,12 @@ impl CollectConfig {
         }
         if self.batch.max_messages == 0 {
             anyhow::bail!("batch.max_messages must be at least 1");
+        }
+        for t in &self.auth.tokens {
+            t.check(&[common::Scope::Ingest])?;
+        }
+        if self.batch.max_bytes == 0 {
+            anyhow::bail!("batch.max_bytes must be at least 1");
         }
         if self.retention.enabled && self.retention.messages < self.retention.windows {
             tracing::warn!(

@@ -6,22 +6,15 @@ use store::{Increment, Latency, Message, OffsetRange, PartitionProgress, Progres
 /// Longest payload excerpt kept with a reject.
 pub const REJECT_PAYLOAD_LIMIT: usize = 4096;
 
-/// Parses and validates one payload: the store message, or why it is rejected.
-pub fn parse(payload: &[u8]) -> Result<Message, String> {
-    let wire =
-        AuditMessage::from_json(payload).map_err(|e| format!("not an audit message v1: {e}"))?;
+/// Parses and validates one payload received at `received_at_ms` (the collector's
+/// clock): the store message, or why it is rejected. The reason is sanitised (no
+/// control characters; bounded), since it may quote the payload.
+pub fn parse(payload: &[u8], received_at_ms: i64) -> Result<Message, String> {
+    let reason = |r: String| store::sanitize_text(&r, store::MAX_REJECT_REASON_LEN);
+    let wire = AuditMessage::from_json(payload)
+        .map_err(|e| reason(format!("not an audit message v1: {e}")))?;
     let message = to_store(wire);
-    store::validate_message(&message)?;
-    Ok(message)
-}
-
-/// Same as [`parse`] for an already-decoded JSON value (HTTP arrays).
-pub fn parse_value(value: &serde_json::Value) -> Result<Message, String> {
-    use serde::Deserialize;
-    let wire =
-        AuditMessage::deserialize(value).map_err(|e| format!("not an audit message v1: {e}"))?;
-    let message = to_store(wire);
-    store::validate_message(&message)?;
+    store::validate_ingest(&message, received_at_ms).map_err(reason)?;
     Ok(message)
 }
 
@@ -127,7 +120,7 @@ mod tests {
             stats,
             1_234,
         );
-        let Message::Increment(i) = parse(wire.to_json().as_bytes()).unwrap() else {
+        let Message::Increment(i) = parse(wire.to_json().as_bytes(), 2_000_000).unwrap() else {
             panic!("an increment")
         };
         assert_eq!(
@@ -178,6 +171,7 @@ mod tests {
             "checksum": "0000000000000001",
             "latency": {"zero_count": 0, "negative_count": 0, "buckets": [], "max_ms": 0}
         });
+        let parse_value = |v: &serde_json::Value| parse(v.to_string().as_bytes(), 1_000_000);
         assert!(parse_value(&v).is_ok());
         v["bytes"] = serde_json::json!(u64::MAX);
         let reason = parse_value(&v).unwrap_err();
@@ -185,6 +179,13 @@ mod tests {
         v["bytes"] = 1.into();
         v["topic"] = "".into();
         assert!(parse_value(&v).unwrap_err().contains("topic is empty"));
+        v["topic"] = "x".into();
+        v["kind"] = "\u{0}".into();
+        let reason = parse_value(&v).unwrap_err();
+        assert!(
+            reason.contains("unknown variant") && !reason.contains('\0'),
+            "{reason}"
+        );
     }
 
     #[test]

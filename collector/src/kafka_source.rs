@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{BatchConfig, KafkaSourceConfig};
 use crate::convert;
-use crate::sink::Sink;
+use crate::sink::{Sink, Written};
 
 pub struct KafkaSource {
     label: String,
@@ -83,7 +83,7 @@ impl KafkaSource {
             if records.next_offsets.is_empty() {
                 continue;
             }
-            let Some(outcome) = self
+            let Some(written) = self
                 .sink
                 .write(&self.label, &records.batch, &shutdown)
                 .await
@@ -94,8 +94,8 @@ impl KafkaSource {
             };
             tracing::debug!(
                 source = %self.label,
-                accepted = outcome.accepted(),
-                duplicates = outcome.duplicates(),
+                messages = written.len(),
+                accepted = written.iter().filter(|w| **w == Written::Accepted).count(),
                 rejected = records.batch.rejects.len(),
                 "batch stored"
             );
@@ -108,8 +108,9 @@ impl KafkaSource {
         Ok(())
     }
 
-    /// Waits for a first record, then gathers more until the batch is full or
-    /// `max_wait` passed. `None` on shutdown.
+    /// Waits for a first record, then gathers more until the batch holds
+    /// `max_messages` records or `max_bytes` of payload, or `max_wait` passed. `None`
+    /// on shutdown.
     async fn gather(
         &self,
         consumer: &StreamConsumer,
@@ -122,7 +123,7 @@ impl KafkaSource {
         };
         self.take(first, &mut gathered);
         let deadline = tokio::time::Instant::now() + self.batch.max_wait;
-        while gathered.records < self.batch.max_messages {
+        while gathered.records < self.batch.max_messages && gathered.bytes < self.batch.max_bytes {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, consumer.recv()) => match r {
                     Ok(r) => self.take(r, &mut gathered),
@@ -154,7 +155,8 @@ impl KafkaSource {
         into.records += 1;
         let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());
         let payload = record.payload().unwrap_or_default();
-        match convert::parse(payload) {
+        into.bytes += payload.len();
+        match convert::parse(payload, now_ms()) {
             Ok(message) => into.batch.messages.push(message),
             Err(reason) => {
                 let source = format!("{}/{topic}/{partition}@{offset}", self.label);
@@ -210,6 +212,8 @@ impl KafkaSource {
 struct Gathered {
     batch: Batch,
     records: usize,
+    /// Payload bytes of those records.
+    bytes: usize,
     /// (topic, partition) → offset to commit (last record + 1)
     next_offsets: BTreeMap<(String, i32), i64>,
 }

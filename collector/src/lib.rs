@@ -67,6 +67,10 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Collector> {
     config.check()?;
+    let tokens = Arc::new(common::Tokens::load(
+        &config.auth.tokens,
+        &[common::Scope::Ingest],
+    )?);
     let store = connect_store(&config, &shutdown).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -106,6 +110,9 @@ pub async fn start(
             http::HttpState {
                 sink: sink.clone(),
                 max_messages: config.http.max_messages,
+                max_body_bytes: config.http.max_body_bytes,
+                tokens: Arc::clone(&tokens),
+                allow_unauthenticated: config.auth.allow_unauthenticated,
             },
             config.http.max_body_bytes,
             Arc::new(registry),
@@ -117,7 +124,14 @@ pub async fn start(
                 .await
                 .context("collector HTTP server")
         });
-        tracing::info!(%addr, "HTTP ingest listening (POST /api/v1/audit, /metrics, /healthz)");
+        tracing::info!(%addr, tokens = config.auth.tokens.len(), "HTTP ingest listening (POST /api/v1/audit, /metrics, /healthz)");
+        if config.auth.tokens.is_empty() {
+            if config.auth.allow_unauthenticated {
+                tracing::warn!(%addr, "HTTP ingest has no tokens and allow_unauthenticated = true: anyone who reaches this port can forge audit verdicts");
+            } else {
+                tracing::warn!(%addr, "HTTP ingest has no tokens: accepting messages from loopback clients only (configure [[auth.tokens]])");
+            }
+        }
     }
     for source in &config.sources {
         let source =

@@ -45,6 +45,7 @@ pub struct Metrics {
     pub rolled_up: Counter,
     pub rollup_errors: Counter,
     pub rollup_caught_up: Gauge,
+    pub quarantined: Counter,
 }
 
 impl Metrics {
@@ -62,6 +63,7 @@ impl Metrics {
             rolled_up: Counter::default(),
             rollup_errors: Counter::default(),
             rollup_caught_up: Gauge::default(),
+            quarantined: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit_collector");
         r.register(
@@ -123,6 +125,11 @@ impl Metrics {
             "rollup_caught_up",
             "1 when the last roll-up found the queue drained; 0 while window rows lag ingestion",
             m.rollup_caught_up.clone(),
+        );
+        r.register(
+            "quarantined",
+            "Messages the store refused for their data although they passed validation; kept as rejects (source ...:quarantine)",
+            m.quarantined.clone(),
         );
         m
     }

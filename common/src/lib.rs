@@ -5,6 +5,7 @@
 //!
 //! The API is deliberately small and stable; both services build on it.
 
+pub mod auth;
 pub mod config;
 #[cfg(feature = "kafka")]
 pub mod kafka;
@@ -14,6 +15,7 @@ pub mod server;
 pub mod shutdown;
 pub mod telemetry;
 
+pub use auth::{Scope, TokenConfig, Tokens};
 pub use config::{load_config, ENV_PREFIX};
 #[cfg(feature = "kafka")]
 pub use kafka::{KafkaConfig, KafkaRole};

@@ -192,7 +192,6 @@ pub async fn serve(
         ),
         None => app,
     };
-    let service = TowerToHyperService::new(app);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
@@ -213,7 +212,13 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let (service, http, tls) = (service.clone(), http.clone(), limits.tls.clone());
+        // Handlers that decide by the peer's address (the collector's loopback-only
+        // ingest without tokens) read it as axum's `ConnectInfo`.
+        let service = TowerToHyperService::new(
+            app.clone()
+                .layer(axum::Extension(axum::extract::ConnectInfo(peer))),
+        );
+        let (http, tls) = (http.clone(), limits.tls.clone());
         let (token, handshake) = (shutdown.clone(), limits.header_read_timeout);
         tokio::spawn(async move {
             let _permit = permit;

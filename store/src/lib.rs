@@ -54,6 +54,40 @@ pub enum StoreError {
     Invalid(String),
 }
 
+impl StoreError {
+    /// An error the data of the batch caused (validation, or a PostgreSQL data or
+    /// integrity exception other than a unique violation): retrying the same batch
+    /// cannot succeed, so the caller must set the offending message aside instead.
+    pub fn is_data_error(&self) -> bool {
+        match self {
+            StoreError::Invalid(_) => true,
+            StoreError::Database {
+                source: sqlx::Error::Database(db),
+                ..
+            } => db.code().is_some_and(|code| {
+                // 22: data exception; 23: integrity constraint violation (23505, a
+                // concurrent writer of the same UUID, is retried by the store itself).
+                code.starts_with("22") || (code.starts_with("23") && code != "23505")
+            }),
+            StoreError::Database {
+                source:
+                    sqlx::Error::Encode(_) | sqlx::Error::Decode(_) | sqlx::Error::ColumnDecode { .. },
+                ..
+            } => true,
+            _ => false,
+        }
+    }
+}
+
+/// `old + new` for non-negative i64 columns, saturating at `i64::MAX`, in SQL that
+/// PostgreSQL and SQLite evaluate alike (SQLite would turn an overflowing sum into a
+/// REAL, PostgreSQL would fail the statement).
+pub(crate) fn sat_add(old: &str, new: &str) -> String {
+    format!(
+        "CASE WHEN {old} > 9223372036854775807 - {new} THEN 9223372036854775807 ELSE {old} + {new} END"
+    )
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The URL with its password replaced by `***`, for errors and logs. The password is

@@ -246,40 +246,147 @@ impl RetentionOutcome {
     }
 }
 
+/// Longest topic name (Kafka's limit).
+pub const MAX_TOPIC_LEN: usize = 249;
+/// Longest tier, datacenter or host name.
+pub const MAX_NAME_LEN: usize = 255;
+/// Most offset ranges of an increment, and most partitions of a progress report.
+pub const MAX_PARTITIONS: usize = 10_000;
+/// Highest latency bucket index (audit-lib's histogram maps every i64 below it).
+pub const MAX_BUCKET_INDEX: i32 = 2_300;
+/// Shortest and longest window accepted.
+pub const MIN_WINDOW_MS: i64 = 1_000;
+pub const MAX_WINDOW_MS: i64 = 86_400_000;
+/// Largest count one increment may carry at ingest: 2^48 (about 470 billion messages a
+/// second for ten minutes). Sums of many stay far below `i64::MAX`, and saturate if not.
+pub const MAX_COUNT: u64 = 1 << 48;
+/// Largest `bytes` one increment may carry at ingest.
+pub const MAX_BYTES: u64 = 1 << 60;
+/// How far in the future (by the collector's clock) `emitted_at`, `window_start` and a
+/// partition's `record_time` may be at ingest.
+pub const MAX_CLOCK_SKEW_MS: i64 = 3_600_000;
+/// Longest reject reason and source kept; longer ones are cut.
+pub const MAX_REJECT_REASON_LEN: usize = 1024;
+pub const MAX_REJECT_SOURCE_LEN: usize = 512;
+
+/// Text as it may be stored whatever it holds: control characters (NUL among them,
+/// which PostgreSQL `text` cannot hold) become U+FFFD, and the result is cut to at most
+/// `max` bytes on a character boundary.
+pub fn sanitize_text(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let c = if c.is_control() { '\u{FFFD}' } else { c };
+        if out.len() + c.len_utf8() > max {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Reject {
+    /// A reject whose reason and source are sanitised and bounded
+    /// ([`MAX_REJECT_REASON_LEN`], [`MAX_REJECT_SOURCE_LEN`]) and whose payload holds no
+    /// NUL, so storing it cannot fail.
+    pub fn sanitized(&self) -> Reject {
+        Reject {
+            source: sanitize_text(&self.source, MAX_REJECT_SOURCE_LEN),
+            reason: sanitize_text(&self.reason, MAX_REJECT_REASON_LEN),
+            payload: self.payload.replace('\0', "\u{FFFD}"),
+        }
+    }
+}
+
+fn name(field: &str, value: &str, max: usize, extra: &[u8]) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{field} is empty"));
+    }
+    if value.len() > max {
+        return Err(format!("{field} longer than {max} bytes"));
+    }
+    if let Some(bad) = value
+        .bytes()
+        .find(|b| !(b.is_ascii_alphanumeric() || b".-_".contains(b) || extra.contains(b)))
+    {
+        return Err(format!(
+            "{field} holds byte 0x{bad:02x}; allowed are A-Z a-z 0-9 . _ -{}",
+            extra
+                .iter()
+                .map(|b| format!(" {}", *b as char))
+                .collect::<String>()
+        ));
+    }
+    Ok(())
+}
+
+fn names(topic: &str, tier: &str, datacenter: &str, host: &str) -> Result<(), String> {
+    name("topic", topic, MAX_TOPIC_LEN, b"")?;
+    name("tier", tier, MAX_NAME_LEN, b":/")?;
+    name("datacenter", datacenter, MAX_NAME_LEN, b":/")?;
+    name("host", host, MAX_NAME_LEN, b":/")
+}
+
+fn at_most(field: &str, value: u64, max: u64) -> Result<(), String> {
+    if value > max {
+        return Err(format!("{field} = {value} exceeds {max}"));
+    }
+    Ok(())
+}
+
+fn not_negative(field: &str, value: i64) -> Result<(), String> {
+    if value < 0 {
+        return Err(format!("{field} = {value} is negative"));
+    }
+    Ok(())
+}
+
 /// Why a message cannot be stored. Checked by the collector before writing, so that a
-/// poison message is rejected with a reason instead of failing its whole batch.
+/// poison message is rejected with a reason instead of failing its whole batch; the
+/// stores check it again (a failure there is [`crate::StoreError::Invalid`]).
+/// [`validate_ingest`] adds the ingest-only bounds.
+///
+/// The bounds: what the store accepts (this function) and what the collector
+/// accepts from the outside ([`validate_ingest`], stricter). Everything that reaches the
+/// collector — HTTP bodies, records of the audit topics — is untrusted: a message
+/// outside these bounds is a per-message reject with its reason, never a failed batch.
+///
+/// | what | bound |
+/// |---|---|
+/// | topic | 1–249 bytes of `A-Z a-z 0-9 . _ -` (Kafka's own rule) |
+/// | tier, datacenter, host | 1–255 bytes of `A-Z a-z 0-9 . _ - : /` |
+/// | window | `0 ≤ window_start`, size `window_end − window_start` from 1 s to 1 day, `window_start` a multiple of the size (epoch-aligned) |
+/// | counts (`count`, `*_count`, latency counts, bucket counts) | ≤ `i64::MAX` in the store; ≤ [`MAX_COUNT`] (2^48) at ingest |
+/// | `bytes` | ≤ `i64::MAX` in the store; ≤ [`MAX_BYTES`] (2^60) at ingest |
+/// | latency buckets | indexes 0–[`MAX_BUCKET_INDEX`], strictly sorted, counts > 0, total ≤ `count` |
+/// | offsets, progress partitions | ≤ [`MAX_PARTITIONS`] entries, partitions ≥ 0, no duplicates, offsets ≥ 0 |
+/// | `emitted_at`, `window_start`, `record_time` | ≥ 0; at ingest at most [`MAX_CLOCK_SKEW_MS`] (1 h) after the collector's clock |
+/// | `lag` | ≥ 0 |
+///
+/// Window sums in the store saturate at `i64::MAX` rather than fail.
 pub fn validate_message(message: &Message) -> Result<(), String> {
-    fn text(field: &str, value: &str) -> Result<(), String> {
-        if value.is_empty() {
-            return Err(format!("{field} is empty"));
-        }
-        if value.len() > MAX_NAME_LEN {
-            return Err(format!("{field} longer than {MAX_NAME_LEN} bytes"));
-        }
-        Ok(())
-    }
-    fn fits(field: &str, value: u64) -> Result<(), String> {
-        if value > i64::MAX as u64 {
-            return Err(format!("{field} = {value} exceeds {}", i64::MAX));
-        }
-        Ok(())
-    }
+    const MAX: u64 = i64::MAX as u64;
     match message {
         Message::Increment(i) => {
-            text("topic", &i.topic)?;
-            text("tier", &i.tier)?;
-            text("datacenter", &i.datacenter)?;
-            text("host", &i.host)?;
-            if i.window_end_ms <= i.window_start_ms {
+            names(&i.topic, &i.tier, &i.datacenter, &i.host)?;
+            not_negative("emitted_at", i.emitted_at_ms)?;
+            not_negative("window_start", i.window_start_ms)?;
+            let size = i.window_end_ms.saturating_sub(i.window_start_ms);
+            if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&size) {
                 return Err(format!(
-                    "window_end {} is not after window_start {}",
-                    i.window_end_ms, i.window_start_ms
+                    "window [{}, {}) is {size} ms long; allowed are {MIN_WINDOW_MS} to {MAX_WINDOW_MS} ms",
+                    i.window_start_ms, i.window_end_ms
                 ));
             }
-            fits("count", i.count)?;
-            fits("bytes", i.bytes)?;
-            fits("latency.zero_count", i.latency.zero_count)?;
-            fits("latency.max_ms", i.latency.max_ms)?;
+            if i.window_start_ms % size != 0 {
+                return Err(format!(
+                    "window_start {} is not a multiple of the window size {size} ms",
+                    i.window_start_ms
+                ));
+            }
+            at_most("count", i.count, MAX)?;
+            at_most("bytes", i.bytes, MAX)?;
+            at_most("latency.zero_count", i.latency.zero_count, MAX)?;
+            at_most("latency.max_ms", i.latency.max_ms, MAX)?;
             for (name, part) in [
                 ("no_time_count", i.no_time_count),
                 ("malformed_count", i.malformed_count),
@@ -298,6 +405,11 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
             let mut previous: Option<i32> = None;
             let mut total = i.latency.zero_count;
             for &(index, count) in &i.latency.buckets {
+                if !(0..=MAX_BUCKET_INDEX).contains(&index) {
+                    return Err(format!(
+                        "latency bucket index {index} outside 0..={MAX_BUCKET_INDEX}"
+                    ));
+                }
                 if previous.is_some_and(|p| p >= index) {
                     return Err(format!(
                         "latency.buckets not strictly sorted at index {index}"
@@ -306,7 +418,7 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                 if count == 0 {
                     return Err(format!("latency bucket {index} has count 0"));
                 }
-                fits("latency bucket count", count)?;
+                at_most("latency bucket count", count, MAX)?;
                 total = total.saturating_add(count);
                 previous = Some(index);
             }
@@ -316,9 +428,15 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                     i.count
                 ));
             }
+            if i.offsets.len() > MAX_PARTITIONS {
+                return Err(format!(
+                    "{} offset ranges; at most {MAX_PARTITIONS} partitions allowed",
+                    i.offsets.len()
+                ));
+            }
             let mut partitions = std::collections::HashSet::new();
             for o in &i.offsets {
-                if o.min < 0 || o.max < o.min {
+                if o.partition < 0 || o.min < 0 || o.max < o.min {
                     return Err(format!(
                         "offset range of partition {} is invalid: min {} max {}",
                         o.partition, o.min, o.max
@@ -331,17 +449,28 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
             Ok(())
         }
         Message::Progress(p) => {
-            text("topic", &p.topic)?;
-            text("tier", &p.tier)?;
-            text("datacenter", &p.datacenter)?;
-            text("host", &p.host)?;
+            names(&p.topic, &p.tier, &p.datacenter, &p.host)?;
+            not_negative("emitted_at", p.emitted_at_ms)?;
+            if p.partitions.len() > MAX_PARTITIONS {
+                return Err(format!(
+                    "{} partitions in progress; at most {MAX_PARTITIONS} allowed",
+                    p.partitions.len()
+                ));
+            }
             let mut partitions = std::collections::HashSet::new();
             for part in &p.partitions {
+                not_negative("partition", i64::from(part.partition))?;
                 if part.next_offset < 0 {
                     return Err(format!(
                         "next_offset {} of partition {} is negative",
                         part.next_offset, part.partition
                     ));
+                }
+                if let Some(t) = part.record_time_ms {
+                    not_negative("record_time", t)?;
+                }
+                if let Some(lag) = part.lag {
+                    not_negative("lag", lag)?;
                 }
                 if !partitions.insert(part.partition) {
                     return Err(format!(
@@ -355,5 +484,144 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
     }
 }
 
-/// Longest topic, tier, datacenter or host name accepted (Kafka topics are ≤ 249).
-pub const MAX_NAME_LEN: usize = 512;
+/// [`validate_message`] plus the bounds only the collector can check, for messages from
+/// the outside: physical limits on counts ([`MAX_COUNT`], [`MAX_BYTES`]) and times no
+/// more than [`MAX_CLOCK_SKEW_MS`] ahead of `received_at_ms` (a far-future `emitted_at`
+/// would pin a progress watermark; a far-future window would outlive retention).
+pub fn validate_ingest(message: &Message, received_at_ms: i64) -> Result<(), String> {
+    validate_message(message)?;
+    let latest = received_at_ms.saturating_add(MAX_CLOCK_SKEW_MS);
+    let not_future = |field: &str, t: i64| {
+        if t > latest {
+            Err(format!(
+                "{field} = {t} is more than {MAX_CLOCK_SKEW_MS} ms after the collector's clock ({received_at_ms})"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match message {
+        Message::Increment(i) => {
+            not_future("emitted_at", i.emitted_at_ms)?;
+            not_future("window_start", i.window_start_ms)?;
+            for (field, v) in [
+                ("count", i.count),
+                ("latency.zero_count", i.latency.zero_count),
+            ] {
+                at_most(field, v, MAX_COUNT)?;
+            }
+            at_most("bytes", i.bytes, MAX_BYTES)?;
+            for &(_, count) in &i.latency.buckets {
+                at_most("latency bucket count", count, MAX_COUNT)?;
+            }
+        }
+        Message::Progress(p) => {
+            not_future("emitted_at", p.emitted_at_ms)?;
+            for part in &p.partitions {
+                if let Some(t) = part.record_time_ms {
+                    not_future("record_time", t)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn increment() -> Increment {
+        Increment {
+            uuid: Uuid::nil(),
+            topic: "orders".into(),
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            host: "auditor-0.ns:1".into(),
+            window_start_ms: 600_000,
+            window_end_ms: 1_200_000,
+            emitted_at_ms: 1_200_001,
+            count: 10,
+            bytes: 10,
+            no_time_count: 0,
+            malformed_count: 0,
+            out_of_bounds_count: 0,
+            checksum: 0,
+            latency: Latency::default(),
+            offsets: vec![],
+        }
+    }
+
+    fn check(f: impl Fn(&mut Increment)) -> Result<(), String> {
+        let mut i = increment();
+        f(&mut i);
+        validate_ingest(&Message::Increment(i), 2_000_000)
+    }
+
+    #[test]
+    fn names_are_bounded_to_a_safe_set() {
+        assert_eq!(check(|_| {}), Ok(()));
+        for bad in ["a\0b", "a b", "a\"b", "a\nb", "<!channel>", "x}", "é", ""] {
+            assert!(check(|i| i.topic = bad.into()).is_err(), "{bad:?}");
+            assert!(check(|i| i.host = bad.into()).is_err(), "{bad:?}");
+        }
+        assert!(check(|i| i.topic = "a:b".into()).is_err(), "Kafka's rule");
+        assert!(check(|i| i.topic = "t".repeat(249)).is_ok());
+        assert!(check(|i| i.topic = "t".repeat(250)).is_err());
+        assert!(check(|i| i.tier = "t".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn numbers_windows_and_times_are_bounded() {
+        assert!(check(|i| i.count = MAX_COUNT + 1).is_err());
+        assert!(check(|i| i.count = MAX_COUNT).is_ok());
+        assert!(check(|i| i.bytes = MAX_BYTES + 1).is_err());
+        assert!(check(|i| i.window_start_ms = 600_001).is_err(), "unaligned");
+        assert!(check(|i| i.window_end_ms = 600_500).is_err(), "too short");
+        assert!(check(|i| {
+            i.window_start_ms = 0;
+            i.window_end_ms = 2 * MAX_WINDOW_MS
+        })
+        .is_err());
+        assert!(check(|i| i.emitted_at_ms = 2_000_000 + MAX_CLOCK_SKEW_MS + 1).is_err());
+        assert!(check(|i| i.emitted_at_ms = -1).is_err());
+        assert!(check(|i| i.latency.buckets = vec![(MAX_BUCKET_INDEX + 1, 1)]).is_err());
+        assert!(check(|i| {
+            i.offsets = (0..=MAX_PARTITIONS as i32)
+                .map(|partition| OffsetRange {
+                    partition,
+                    min: 0,
+                    max: 0,
+                })
+                .collect()
+        })
+        .is_err());
+        let progress = |n: usize| {
+            Message::Progress(Progress {
+                uuid: Uuid::nil(),
+                topic: "orders".into(),
+                tier: "regional".into(),
+                datacenter: "dc1".into(),
+                host: "h".into(),
+                emitted_at_ms: 1,
+                partitions: (0..n as i32)
+                    .map(|partition| PartitionProgress {
+                        partition,
+                        next_offset: 0,
+                        record_time_ms: Some(1),
+                        lag: Some(0),
+                    })
+                    .collect(),
+            })
+        };
+        assert!(validate_ingest(&progress(MAX_PARTITIONS), 0).is_ok());
+        let reason = validate_ingest(&progress(100_001), 0).unwrap_err();
+        assert!(reason.contains("100001 partitions"), "{reason}");
+    }
+
+    #[test]
+    fn sanitized_text_has_no_control_characters_and_is_bounded() {
+        assert_eq!(sanitize_text("a\0b\nc", 100), "a\u{FFFD}b\u{FFFD}c");
+        assert_eq!(sanitize_text("ééé", 5), "éé");
+    }
+}

@@ -14,6 +14,46 @@ use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
+/// Adds increments to their windows. Every sum saturates at `i64::MAX` (`CASE`, which
+/// PostgreSQL evaluates lazily), so no increment can make the statement fail with
+/// `bigint out of range` and wedge the roll-up.
+static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let sum = |c: &str| crate::sat_add(&format!("w.{c}"), &format!("EXCLUDED.{c}"));
+    format!(
+        "INSERT INTO audit_window AS w (topic, tier, datacenter, window_start_ms, window_end_ms,
+             count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+             latency_zero_count, latency_negative_count, latency_max_ms, increments,
+             first_received_at_ms, last_received_at_ms)
+         SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[],
+                     $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
+                     $13::int8[], $14::int8[], $15::int8[])
+              AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc)
+         ON CONFLICT ON CONSTRAINT audit_window_key DO UPDATE SET
+             window_end_ms = GREATEST(w.window_end_ms, EXCLUDED.window_end_ms),
+             count = {},
+             bytes = {},
+             no_time_count = {},
+             malformed_count = {},
+             out_of_bounds_count = {},
+             checksum = audit_wrap_add(w.checksum, EXCLUDED.checksum),
+             latency_zero_count = {},
+             latency_negative_count = {},
+             latency_max_ms = GREATEST(w.latency_max_ms, EXCLUDED.latency_max_ms),
+             increments = {},
+             last_received_at_ms = GREATEST(w.last_received_at_ms, EXCLUDED.last_received_at_ms)
+         RETURNING id, topic, tier, datacenter, window_start_ms",
+        sum("count"),
+        sum("bytes"),
+        sum("no_time_count"),
+        sum("malformed_count"),
+        sum("out_of_bounds_count"),
+        sum("latency_zero_count"),
+        sum("latency_negative_count"),
+        sum("increments"),
+    )
+});
+
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
@@ -174,50 +214,26 @@ impl PgStore {
                 col.push(v);
             }
         }
-        let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
-            "INSERT INTO audit_window AS w (topic, tier, datacenter, window_start_ms, window_end_ms,
-                 count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
-                 latency_zero_count, latency_negative_count, latency_max_ms, increments,
-                 first_received_at_ms, last_received_at_ms)
-             SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[],
-                         $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
-                         $13::int8[], $14::int8[], $15::int8[])
-                  AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc)
-             ON CONFLICT ON CONSTRAINT audit_window_key DO UPDATE SET
-                 window_end_ms = GREATEST(w.window_end_ms, EXCLUDED.window_end_ms),
-                 count = w.count + EXCLUDED.count,
-                 bytes = w.bytes + EXCLUDED.bytes,
-                 no_time_count = w.no_time_count + EXCLUDED.no_time_count,
-                 malformed_count = w.malformed_count + EXCLUDED.malformed_count,
-                 out_of_bounds_count = w.out_of_bounds_count + EXCLUDED.out_of_bounds_count,
-                 checksum = audit_wrap_add(w.checksum, EXCLUDED.checksum),
-                 latency_zero_count = w.latency_zero_count + EXCLUDED.latency_zero_count,
-                 latency_negative_count = w.latency_negative_count + EXCLUDED.latency_negative_count,
-                 latency_max_ms = GREATEST(w.latency_max_ms, EXCLUDED.latency_max_ms),
-                 increments = w.increments + EXCLUDED.increments,
-                 last_received_at_ms = GREATEST(w.last_received_at_ms, EXCLUDED.last_received_at_ms)
-             RETURNING id, topic, tier, datacenter, window_start_ms",
-        )
-        .bind(&topics)
-        .bind(&tiers)
-        .bind(&dcs)
-        .bind(&starts)
-        .bind(&ends)
-        .bind(&cols[0])
-        .bind(&cols[1])
-        .bind(&cols[2])
-        .bind(&cols[3])
-        .bind(&cols[4])
-        .bind(&cols[5])
-        .bind(&cols[6])
-        .bind(&cols[7])
-        .bind(&cols[8])
-        .bind(&cols[9])
-        .bind(received)
-        .fetch_all(&mut **tx)
-        .await
-        .context("adding increments to windows")?;
+        let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(&UPSERT_WINDOWS)
+            .bind(&topics)
+            .bind(&tiers)
+            .bind(&dcs)
+            .bind(&starts)
+            .bind(&ends)
+            .bind(&cols[0])
+            .bind(&cols[1])
+            .bind(&cols[2])
+            .bind(&cols[3])
+            .bind(&cols[4])
+            .bind(&cols[5])
+            .bind(&cols[6])
+            .bind(&cols[7])
+            .bind(&cols[8])
+            .bind(&cols[9])
+            .bind(received)
+            .fetch_all(&mut **tx)
+            .await
+            .context("adding increments to windows")?;
         let ids: HashMap<WindowKey, i64> = rows
             .into_iter()
             .map(|(id, topic, tier, datacenter, window_start_ms)| {
@@ -270,7 +286,9 @@ impl PgStore {
             sqlx::query(
                 "INSERT INTO audit_window_bucket AS b (window_id, bucket, count)
                  SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[])
-                 ON CONFLICT (window_id, bucket) DO UPDATE SET count = b.count + EXCLUDED.count",
+                 ON CONFLICT (window_id, bucket) DO UPDATE SET count = CASE
+                     WHEN b.count > 9223372036854775807 - EXCLUDED.count THEN 9223372036854775807
+                     ELSE b.count + EXCLUDED.count END",
             )
             .bind(&b_ids)
             .bind(&b_idx)
@@ -382,7 +400,8 @@ impl PgStore {
              ON CONFLICT (tier, datacenter, host) DO UPDATE SET
                  last_emitted_at_ms = GREATEST(e.last_emitted_at_ms, EXCLUDED.last_emitted_at_ms),
                  last_received_at_ms = GREATEST(e.last_received_at_ms, EXCLUDED.last_received_at_ms),
-                 messages = e.messages + EXCLUDED.messages",
+                 messages = CASE WHEN e.messages > 9223372036854775807 - EXCLUDED.messages
+                     THEN 9223372036854775807 ELSE e.messages + EXCLUDED.messages END",
         )
         .bind(&tiers)
         .bind(&dcs)
@@ -404,13 +423,11 @@ impl PgStore {
         if rejects.is_empty() {
             return Ok(());
         }
+        // PostgreSQL text cannot hold NUL: a reject must be storable whatever it says.
+        let rejects: Vec<Reject> = rejects.iter().map(Reject::sanitized).collect();
         let sources: Vec<&str> = rejects.iter().map(|r| r.source.as_str()).collect();
         let reasons: Vec<&str> = rejects.iter().map(|r| r.reason.as_str()).collect();
-        // PostgreSQL text cannot hold NUL.
-        let payloads: Vec<String> = rejects
-            .iter()
-            .map(|r| r.payload.replace('\0', "\u{FFFD}"))
-            .collect();
+        let payloads: Vec<&str> = rejects.iter().map(|r| r.payload.as_str()).collect();
         sqlx::query(
             "INSERT INTO audit_reject (received_at_ms, source, reason, payload)
              SELECT $4, s, r, p FROM UNNEST($1::text[], $2::text[], $3::text[]) AS x(s, r, p)",
@@ -512,7 +529,12 @@ impl PgStore {
         Ok(BatchOutcome { outcomes })
     }
 
-    async fn rollup_in(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
+    /// Takes up to `limit` staged increments off the queue (in this transaction) and
+    /// reads them back: (how many were taken, the increments still stored).
+    async fn take_staged(
+        tx: &mut Transaction<'_, Postgres>,
+        limit: u32,
+    ) -> Result<(u64, Vec<Message>)> {
         let taken: Vec<Uuid> = sqlx::query_scalar(
             "DELETE FROM audit_pending WHERE ctid = ANY(ARRAY(
                  SELECT ctid FROM audit_pending LIMIT $1 FOR UPDATE SKIP LOCKED))
@@ -523,20 +545,20 @@ impl PgStore {
         .await
         .context("taking staged increments")?;
         if taken.is_empty() {
-            return Ok(0);
+            return Ok((0, Vec::new()));
         }
         seqscan(tx, false).await?;
         let rows: Vec<StagedDb> = sqlx::query_as(
-                    "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
-                            count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
-                            latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
-                            bucket_count, offset_partition, offset_min, offset_max
-                     FROM audit_message WHERE uuid = ANY($1) AND kind = 0",
-                )
-                .bind(&taken)
-                .fetch_all(&mut **tx)
-                .await
-                .context("reading staged increments")?;
+            "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
+                    count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+                    latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
+                    bucket_count, offset_partition, offset_min, offset_max
+             FROM audit_message WHERE uuid = ANY($1) AND kind = 0",
+        )
+        .bind(&taken)
+        .fetch_all(&mut **tx)
+        .await
+        .context("reading staged increments")?;
         seqscan(tx, true).await?;
         // A staged UUID whose message retention already deleted has nothing to add.
         let increments: Vec<Message> = rows
@@ -544,9 +566,63 @@ impl PgStore {
             .filter_map(StagedDb::into_increment)
             .map(Message::Increment)
             .collect();
-        let rollup = Rollup::of(&increments);
-        Self::add_windows(tx, &rollup, crate::now_ms()).await?;
-        Ok(taken.len() as u64)
+        Ok((taken.len() as u64, increments))
+    }
+
+    async fn rollup_in(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
+        let (taken, increments) = Self::take_staged(tx, limit).await?;
+        if taken > 0 {
+            let rollup = Rollup::of(&increments);
+            Self::add_windows(tx, &rollup, crate::now_ms()).await?;
+        }
+        Ok(taken)
+    }
+
+    /// The roll-up after a data error: the increments are added by bisection, each
+    /// part under its own savepoint; a part the database refuses is split in two until
+    /// the one increment that causes it is found, which is taken off the queue and
+    /// kept as a reject (source `rollup`) with the reason. The others go on, at a cost
+    /// of about twice the work of a normal roll-up.
+    async fn rollup_isolating(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
+        use sqlx::Acquire;
+        let (taken, increments) = Self::take_staged(tx, limit).await?;
+        let now = crate::now_ms();
+        let mut quarantined = Vec::new();
+        let mut parts: Vec<&[Message]> = vec![&increments];
+        while let Some(part) = parts.pop() {
+            if part.is_empty() {
+                continue;
+            }
+            let mut savepoint = tx.begin().await.context("starting a savepoint")?;
+            match Self::add_windows(&mut savepoint, &Rollup::of(part), now).await {
+                Ok(()) => savepoint.commit().await.context("releasing a savepoint")?,
+                Err(e) if e.is_data_error() => {
+                    savepoint
+                        .rollback()
+                        .await
+                        .context("rolling back to a savepoint")?;
+                    if part.len() > 1 {
+                        let (left, right) = part.split_at(part.len() / 2);
+                        parts.push(right);
+                        parts.push(left);
+                        continue;
+                    }
+                    let Message::Increment(i) = &part[0] else {
+                        continue;
+                    };
+                    tracing::error!(uuid = %i.uuid, topic = %i.topic, error = %e,
+                        "roll-up: the database refused an increment; quarantined as a reject");
+                    quarantined.push(Reject {
+                        source: "rollup".into(),
+                        reason: format!("quarantined: the database refused this increment: {e}"),
+                        payload: sanitize_text(&format!("{i:?}"), 4096),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Self::store_rejects(tx, &quarantined, now).await?;
+        Ok(taken)
     }
 }
 
@@ -712,9 +788,27 @@ impl AuditStore for PgStore {
             .begin()
             .await
             .context("beginning a roll-up transaction")?;
-        let n = Self::rollup_in(&mut tx, limit).await?;
-        tx.commit().await.context("committing a roll-up")?;
-        Ok(n)
+        match Self::rollup_in(&mut tx, limit).await {
+            Ok(n) => {
+                tx.commit().await.context("committing a roll-up")?;
+                Ok(n)
+            }
+            // Retrying would fail the same way forever (the same rows come back):
+            // isolate the increment that causes it instead.
+            Err(e) if e.is_data_error() => {
+                drop(tx);
+                tracing::warn!(error = %e, "roll-up hit a data error; rolling up one increment at a time");
+                let mut tx = self
+                    .pool
+                    .begin()
+                    .await
+                    .context("beginning a roll-up transaction")?;
+                let n = Self::rollup_isolating(&mut tx, limit).await?;
+                tx.commit().await.context("committing a roll-up")?;
+                Ok(n)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn list_topics(&self) -> Result<Vec<String>> {

@@ -129,6 +129,8 @@ impl SqliteStore {
                 .map(|(_, m)| m),
         );
 
+        // Saturating sums: SQLite would silently turn an overflowing sum into a REAL.
+        let sat = |c: &str| crate::sat_add(&format!("audit_window.{c}"), &format!("excluded.{c}"));
         let upsert_window = format!(
             "INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms,
                  count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
@@ -137,18 +139,26 @@ impl SqliteStore {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16)
              ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
                  window_end_ms = max(audit_window.window_end_ms, excluded.window_end_ms),
-                 count = audit_window.count + excluded.count,
-                 bytes = audit_window.bytes + excluded.bytes,
-                 no_time_count = audit_window.no_time_count + excluded.no_time_count,
-                 malformed_count = audit_window.malformed_count + excluded.malformed_count,
-                 out_of_bounds_count = audit_window.out_of_bounds_count + excluded.out_of_bounds_count,
+                 count = {count},
+                 bytes = {bytes},
+                 no_time_count = {no_time_count},
+                 malformed_count = {malformed_count},
+                 out_of_bounds_count = {out_of_bounds_count},
                  checksum = {WRAP_ADD_CHECKSUM},
-                 latency_zero_count = audit_window.latency_zero_count + excluded.latency_zero_count,
-                 latency_negative_count = audit_window.latency_negative_count + excluded.latency_negative_count,
+                 latency_zero_count = {latency_zero_count},
+                 latency_negative_count = {latency_negative_count},
                  latency_max_ms = max(audit_window.latency_max_ms, excluded.latency_max_ms),
-                 increments = audit_window.increments + excluded.increments,
+                 increments = {increments},
                  last_received_at_ms = max(audit_window.last_received_at_ms, excluded.last_received_at_ms)
-             RETURNING id"
+             RETURNING id",
+            count = sat("count"),
+            bytes = sat("bytes"),
+            no_time_count = sat("no_time_count"),
+            malformed_count = sat("malformed_count"),
+            out_of_bounds_count = sat("out_of_bounds_count"),
+            latency_zero_count = sat("latency_zero_count"),
+            latency_negative_count = sat("latency_negative_count"),
+            increments = sat("increments"),
         );
         for (k, w) in &rollup.windows {
             let id: i64 = sqlx::query_scalar(&upsert_window)
@@ -174,7 +184,9 @@ impl SqliteStore {
             for (&bucket, &count) in &w.buckets {
                 sqlx::query(
                     "INSERT INTO audit_window_bucket (window_id, bucket, count) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (window_id, bucket) DO UPDATE SET count = audit_window_bucket.count + excluded.count",
+                     ON CONFLICT (window_id, bucket) DO UPDATE SET count = CASE
+                         WHEN audit_window_bucket.count > 9223372036854775807 - excluded.count THEN 9223372036854775807
+                         ELSE audit_window_bucket.count + excluded.count END",
                 )
                 .bind(id)
                 .bind(bucket)
@@ -232,7 +244,8 @@ impl SqliteStore {
                  ON CONFLICT (tier, datacenter, host) DO UPDATE SET
                      last_emitted_at_ms = max(audit_emitter.last_emitted_at_ms, excluded.last_emitted_at_ms),
                      last_received_at_ms = max(audit_emitter.last_received_at_ms, excluded.last_received_at_ms),
-                     messages = audit_emitter.messages + excluded.messages",
+                     messages = CASE WHEN audit_emitter.messages > 9223372036854775807 - excluded.messages
+                         THEN 9223372036854775807 ELSE audit_emitter.messages + excluded.messages END",
             )
             .bind(tier)
             .bind(dc)
@@ -244,7 +257,7 @@ impl SqliteStore {
             .await
             .context("updating an emitter's last-seen time")?;
         }
-        for r in &batch.rejects {
+        for r in batch.rejects.iter().map(Reject::sanitized) {
             sqlx::query("INSERT INTO audit_reject (received_at_ms, source, reason, payload) VALUES (?1, ?2, ?3, ?4)")
                 .bind(received)
                 .bind(&r.source)

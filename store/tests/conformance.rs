@@ -74,6 +74,8 @@ conformance!(
     staged_increments_add_up_exactly_after_rollup,
     staged_and_direct_writes_deduplicate_each_other,
     concurrent_staging_and_rollups_count_each_increment_once,
+    sums_saturate_at_i64_max_instead_of_failing,
+    nul_in_a_name_or_a_reject_is_never_a_database_error,
 );
 
 /// Rolls up everything staged.
@@ -271,7 +273,7 @@ fn increment(topic: &str, tier: &str, dc: &str, window: i64, count: u64) -> Incr
         window_end_ms: T0 + (window + 1) * W,
         emitted_at_ms: T0 + (window + 1) * W + 1000,
         count,
-        bytes: count * 100,
+        bytes: count.saturating_mul(100).min(i64::MAX as u64),
         no_time_count: 0,
         malformed_count: 0,
         out_of_bounds_count: 0,
@@ -918,4 +920,209 @@ async fn migrating_twice_is_harmless(store: &Store) {
         .unwrap();
     store.migrate().await.unwrap();
     assert_eq!(store.list_topics().await.unwrap(), vec!["x".to_string()]);
+}
+
+/// Security review H1 / correctness B9: one increment near i64::MAX made every later
+/// roll-up fail with `bigint out of range` on PostgreSQL (and turned the sum into a
+/// REAL on SQLite, which then failed to read). Sums saturate instead; the store goes
+/// on with other windows.
+async fn sums_saturate_at_i64_max_instead_of_failing(store: &Store) {
+    let max = i64::MAX as u64;
+    let huge = |window| {
+        let mut i = increment("orders", "regional", "dc1", window, max);
+        i.bytes = max;
+        i.no_time_count = max;
+        i.latency = Latency {
+            zero_count: max,
+            negative_count: max,
+            max_ms: max,
+            buckets: vec![],
+        };
+        i
+    };
+    let mut small = increment("orders", "regional", "dc1", 0, 1);
+    small.latency.buckets = vec![(100, 1)];
+    let mut huge_bucket = increment("orders", "regional", "dc1", 0, max);
+    huge_bucket.latency.buckets = vec![(100, max)];
+    // Staged path (the collector's), then the direct path, each with a roll-up between.
+    store
+        .stage_batch(&batch(vec![Message::Increment(small)]))
+        .await
+        .unwrap();
+    rollup_all(store).await;
+    for m in [huge(0), huge_bucket] {
+        store
+            .stage_batch(&batch(vec![Message::Increment(m)]))
+            .await
+            .unwrap();
+        rollup_all(store).await;
+    }
+    store
+        .write_batch(&batch(vec![
+            Message::Increment(increment("orders", "regional", "dc1", 1, 5)),
+            Message::Increment(huge(1)),
+        ]))
+        .await
+        .unwrap();
+    store
+        .write_batch(&batch(vec![Message::Increment(huge(1))]))
+        .await
+        .unwrap();
+    let honest = increment("payments", "regional", "dc1", 0, 7);
+    store
+        .stage_batch(&batch(vec![Message::Increment(honest)]))
+        .await
+        .unwrap();
+    rollup_all(store).await;
+
+    let rows = store.topic_windows("orders", all()).await.unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(
+            (row.count, row.bytes, row.no_time_count),
+            (max, max, max),
+            "saturated at i64::MAX: {row:?}"
+        );
+        assert_eq!(
+            (row.latency.zero_count, row.latency.negative_count),
+            (max, max)
+        );
+    }
+    assert_eq!(rows[0].increments, 3);
+    assert_eq!(rows[0].latency.buckets, vec![(100, max)]);
+    let other = store.topic_windows("payments", all()).await.unwrap();
+    assert_eq!(
+        other.iter().map(|r| r.count).collect::<Vec<_>>(),
+        vec![7],
+        "another topic's increment reaches its window"
+    );
+}
+
+/// Security review H2: PostgreSQL text cannot hold NUL. A NUL in a name must be refused
+/// by validation (`Invalid`: the collector turns it into a reject), and a NUL in a
+/// reject's reason or source must be stored (replaced), never fail the transaction.
+async fn nul_in_a_name_or_a_reject_is_never_a_database_error(store: &Store) {
+    let mut poisoned = increment("a\0b", "regional", "dc1", 0, 1);
+    assert!(validate_message(&Message::Increment(poisoned.clone())).is_err());
+    poisoned.topic = "orders".into();
+    poisoned.host = "h\0".into();
+    for bad in [increment("a\0b", "regional", "dc1", 0, 1), poisoned] {
+        for result in [
+            store
+                .stage_batch(&batch(vec![Message::Increment(bad.clone())]))
+                .await,
+            store
+                .write_batch(&batch(vec![Message::Increment(bad.clone())]))
+                .await,
+        ] {
+            assert!(matches!(result, Err(StoreError::Invalid(_))), "{result:?}");
+        }
+    }
+    let mut b = batch(vec![Message::Increment(increment(
+        "orders", "regional", "dc1", 0, 3,
+    ))]);
+    b.rejects = vec![Reject {
+        source: "kafka:a/audit\0/0@1".into(),
+        reason: "unknown variant `\0`, expected `increment` or `progress`".into(),
+        payload: "{\"kind\":\"\0\"}".into(),
+    }];
+    store.stage_batch(&b).await.unwrap();
+    let mut again = b.clone();
+    again.messages.clear();
+    store.write_batch(&again).await.unwrap();
+    rollup_all(store).await;
+    let rejects = store.rejects(10).await.unwrap();
+    assert_eq!(rejects.len(), 2);
+    for r in &rejects {
+        assert!(
+            !r.reason.contains('\0') && r.reason.contains("unknown variant"),
+            "{r:?}"
+        );
+        assert!(
+            !r.source.contains('\0') && r.source.starts_with("kafka:a/audit"),
+            "{r:?}"
+        );
+        assert!(!r.payload.contains('\0'), "{r:?}");
+    }
+    assert_eq!(
+        store.topic_windows("orders", all()).await.unwrap()[0].count,
+        3
+    );
+}
+
+/// Correctness B9 / security H1, the general case: whatever data error the database
+/// raises while rolling up (here a trigger stands in for one), the roll-up must not
+/// retry the same rows forever. The offending increment is quarantined as a reject and
+/// the others reach their windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
+    let (store, _backing) = postgres().await;
+    let Store::Postgres(pg) = &store else {
+        unreachable!()
+    };
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.topic = 'poison' THEN
+                 RAISE EXCEPTION 'poisoned window' USING ERRCODE = '22003';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_poison BEFORE INSERT ON audit_window
+             FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
+    )
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    let honest = increment("orders", "regional", "dc1", 0, 5);
+    let other = increment("payments", "regional", "dc1", 0, 6);
+    let poison = increment("poison", "regional", "dc1", 0, 7);
+    // Many others around it, in windows of their own: the poison is found by bisection.
+    let mut messages = vec![
+        Message::Increment(honest),
+        Message::Increment(poison.clone()),
+        Message::Increment(other),
+    ];
+    messages
+        .extend((1..40).map(|w| Message::Increment(increment("orders", "regional", "dc1", w, 1))));
+    store.stage_batch(&batch(messages)).await.unwrap();
+    let mut rolled = 0;
+    for _ in 0..10 {
+        match store
+            .rollup(1000)
+            .await
+            .expect("a data error is not a roll-up error")
+        {
+            0 => break,
+            n => rolled += n,
+        }
+    }
+    assert_eq!(rolled, 42);
+    let orders = store.topic_windows("orders", all()).await.unwrap();
+    assert_eq!(orders.len(), 40);
+    assert_eq!(orders.iter().map(|r| r.count).sum::<u64>(), 5 + 39);
+    assert_eq!(
+        store.topic_windows("payments", all()).await.unwrap()[0].count,
+        6
+    );
+    assert!(store
+        .topic_windows("poison", all())
+        .await
+        .unwrap()
+        .is_empty());
+    let rejects = store.rejects(10).await.unwrap();
+    assert_eq!(rejects.len(), 1, "{rejects:?}");
+    assert_eq!(rejects[0].source, "rollup");
+    assert!(
+        rejects[0].reason.contains("poisoned window")
+            && rejects[0].payload.contains(&poison.uuid.to_string()),
+        "{:?}",
+        rejects[0]
+    );
+    // A replay of the quarantined message is a duplicate, not counted again.
+    let out = store
+        .stage_batch(&batch(vec![Message::Increment(poison)]))
+        .await
+        .unwrap();
+    assert_eq!(out.duplicates(), 1);
 }

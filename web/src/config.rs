@@ -111,21 +111,12 @@ impl Default for ServeConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    Read,
-    Admin,
-}
+/// Bearer tokens, shared with the collector (`common::auth`): `name`, `token` or
+/// `token_file`, `scopes` (`read`, `admin`).
+pub use common::auth::{Scope, TokenConfig};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenConfig {
-    /// Who holds it, for logs.
-    pub name: String,
-    pub token: String,
-    pub scopes: Vec<Scope>,
-}
+/// The scopes of `serve`'s API.
+pub const SCOPES: &[Scope] = &[Scope::Read, Scope::Admin];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -317,16 +308,7 @@ impl Config {
             "serve.evaluate_every must be longer than 0"
         );
         for t in &self.auth.tokens {
-            anyhow::ensure!(
-                t.token.len() >= 16,
-                "auth token {:?} is shorter than 16 characters",
-                t.name
-            );
-            anyhow::ensure!(
-                !t.scopes.is_empty(),
-                "auth token {:?} has no scopes",
-                t.name
-            );
+            t.check(SCOPES)?;
         }
         let a = &self.alerting;
         anyhow::ensure!(a.rate_limit >= 1, "alerting.rate_limit must be at least 1");

@@ -46,11 +46,14 @@ pub struct AppState {
     alerts: Arc<watch::Sender<alert::Desired>>,
     /// `serve.max_concurrent_requests` slots shared by every API route.
     api_slots: Arc<tokio::sync::Semaphore>,
+    /// `auth.tokens`, read (files included) at start.
+    tokens: Arc<common::Tokens>,
 }
 
 impl AppState {
     pub fn new(config: Config, store: Store) -> anyhow::Result<Self> {
         config.validate()?;
+        let tokens = Arc::new(common::Tokens::load(&config.auth.tokens, config::SCOPES)?);
         let topology = Arc::new(Topology::new(config.topology.clone())?);
         let index = Arc::new(RwLock::new(VerdictIndex::default()));
         let metrics = Arc::new(Metrics::new());
@@ -74,6 +77,7 @@ impl AppState {
             metrics,
             evaluator: Arc::new(tokio::sync::Mutex::new(evaluator)),
             alerts: Arc::new(alerts),
+            tokens,
         })
     }
 
@@ -127,47 +131,27 @@ impl AppState {
 }
 
 /// Bearer token check: `Ok` when auth is off or a configured token with `scope`
-/// (admin implies read) is presented.
+/// (admin implies read) is presented. Matching is `common::auth`'s (SHA-256 digests
+/// compared in constant time, `Bearer` case-insensitive).
 fn authorize(state: &AppState, req: &Request, scope: Scope) -> Result<(), AppError> {
-    let tokens = &state.config.auth.tokens;
-    if tokens.is_empty() {
+    if state.tokens.is_empty() {
         return Ok(());
     }
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(presented) = presented else {
-        return Err(AppError::new(
+    match state.tokens.authenticate(req.headers()) {
+        Err(common::auth::AuthError::Missing) => Err(AppError::new(
             StatusCode::UNAUTHORIZED,
             "missing bearer token (Authorization: Bearer <token>)",
-        ));
-    };
-    // Compare against every token in constant time per token, so timing does not
-    // reveal how much of a token matched.
-    let holder = tokens
-        .iter()
-        .find(|t| constant_time_eq(t.token.as_bytes(), presented.as_bytes()));
-    match holder {
-        None => Err(AppError::new(
+        )),
+        Err(common::auth::AuthError::Unknown) => Err(AppError::new(
             StatusCode::UNAUTHORIZED,
             "unknown bearer token",
         )),
-        Some(t) if t.scopes.contains(&scope) || t.scopes.contains(&Scope::Admin) => Ok(()),
-        Some(t) => Err(AppError::new(
+        Ok(holder) if holder.has(scope) => Ok(()),
+        Ok(holder) => Err(AppError::new(
             StatusCode::FORBIDDEN,
-            format!("token {:?} lacks the {scope:?} scope", t.name).to_lowercase(),
+            format!("token {:?} lacks the {scope:?} scope", holder.name).to_lowercase(),
         )),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn require_read(State(state): State<AppState>, req: Request, next: Next) -> Response {

@@ -394,8 +394,8 @@ async fn readiness_waits_for_the_first_evaluation(backend: Backend) {
 
 // ---------- auth (no database content needed; SQLite keeps it quick)
 
-const READ: &str = "read-token-0123456789";
-const ADMIN: &str = "admin-token-0123456789";
+const READ: &str = "read-token-0123456789abcdef";
+const ADMIN: &str = "admin-token-0123456789abcdef";
 
 fn auth_config(extra: &str) -> String {
     format!(
@@ -452,6 +452,36 @@ async fn auth_requires_a_token_with_the_right_scope() {
     for uri in ["/healthz", "/readyz", "/metrics"] {
         let r = request(&state, "GET", uri, None).await;
         assert_eq!(r.status, StatusCode::OK, "{uri}");
+    }
+}
+
+/// Tokens from files (Kubernetes Secrets), shared with the collector (common::auth):
+/// the trailing newline of the file is ignored; placeholders and short tokens are
+/// refused at start.
+#[tokio::test]
+async fn tokens_come_from_files_and_placeholders_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dashboard-token");
+    std::fs::write(&file, format!("{READ}\n")).unwrap();
+    let (state, _db) = state(
+        Backend::Sqlite,
+        &format!(
+            "[[auth.tokens]]\nname = \"dashboard\"\ntoken_file = {file:?}\nscopes = [\"read\"]\n"
+        ),
+    )
+    .await;
+    let r = request(&state, "GET", "/api/v1/topology", Some(READ)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = request(&state, "GET", "/api/v1/topology", None).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+
+    for token in ["replace-me-admin-token-0123456789", "sixteen-chars-ok"] {
+        let extra =
+            format!("[[auth.tokens]]\nname = \"ops\"\ntoken = \"{token}\"\nscopes = [\"admin\"]\n");
+        let parsed: web::Config =
+            toml::from_str(&format!("{}\n{extra}", support::TOPOLOGY)).unwrap();
+        let e = parsed.validate().expect_err("refused");
+        assert!(format!("{e:#}").contains("auth token"), "{e:#}");
     }
 }
 

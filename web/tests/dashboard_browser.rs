@@ -634,7 +634,7 @@ async fn dashboard_is_open_and_asks_for_a_token_when_the_api_needs_one() {
     let (server, state) = Server::start(
         r#"
 [auth]
-tokens = [{ name = "sre", token = "s3cret-read-token-0123", scopes = ["read"] }]
+tokens = [{ name = "sre", token = "s3cret-read-token-0123456789", scopes = ["read"] }]
 "#,
     )
     .await;

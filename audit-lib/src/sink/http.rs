@@ -10,6 +10,8 @@ use crate::message::AuditMessage;
 pub struct HttpSink {
     agent: ureq::Agent,
     url: String,
+    /// `Bearer <token>` when the collector requires a token.
+    authorization: Option<String>,
 }
 
 impl HttpSink {
@@ -32,7 +34,31 @@ impl HttpSink {
         Ok(HttpSink {
             agent,
             url: format!("{}/api/v1/audit", base_url.trim_end_matches('/')),
+            authorization: None,
         })
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every batch (a token of the
+    /// collector's `[[auth.tokens]]` with scope `ingest`).
+    pub fn with_bearer_token(mut self, token: &str) -> Self {
+        self.authorization = Some(format!("Bearer {}", token.trim()));
+        self
+    }
+
+    /// [`HttpSink::with_bearer_token`] with the token read from a file (a mounted
+    /// Kubernetes Secret, a systemd credential); trailing whitespace is ignored.
+    pub fn with_bearer_token_file(
+        self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Self, SinkError> {
+        let path = path.as_ref();
+        let token = std::fs::read_to_string(path).map_err(|e| {
+            SinkError::Rejected(format!(
+                "cannot read bearer token file {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(self.with_bearer_token(&token))
     }
 
     pub fn url(&self) -> &str {
@@ -46,10 +72,14 @@ impl Sink for HttpSink {
             return Ok(());
         }
         let body = serde_json::to_vec(batch).expect("audit messages always serialise");
-        let resp = self
+        let mut request = self
             .agent
             .post(&self.url)
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
+        let resp = request
             .send(&body[..])
             .map_err(|e| SinkError::Unavailable(format!("POST {}: {e}", self.url)))?;
         let status = resp.status().as_u16();
@@ -59,6 +89,12 @@ impl Sink for HttpSink {
             // this batch will never be accepted.
             408 | 429 | 500..=599 => Err(SinkError::Unavailable(format!(
                 "POST {}: HTTP {status}",
+                self.url
+            ))),
+            // A missing, wrong or unauthorised token is a configuration error of this
+            // producer, not of the batch: keep the batch (spool, retry) until fixed.
+            401 | 403 => Err(SinkError::Unavailable(format!(
+                "POST {}: HTTP {status}: the collector refused the bearer token; check it",
                 self.url
             ))),
             _ => {

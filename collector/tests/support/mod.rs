@@ -185,6 +185,7 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
             enabled: false,
             ..RetentionConfig::default()
         },
+        auth: Default::default(),
         log: common::LogConfig::default(),
     }
 }
