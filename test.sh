@@ -42,7 +42,7 @@ cargo_args=("$@")
 # --- 1. what is missing ----------------------------------------------------------------
 echo "== dependencies"
 missing=()
-for pkg in cmake libcurl4-openssl-dev libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation; do
+for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 command -v pkg-config >/dev/null || missing+=(pkg-config)
