@@ -12,7 +12,8 @@ mod serve;
 #[derive(Parser)]
 #[command(
     name = "kafka-audit",
-    version,
+    // package version and git revision, from build.rs
+    version = env!("KAFKA_AUDIT_VERSION"),
     about = "Audit Kafka pipelines for loss, delay and duplication"
 )]
 struct Cli {
