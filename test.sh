@@ -43,7 +43,7 @@ cargo_args=("$@")
 echo "== dependencies"
 missing=()
 # prometheus: its promtool checks the /metrics exposition (web metrics tests).
-for pkg in cmake libcurl4-openssl-dev libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus; do
+for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 command -v pkg-config >/dev/null || missing+=(pkg-config)

@@ -13,7 +13,8 @@ mod wait;
 #[derive(Parser)]
 #[command(
     name = "kafka-audit",
-    version,
+    // package version and git revision, from build.rs
+    version = env!("KAFKA_AUDIT_VERSION"),
     about = "Audit Kafka pipelines for loss, delay and duplication"
 )]
 struct Cli {

@@ -83,8 +83,11 @@
   const fmtClockSec = (ms) => { const t = utc(ms); return `${t.h}:${t.mi}:${t.s}`; };
   const fmtDay = (ms) => { const t = utc(ms); return `${t.mo}-${t.d}`; };
   const fmtFull = (ms) => { const t = utc(ms); return `${t.y}-${t.mo}-${t.d} ${t.h}:${t.mi}`; };
+  /// Seconds only when the window is shorter than a minute (`09:53:00–09:53:30`),
+  /// where minutes alone would label it `09:53–09:53`.
   function fmtWindow(start, end) {
-    return `${fmtDay(start)} ${fmtClock(start)}–${fmtClock(end)}`;
+    const clock = end - start < MIN ? fmtClockSec : fmtClock;
+    return `${fmtDay(start)} ${clock(start)}–${clock(end)}`;
   }
   const int = (n) => (n === null || n === undefined ? '–' : Number(n).toLocaleString('en-US'));
   function signed(n) {
@@ -505,16 +508,36 @@
           `No tier reported topic ${topic} in this range. Check the name, or choose a longer range.`)));
     }
 
-    const gates = await completenessPanel(enc, edges, q, topo);
+    // Windows before the first one any tier reported say nothing (0 expected, 0
+    // observed): the default range starts the chart where data starts, and the verdict
+    // table leaves them out. A link with a range of its own keeps the whole range.
+    const reported = new Set(win.windows.map((w) => w.window_start));
+    for (const e of edges) if (e.expected > 0 || e.observed > 0) reported.add(e.window_start);
+    const firstData = [...reported].reduce((a, w) => Math.min(a, w), Infinity);
+    const explicit = r.params.has('range') || (r.params.has('from') && r.params.has('to'));
+    const chartFrom = explicit ? range.from : fitFrom(range, firstData, windowMs);
+    const noData = (e) => e.expected === 0 && e.observed === 0 && !reported.has(e.window_start);
+
+    // The completeness strip covers the chart's windows, one cell each.
+    const gates = await completenessPanel(enc, edges, { ...q, from: chartFrom }, topo);
     return h('div', { 'data-page': 'topic', 'data-topic': topic },
       head,
-      edgeSummary(edges),
-      chartPanel({ win, cmp: { ...cmp, edges }, tiers, colorOf: tierColors(topo, tiers), windowMs, range, topic }),
+      edgeSummary(edges, noData),
+      chartPanel({ win, cmp: { ...cmp, edges }, tiers, colorOf: tierColors(topo, tiers), windowMs, range: { ...range, from: chartFrom }, fitted: chartFrom > range.from, topic }),
       gates,
       h('div', { class: 'cols' },
         latencyPanel(win, tiers, topo),
         anomalyListPanel(anomalous)),
-      verdictPanel(r, edges, topic));
+      verdictPanel(r, edges, topic, { firstData, noData }));
+  }
+
+  /// Start of the default range's chart: one window before the first with data, and
+  /// at least ten windows before the end, within the range.
+  function fitFrom(range, firstData, windowMs) {
+    if (!Number.isFinite(firstData)) return range.from;
+    const last = Math.floor((range.to - 1) / windowMs) * windowMs;
+    const from = Math.min(firstData - windowMs, last - 9 * windowMs);
+    return Math.max(range.from, Math.floor(from / windowMs) * windowMs);
   }
 
   // ---------------------------------------------------------------- completeness gate
@@ -586,9 +609,10 @@
       h('span', { class: 'dc' }, `${e.upstream_datacenters.join(',')}→${e.datacenter}`));
   }
 
-  function edgeSummary(edges) {
+  function edgeSummary(edges, noData) {
     const groups = new Map();
     for (const e of edges) {
+      if (noData(e) && e.verdict === 'ok') continue; // nobody reported: not a settled window
       const k = `${edgeKey(e)}|${e.datacenter}`;
       const g = groups.get(k) || { e, final: 0, expected: 0, observed: 0, kinds: {}, pending: 0 };
       if (e.lifecycle === 'final' && e.verdict !== 'pending' && e.verdict !== 'stalled') {
@@ -628,11 +652,11 @@
   }
 
   function timeStep(spanMs, px) {
-    const steps = [MIN, 5 * MIN, 10 * MIN, 15 * MIN, 30 * MIN, HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY];
+    const steps = [10000, 15000, 30000, MIN, 5 * MIN, 10 * MIN, 15 * MIN, 30 * MIN, HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY];
     return steps.find((st) => (st / spanMs) * px >= 90) || steps[steps.length - 1];
   }
 
-  function chartPanel({ win, cmp, tiers, colorOf, windowMs, range, topic }) {
+  function chartPanel({ win, cmp, tiers, colorOf, windowMs, range, fitted, topic }) {
     const first = Math.floor(range.from / windowMs) * windowMs;
     const wins = [];
     for (let w = first; w < range.to; w += windowMs) wins.push(w);
@@ -729,7 +753,7 @@
       if (x < M.l + 14 || x > W - M.r - 14) continue;
       const midnight = t % DAY === 0;
       axis.append(s('text', { x, y: H - 8, 'text-anchor': 'middle', 'font-weight': midnight ? 600 : null },
-        midnight || tstep >= DAY ? fmtDay(t) : fmtClock(t)));
+        midnight || tstep >= DAY ? fmtDay(t) : tstep < MIN ? fmtClockSec(t) : fmtClock(t)));
     }
     svg.append(axis);
     svg.append(labels);
@@ -858,7 +882,9 @@
       tierGaps ? h('span', { class: 'item' }, h('span', { class: 'sw-gap' }, '×'), 'tier missing a window') : null);
 
     return h('section', { class: 'panel' },
-      h('div', { class: 'panel-head' }, h('h2', {}, 'Messages per window by tier'), h('span', { class: 'spacer' }), legend),
+      h('div', { class: 'panel-head' }, h('h2', {}, 'Messages per window by tier'),
+        fitted ? h('span', { class: 'sub', id: 'chart-fitted', 'data-from': x0 }, `from ${fmtClockSec(x0)} UTC, just before the first data`) : null,
+        h('span', { class: 'spacer' }), legend),
       h('div', { class: 'panel-body' }, wrap));
   }
 
@@ -917,8 +943,11 @@
       sorted.length > 12 ? h('div', { class: 'foot' }, `${sorted.length - 12} more in the table below.`) : null));
   }
 
-  function verdictRow(e, topic, withTopic) {
+  /// `noData`: no tier reported this window (0 expected, 0 observed), shown as such
+  /// rather than as a healthy "ok, complete".
+  function verdictRow(e, topic, withTopic, noData) {
     const anomaly = isAnomaly(e.verdict);
+    const empty = Boolean(noData) && e.verdict === 'ok';
     const cells = [
       h('td', {}, fmtWindow(e.window_start, e.window_end)),
       withTopic ? h('td', { class: 'mono' }, h('a', { href: link('topic', e.topic, rangeOnly(route().params)) }, e.topic)) : null,
@@ -929,8 +958,8 @@
       h('td', { class: 'num' }, pct(e.completeness)),
       h('td', {}, e.checksums_match ? h('span', { class: 'dim' }, 'match') : h('span', { class: 'neg' }, 'differ')),
       h('td', {}, h('span', { class: `lifecycle ${e.lifecycle}` }, e.lifecycle)),
-      h('td', {}, badge(e.verdict)),
-      h('td', { class: 'reason' }, e.reason),
+      h('td', {}, empty ? h('span', { class: 'badge v-nodata', 'data-verdict-badge': 'nodata' }, 'no data') : badge(e.verdict)),
+      h('td', { class: 'reason' }, empty ? 'no tier reported this window' : e.reason),
     ];
     if (!withTopic) {
       const btn = h('button', { type: 'button', class: 'linkish', 'data-offsets': `${e.window_start}|${topic}`, title: 'Partition offsets behind this window, per tier' }, 'show');
@@ -940,6 +969,7 @@
     return h('tr', {
       class: anomaly ? `anomalous r-${e.verdict}` : '',
       'data-verdict': e.verdict, 'data-window': e.window_start, 'data-edge': edgeKey(e), 'data-datacenter': e.datacenter,
+      'data-nodata': empty,
     }, cells);
   }
 
@@ -974,17 +1004,22 @@
     }
   }
 
-  function verdictPanel(r, edges, topic) {
+  function verdictPanel(r, edges, topic, { firstData, noData }) {
     const only = r.params.get('only') === '1';
+    // Windows before the first data, nobody reported and nothing is wrong with: left out.
+    const before = (e) => e.window_start < firstData && noData(e) && !isAnomaly(e.verdict);
+    const hidden = new Set(edges.filter(before).map((e) => e.window_start)).size;
+    edges = edges.filter((e) => !before(e));
     const box = h('input', { type: 'checkbox', id: 'only-anomalies', checked: only });
     const tbody = h('tbody');
     const foot = h('div', { class: 'foot' });
     const sorted = edges.slice().sort((a, b) => b.window_start - a.window_start || edgeKey(a).localeCompare(edgeKey(b)) || a.datacenter.localeCompare(b.datacenter));
     function fill() {
       const list = box.checked ? sorted.filter((e) => isAnomaly(e.verdict)) : sorted;
-      tbody.replaceChildren(...list.slice(0, TABLE_LIMIT).map((e) => verdictRow(e, topic, false)));
+      tbody.replaceChildren(...list.slice(0, TABLE_LIMIT).map((e) => verdictRow(e, topic, false, noData(e))));
       if (list.length === 0) tbody.append(h('tr', {}, h('td', { colspan: 12, class: 'empty' }, box.checked ? 'No anomalous window in this range.' : 'No window in this range.')));
       foot.textContent = list.length > TABLE_LIMIT ? `Showing the newest ${int(TABLE_LIMIT)} of ${int(list.length)} rows; choose a shorter range for the rest.` : `${int(list.length)} rows`;
+      if (hidden) foot.append(h('span', { id: 'verdicts-nodata', 'data-windows': hidden }, ` · ${int(hidden)} earlier ${hidden === 1 ? 'window' : 'windows'} without data from any tier not listed`));
     }
     box.addEventListener('change', () => { replaceUrl(r, withParam(r.params, 'only', box.checked ? '1' : '')); fill(); });
     fill();

@@ -130,8 +130,12 @@ struct Server {
 
 impl Server {
     async fn start(extra_config: &str) -> (Server, AppState) {
+        Self::start_with(config(extra_config)).await
+    }
+
+    async fn start_with(config: web::Config) -> (Server, AppState) {
         let (store, db) = store(Backend::Sqlite).await;
-        let state = AppState::new(config(extra_config), store).expect("state");
+        let state = AppState::new(config, store).expect("state");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
@@ -203,6 +207,10 @@ impl Run {
 /// timers and fetches run to completion before the DOM is dumped or the screenshot
 /// taken; the page's auto-refresh (30 s) lies beyond the budget.
 fn chromium(url: &str, mode: &str, budget_ms: u64) -> Run {
+    chromium_sized(url, mode, budget_ms, (1400, 1000))
+}
+
+fn chromium_sized(url: &str, mode: &str, budget_ms: u64, (width, height): (u32, u32)) -> Run {
     let profile = tempfile::tempdir().expect("chromium profile dir");
     let mut cmd = Command::new(CHROMIUM);
     cmd.args([
@@ -218,11 +226,11 @@ fn chromium(url: &str, mode: &str, budget_ms: u64) -> Run {
         "--disable-extensions",
         "--hide-scrollbars",
         "--force-device-scale-factor=1",
-        "--window-size=1400,1000",
         "--run-all-compositor-stages-before-draw",
         "--enable-logging=stderr",
         "--v=0",
     ])
+    .arg(format!("--window-size={width},{height}"))
     .arg(format!("--user-data-dir={}", profile.path().display()))
     .arg(format!("--virtual-time-budget={budget_ms}"))
     .arg(mode)
@@ -282,10 +290,15 @@ async fn rendered(url: &str) -> (String, Run) {
 }
 
 async fn screenshot(url: &str, file: &Path) {
+    screenshot_sized(url, file, (1400, 1000)).await
+}
+
+/// A screenshot of the top `size` (width, height) of the page.
+async fn screenshot_sized(url: &str, file: &Path, size: (u32, u32)) {
     let _ = std::fs::remove_file(file);
     let u = url.to_string();
     let mode = format!("--screenshot={}", file.display());
-    let run = tokio::task::spawn_blocking(move || chromium(&u, &mode, 10_000))
+    let run = tokio::task::spawn_blocking(move || chromium_sized(&u, &mode, 10_000, size))
         .await
         .expect("chromium thread");
     let png = std::fs::read(file).unwrap_or_else(|e| {
@@ -658,5 +671,181 @@ tokens = [{ name = "sre", token = "s3cret-read-token-0123456789", scopes = ["rea
         tags(&dom, "tr", &["data-topic="]).is_empty(),
         "no topic data without a token"
     );
+    server.stop().await;
+}
+
+/// The demo's topology: 30-second windows judged 20 s after they end.
+const SHORT: i64 = 30_000;
+
+fn short_window_config() -> web::Config {
+    let config: web::Config = toml::from_str(
+        r#"
+[topology]
+window = "30s"
+grace = "20s"
+stall_after = "5m"
+tiers = [
+  { name = "producer", progress = false },
+  { name = "regional" },
+]
+[[topology.edges]]
+upstream = "producer"
+downstream = "regional"
+"#,
+    )
+    .expect("config parses");
+    config.validate().expect("config is valid");
+    config
+}
+
+/// `HH:MM:SS`, UTC, as the dashboard prints it.
+fn clock_sec(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .expect("a time")
+        .format("%H:%M:%S")
+        .to_string()
+}
+
+/// What a newcomer sees minutes after `kafka-audit demo` starts: 30-second windows,
+/// data only in the last five minutes of the default six-hour range, one window in the
+/// middle without data. The chart starts where the data starts (not a sliver at the
+/// end of six hours), the hundreds of earlier windows nobody reported are not listed
+/// as "0 / 0 ok complete", the window in the middle without data says so, and a
+/// window's label shows seconds (09:53:00–09:53:30, not 09:53–09:53). A link with a
+/// range of its own keeps that range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_topic_on_short_windows_starts_where_its_data_starts() {
+    require_chromium();
+    let (server, state) = Server::start_with(short_window_config()).await;
+    let topic = "payments";
+    let now = now_ms();
+    // From the first window five minutes ago to the last closed one.
+    let first = (now - 5 * MIN).div_euclid(SHORT) * SHORT;
+    let last_closed = now.div_euclid(SHORT) * SHORT - SHORT;
+    let gap = first + 4 * SHORT;
+    let mut messages = Vec::new();
+    let mut data_windows = 0;
+    let mut w = first;
+    while w <= last_closed {
+        if w != gap {
+            for tier in ["producer", "regional"] {
+                let mut m = increment(topic, tier, "dc1", w, 500, 500);
+                if let Message::Increment(inc) = &mut m {
+                    inc.window_end_ms = w + SHORT;
+                }
+                messages.push(m);
+            }
+            data_windows += 1;
+        }
+        w += SHORT;
+    }
+    messages.push(caught_up(topic, "regional", "dc1"));
+    write(&state.store, messages).await;
+    state.evaluate(now_ms()).await.expect("evaluate");
+    let base = &server.base;
+    let url = format!("{base}/#/topic/{topic}");
+    let (dom, run) = rendered(&url).await;
+    assert_ready(&dom, &run, "topic page of a fresh topic");
+
+    // The chart: from one window before the data (or ten windows before the end), not
+    // the 720 windows of six hours.
+    let chart = tags(&dom, "svg", &[r#"data-chart="counts""#]);
+    let drawn: i64 = attr(&chart, "data-windows")[0].parse().expect("a count");
+    let windows_to_now = (now_ms() - first).div_euclid(SHORT) + 1;
+    assert!(
+        drawn <= windows_to_now + 2 && drawn >= windows_to_now.min(10),
+        "the chart draws {drawn} windows; data covers the last {windows_to_now}"
+    );
+    assert_eq!(
+        attr(&tags(&dom, "span", &[r#"id="chart-fitted""#]), "data-from"),
+        vec![(first - SHORT).to_string()],
+        "the chart says it starts one window before the first data"
+    );
+
+    assert_eq!(
+        tags(&dom, "circle", &[r#"data-tier="producer""#]).len(),
+        data_windows,
+        "a producer point per window with data"
+    );
+
+    // The verdict table starts where the data starts, and says how many windows it left out.
+    let table_rows: Vec<&str> = tags(&dom, "tr", &["data-verdict=", "data-edge="])
+        .into_iter()
+        .filter(|t| !t.contains("clickable"))
+        .collect();
+    let starts: Vec<i64> = attr(&table_rows, "data-window")
+        .iter()
+        .map(|w| w.parse().expect("a window start"))
+        .collect();
+    assert_eq!(
+        starts.iter().min().copied(),
+        Some(first),
+        "the oldest row of the verdict table is the first window with data; rows: {}",
+        starts.len()
+    );
+    let left_out: i64 = attr(
+        &tags(&dom, "span", &[r#"id="verdicts-nodata""#]),
+        "data-windows",
+    )
+    .first()
+    .unwrap_or_else(|| {
+        panic!(
+            "the table says it left windows out; console:\n{}",
+            run.console()
+        )
+    })
+    .parse()
+    .expect("a count");
+    assert!(
+        left_out >= 6 * 60 * 2 - 12,
+        "about six hours of 30 s windows before the data are left out: {left_out}"
+    );
+
+    // The window in the middle without data: "no data", not a healthy "ok".
+    let gap_rows = tags(
+        &dom,
+        "tr",
+        &[&format!(r#"data-window="{gap}""#), "data-edge="],
+    );
+    assert_eq!(gap_rows.len(), 1, "{gap_rows:?}");
+    assert!(
+        gap_rows[0].contains("data-nodata"),
+        "the window without data is marked as such: <{}>",
+        gap_rows[0]
+    );
+    assert!(dom.contains(r#"data-verdict-badge="nodata""#));
+    assert_eq!(
+        tags(&dom, "tr", &["data-nodata"]).len(),
+        1,
+        "only the gap is a no-data row"
+    );
+
+    // Window labels with seconds.
+    let label = format!(
+        "{} {}–{}",
+        chrono::DateTime::from_timestamp_millis(first)
+            .expect("a time")
+            .format("%m-%d"),
+        clock_sec(first),
+        clock_sec(first + SHORT)
+    );
+    assert!(
+        dom.contains(&label),
+        "the first window is labelled {label:?} in the verdict table"
+    );
+    let dir = artifacts_dir();
+    screenshot_sized(&url, &dir.join("topic-fresh-30s.png"), (1400, 1800)).await;
+
+    // A range chosen in the link is kept whole: 1 h of 30 s windows.
+    let (dom, run) = rendered(&format!("{url}?range=1h")).await;
+    assert_ready(&dom, &run, "topic page with a chosen range");
+    let drawn: i64 = attr(
+        &tags(&dom, "svg", &[r#"data-chart="counts""#]),
+        "data-windows",
+    )[0]
+    .parse()
+    .expect("a count");
+    assert!((120..=121).contains(&drawn), "1 h of 30 s windows: {drawn}");
+    assert!(tags(&dom, "span", &[r#"id="chart-fitted""#]).is_empty());
     server.stop().await;
 }
