@@ -17,7 +17,7 @@ use uuid::Uuid;
 const MIN: i64 = 60_000;
 const WINDOW: i64 = 10 * MIN;
 const GRACE: i64 = 20 * MIN;
-const TOKEN: &str = "reader-token-0123456789";
+const TOKEN: &str = "airflow-reader-token-0123456789abcdef";
 /// Bound on any one `wait` run of these tests (the machine is shared and slow).
 const RUN_BOUND: Duration = Duration::from_secs(90);
 
@@ -36,7 +36,7 @@ upstream = "producer"
 downstream = "regional"
 
 [auth]
-tokens = [{ name = "airflow", token = "reader-token-0123456789", scopes = ["read"] }]
+tokens = [{ name = "airflow", token = "airflow-reader-token-0123456789abcdef", scopes = ["read"] }]
 "#;
 
 fn now_ms() -> i64 {
