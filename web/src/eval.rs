@@ -126,6 +126,9 @@ pub fn engine_progress(p: &store::ProgressRow) -> PartitionProgress {
         // The collector's clock: an auditor whose clock is off is still judged by
         // when we last heard from it.
         reported_at: p.received_at_ms,
+        // The auditor's clock: when its lag was measured (see the engine's lag-0 rule).
+        emitted_at: p.emitted_at_ms,
+        host: p.host.clone(),
     }
 }
 
@@ -233,6 +236,15 @@ impl Evaluator {
             self.index.write().expect("verdict index lock").auditors = auditors;
         }
         let empty = Vec::new();
+        // Staged, not yet rolled-up increments: read after the progress and before the
+        // window rows (see `read::staged_windows`).
+        let mut staged: HashMap<String, engine::Staged> = HashMap::new();
+        for (topic, tier, dc, w) in
+            crate::read::staged_windows(&self.store, None, horizon_start).await?
+        {
+            staged.entry(topic).or_default().insert((tier, dc, w));
+        }
+        let no_staged = engine::Staged::new();
 
         // Topic → the windows to judge (`None`: every window of the horizon with rows).
         let mut work: BTreeMap<String, Option<BTreeSet<i64>>> = BTreeMap::new();
@@ -336,7 +348,8 @@ impl Evaluator {
                 }
                 _ => &empty,
             };
-            let verdicts = topo.evaluate_topic(&topic, &windows, &rows, p, now);
+            let staged = staged.get(&topic).unwrap_or(&no_staged);
+            let verdicts = topo.evaluate_topic_staged(&topic, &windows, &rows, p, staged, now);
             stats.windows += windows.len();
             stats.topics += 1;
             self.apply(&topic, &windows, verdicts);
