@@ -4,10 +4,17 @@
 
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::Value;
 use store::{AuditStore, Batch, Message};
 use support::*;
+use web::alert::ChannelWorker;
 use web::engine::{Lifecycle, Verdict};
 use web::{AppState, Config};
 
@@ -331,4 +338,153 @@ async fn one_stuck_instance_is_stalled_postgres() {
         v[0].4.contains("partition 1 (instance regional-b)"),
         "{v:?}"
     );
+}
+
+/// A local webhook receiver: every request body, in order.
+async fn start_receiver() -> (Arc<Mutex<Vec<Value>>>, String) {
+    async fn handle(
+        State(got): State<Arc<Mutex<Vec<Value>>>>,
+        Json(body): Json<Value>,
+    ) -> StatusCode {
+        got.lock().unwrap().push(body);
+        StatusCode::ACCEPTED
+    }
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let app = Router::new()
+        .route("/hook", post(handle))
+        .with_state(got.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (got, base)
+}
+
+/// The downstream auditor starts late (a restart or a deploy) and catches up. Its
+/// first report comes before librdkafka knows the partition's high watermark: it is in
+/// the middle of its backlog (60 of 100 messages of `w` read), lag null, and the last
+/// record it read has a CreateTime past `w`'s settle time. (Seen on the real broker:
+/// an auditor started after 60 000 messages reported partition 0 at offset 6 832 of
+/// 10 000 with `lag: null` and the record time of that record.) Every evaluation and
+/// every page a webhook receiver gets over the whole run is checked, not only the final
+/// verdict: a page that later resolves has still woken someone. A control topic with
+/// real loss shows the channel delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_auditor_catching_up_pages_nothing_postgres() {
+    let (got, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Postgres).await;
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/hook"
+"#
+    );
+    let state = AppState::new(config(&cfg), store).expect("state");
+    let mut hook = ChannelWorker::new(
+        state.config.alerting.channels[0].clone(),
+        state.config.alerting.clone(),
+        state.metrics.clone(),
+        None,
+    );
+    let step = |state: &AppState| {
+        let index = state.index.read().unwrap();
+        web::alert::desired(
+            &index,
+            &state.config.alerting,
+            state.topology.stall_after_ms,
+        )
+    };
+    let w = settled_window();
+    let now = now_ms();
+    write(
+        &state.store,
+        [
+            vec![increment("orders", "producer", "dc1", w, 100, 10)],
+            seed_control(w),
+        ]
+        .concat(),
+    )
+    .await;
+    // The first report of the late auditor.
+    write(
+        &state.store,
+        vec![
+            increment("orders", "regional", "dc1", w, 60, 6),
+            Message::Progress(store::Progress {
+                uuid: uuid::Uuid::new_v4(),
+                topic: "orders".into(),
+                tier: "regional".into(),
+                datacenter: "dc1".into(),
+                host: "regional-dc1-0".into(),
+                emitted_at_ms: now,
+                partitions: vec![store::PartitionProgress {
+                    partition: 0,
+                    next_offset: 6832,
+                    record_time_ms: Some(now - 1000),
+                    lag: None,
+                }],
+            }),
+        ],
+    )
+    .await;
+    state.evaluate(now).await.expect("cycle");
+    hook.sync(&step(&state), now).await;
+    let first = verdicts(&state, "orders", w);
+    // The next report: the rest of the backlog, lag 0.
+    write(
+        &state.store,
+        vec![
+            increment("orders", "regional", "dc1", w, 40, 4),
+            progress(
+                "orders",
+                "regional",
+                "dc1",
+                "regional-dc1-0",
+                0,
+                now_ms(),
+                0,
+                now_ms(),
+            ),
+        ],
+    )
+    .await;
+    let later = now_ms();
+    state.evaluate(later).await.expect("cycle");
+    hook.sync(&step(&state), later).await;
+    assert_eq!(verdicts(&state, "orders", w), vec![]);
+    let pages = got.lock().unwrap().clone();
+    let keys: Vec<(&str, &str)> = pages
+        .iter()
+        .map(|p| {
+            (
+                p["action"].as_str().unwrap(),
+                p["dedup_key"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        vec![(
+            "trigger",
+            format!("kafka-audit:control:producer->regional:dc1:{w}").as_str()
+        )],
+        "{pages:#?}"
+    );
+    assert_eq!(
+        (first[0].2, first[0].3),
+        (Verdict::Pending, Lifecycle::Settling),
+        "{first:?}"
+    );
+}
+
+/// `control` lost 10 of 100 between producer and regional in `w`, caught up.
+fn seed_control(w: i64) -> Vec<Message> {
+    vec![
+        increment("control", "producer", "dc1", w, 100, 1000),
+        increment("control", "regional", "dc1", w, 90, 900),
+        caught_up("control", "regional", "dc1"),
+    ]
 }

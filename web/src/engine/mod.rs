@@ -7,7 +7,8 @@
 //! 2. `now < end + grace` → `settling`, `pending` (late data is still expected).
 //! 3. Each auditor involved (downstream tier in the downstream datacenter, upstream tier
 //!    in each mapped datacenter; only tiers that report progress) must have read every
-//!    partition past `end + grace`: its last record time is at or after it, or it
+//!    partition past `end + grace`: its last record time is at or after it (with a
+//!    known lag: not the first reports of an auditor that started late), or it
 //!    reported lag 0 at or after it, dated by the auditor's `emitted_at` and never
 //!    later than the collector received it. If one has not: `stalled` when a partition
 //!    that holds it back was last reported longer than `stall_after` ago (per
@@ -202,14 +203,21 @@ struct Part<'a> {
 }
 
 impl Part<'_> {
-    /// Read past `t`: a record at or after it was consumed, or lag 0 was measured at
-    /// or after it. The measurement is dated by the auditor's `emitted_at` (a report
-    /// delivered late, after an audit-topic or database backlog, says nothing about
-    /// data written between its measurement and its delivery), and never later than
-    /// the collector received it (an auditor clock running ahead cannot date it into
-    /// the future): `received − emitted ≥ 0` is enforced by taking the minimum.
+    /// Read past `t`: a record at or after it was consumed and the lag is known, or
+    /// lag 0 was measured at or after it.
+    ///
+    /// A record time counts only with a known lag: an auditor that starts late (or
+    /// restarts) reports before librdkafka has fetched the high watermark (lag null),
+    /// in the middle of its backlog, and the CreateTime of the last record it read
+    /// says nothing about the records it has not read yet.
+    ///
+    /// Lag 0 is dated by the auditor's `emitted_at` (a report delivered late, after an
+    /// audit-topic or database backlog, says nothing about data written between its
+    /// measurement and its delivery), and never later than the collector received it
+    /// (an auditor clock running ahead cannot date it into the future):
+    /// `received − emitted ≥ 0` is enforced by taking the minimum.
     fn read_past(&self, t: i64) -> bool {
-        self.record_time.is_some_and(|r| r >= t)
+        (self.lag.is_some() && self.record_time.is_some_and(|r| r >= t))
             || (self.lag == Some(0) && self.emitted_at.min(self.reported_at) >= t)
     }
 }

@@ -212,6 +212,25 @@ fn verdicts_table() {
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
         },
         Case {
+            // A lagging auditor's first report comes before librdkafka knows the high
+            // watermark (lag null): its partition is mid-backlog, and the CreateTime
+            // of the last record read says nothing about records not read yet.
+            name: "record time past settle with an unknown lag does not count",
+            topic: "orders",
+            rows: vec![
+                row("producer", "dc1", 100, 7),
+                row("regional", "dc1", 60, 4),
+            ],
+            progress: vec![PartitionProgress {
+                lag: None,
+                ..progress("regional", "dc1", CAUGHT_UP, now)
+            }],
+            now,
+            edge_upstream: "producer",
+            datacenter: "dc1",
+            expect: (Verdict::Pending, Lifecycle::Settling, 100, 60),
+        },
+        Case {
             // B4: measured before the settle time, delivered after it (an audit-topic
             // or database backlog): says nothing about data written in between.
             name: "lag 0 emitted before settle time but received after does not count",
