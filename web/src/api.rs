@@ -459,13 +459,7 @@ pub async fn compare(
     let (from, to) = q.resolve(&state)?;
     let topo = &state.topology;
     let first = topo.window_start(from);
-    let rows: Vec<_> = state
-        .store
-        .topic_windows(&topic, TimeRange::new(first, to))
-        .await?
-        .iter()
-        .map(engine_row)
-        .collect();
+    // Progress, then staged increments, then window rows (see `read::staged_windows`).
     let progress: Vec<_> = state
         .store
         .progress(Some(&topic))
@@ -473,12 +467,25 @@ pub async fn compare(
         .iter()
         .map(engine_progress)
         .collect();
+    let staged: crate::engine::Staged =
+        crate::read::staged_windows(&state.store, Some(&topic), first)
+            .await?
+            .into_iter()
+            .map(|(_, tier, dc, w)| (tier, dc, w))
+            .collect();
+    let rows: Vec<_> = state
+        .store
+        .topic_windows(&topic, TimeRange::new(first, to))
+        .await?
+        .iter()
+        .map(engine_row)
+        .collect();
     let windows: Vec<i64> = (0..)
         .map(|i| first + i * topo.window_ms)
         .take_while(|w| *w < to)
         .collect();
     let now = now_ms();
-    let edges = topo.evaluate_topic(&topic, &windows, &rows, &progress, now);
+    let edges = topo.evaluate_topic_staged(&topic, &windows, &rows, &progress, &staged, now);
     Ok(Json(CompareResponse {
         topic,
         from,

@@ -15,12 +15,11 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 
-use store::{AuditStore, Store, StoreError, TimeRange};
+use store::{AuditStore, TimeRange};
 
 use crate::api::resolve_range;
-use crate::engine::{Edge, EdgeWindow, Lifecycle, Verdict};
+use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
 use crate::eval::{engine_progress, engine_row, now_ms};
 use crate::AppState;
@@ -181,16 +180,9 @@ fn required<'q>(value: &'q Option<String>, message: &str) -> ApiResult<&'q str> 
         .ok_or_else(|| AppError::bad_request(message.to_string()))
 }
 
-/// `staged`: increments of this window at these tiers are stored but not yet added
-/// to its counts, so whatever the counts say now is not the answer yet.
-fn gate(mut e: EdgeWindow, threshold: f64, staged: bool) -> WindowCompleteness {
+fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
     let ratio = ratio(e.observed, e.expected);
     let enough = ratio.is_none_or(|r| r >= threshold);
-    if staged && e.lifecycle == Lifecycle::Final {
-        e.lifecycle = Lifecycle::Settling;
-        e.verdict = Verdict::Pending;
-        e.reason = "increments of this window are stored but not yet added up (the collector's roll-up is behind)".into();
-    }
     let status = match (e.lifecycle, enough) {
         (Lifecycle::Final, true) => GateStatus::Complete,
         (Lifecycle::Final, false) => GateStatus::Incomplete,
@@ -262,7 +254,18 @@ pub async fn completeness(
         .map(engine_progress)
         .collect();
     let up_dcs = edge.upstream_datacenters(datacenter);
-    let staged = staged_windows(&state.store, &topic, edge, datacenter, &up_dcs, first, to).await?;
+    let involved = |tier: &str, dc: &str| {
+        (tier == edge.downstream && dc == datacenter)
+            || (tier == edge.upstream && up_dcs.iter().any(|u| u == dc))
+    };
+    // The engine keeps a window with staged increments of an involved tier and
+    // datacenter pending (the roll-up is behind): its counts are not the answer yet.
+    let staged: Staged = crate::read::staged_windows(&state.store, Some(&topic), first)
+        .await?
+        .into_iter()
+        .filter(|(_, tier, dc, w)| *w < to && involved(tier, dc))
+        .map(|(_, tier, dc, w)| (tier, dc, w))
+        .collect();
     let rows: Vec<_> = state
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
@@ -274,10 +277,6 @@ pub async fn completeness(
     // A misspelt topic or datacenter would otherwise wait forever (an auditor that
     // never reported is `stalled`, never final) or, between tiers that report no
     // progress, pass as complete without data: say so instead.
-    let involved = |tier: &str, dc: &str| {
-        (tier == edge.downstream && dc == datacenter)
-            || (tier == edge.upstream && up_dcs.iter().any(|u| u == dc))
-    };
     if !rows.iter().any(|r| involved(&r.tier, &r.datacenter))
         && !progress.iter().any(|p| involved(&p.tier, &p.datacenter))
         && staged.is_empty()
@@ -294,12 +293,11 @@ pub async fn completeness(
         .collect();
     let now = now_ms();
     let windows: Vec<WindowCompleteness> = topo
-        .evaluate_edge_datacenter(&topic, edge, datacenter, &starts, &rows, &progress, now)
+        .evaluate_edge_datacenter(
+            &topic, edge, datacenter, &starts, &rows, &progress, &staged, now,
+        )
         .into_iter()
-        .map(|e| {
-            let staged = staged.contains(&e.window_start);
-            gate(e, threshold, staged)
-        })
+        .map(|e| gate(e, threshold))
         .collect();
     let count = |s: GateStatus| windows.iter().filter(|w| w.status == s).count();
     let (complete, pending, incomplete) = (
@@ -342,42 +340,4 @@ pub async fn completeness(
         ratio: ratio(observed, reference),
         windows,
     }))
-}
-
-/// Starts of the windows in `[from, to)` with increments of the edge's tiers and
-/// datacenters that PostgreSQL has staged (`audit_pending`) and not yet rolled up.
-/// SQLite adds increments up as it stores them: none.
-async fn staged_windows(
-    store: &Store,
-    topic: &str,
-    edge: &Edge,
-    datacenter: &str,
-    up_dcs: &[String],
-    from: i64,
-    to: i64,
-) -> Result<BTreeSet<i64>, StoreError> {
-    let Store::Postgres(pg) = store else {
-        return Ok(BTreeSet::new());
-    };
-    let datacenters: Vec<&str> = std::iter::once(datacenter)
-        .chain(up_dcs.iter().map(String::as_str))
-        .collect();
-    let starts: Vec<i64> = sqlx::query_scalar(
-        "SELECT DISTINCT m.window_start_ms FROM audit_pending p
-         JOIN audit_message m ON m.uuid = p.uuid
-         WHERE m.topic = $1 AND m.tier = ANY($2) AND m.datacenter = ANY($3)
-           AND m.window_start_ms >= $4 AND m.window_start_ms < $5",
-    )
-    .bind(topic)
-    .bind([edge.upstream.as_str(), edge.downstream.as_str()])
-    .bind(&datacenters)
-    .bind(from)
-    .bind(to)
-    .fetch_all(pg.pool())
-    .await
-    .map_err(|source| StoreError::Database {
-        context: "reading staged increments",
-        source,
-    })?;
-    Ok(starts.into_iter().collect())
 }

@@ -126,6 +126,9 @@ pub fn engine_progress(p: &store::ProgressRow) -> PartitionProgress {
         // The collector's clock: an auditor whose clock is off is still judged by
         // when we last heard from it.
         reported_at: p.received_at_ms,
+        // The auditor's clock: when its lag was measured (see the engine's lag-0 rule).
+        emitted_at: p.emitted_at_ms,
+        host: p.host.clone(),
     }
 }
 
@@ -240,17 +243,44 @@ impl Evaluator {
         for (topic, tier, datacenter, last_report) in
             crate::read::auditor_reports(&self.store, AUDITOR_LIMIT).await?
         {
+            // An auditor silent for `forget_after` (deleted or no longer audited
+            // topic) is no longer expected.
+            if now.saturating_sub(last_report) > topo.forget_after_ms {
+                continue;
+            }
             let a = engine::AuditorStatus {
                 stalled: now.saturating_sub(last_report) > topo.stall_after_ms,
                 tier,
                 datacenter,
                 last_report,
+                stalled_instances: Vec::new(),
+                stalled_partitions: Vec::new(),
             };
             auditors.insert((topic, a.tier.clone(), a.datacenter.clone()), a);
+        }
+        // With every partition row at hand, judge stall per partition and instance
+        // (one stuck instance is stalled while the others report); a capped read keeps
+        // the per-auditor answer above for what it could not see.
+        if !progress_capped {
+            auditors.retain(|(topic, _, _), _| progress.contains_key(topic));
+            for (topic, p) in &progress {
+                for a in engine::auditor_status(&topo, p, now) {
+                    auditors.insert((topic.clone(), a.tier.clone(), a.datacenter.clone()), a);
+                }
+            }
         }
         self.update_auditor_metrics(&auditors);
         self.index.write().expect("verdict index lock").auditors = auditors;
         let empty = Vec::new();
+        // Staged, not yet rolled-up increments: read after the progress and before the
+        // window rows (see `read::staged_windows`).
+        let mut staged: HashMap<String, engine::Staged> = HashMap::new();
+        for (topic, tier, dc, w) in
+            crate::read::staged_windows(&self.store, None, horizon_start).await?
+        {
+            staged.entry(topic).or_default().insert((tier, dc, w));
+        }
+        let no_staged = engine::Staged::new();
 
         // Topic → the windows to judge (`None`: every window of the horizon with rows).
         let mut work: BTreeMap<String, Option<BTreeSet<i64>>> = BTreeMap::new();
@@ -354,7 +384,8 @@ impl Evaluator {
                 }
                 _ => &empty,
             };
-            let verdicts = topo.evaluate_topic(&topic, &windows, &rows, p, now);
+            let staged = staged.get(&topic).unwrap_or(&no_staged);
+            let verdicts = topo.evaluate_topic_staged(&topic, &windows, &rows, p, staged, now);
             stats.windows += windows.len();
             stats.topics += 1;
             self.apply(&topic, &windows, verdicts);

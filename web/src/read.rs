@@ -182,3 +182,29 @@ pub async fn auditor_reports(
             .map_err(db("reading auditors' last reports")),
     }
 }
+
+/// `(topic, tier, datacenter, window_start_ms)` of the increments PostgreSQL has
+/// staged (`audit_pending`) and not yet added to their window rows, for windows
+/// starting at or after `from_window_ms` (and of `topic` only when given). SQLite
+/// adds increments up as it stores them: none. Read it after the progress and
+/// before the window rows, so that increments that came with the progress are in one
+/// of the two.
+pub async fn staged_windows(
+    store: &Store,
+    topic: Option<&str>,
+    from_window_ms: i64,
+) -> Result<Vec<(String, String, String, i64)>, StoreError> {
+    let Store::Postgres(s) = store else {
+        return Ok(Vec::new());
+    };
+    sqlx::query_as(
+        "SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
+         FROM audit_pending p JOIN audit_message m ON m.uuid = p.uuid
+         WHERE ($1::text IS NULL OR m.topic = $1) AND m.window_start_ms >= $2",
+    )
+    .bind(topic)
+    .bind(from_window_ms)
+    .fetch_all(s.pool())
+    .await
+    .map_err(db("reading staged increments"))
+}

@@ -6,10 +6,21 @@
 //! 1. `now < end` → lifecycle `open`, verdict `pending`.
 //! 2. `now < end + grace` → `settling`, `pending` (late data is still expected).
 //! 3. Each auditor involved (downstream tier in the downstream datacenter, upstream tier
-//!    in each mapped datacenter; only tiers that report progress) must have read past
-//!    `end + grace`. If one has not: `stalled` when its last report is older than
-//!    `stall_after`, else `pending` — a lagging auditor never produces a false `loss`.
-//! 4. Otherwise the window is `final` and counts are compared: `loss` / `duplication`
+//!    in each mapped datacenter; only tiers that report progress) must have read every
+//!    partition past `end + grace`: its last record time is at or after it (with a
+//!    known lag: not the first reports of an auditor that started late), or it
+//!    reported lag 0 at or after it, dated by the auditor's `emitted_at` and never
+//!    later than the collector received it. If one has not: `stalled` when a partition
+//!    that holds it back was last reported longer than `stall_after` ago (per
+//!    partition and instance, not the freshest partition), else `pending` — a lagging
+//!    auditor never produces a false `loss`.
+//!    On a many-to-one edge, an upstream datacenter with neither progress for the
+//!    topic nor rows in the window does not carry the topic: it contributes 0 and does
+//!    not block. Progress older than `forget_after` is forgotten (a deleted topic stops
+//!    being expected).
+//! 4. Increments of the window at an involved tier and datacenter that the store has
+//!    received but not yet added up (PostgreSQL's staged roll-up) → `pending`.
+//! 5. Otherwise the window is `final` and counts are compared: `loss` / `duplication`
 //!    when the difference exceeds both thresholds, `mismatch` when the counts are equal
 //!    but the multiset checksums differ (loss masked by duplication, or altered data),
 //!    `delayed` when the downstream tier's p99 latency exceeds its objective, else `ok`.
@@ -53,9 +64,19 @@ pub struct PartitionProgress {
     /// Kafka record timestamp of the last consumed message (epoch ms).
     pub record_time: Option<i64>,
     pub lag: Option<i64>,
-    /// When this report was emitted (epoch ms).
+    /// When the collector received this report (epoch ms, its clock): staleness.
     pub reported_at: i64,
+    /// When the auditor measured and emitted it (epoch ms, its clock): what "lag 0"
+    /// is true as of.
+    pub emitted_at: i64,
+    /// The auditor instance that reported it.
+    pub host: String,
 }
+
+/// Window starts per (tier, datacenter) with increments the store holds but has not
+/// yet added to its window rows (PostgreSQL stages increments and rolls them up
+/// later). Such a window's counts are not the answer yet.
+pub type Staged = BTreeSet<(String, String, i64)>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -146,8 +167,14 @@ pub struct EdgeWindow {
 pub struct AuditorStatus {
     pub tier: String,
     pub datacenter: String,
+    /// Latest report of any partition.
     pub last_report: i64,
+    /// Some partition has not been reported for longer than `stall_after`.
     pub stalled: bool,
+    /// Instances (hosts) that last reported a partition that is now stale.
+    pub stalled_instances: Vec<String>,
+    /// Partitions not reported for longer than `stall_after`.
+    pub stalled_partitions: Vec<i32>,
 }
 
 #[derive(Default)]
@@ -166,26 +193,65 @@ impl Side {
     }
 }
 
-struct Auditor {
-    last_report: i64,
-    partitions: Vec<(Option<i64>, Option<i64>, i64)>,
+struct Part<'a> {
+    partition: i32,
+    record_time: Option<i64>,
+    lag: Option<i64>,
+    reported_at: i64,
+    emitted_at: i64,
+    host: &'a str,
 }
 
-impl Auditor {
-    /// Has every partition been read past `t`? Lag 0 counts only if it was reported at
-    /// or after `t`: an idle partition that was empty an hour ago says nothing about
-    /// data written since.
-    fn caught_up(&self, t: i64) -> bool {
-        !self.partitions.is_empty()
-            && self.partitions.iter().all(|&(record_time, lag, at)| {
-                record_time.is_some_and(|r| r >= t) || (lag == Some(0) && at >= t)
-            })
+impl Part<'_> {
+    /// Read past `t`: a record at or after it was consumed and the lag is known, or
+    /// lag 0 was measured at or after it.
+    ///
+    /// A record time counts only with a known lag: an auditor that starts late (or
+    /// restarts) reports before librdkafka has fetched the high watermark (lag null),
+    /// in the middle of its backlog, and the CreateTime of the last record it read
+    /// says nothing about the records it has not read yet.
+    ///
+    /// Lag 0 is dated by the auditor's `emitted_at` (a report delivered late, after an
+    /// audit-topic or database backlog, says nothing about data written between its
+    /// measurement and its delivery), and never later than the collector received it
+    /// (an auditor clock running ahead cannot date it into the future):
+    /// `received − emitted ≥ 0` is enforced by taking the minimum.
+    fn read_past(&self, t: i64) -> bool {
+        (self.lag.is_some() && self.record_time.is_some_and(|r| r >= t))
+            || (self.lag == Some(0) && self.emitted_at.min(self.reported_at) >= t)
     }
 }
 
-fn auditors(progress: &[PartitionProgress]) -> BTreeMap<(&str, &str), Auditor> {
+struct Auditor<'a> {
+    last_report: i64,
+    partitions: Vec<Part<'a>>,
+}
+
+impl Auditor<'_> {
+    /// The partition holding the auditor back from `t` whose last report is the
+    /// oldest: a stuck instance or partition is stalled even while the others report.
+    fn oldest_behind(&self, t: i64) -> Option<&Part<'_>> {
+        self.partitions
+            .iter()
+            .filter(|p| !p.read_past(t))
+            .min_by_key(|p| p.reported_at)
+        // (An auditor exists only with at least one partition, so `None` means every
+        // partition is read past `t`.)
+    }
+}
+
+/// Progress by (tier, datacenter); partitions not reported for longer than
+/// `forget_after` are dropped (their topic was deleted or is no longer audited).
+fn auditors<'a>(
+    progress: &'a [PartitionProgress],
+    now: i64,
+    forget_after_ms: i64,
+) -> BTreeMap<(&'a str, &'a str), Auditor<'a>> {
     let mut map: BTreeMap<(&str, &str), Auditor> = BTreeMap::new();
     for p in progress {
+        if now.saturating_sub(p.reported_at) > forget_after_ms {
+            continue;
+        }
         let a = map
             .entry((p.tier.as_str(), p.datacenter.as_str()))
             .or_insert(Auditor {
@@ -193,7 +259,14 @@ fn auditors(progress: &[PartitionProgress]) -> BTreeMap<(&str, &str), Auditor> {
                 partitions: Vec::new(),
             });
         a.last_report = a.last_report.max(p.reported_at);
-        a.partitions.push((p.record_time, p.lag, p.reported_at));
+        a.partitions.push(Part {
+            partition: p.partition,
+            record_time: p.record_time,
+            lag: p.lag,
+            reported_at: p.reported_at,
+            emitted_at: p.emitted_at,
+            host: &p.host,
+        });
     }
     map
 }
@@ -204,13 +277,23 @@ pub fn auditor_status(
     progress: &[PartitionProgress],
     now: i64,
 ) -> Vec<AuditorStatus> {
-    auditors(progress)
+    auditors(progress, now, topology.forget_after_ms)
         .into_iter()
-        .map(|((tier, dc), a)| AuditorStatus {
-            tier: tier.to_string(),
-            datacenter: dc.to_string(),
-            last_report: a.last_report,
-            stalled: now.saturating_sub(a.last_report) > topology.stall_after_ms,
+        .map(|((tier, dc), a)| {
+            let stale: Vec<&Part> = a
+                .partitions
+                .iter()
+                .filter(|p| now.saturating_sub(p.reported_at) > topology.stall_after_ms)
+                .collect();
+            let instances: BTreeSet<String> = stale.iter().map(|p| p.host.to_string()).collect();
+            AuditorStatus {
+                tier: tier.to_string(),
+                datacenter: dc.to_string(),
+                last_report: a.last_report,
+                stalled: !stale.is_empty(),
+                stalled_instances: instances.into_iter().collect(),
+                stalled_partitions: stale.iter().map(|p| p.partition).collect(),
+            }
         })
         .collect()
 }
@@ -242,17 +325,35 @@ impl Topology {
         progress: &[PartitionProgress],
         now: i64,
     ) -> Vec<EdgeWindow> {
+        self.evaluate_topic_staged(topic, windows, rows, progress, &Staged::new(), now)
+    }
+
+    /// [`Topology::evaluate_topic`] with the store's staged, not yet rolled-up
+    /// increments of the topic: a window with some at an involved tier and datacenter
+    /// is not final. Read progress first, then the staged increments, then the rows:
+    /// increments that came with the progress are then in one of the two.
+    pub fn evaluate_topic_staged(
+        &self,
+        topic: &str,
+        windows: &[i64],
+        rows: &[WindowRow],
+        progress: &[PartitionProgress],
+        staged: &Staged,
+        now: i64,
+    ) -> Vec<EdgeWindow> {
         let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
         for r in rows.iter().filter(|r| r.topic == topic) {
             by_window.entry(r.window_start).or_default().push(r);
         }
-        let auditors = auditors(progress);
+        let auditors = auditors(progress, now, self.forget_after_ms);
         let policy = self.policy_for(topic);
         let mut out = Vec::new();
         for &w in windows {
             let rows = by_window.get(&w).map(Vec::as_slice).unwrap_or(&[]);
             for edge in &self.edges {
-                self.evaluate_edge(topic, edge, w, rows, &auditors, &policy, now, &mut out);
+                self.evaluate_edge(
+                    topic, edge, w, rows, &auditors, staged, &policy, now, &mut out,
+                );
             }
         }
         out
@@ -264,7 +365,7 @@ impl Topology {
         &self,
         edge: &'a Edge,
         rows: &[&'a WindowRow],
-        auditors: &BTreeMap<(&'a str, &'a str), Auditor>,
+        auditors: &BTreeMap<(&'a str, &'a str), Auditor<'a>>,
     ) -> BTreeSet<String> {
         if !edge.is_one_to_one() {
             return edge.datacenters.values().cloned().collect();
@@ -289,7 +390,8 @@ impl Topology {
         edge: &'a Edge,
         window_start: i64,
         rows: &[&'a WindowRow],
-        auditors: &BTreeMap<(&'a str, &'a str), Auditor>,
+        auditors: &BTreeMap<(&'a str, &'a str), Auditor<'a>>,
+        staged: &Staged,
         policy: &Policy,
         now: i64,
         out: &mut Vec<EdgeWindow>,
@@ -302,6 +404,7 @@ impl Topology {
                 window_start,
                 rows,
                 auditors,
+                staged,
                 policy,
                 now,
             ));
@@ -320,13 +423,14 @@ impl Topology {
         windows: &[i64],
         rows: &[WindowRow],
         progress: &[PartitionProgress],
+        staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {
         let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
         for r in rows.iter().filter(|r| r.topic == topic) {
             by_window.entry(r.window_start).or_default().push(r);
         }
-        let auditors = auditors(progress);
+        let auditors = auditors(progress, now, self.forget_after_ms);
         let policy = self.policy_for(topic);
         windows
             .iter()
@@ -339,6 +443,7 @@ impl Topology {
                     w,
                     rows,
                     &auditors,
+                    staged,
                     &policy,
                     now,
                 )
@@ -354,7 +459,8 @@ impl Topology {
         dc: String,
         window_start: i64,
         rows: &[&'a WindowRow],
-        auditors: &BTreeMap<(&'a str, &'a str), Auditor>,
+        auditors: &BTreeMap<(&'a str, &'a str), Auditor<'a>>,
+        staged: &Staged,
         policy: &Policy,
         now: i64,
     ) -> EdgeWindow {
@@ -388,9 +494,20 @@ impl Topology {
                 "within the grace period".into(),
             )
         } else if let Some((v, why)) =
-            self.auditors_block(edge, &dc, &up_dcs, auditors, settle_at, now)
+            self.auditors_block(edge, &dc, &up_dcs, rows, auditors, settle_at, now)
         {
             (Lifecycle::Settling, v, why)
+        } else if let Some((tier, sdc)) = std::iter::once((edge.downstream.as_str(), dc.as_str()))
+            .chain(up_dcs.iter().map(|u| (edge.upstream.as_str(), u.as_str())))
+            .find(|(t, d)| staged.contains(&(t.to_string(), d.to_string(), window_start)))
+        {
+            (
+                Lifecycle::Settling,
+                Verdict::Pending,
+                format!(
+                    "increments of {tier}/{sdc} for this window are stored but not yet added up (the collector's roll-up is behind)"
+                ),
+            )
         } else {
             let judged = self.judge(
                 edge,
@@ -424,35 +541,56 @@ impl Topology {
     }
 
     /// `Some` when an auditor of this edge has not read past `settle_at`.
+    #[allow(clippy::too_many_arguments)]
     fn auditors_block(
         &self,
         edge: &Edge,
         dc: &str,
         up_dcs: &[String],
+        rows: &[&WindowRow],
         auditors: &BTreeMap<(&str, &str), Auditor>,
         settle_at: i64,
         now: i64,
     ) -> Option<(Verdict, String)> {
-        let involved = std::iter::once((edge.downstream.as_str(), dc))
-            .chain(up_dcs.iter().map(|u| (edge.upstream.as_str(), u.as_str())));
+        let involved = std::iter::once((edge.downstream.as_str(), dc, false)).chain(
+            up_dcs
+                .iter()
+                .map(|u| (edge.upstream.as_str(), u.as_str(), !edge.is_one_to_one())),
+        );
         let mut pending = None;
-        for (tier, dc) in involved {
+        for (tier, dc, optional) in involved {
             if !self.tier(tier).is_some_and(|t| t.progress) {
                 continue;
             }
+            // One upstream datacenter of a many-to-one edge that has neither progress
+            // for the topic nor rows in the window does not carry the topic (a
+            // region-specific topic): it contributes 0 and must not hold the others.
+            if optional
+                && !auditors.contains_key(&(tier, dc))
+                && !rows.iter().any(|r| r.tier == tier && r.datacenter == dc)
+            {
+                continue;
+            }
             match auditors.get(&(tier, dc)) {
-                Some(a) if a.caught_up(settle_at) => {}
-                Some(a) if now.saturating_sub(a.last_report) <= self.stall_after_ms => {
-                    pending.get_or_insert_with(|| {
-                        format!("auditor {tier}/{dc} has not read past window end + grace yet")
-                    });
-                }
-                Some(_) => {
-                    return Some((
-                        Verdict::Stalled,
-                        format!("auditor {tier}/{dc} stopped reporting progress"),
-                    ))
-                }
+                Some(a) => match a.oldest_behind(settle_at) {
+                    None => {}
+                    Some(p) if now.saturating_sub(p.reported_at) <= self.stall_after_ms => {
+                        pending.get_or_insert_with(|| {
+                            format!(
+                                "auditor {tier}/{dc} has not read past window end + grace yet"
+                            )
+                        });
+                    }
+                    Some(p) => {
+                        return Some((
+                            Verdict::Stalled,
+                            format!(
+                                "auditor {tier}/{dc} stopped reporting progress for partition {} (instance {})",
+                                p.partition, p.host
+                            ),
+                        ))
+                    }
+                },
                 // Never heard of: stalled once the stall timeout has passed since the
                 // window settled, pending before (it may just be starting up).
                 None if now.saturating_sub(settle_at) > self.stall_after_ms => {

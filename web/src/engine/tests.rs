@@ -57,6 +57,8 @@ fn progress(tier: &str, dc: &str, record_time: i64, reported_at: i64) -> Partiti
         record_time: Some(record_time),
         lag: Some(5),
         reported_at,
+        emitted_at: reported_at,
+        host: format!("{tier}-{dc}-0"),
     }
 }
 
@@ -204,6 +206,182 @@ fn verdicts_table() {
                 record_time: Some(W),
                 ..progress("regional", "dc1", W, SETTLED + MIN)
             }],
+            now,
+            edge_upstream: "producer",
+            datacenter: "dc1",
+            expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
+        },
+        Case {
+            // A lagging auditor's first report comes before librdkafka knows the high
+            // watermark (lag null): its partition is mid-backlog, and the CreateTime
+            // of the last record read says nothing about records not read yet.
+            name: "record time past settle with an unknown lag does not count",
+            topic: "orders",
+            rows: vec![
+                row("producer", "dc1", 100, 7),
+                row("regional", "dc1", 60, 4),
+            ],
+            progress: vec![PartitionProgress {
+                lag: None,
+                ..progress("regional", "dc1", CAUGHT_UP, now)
+            }],
+            now,
+            edge_upstream: "producer",
+            datacenter: "dc1",
+            expect: (Verdict::Pending, Lifecycle::Settling, 100, 60),
+        },
+        Case {
+            // B4: measured before the settle time, delivered after it (an audit-topic
+            // or database backlog): says nothing about data written in between.
+            name: "lag 0 emitted before settle time but received after does not count",
+            topic: "orders",
+            rows: vec![
+                row("producer", "dc1", 100, 7),
+                row("regional", "dc1", 90, 7),
+            ],
+            progress: vec![PartitionProgress {
+                lag: Some(0),
+                record_time: Some(W),
+                emitted_at: END,
+                ..progress("regional", "dc1", W, SETTLED + MIN)
+            }],
+            now,
+            edge_upstream: "producer",
+            datacenter: "dc1",
+            expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
+        },
+        Case {
+            // B4: an auditor clock running ahead cannot date its lag 0 past the time
+            // the collector received it.
+            name: "lag 0 emitted in the future does not count before it is received",
+            topic: "orders",
+            rows: vec![
+                row("producer", "dc1", 100, 7),
+                row("regional", "dc1", 90, 7),
+            ],
+            progress: vec![PartitionProgress {
+                lag: Some(0),
+                record_time: Some(W),
+                emitted_at: SETTLED + 60 * MIN,
+                ..progress("regional", "dc1", W, END)
+            }],
+            now,
+            edge_upstream: "producer",
+            datacenter: "dc1",
+            expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
+        },
+        Case {
+            // B2: a region-specific topic, produced in dc1 only. dc2 has neither rows
+            // nor progress for it: it contributes 0 and does not hold the verdict.
+            name: "many-to-one: topic in one upstream datacenter only, loss reported",
+            topic: "orders",
+            rows: vec![
+                row("regional", "dc1", 100, 7),
+                row("aggregate", "agg", 95, 6),
+            ],
+            progress: vec![
+                progress("regional", "dc1", CAUGHT_UP, now),
+                progress("aggregate", "agg", CAUGHT_UP, now),
+            ],
+            now: SETTLED + 31 * MIN,
+            edge_upstream: "regional",
+            datacenter: "agg",
+            expect: (Verdict::Loss, Lifecycle::Final, 100, 95),
+        },
+        Case {
+            name: "many-to-one: topic in both upstream datacenters, complete is ok",
+            topic: "orders",
+            rows: vec![
+                row("regional", "dc1", 100, 7),
+                row("regional", "dc2", 50, 3),
+                row("aggregate", "agg", 150, 10),
+            ],
+            progress: all_caught_up(now),
+            now,
+            edge_upstream: "regional",
+            datacenter: "agg",
+            expect: (Verdict::Ok, Lifecycle::Final, 150, 150),
+        },
+        Case {
+            // Rows but no progress: dc2 does carry the topic, and its auditor has not
+            // said how far it read: wait.
+            name: "many-to-one: upstream datacenter with rows but no progress blocks",
+            topic: "orders",
+            rows: vec![
+                row("regional", "dc1", 100, 7),
+                row("regional", "dc2", 50, 3),
+                row("aggregate", "agg", 150, 10),
+            ],
+            progress: vec![
+                progress("regional", "dc1", CAUGHT_UP, now),
+                progress("aggregate", "agg", CAUGHT_UP, now),
+            ],
+            now,
+            edge_upstream: "regional",
+            datacenter: "agg",
+            expect: (Verdict::Pending, Lifecycle::Settling, 150, 150),
+        },
+        Case {
+            // Progress but no rows in this window: dc2 carries the topic (idle in
+            // this window) and must still be read past it.
+            name: "many-to-one: upstream datacenter with lagging progress blocks",
+            topic: "orders",
+            rows: vec![
+                row("regional", "dc1", 100, 7),
+                row("aggregate", "agg", 100, 7),
+            ],
+            progress: vec![
+                progress("regional", "dc1", CAUGHT_UP, now),
+                progress("regional", "dc2", END, now),
+                progress("aggregate", "agg", CAUGHT_UP, now),
+            ],
+            now,
+            edge_upstream: "regional",
+            datacenter: "agg",
+            expect: (Verdict::Pending, Lifecycle::Settling, 100, 100),
+        },
+        Case {
+            // B7: partition 1 is stuck (its instance stopped publishing while still in
+            // the group); partition 0 of the other instance reports fresh progress.
+            name: "one stuck partition of one instance: stalled despite fresh others",
+            topic: "orders",
+            rows: vec![
+                row("producer", "dc1", 100, 7),
+                row("regional", "dc1", 90, 7),
+            ],
+            progress: vec![
+                PartitionProgress {
+                    record_time: Some(CAUGHT_UP),
+                    host: "regional-a".into(),
+                    ..progress("regional", "dc1", CAUGHT_UP, now)
+                },
+                PartitionProgress {
+                    partition: 1,
+                    host: "regional-b".into(),
+                    ..progress("regional", "dc1", END, now - 120 * MIN)
+                },
+            ],
+            now,
+            edge_upstream: "producer",
+            datacenter: "dc1",
+            expect: (Verdict::Stalled, Lifecycle::Settling, 100, 90),
+        },
+        Case {
+            // B7: a partition that is read past the window does not hold it, however
+            // old its report (an idle partition reported lag 0 after the window).
+            name: "an old report of a partition read past the window does not stall",
+            topic: "orders",
+            rows: vec![
+                row("producer", "dc1", 100, 7),
+                row("regional", "dc1", 100, 7),
+            ],
+            progress: vec![
+                progress("regional", "dc1", CAUGHT_UP, now),
+                PartitionProgress {
+                    partition: 1,
+                    ..progress("regional", "dc1", CAUGHT_UP, now - 120 * MIN)
+                },
+            ],
             now,
             edge_upstream: "producer",
             datacenter: "dc1",
@@ -507,6 +685,109 @@ fn auditor_status_flags_stalled_auditors() {
 }
 
 #[test]
+fn auditor_status_flags_a_stuck_instance_next_to_a_fresh_one() {
+    // B7: instance b's partition 1 has not been reported for 2 h, instance a reports
+    // partition 0 now: the auditor is stalled, and b is named.
+    let topo = pipeline();
+    let now = SETTLED;
+    let progress = vec![
+        PartitionProgress {
+            host: "regional-a".into(),
+            ..progress("regional", "dc1", END, now - MIN)
+        },
+        PartitionProgress {
+            partition: 1,
+            host: "regional-b".into(),
+            ..progress("regional", "dc1", END, now - 120 * MIN)
+        },
+    ];
+    let status = auditor_status(&topo, &progress, now);
+    assert_eq!(status.len(), 1, "{status:#?}");
+    assert!(status[0].stalled, "{status:#?}");
+    assert_eq!(status[0].stalled_instances, vec!["regional-b"]);
+    assert_eq!(status[0].stalled_partitions, vec![1]);
+    assert_eq!(status[0].last_report, now - MIN);
+}
+
+#[test]
+fn progress_not_reported_for_forget_after_is_forgotten() {
+    // B6: a deleted topic's auditor is stalled after stall_after, then forgotten
+    // after forget_after (default 24 h): no auditor status, so no stalled alert.
+    let topo = pipeline();
+    assert_eq!(topo.forget_after_ms, 24 * 60 * MIN);
+    let last = SETTLED;
+    let deleted = vec![progress("regional", "dc1", END, last)];
+    let status = auditor_status(&topo, &deleted, last + 31 * MIN);
+    assert!(status[0].stalled);
+    let status = auditor_status(&topo, &deleted, last + 24 * 60 * MIN + 1);
+    assert!(status.is_empty(), "{status:#?}");
+
+    // A window of it with nothing left to wait for is not held by the forgotten
+    // auditor of a many-to-one upstream datacenter either.
+    let now = last + 25 * 60 * MIN;
+    let fresh = |tier, dc| progress(tier, dc, now, now);
+    let out = topo.evaluate_topic(
+        "orders",
+        &[W],
+        &[
+            row("regional", "dc1", 10, 1),
+            row("aggregate", "agg", 10, 1),
+        ],
+        &[
+            fresh("regional", "dc1"),
+            fresh("aggregate", "agg"),
+            progress("regional", "dc2", END, last),
+        ],
+        now,
+    );
+    let e = find(&out, "regional", "agg");
+    assert_eq!(
+        (e.verdict, e.lifecycle),
+        (Verdict::Ok, Lifecycle::Final),
+        "{}",
+        e.reason
+    );
+}
+
+#[test]
+fn staged_increments_keep_a_window_pending() {
+    // B3: the aggregate's increments of W are stored but not yet rolled up: the
+    // counts are not the answer, whatever the progress says.
+    let topo = pipeline();
+    let now = SETTLED + 5 * MIN;
+    let rows = vec![
+        row("regional", "dc1", 100, 7),
+        row("regional", "dc2", 50, 3),
+        row("aggregate", "agg", 60, 4),
+    ];
+    let staged: Staged = [("aggregate".to_string(), "agg".to_string(), W)].into();
+    let out = topo.evaluate_topic_staged("orders", &[W], &rows, &all_caught_up(now), &staged, now);
+    let e = find(&out, "regional", "agg");
+    assert_eq!(
+        (e.verdict, e.lifecycle),
+        (Verdict::Pending, Lifecycle::Settling),
+        "{}",
+        e.reason
+    );
+    assert!(e.reason.contains("roll-up"), "{}", e.reason);
+
+    // Staged increments of another window, tier or datacenter do not hold it.
+    let other: Staged = [
+        ("aggregate".to_string(), "agg".to_string(), W + 10 * MIN),
+        ("producer".to_string(), "dc1".to_string(), W),
+    ]
+    .into();
+    let out = topo.evaluate_topic_staged("orders", &[W], &rows, &all_caught_up(now), &other, now);
+    let e = find(&out, "regional", "agg");
+    assert_eq!(
+        (e.verdict, e.lifecycle),
+        (Verdict::Loss, Lifecycle::Final),
+        "{}",
+        e.reason
+    );
+}
+
+#[test]
 fn config_errors_are_clear() {
     let cases: &[(&str, &str)] = &[
         ("tiers = []\nwindw = \"10m\"", "unknown field `windw`"),
@@ -524,6 +805,10 @@ fn config_errors_are_clear() {
         (
             "tiers = [{ name = \"a\" }]\n[[edges]]\nupstream = \"a\"\ndownstream = \"a\"",
             "same tier",
+        ),
+        (
+            "stall_after = \"2h\"\nforget_after = \"1h\"",
+            "forget_after (3600 s) must be longer than stall_after (7200 s)",
         ),
     ];
     for (src, want) in cases {
@@ -595,7 +880,16 @@ fn one_named_datacenter_is_judged_like_evaluate_topic_and_even_without_data() {
         .iter()
         .find(|e| e.downstream == "aggregate")
         .unwrap();
-    let one = t.evaluate_edge_datacenter("orders", edge, "agg", &[W], &rows, &progress, now);
+    let one = t.evaluate_edge_datacenter(
+        "orders",
+        edge,
+        "agg",
+        &[W],
+        &rows,
+        &progress,
+        &Staged::new(),
+        now,
+    );
     assert_eq!(one, vec![find(&all, "regional", "agg").clone()]);
     assert_eq!((one[0].expected, one[0].observed), (100, 100));
 
@@ -603,7 +897,16 @@ fn one_named_datacenter_is_judged_like_evaluate_topic_and_even_without_data() {
     // datacenter still gets an answer (its auditor has not reported: pending).
     let edge = t.edges.iter().find(|e| e.downstream == "regional").unwrap();
     assert!(all.iter().all(|e| e.datacenter != "dc3"));
-    let one = t.evaluate_edge_datacenter("orders", edge, "dc3", &[W], &rows, &progress, now);
+    let one = t.evaluate_edge_datacenter(
+        "orders",
+        edge,
+        "dc3",
+        &[W],
+        &rows,
+        &progress,
+        &Staged::new(),
+        now,
+    );
     assert_eq!(one.len(), 1);
     assert_eq!(
         (

@@ -20,6 +20,13 @@ pub struct TopologyConfig {
     /// An auditor whose last progress report is older than this is stalled.
     #[serde(with = "humantime_serde", default = "default_stall_after")]
     pub stall_after: Duration,
+    /// Progress of a partition not reported for longer than this is forgotten: its
+    /// topic was deleted or is no longer audited, so it is no longer expected and its
+    /// auditor is no longer alerted as stalled. Longer than `stall_after`, so a stuck
+    /// auditor is alerted first; an auditor down for longer than this stops being
+    /// alerted on for that topic.
+    #[serde(with = "humantime_serde", default = "default_forget_after")]
+    pub forget_after: Duration,
     #[serde(default)]
     pub thresholds: Thresholds,
     /// Default threshold of the completeness gate
@@ -42,6 +49,7 @@ impl Default for TopologyConfig {
             window: default_window(),
             grace: default_grace(),
             stall_after: default_stall_after(),
+            forget_after: default_forget_after(),
             thresholds: Thresholds::default(),
             completeness: default_completeness(),
             tiers: Vec::new(),
@@ -59,6 +67,9 @@ fn default_grace() -> Duration {
 }
 fn default_stall_after() -> Duration {
     Duration::from_secs(1800)
+}
+fn default_forget_after() -> Duration {
+    Duration::from_secs(24 * 3600)
 }
 fn default_completeness() -> f64 {
     0.999
@@ -180,6 +191,7 @@ pub struct Topology {
     pub config: TopologyConfig,
     pub window_ms: i64,
     pub stall_after_ms: i64,
+    pub forget_after_ms: i64,
     pub edges: Vec<Edge>,
 }
 
@@ -204,6 +216,13 @@ impl Topology {
         }
         if config.stall_after.is_zero() {
             return Err(invalid("stall_after must be longer than 0"));
+        }
+        if config.forget_after <= config.stall_after {
+            return Err(invalid(format!(
+                "forget_after ({} s) must be longer than stall_after ({} s): a stuck auditor is alerted before it is forgotten",
+                config.forget_after.as_secs(),
+                config.stall_after.as_secs()
+            )));
         }
         check_ratio(config.thresholds.ratio, "thresholds")?;
         check_ratio(config.completeness, "completeness")?;
@@ -264,6 +283,7 @@ impl Topology {
         Ok(Self {
             window_ms: ms(config.window),
             stall_after_ms: ms(config.stall_after),
+            forget_after_ms: ms(config.forget_after),
             edges,
             config,
         })
