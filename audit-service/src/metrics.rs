@@ -93,7 +93,7 @@ impl Metrics {
         );
         r.register(
             "partition_lag",
-            "High watermark minus next offset, per partition",
+            "Last stable offset (high watermark without one) minus the consumer position, per partition",
             m.partition_lag.clone(),
         );
         r.register(
