@@ -64,8 +64,7 @@ pub(crate) struct PartState {
 pub(crate) struct LogEnds {
     /// Log start offset.
     pub(crate) low: i64,
-    /// What a `read_committed` consumer can read up to: the last stable offset
-    /// (librdkafka falls back to the high watermark where the broker has none).
+    /// The high watermark (see `AuditContext::stats` for why not the LSO).
     pub(crate) end: i64,
 }
 

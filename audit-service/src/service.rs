@@ -109,18 +109,16 @@ impl ClientContext for AuditContext {
         for (topic, t) in stats.topics {
             for (p, part) in t.partitions {
                 if p >= 0 && part.hi_offset >= 0 {
-                    // read_committed: ls_offset is the last stable offset (the high
-                    // watermark when the broker reports none).
-                    let end = if part.ls_offset >= 0 {
-                        part.ls_offset
-                    } else {
-                        part.hi_offset
-                    };
+                    // The high watermark, not the last stable offset: records of an
+                    // open transaction are not read yet and count for their windows
+                    // once committed, so a partition is not caught up while one is
+                    // open. (The position passes the markers, so lag reaches 0 once
+                    // the transaction is committed or aborted and read.)
                     ends.insert(
                         (topic.clone(), p),
                         LogEnds {
                             low: part.lo_offset,
-                            end,
+                            end: part.hi_offset,
                         },
                     );
                 }

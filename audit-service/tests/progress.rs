@@ -171,3 +171,59 @@ async fn one_far_future_create_time_does_not_push_the_watermark() {
     }
     stop_service(&stop, svc).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_transaction_is_not_caught_up_until_it_commits() {
+    init_tracing();
+    let s = Setup::new("opentxn", 2).await;
+    let base = base_time();
+    let txn: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &s.bootstrap)
+        .set("transactional.id", testkit::unique("opentxn-producer"))
+        .create()
+        .expect("transactional producer");
+    txn.init_transactions(Duration::from_secs(30)).unwrap();
+    txn.begin_transaction().unwrap();
+    for i in 0..20 {
+        send(&txn, &s.topic, 0, i, base + i as i64);
+    }
+    txn.flush(Duration::from_secs(30)).unwrap();
+    let plain = producer(&s.bootstrap);
+    for i in 0..20 {
+        send(&plain, &s.topic, 1, 100 + i, base + i as i64);
+    }
+    plain.flush(Duration::from_secs(30)).unwrap();
+
+    let stop = CancellationToken::new();
+    let _guard = stop.clone().drop_guard();
+    let svc = tokio::spawn(audit_service::run(s.cfg.clone(), stop.clone()));
+    let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
+    // Reports flow and the statistics know the partitions' ends...
+    assert!(tokio::task::block_in_place(|| wait_lag_zero(
+        &mut reader,
+        &s.topic,
+        &[1]
+    )));
+    // ...over several more reports (500 ms apart), the partition holding the open
+    // transaction is never reported caught up: its records count once committed.
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(3)));
+    for m in reader.progress.iter().filter(|m| m.topic == s.topic) {
+        for p in m.as_progress().unwrap_or_default() {
+            assert!(
+                p.partition != 0 || p.lag != Some(0),
+                "caught up during an open transaction: {p:?}"
+            );
+        }
+    }
+    txn.commit_transaction(Duration::from_secs(30)).unwrap();
+    let ok = tokio::task::block_in_place(|| wait_lag_zero(&mut reader, &s.topic, &[0]));
+    let l = latest(&reader, &s.topic);
+    assert!(ok, "lag never reached 0 after the commit: {l:?}");
+    assert_eq!(l[&0].next_offset, 21, "{l:?}");
+    assert!(tokio::task::block_in_place(|| reader.wait_for_count(
+        &s.topic,
+        40,
+        Duration::from_secs(60)
+    )));
+    stop_service(&stop, svc).await;
+}
