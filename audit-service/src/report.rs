@@ -127,13 +127,17 @@ impl Core {
             return;
         };
         for el in tpl.elements() {
-            if let (Offset::Offset(o), Some(part)) = (
-                el.offset(),
-                self.parts
-                    .get_mut(el.topic())
-                    .and_then(|t| t.get_mut(&el.partition())),
-            ) {
-                part.position = Some(o);
+            if let Some(part) = self
+                .parts
+                .get_mut(el.topic())
+                .and_then(|t| t.get_mut(&el.partition()))
+            {
+                // Invalid (nothing polled since the assignment or a seek): unknown,
+                // never an earlier value, which a seek back would make wrong.
+                part.position = match el.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                };
             }
         }
     }
@@ -272,6 +276,7 @@ impl Core {
                     None => Offset::Beginning,
                     Some(_) => return false,
                 };
+                st.position = None;
                 if let Err(e) = consumer.seek(topic, partition, to, timeout) {
                     tracing::warn!(%topic, partition, offset = ?to, error = %e, "cannot seek back");
                     return false;
