@@ -58,9 +58,12 @@ pub struct Increment {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionProgress {
     pub partition: i32,
-    /// The next offset the auditor will read (committed position).
+    /// The offset the auditor has read the partition up to: the consumer position
+    /// (past transaction markers), or the committed offset before anything was polled;
+    /// the log end for a partition with nothing readable.
     pub next_offset: i64,
-    /// Kafka record timestamp of the last consumed message.
+    /// Event-time watermark: the minimum record timestamp over the records read since
+    /// the previous report and the last 32 (docs/audit-message-v1.md).
     pub record_time: Option<i64>,
     /// High watermark minus `next_offset`, when known.
     pub lag: Option<i64>,

@@ -66,8 +66,8 @@ thread_local! {
     static PENDING: RefCell<Batch> = RefCell::new(Batch::default());
 }
 
-/// The partition positions a drain reports: (topic, partition, next offset, record
-/// time of the last message).
+/// The partition positions a drain reports: (topic, partition, next offset, event-time
+/// watermark, see [`Watermark`]).
 pub(crate) type Positions = Vec<(String, i32, i64, Option<i64>)>;
 
 enum Work {
@@ -166,7 +166,66 @@ struct Worker {
     consumed: Counter,
     consumed_bytes: Counter,
     windows: Arc<AtomicUsize>,
-    positions: HashMap<(String, i32), (i64, Option<i64>)>,
+    /// Every partition read since the worker started; `touched` since the last drain.
+    positions: HashMap<(String, i32), PartPos>,
+}
+
+/// A partition's read position and event-time watermark tracker.
+struct PartPos {
+    next: i64,
+    touched: bool,
+    watermark: Watermark,
+}
+
+/// Record timestamps a partition's watermark is the minimum of (B8 of issue 14).
+pub const WATERMARK_RECENT: usize = 32;
+
+/// The event-time watermark of one partition: the minimum record time over the records
+/// read since the last report *and* over the last [`WATERMARK_RECENT`] records, each
+/// capped at its observation time. One producer with a fast clock therefore cannot push
+/// it forward: its records are outvoted by every other record of the report interval
+/// and of the recent window, and a time ahead of the auditor's clock counts as "now".
+/// (The last record's time, used before, let one such record make a lagging partition
+/// look caught up.) Per record: one `min`, one store.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct Watermark {
+    recent: [i64; WATERMARK_RECENT],
+    filled: usize,
+    at: usize,
+    since_report: Option<i64>,
+}
+
+impl Default for Watermark {
+    fn default() -> Self {
+        Watermark {
+            recent: [i64::MAX; WATERMARK_RECENT],
+            filled: 0,
+            at: 0,
+            since_report: None,
+        }
+    }
+}
+
+impl Watermark {
+    /// One record with timestamp `ms`, read at `observed_at_ms`.
+    #[inline]
+    pub fn push(&mut self, ms: i64, observed_at_ms: i64) {
+        let t = ms.min(observed_at_ms);
+        self.since_report = Some(self.since_report.map_or(t, |m| m.min(t)));
+        self.recent[self.at] = t;
+        self.at = (self.at + 1) % WATERMARK_RECENT;
+        self.filled = (self.filled + 1).min(WATERMARK_RECENT);
+    }
+
+    /// The watermark for a report, or None when no timestamped record was read since
+    /// the previous one (the report keeps the previous watermark). Starts a new
+    /// report interval.
+    pub fn take(&mut self) -> Option<i64> {
+        let since = self.since_report.take()?;
+        let recent = self.recent[..self.filled].iter().copied().min();
+        Some(recent.map_or(since, |r| r.min(since)))
+    }
 }
 
 struct BatchHeaders<'a> {
@@ -193,8 +252,12 @@ impl Worker {
                     let messages = self.aggregator.drain(now);
                     let positions = self
                         .positions
-                        .drain()
-                        .map(|((t, p), (n, r))| (t, p, n, r))
+                        .iter_mut()
+                        .filter(|(_, pos)| pos.touched)
+                        .map(|((t, p), pos)| {
+                            pos.touched = false;
+                            (t.clone(), *p, pos.next, pos.watermark.take())
+                        })
                         .collect();
                     self.windows.store(0, Ordering::Relaxed);
                     let _ = reply.send((messages, positions));
@@ -208,7 +271,7 @@ impl Worker {
         let mut bytes = 0u64;
         let slice = |r: Option<Range>| r.map(|(s, e)| &batch.data[s as usize..e as usize]);
         let mut last: Option<(u32, i32)> = None;
-        let mut last_pos: Option<(i64, Option<i64>)> = None;
+        let mut pos: Option<&mut PartPos> = None;
         for rec in &batch.recs {
             let topic = batch.topics[rec.topic as usize].as_str();
             let headers = BatchHeaders {
@@ -233,17 +296,28 @@ impl Worker {
                 Classification::OutOfBounds { .. } => 3,
             };
             classes[i] += 1;
-            // Positions: runs of one partition are common, so write back per run.
+            // Positions: runs of one partition are common, so look up per run.
             let key = (rec.topic, rec.partition);
             if last != Some(key) {
-                self.store_position(batch, last, last_pos);
                 last = Some(key);
-                last_pos = None;
+                pos = Some(
+                    self.positions
+                        .entry((topic.to_string(), rec.partition))
+                        .or_insert_with(|| PartPos {
+                            next: 0,
+                            touched: false,
+                            watermark: Watermark::default(),
+                        }),
+                );
             }
-            let record_time = rec.timestamp.map(|t| t.ms).or(last_pos.and_then(|p| p.1));
-            last_pos = Some((rec.offset + 1, record_time));
+            if let Some(p) = pos.as_deref_mut() {
+                p.next = rec.offset + 1;
+                p.touched = true;
+                if let Some(t) = rec.timestamp {
+                    p.watermark.push(t.ms, rec.observed_at_ms);
+                }
+            }
         }
-        self.store_position(batch, last, last_pos);
         for (c, n) in self.classes.iter().zip(classes) {
             if n > 0 {
                 c.inc_by(n);
@@ -255,24 +329,6 @@ impl Worker {
             self.aggregator.open_windows() + self.aggregator.pending_windows(),
             Ordering::Relaxed,
         );
-    }
-
-    fn store_position(
-        &mut self,
-        batch: &Batch,
-        key: Option<(u32, i32)>,
-        pos: Option<(i64, Option<i64>)>,
-    ) {
-        if let (Some((t, p)), Some((next, rt))) = (key, pos) {
-            let e = self
-                .positions
-                .entry((batch.topics[t as usize].clone(), p))
-                .or_insert((next, rt));
-            e.0 = next;
-            if rt.is_some() {
-                e.1 = rt;
-            }
-        }
     }
 }
 
@@ -342,5 +398,55 @@ impl Counting {
             .send(Work::Drain(now_ms, reply_tx))
             .expect("counting thread alive");
         reply_rx.recv().expect("counting thread answers drains")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_764_410_400_000;
+    const HOUR: i64 = 3_600_000;
+
+    #[test]
+    fn one_fast_producer_does_not_push_the_watermark() {
+        // A lagging backlog (an hour old), then a whole batch from a producer whose
+        // clock is an hour fast, read in the same report interval.
+        let mut w = Watermark::default();
+        for i in 0..100 {
+            w.push(NOW - HOUR + i, NOW);
+        }
+        for i in 0..500 {
+            w.push(NOW + HOUR + i, NOW);
+        }
+        assert_eq!(w.take(), Some(NOW - HOUR));
+        // Next interval: the fast record alone is outvoted by the recent records.
+        for i in 0..40 {
+            w.push(NOW - HOUR + 100 + i, NOW);
+        }
+        let _ = w.take();
+        w.push(NOW + HOUR, NOW);
+        assert_eq!(w.take(), Some(NOW - HOUR + 100 + 9));
+    }
+
+    #[test]
+    fn times_ahead_of_the_clock_count_as_the_observation_time() {
+        let mut w = Watermark::default();
+        w.push(NOW + HOUR, NOW);
+        assert_eq!(w.take(), Some(NOW));
+        // Nothing read since: no new watermark (the report keeps the previous one).
+        assert_eq!(w.take(), None);
+    }
+
+    #[test]
+    fn in_order_records_give_the_oldest_of_the_recent_ones() {
+        let mut w = Watermark::default();
+        for i in 0..1000 {
+            w.push(NOW - 1000 + i, NOW);
+        }
+        // The last 32 records: the watermark trails the last one by 31 records.
+        assert_eq!(w.take(), Some(NOW - 1000));
+        w.push(NOW, NOW);
+        assert_eq!(w.take(), Some(NOW - 1000 + 969));
     }
 }

@@ -7,7 +7,8 @@
 
 pub mod checks;
 pub mod config;
-mod counting;
+#[doc(hidden)]
+pub mod counting;
 pub mod metrics;
 mod offsets_seen;
 mod publish;

@@ -93,7 +93,7 @@ impl Metrics {
         );
         r.register(
             "partition_lag",
-            "High watermark minus next offset, per partition",
+            "High watermark minus the consumer position (past transaction markers), per partition",
             m.partition_lag.clone(),
         );
         r.register(

@@ -52,7 +52,40 @@ pub(crate) struct PartState {
     pub(crate) start: Option<i64>,
     pub(crate) next: Option<i64>,
     pub(crate) record_time: Option<i64>,
-    pub(crate) high_watermark: Option<i64>,
+    /// The partition's log ends as librdkafka last saw them (statistics).
+    pub(crate) ends: Option<LogEnds>,
+    /// The consumer's position (next offset to fetch) as of the last report: past
+    /// transaction markers, which `next` (last data offset + 1) never is.
+    pub(crate) position: Option<i64>,
+}
+
+/// A partition's log ends from librdkafka's statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogEnds {
+    /// Log start offset.
+    pub(crate) low: i64,
+    /// The high watermark (see `AuditContext::stats` for why not the LSO).
+    pub(crate) end: i64,
+}
+
+impl PartState {
+    /// The offset up to which this partition has been read, for progress: the larger
+    /// of the last data offset + 1 (or the committed start) and the consumer's
+    /// position, so a trailing commit/abort marker does not count as unread (B5);
+    /// for a partition with nothing readable at all (log start = end) and no
+    /// position yet, its end (B2: an empty partition is "read", not "never read").
+    pub(crate) fn read_up_to(&self) -> Option<i64> {
+        let data = self.next.or(self.start).filter(|&o| o >= 0);
+        let read = match (data, self.position) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        read.or(match self.ends {
+            Some(e) if e.low == e.end => Some(e.end),
+            _ => None,
+        })
+        .or(self.next.or(self.start))
+    }
 }
 
 /// Why a report is made.
@@ -74,14 +107,37 @@ impl Reason {
 }
 
 impl Core {
-    pub(crate) fn update_hwm(&mut self, hwm: &HashMap<(String, i32), i64>) {
-        for ((topic, p), h) in hwm {
+    pub(crate) fn update_ends(&mut self, ends: &HashMap<(String, i32), LogEnds>) {
+        for ((topic, p), e) in ends {
             if let Some(part) = self
                 .parts
                 .get_mut(topic.as_str())
                 .and_then(|t| t.get_mut(p))
             {
-                part.high_watermark = Some(*h);
+                part.ends = Some(*e);
+            }
+        }
+    }
+
+    /// Records the consumer's position of every assigned partition. Called on the
+    /// consume thread right before a report, so it covers exactly what was polled
+    /// (messages and, unlike the drained offsets, transaction markers).
+    pub(crate) fn update_positions(&mut self, consumer: &BaseConsumer<AuditContext>) {
+        let Ok(tpl) = consumer.position() else {
+            return;
+        };
+        for el in tpl.elements() {
+            if let Some(part) = self
+                .parts
+                .get_mut(el.topic())
+                .and_then(|t| t.get_mut(&el.partition()))
+            {
+                // Invalid (nothing polled since the assignment or a seek): unknown,
+                // never an earlier value, which a seek back would make wrong.
+                part.position = match el.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                };
             }
         }
     }
@@ -118,8 +174,8 @@ impl Core {
                         end,
                     });
                 }
-                if let Some(next) = st.next.or(st.start) {
-                    let lag = st.high_watermark.map(|h| (h - next).max(0));
+                if let Some(next) = st.read_up_to() {
+                    let lag = st.ends.map(|e| (e.end - next).max(0));
                     if let Some(lag) = lag {
                         self.metrics
                             .partition_lag
@@ -220,6 +276,7 @@ impl Core {
                     None => Offset::Beginning,
                     Some(_) => return false,
                 };
+                st.position = None;
                 if let Err(e) = consumer.seek(topic, partition, to, timeout) {
                     tracing::warn!(%topic, partition, offset = ?to, error = %e, "cannot seek back");
                     return false;

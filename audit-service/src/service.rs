@@ -36,7 +36,7 @@ use crate::counting::Counting;
 use crate::metrics::{Metrics, PartitionLabel};
 use crate::offsets_seen::OffsetsSeen;
 use crate::publish::AuditProducer;
-use crate::report::{FastHash, PartState, Reason};
+use crate::report::{FastHash, LogEnds, PartState, Reason};
 use crate::restart::{Committed, Decision, Origin, RestartRule};
 use crate::topics::resolve_topics;
 use crate::wal::{OffsetRange, Wal};
@@ -85,7 +85,8 @@ pub(crate) struct Core {
 
 pub(crate) struct AuditContext {
     core: Mutex<Option<Core>>,
-    hwm: Mutex<HashMap<(String, i32), i64>>,
+    /// Log ends per partition from the statistics callback.
+    ends: Mutex<HashMap<(String, i32), LogEnds>>,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     incremental: AtomicBool,
 }
@@ -104,11 +105,22 @@ impl AuditContext {
 
 impl ClientContext for AuditContext {
     fn stats(&self, stats: Statistics) {
-        let mut hwm = self.hwm.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ends = self.ends.lock().unwrap_or_else(|e| e.into_inner());
         for (topic, t) in stats.topics {
             for (p, part) in t.partitions {
                 if p >= 0 && part.hi_offset >= 0 {
-                    hwm.insert((topic.clone(), p), part.hi_offset);
+                    // The high watermark, not the last stable offset: records of an
+                    // open transaction are not read yet and count for their windows
+                    // once committed, so a partition is not caught up while one is
+                    // open. (The position passes the markers, so lag reaches 0 once
+                    // the transaction is committed or aborted and read.)
+                    ends.insert(
+                        (topic.clone(), p),
+                        LogEnds {
+                            low: part.lo_offset,
+                            end: part.hi_offset,
+                        },
+                    );
                 }
             }
         }
@@ -209,7 +221,7 @@ pub(crate) fn create_consumer(
 ) -> anyhow::Result<BaseConsumer<AuditContext>> {
     let ctx = AuditContext {
         core: Mutex::new(Some(core)),
-        hwm: Mutex::new(HashMap::new()),
+        ends: Mutex::new(HashMap::new()),
         incremental: AtomicBool::new(false),
     };
     consumer_client_config(cfg)
@@ -424,6 +436,7 @@ impl Core {
                 .or_default();
             st.start = start;
             st.next = None;
+            st.position = None;
         }
     }
 
@@ -466,6 +479,7 @@ impl Core {
     fn on_revoke(&mut self, consumer: &BaseConsumer<AuditContext>, lost: bool) {
         if !lost {
             let deadline = Instant::now() + self.cfg.audit.revoke_timeout;
+            self.update_positions(consumer);
             match self.write_report(Reason::Revoke) {
                 Ok(_) => {}
                 Err(e) => {
@@ -617,10 +631,11 @@ fn consume(
             // Before any report: nothing counted under an incremental protocol is
             // published or committed.
             anyhow::ensure!(eager(consumer), "{NOT_EAGER}");
-            let hwm = ctx.hwm.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let ends = ctx.ends.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let mut g = ctx.lock();
             let core = g.as_mut().expect("core present while running");
-            core.update_hwm(&hwm);
+            core.update_ends(&ends);
+            core.update_positions(consumer);
             if core.unsettled == Some(Origin::AmbiguousThisSession) && !core.assigned.is_empty() {
                 core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
@@ -735,6 +750,7 @@ fn consume(
     {
         let mut g = ctx.lock();
         let core = g.as_mut().expect("core present while running");
+        core.update_positions(consumer);
         if let Err(e) = core.write_report(Reason::Shutdown) {
             tracing::error!(error = %format!("{e:#}"), "cannot write the shutdown report");
         }
@@ -795,7 +811,7 @@ mod tests {
         let consumer: BaseConsumer<AuditContext> = client
             .create_with_context(AuditContext {
                 core: Mutex::new(Some(core)),
-                hwm: Mutex::new(HashMap::new()),
+                ends: Mutex::new(HashMap::new()),
                 incremental: AtomicBool::new(false),
             })
             .unwrap();

@@ -61,7 +61,7 @@ pub struct PartitionProgress {
     pub tier: String,
     pub datacenter: String,
     pub partition: i32,
-    /// Kafka record timestamp of the last consumed message (epoch ms).
+    /// Kafka record minimum record timestamp of recent records (the auditor's watermark) (epoch ms).
     pub record_time: Option<i64>,
     pub lag: Option<i64>,
     /// When the collector received this report (epoch ms, its clock): staleness.
