@@ -50,8 +50,7 @@ async fn wait_for_count(store: &Store, topic: &str, count: u64, within: Duration
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
     let db = testkit::fresh_database("collector_hostile_http").await;
-    let mut config = config(db.url(), "unused:1", "unused", "g");
-    config.sources.clear();
+    let config = http_only_config(db.url());
     let shutdown = CancellationToken::new();
     let collector = collector::start(config, shutdown.clone())
         .await
@@ -127,11 +126,7 @@ async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
     );
     assert!(store.progress(Some("payments")).await.unwrap().is_empty());
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,12 +155,7 @@ async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
     .expect("start collector");
     let n = records.len() as i64;
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            1
-        ) == n),
+        wait_committed(&bootstrap, &group, &audit_topic, 1, n),
         "the batch holding hostile records was never committed"
     );
     let committed_at = Instant::now();
@@ -187,11 +177,7 @@ async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
         "{rejects:?}"
     );
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 /// Whatever data error the store raises for one message (a trigger stands in for one
@@ -235,12 +221,7 @@ async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
     ];
     produce(&producer, &audit_topic, &records).await;
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            1
-        ) == 3),
+        wait_committed(&bootstrap, &group, &audit_topic, 1, 3),
         "the batch holding a refused message was never committed"
     );
     let store = &collector.store;
@@ -263,11 +244,7 @@ async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
     assert_eq!(json["results"][1]["status"], "accepted", "{json}");
     assert!(wait_for_count(store, "refunds", 8, Duration::from_secs(10)).await);
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 /// Security review M8: a Kafka batch is bounded in payload bytes as well as records,
@@ -290,12 +267,7 @@ async fn kafka_batches_are_bounded_in_bytes() {
     let collector = collector::start(config, shutdown.clone())
         .await
         .expect("start collector");
-    assert!(testkit::wait_until(Duration::from_secs(60), || committed(
-        &bootstrap,
-        &group,
-        &audit_topic,
-        1
-    ) == 6));
+    assert!(wait_committed(&bootstrap, &group, &audit_topic, 1, 6));
     let store = Store::connect(db.url()).await.unwrap();
     let expected = truth(&messages);
     assert_eq!(
@@ -308,9 +280,5 @@ async fn kafka_batches_are_bounded_in_bytes() {
         "six records of {size} bytes in batches of at most {} bytes: {metrics}",
         2 * size - 1
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }

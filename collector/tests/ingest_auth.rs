@@ -125,11 +125,7 @@ async fn ingest_needs_a_token_bound_to_what_it_reports() {
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
     assert_eq!(http_get(addr, "/metrics").await.0, 200);
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), collector.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

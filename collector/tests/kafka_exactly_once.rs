@@ -53,12 +53,7 @@ async fn a_message_delivered_twice_over_kafka_and_once_over_http_is_stored_once(
 
     // Drained: every record's offset committed, which happens after its batch is stored.
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            PARTITIONS
-        ) == 3),
+        wait_committed(&bootstrap, &group, &audit_topic, PARTITIONS, 3),
         "collector did not commit all 3 records"
     );
     let store = Store::connect(db.url()).await.unwrap();
@@ -88,11 +83,7 @@ async fn a_message_delivered_twice_over_kafka_and_once_over_http_is_stored_once(
         ),
         "{metrics}"
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,12 +116,7 @@ async fn advances_offset_past_poison_records_and_keeps_their_reason() {
     .await
     .expect("start collector");
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            1
-        ) == 5),
+        wait_committed(&bootstrap, &group, &audit_topic, 1, 5),
         "poison must not block the topic: offsets not committed past it"
     );
     let store = Store::connect(db.url()).await.unwrap();
@@ -160,11 +146,7 @@ async fn advances_offset_past_poison_records_and_keeps_their_reason() {
         ),
         "{metrics}"
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,9 +206,5 @@ async fn the_same_messages_on_two_clusters_are_stored_once() {
             .unwrap_or(0)
     };
     assert_eq!(accepted("kafka:a") + accepted("kafka:b"), 400, "{metrics}");
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }

@@ -13,13 +13,7 @@ use tokio_util::sync::CancellationToken;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_windows_are_removed_and_recent_ones_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(
-        dir.path().join("audit.db").to_str().unwrap(),
-        "unused:1",
-        "unused",
-        "g",
-    );
-    config.sources.clear();
+    let mut config = http_only_config(&sqlite_in(&dir));
     config.retention.enabled = true;
     config.retention.windows = Duration::from_secs(86_400);
     config.retention.messages = Duration::from_secs(86_400);
@@ -77,9 +71,5 @@ async fn old_windows_are_removed_and_recent_ones_kept() {
     // The recent UUID is still known: a resend is a duplicate.
     let (_, json) = http_post(addr, format!("[{recent}]")).await;
     assert_eq!(json["results"][0]["status"], "duplicate", "{json}");
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), collector.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
 }

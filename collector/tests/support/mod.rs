@@ -190,6 +190,38 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
     }
 }
 
+/// A collector config with HTTP ingest only (no Kafka source), storing to `store_url`.
+pub fn http_only_config(store_url: &str) -> CollectConfig {
+    let mut config = config(store_url, "unused:1", "unused", "g");
+    config.sources.clear();
+    config
+}
+
+/// The URL of a SQLite database file in `dir`.
+pub fn sqlite_in(dir: &tempfile::TempDir) -> String {
+    dir.path().join("audit.db").to_str().unwrap().to_string()
+}
+
+/// Cancels the collector and waits (at most `within`) for it to stop cleanly.
+pub async fn stop(
+    shutdown: &tokio_util::sync::CancellationToken,
+    collector: collector::Collector,
+    within: Duration,
+) {
+    shutdown.cancel();
+    tokio::time::timeout(within, collector.wait())
+        .await
+        .expect("clean shutdown")
+        .unwrap();
+}
+
+/// Waits (at most 60 s) until `group` has committed `n` records of `topic` in total.
+pub fn wait_committed(bootstrap: &str, group: &str, topic: &str, partitions: i32, n: i64) -> bool {
+    testkit::wait_until(Duration::from_secs(60), || {
+        committed(bootstrap, group, topic, partitions) == n
+    })
+}
+
 /// Sum of the committed offsets of `group` over the partitions of `topic`.
 pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
     committed_per_partition(bootstrap, group, topic, partitions)
