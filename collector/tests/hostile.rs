@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use store::{AuditStore, Store, TimeRange};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 /// The roll-up wakes on every staged batch and at least every second; 5 s leaves room
 /// for a loaded machine. Before the fixes the honest increment never arrived.
@@ -51,10 +50,7 @@ async fn wait_for_count(store: &Store, topic: &str, count: u64, within: Duration
 async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
     let db = testkit::fresh_database("collector_hostile_http").await;
     let config = http_only_config(db.url());
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
 
     // A first honest increment of the window the overflows target.
@@ -131,10 +127,7 @@ async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_hostile_kafka").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-hostile", 1).await;
-    let group = testkit::unique("collector-hostile");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("hostile", 1).await;
     let producer = producer(&bootstrap);
     let mut records: Vec<(String, Vec<u8>)> = vec![keyed(&increment("orders", 0, 5, 30))];
     records.extend(
@@ -146,13 +139,8 @@ async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
     records.push(keyed(&honest));
     produce(&producer, &audit_topic, &records).await;
 
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(
-        config(db.url(), &bootstrap, &audit_topic, &group),
-        shutdown.clone(),
-    )
-    .await
-    .expect("start collector");
+    let (collector, shutdown) =
+        start_collector(config(db.url(), &bootstrap, &audit_topic, &group)).await;
     let n = records.len() as i64;
     assert!(
         wait_committed(&bootstrap, &group, &audit_topic, 1, n),
@@ -185,17 +173,9 @@ async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
 /// over HTTP the same message is rejected and the rest of the array accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_quarantine").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-quarantine", 1).await;
-    let group = testkit::unique("collector-quarantine");
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(
-        config(db.url(), &bootstrap, &audit_topic, &group),
-        shutdown.clone(),
-    )
-    .await
-    .expect("start collector");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("quarantine", 1).await;
+    let (collector, shutdown) =
+        start_collector(config(db.url(), &bootstrap, &audit_topic, &group)).await;
     let Store::Postgres(pg) = &collector.store else {
         unreachable!()
     };
@@ -251,10 +231,7 @@ async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
 /// so large audit records cannot make one batch outgrow the collector's memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_batches_are_bounded_in_bytes() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_batch_bytes").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-batch-bytes", 1).await;
-    let group = testkit::unique("collector-batch-bytes");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("batch-bytes", 1).await;
     let messages: Vec<_> = (0..6).map(|i| increment("orders", 0, 10, 60 + i)).collect();
     let records: Vec<_> = messages.iter().map(keyed).collect();
     let size = records[0].1.len();
@@ -263,10 +240,7 @@ async fn kafka_batches_are_bounded_in_bytes() {
     // Two records reach the bound: batches of at most two.
     config.batch.max_bytes = 2 * size - 1;
     config.batch.max_wait = Duration::from_secs(2);
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     assert!(wait_committed(&bootstrap, &group, &audit_topic, 1, 6));
     let store = Store::connect(db.url()).await.unwrap();
     let expected = truth(&messages);

@@ -13,11 +13,7 @@ async fn start_http_only(dir: &tempfile::TempDir) -> (collector::Collector, Canc
     let mut config = http_only_config(&sqlite_in(dir));
     config.http.max_body_bytes = 64 * 1024;
     config.http.max_messages = 50;
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
-    (collector, shutdown)
+    start_collector(config).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,8 +180,7 @@ async fn stalled_heads_and_bodies_are_cut_off() {
     let mut config = http_only_config(&sqlite_in(&dir));
     config.http.header_read_timeout = Duration::from_millis(500);
     config.http.request_timeout = Duration::from_secs(1);
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone()).await.unwrap();
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
     let closed = common::server::testing::stalled_header_closed_after(addr).await;
     assert!(closed.is_some(), "a stalled head kept the connection 20 s");
@@ -215,8 +210,7 @@ async fn serves_https_with_tls_cert_and_key() {
     let mut config = http_only_config(&sqlite_in(&dir));
     config.http.tls_cert = Some(data.join("localhost.crt"));
     config.http.tls_key = Some(data.join("localhost.key"));
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone()).await.unwrap();
+    let (collector, shutdown) = start_collector(config).await;
     let port = collector.http_addr.unwrap().port();
     let root = reqwest::Certificate::from_pem(&std::fs::read(data.join("localhost.crt")).unwrap())
         .unwrap();

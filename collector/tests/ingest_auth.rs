@@ -59,10 +59,7 @@ async fn ingest_needs_a_token_bound_to_what_it_reports() {
         "#
     ))
     .expect("collect.toml with [auth]");
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
     let ok = message("producer", "dc1", 1);
     let body = format!("[{ok}]");

@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 struct Counting;
 
@@ -55,10 +54,7 @@ async fn an_8_mib_body_of_tiny_elements_is_refused_without_amplification() {
     let mut config = http_only_config(&sqlite_in(&dir));
     let body_limit = 8 << 20;
     config.http.max_body_bytes = body_limit;
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
 
     let elements = (body_limit - 2) / 7;

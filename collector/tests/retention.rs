@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use store::{AuditStore, TimeRange};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_windows_are_removed_and_recent_ones_kept() {
@@ -19,10 +18,7 @@ async fn old_windows_are_removed_and_recent_ones_kept() {
     config.retention.messages = Duration::from_secs(86_400);
     config.retention.interval = Duration::from_secs(1);
     config.retention.batch_size = 2; // 3 old windows: two delete batches
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
 
     // T0 is long before now: these are past retention. `recent` is in the current window.
