@@ -417,16 +417,7 @@ async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
     )
     .await
     .unwrap();
-    let cfg = format!(
-        r#"
-[serve]
-evaluate_every = "1h"
-[[alerting.channels]]
-name = "hook"
-kind = "webhook"
-url = "{base}/ok/webhook"
-"#
-    );
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
     let state = AppState::new(config(&cfg), store).unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let jobs = state.spawn_jobs(&shutdown);
@@ -491,16 +482,7 @@ async fn open_alerts_survive_a_restart(backend: Backend) {
     let (store, _db) = store(backend).await;
     let w = settled_window();
     seed_loss(&store, "orders", w).await;
-    let cfg = format!(
-        r#"
-[serve]
-evaluate_every = "1h"
-[[alerting.channels]]
-name = "hook"
-kind = "webhook"
-url = "{base}/ok/webhook"
-"#
-    );
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
     let first = AppState::new(config(&cfg), store.clone()).unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let jobs = first.spawn_jobs(&shutdown);

@@ -351,16 +351,7 @@ async fn start_receiver() -> (Arc<Mutex<Vec<Value>>>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_auditor_catching_up_pages_nothing_postgres() {
     let (got, base) = start_receiver().await;
-    let cfg = format!(
-        r#"
-[serve]
-evaluate_every = "1h"
-[[alerting.channels]]
-name = "hook"
-kind = "webhook"
-url = "{base}/hook"
-"#
-    );
+    let cfg = one_webhook(&format!("{base}/hook"));
     let (state, _db) = state(Backend::Postgres, &cfg).await;
     let mut hook = ChannelWorker::new(
         state.config.alerting.channels[0].clone(),

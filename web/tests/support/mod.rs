@@ -102,6 +102,21 @@ pub async fn state(backend: Backend, extra: &str) -> (AppState, Db) {
     (AppState::new(config(extra), store).expect("state"), db)
 }
 
+/// Config of one webhook channel, "hook", posting to `url`; evaluation hourly, so the
+/// test drives the cycles.
+pub fn one_webhook(url: &str) -> String {
+    format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{url}"
+"#
+    )
+}
+
 pub fn now_ms() -> i64 {
     web::eval::now_ms()
 }
