@@ -179,20 +179,7 @@ async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
     let Store::Postgres(pg) = &collector.store else {
         unreachable!()
     };
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             IF NEW.topic = 'poison' THEN
-                 RAISE EXCEPTION 'poisoned message' USING ERRCODE = '22023';
-             END IF;
-             RETURN NEW;
-         END $$;
-         CREATE TRIGGER refuse_poison BEFORE INSERT ON audit_message
-             FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
-    )
-    .execute(pg.pool())
-    .await
-    .unwrap();
+    testkit::refuse_poison(pg.pool(), "audit_message", "poisoned message", "22023").await;
     let producer = producer(&bootstrap);
     let records = vec![
         keyed(&increment("orders", 0, 5, 50)),
