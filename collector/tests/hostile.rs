@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use store::{AuditStore, Store, TimeRange};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 /// The roll-up wakes on every staged batch and at least every second; 5 s leaves room
 /// for a loaded machine. Before the fixes the honest increment never arrived.
@@ -50,12 +49,8 @@ async fn wait_for_count(store: &Store, topic: &str, count: u64, within: Duration
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
     let db = testkit::fresh_database("collector_hostile_http").await;
-    let mut config = config(db.url(), "unused:1", "unused", "g");
-    config.sources.clear();
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let config = http_only_config(db.url());
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
 
     // A first honest increment of the window the overflows target.
@@ -127,19 +122,12 @@ async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
     );
     assert!(store.progress(Some("payments")).await.unwrap().is_empty());
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_hostile_kafka").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-hostile", 1).await;
-    let group = testkit::unique("collector-hostile");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("hostile", 1).await;
     let producer = producer(&bootstrap);
     let mut records: Vec<(String, Vec<u8>)> = vec![keyed(&increment("orders", 0, 5, 30))];
     records.extend(
@@ -151,21 +139,11 @@ async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
     records.push(keyed(&honest));
     produce(&producer, &audit_topic, &records).await;
 
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(
-        config(db.url(), &bootstrap, &audit_topic, &group),
-        shutdown.clone(),
-    )
-    .await
-    .expect("start collector");
+    let (collector, shutdown) =
+        start_collector(config(db.url(), &bootstrap, &audit_topic, &group)).await;
     let n = records.len() as i64;
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            1
-        ) == n),
+        wait_committed(&bootstrap, &group, &audit_topic, 1, n),
         "the batch holding hostile records was never committed"
     );
     let committed_at = Instant::now();
@@ -187,11 +165,7 @@ async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
         "{rejects:?}"
     );
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 /// Whatever data error the store raises for one message (a trigger stands in for one
@@ -199,34 +173,13 @@ async fn hostile_audit_topic_records_are_rejected_and_their_batch_commits() {
 /// over HTTP the same message is rejected and the rest of the array accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_quarantine").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-quarantine", 1).await;
-    let group = testkit::unique("collector-quarantine");
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(
-        config(db.url(), &bootstrap, &audit_topic, &group),
-        shutdown.clone(),
-    )
-    .await
-    .expect("start collector");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("quarantine", 1).await;
+    let (collector, shutdown) =
+        start_collector(config(db.url(), &bootstrap, &audit_topic, &group)).await;
     let Store::Postgres(pg) = &collector.store else {
         unreachable!()
     };
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             IF NEW.topic = 'poison' THEN
-                 RAISE EXCEPTION 'poisoned message' USING ERRCODE = '22023';
-             END IF;
-             RETURN NEW;
-         END $$;
-         CREATE TRIGGER refuse_poison BEFORE INSERT ON audit_message
-             FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
-    )
-    .execute(pg.pool())
-    .await
-    .unwrap();
+    testkit::refuse_poison(pg.pool(), "audit_message", "poisoned message", "22023").await;
     let producer = producer(&bootstrap);
     let records = vec![
         keyed(&increment("orders", 0, 5, 50)),
@@ -235,12 +188,7 @@ async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
     ];
     produce(&producer, &audit_topic, &records).await;
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            1
-        ) == 3),
+        wait_committed(&bootstrap, &group, &audit_topic, 1, 3),
         "the batch holding a refused message was never committed"
     );
     let store = &collector.store;
@@ -263,21 +211,14 @@ async fn a_message_the_database_refuses_is_quarantined_not_retried_forever() {
     assert_eq!(json["results"][1]["status"], "accepted", "{json}");
     assert!(wait_for_count(store, "refunds", 8, Duration::from_secs(10)).await);
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 /// Security review M8: a Kafka batch is bounded in payload bytes as well as records,
 /// so large audit records cannot make one batch outgrow the collector's memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_batches_are_bounded_in_bytes() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_batch_bytes").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-batch-bytes", 1).await;
-    let group = testkit::unique("collector-batch-bytes");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("batch-bytes", 1).await;
     let messages: Vec<_> = (0..6).map(|i| increment("orders", 0, 10, 60 + i)).collect();
     let records: Vec<_> = messages.iter().map(keyed).collect();
     let size = records[0].1.len();
@@ -286,16 +227,8 @@ async fn kafka_batches_are_bounded_in_bytes() {
     // Two records reach the bound: batches of at most two.
     config.batch.max_bytes = 2 * size - 1;
     config.batch.max_wait = Duration::from_secs(2);
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
-    assert!(testkit::wait_until(Duration::from_secs(60), || committed(
-        &bootstrap,
-        &group,
-        &audit_topic,
-        1
-    ) == 6));
+    let (collector, shutdown) = start_collector(config).await;
+    assert!(wait_committed(&bootstrap, &group, &audit_topic, 1, 6));
     let store = Store::connect(db.url()).await.unwrap();
     let expected = truth(&messages);
     assert_eq!(
@@ -308,9 +241,5 @@ async fn kafka_batches_are_bounded_in_bytes() {
         "six records of {size} bytes in batches of at most {} bytes: {metrics}",
         2 * size - 1
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }

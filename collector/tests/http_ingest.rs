@@ -5,26 +5,15 @@ mod support;
 
 use std::time::Duration;
 
-use collector::config::CollectConfig;
 use store::{AuditStore, TimeRange};
 use support::*;
 use tokio_util::sync::CancellationToken;
 
 async fn start_http_only(dir: &tempfile::TempDir) -> (collector::Collector, CancellationToken) {
-    let mut config: CollectConfig = config(
-        dir.path().join("audit.db").to_str().unwrap(),
-        "unused:1",
-        "unused",
-        "g",
-    );
-    config.sources.clear();
+    let mut config = http_only_config(&sqlite_in(dir));
     config.http.max_body_bytes = 64 * 1024;
     config.http.max_messages = 50;
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
-    (collector, shutdown)
+    start_collector(config).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,11 +127,7 @@ async fn answers_accepted_duplicate_or_rejected_per_message() {
     );
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), collector.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,11 +167,7 @@ async fn refuses_bad_bodies_with_json_errors() {
         "nothing stored from refused requests"
     );
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), collector.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
 }
 
 /// Slowloris on ingest: half a request line and silence is cut off after
@@ -196,17 +177,10 @@ async fn refuses_bad_bodies_with_json_errors() {
 async fn stalled_heads_and_bodies_are_cut_off() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
-    let mut config: CollectConfig = config(
-        dir.path().join("audit.db").to_str().unwrap(),
-        "unused:1",
-        "unused",
-        "g",
-    );
-    config.sources.clear();
+    let mut config = http_only_config(&sqlite_in(&dir));
     config.http.header_read_timeout = Duration::from_millis(500);
     config.http.request_timeout = Duration::from_secs(1);
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone()).await.unwrap();
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
     let closed = common::server::testing::stalled_header_closed_after(addr).await;
     assert!(closed.is_some(), "a stalled head kept the connection 20 s");
@@ -233,17 +207,10 @@ async fn stalled_heads_and_bodies_are_cut_off() {
 async fn serves_https_with_tls_cert_and_key() {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../common/tests/data");
     let dir = tempfile::tempdir().unwrap();
-    let mut config: CollectConfig = config(
-        dir.path().join("audit.db").to_str().unwrap(),
-        "unused:1",
-        "unused",
-        "g",
-    );
-    config.sources.clear();
+    let mut config = http_only_config(&sqlite_in(&dir));
     config.http.tls_cert = Some(data.join("localhost.crt"));
     config.http.tls_key = Some(data.join("localhost.key"));
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone()).await.unwrap();
+    let (collector, shutdown) = start_collector(config).await;
     let port = collector.http_addr.unwrap().port();
     let root = reqwest::Certificate::from_pem(&std::fs::read(data.join("localhost.crt")).unwrap())
         .unwrap();

@@ -59,10 +59,7 @@ async fn ingest_needs_a_token_bound_to_what_it_reports() {
         "#
     ))
     .expect("collect.toml with [auth]");
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
     let ok = message("producer", "dc1", 1);
     let body = format!("[{ok}]");
@@ -125,11 +122,7 @@ async fn ingest_needs_a_token_bound_to_what_it_reports() {
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
     assert_eq!(http_get(addr, "/metrics").await.0, 200);
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), collector.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

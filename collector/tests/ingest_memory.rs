@@ -14,9 +14,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use collector::config::CollectConfig;
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 struct Counting;
 
@@ -53,19 +51,10 @@ static GLOBAL: Counting = Counting;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_8_mib_body_of_tiny_elements_is_refused_without_amplification() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config: CollectConfig = config(
-        dir.path().join("audit.db").to_str().unwrap(),
-        "unused:1",
-        "unused",
-        "g",
-    );
-    config.sources.clear();
+    let mut config = http_only_config(&sqlite_in(&dir));
     let body_limit = 8 << 20;
     config.http.max_body_bytes = body_limit;
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
 
     let elements = (body_limit - 2) / 7;
@@ -111,9 +100,5 @@ async fn an_8_mib_body_of_tiny_elements_is_refused_without_amplification() {
         "handling an {size}-byte body grew the heap by {peak} bytes"
     );
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), collector.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
 }

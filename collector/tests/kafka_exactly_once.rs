@@ -7,23 +7,14 @@ use std::time::Duration;
 
 use store::{AuditStore, Store};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 const PARTITIONS: i32 = 2;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_delivered_twice_over_kafka_and_once_over_http_is_stored_once() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_dedup").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-dedup", PARTITIONS).await;
-    let group = testkit::unique("collector-dedup");
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(
-        config(db.url(), &bootstrap, &audit_topic, &group),
-        shutdown.clone(),
-    )
-    .await
-    .expect("start collector");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("dedup", PARTITIONS).await;
+    let (collector, shutdown) =
+        start_collector(config(db.url(), &bootstrap, &audit_topic, &group)).await;
     let addr = collector.http_addr.unwrap();
 
     let twice = increment("orders", 0, 1000, 11);
@@ -53,12 +44,7 @@ async fn a_message_delivered_twice_over_kafka_and_once_over_http_is_stored_once(
 
     // Drained: every record's offset committed, which happens after its batch is stored.
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            PARTITIONS
-        ) == 3),
+        wait_committed(&bootstrap, &group, &audit_topic, PARTITIONS, 3),
         "collector did not commit all 3 records"
     );
     let store = Store::connect(db.url()).await.unwrap();
@@ -88,19 +74,12 @@ async fn a_message_delivered_twice_over_kafka_and_once_over_http_is_stored_once(
         ),
         "{metrics}"
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advances_offset_past_poison_records_and_keeps_their_reason() {
-    let bootstrap = testkit::kafka_a();
-    let db = testkit::fresh_database("collector_poison").await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-poison", 1).await;
-    let group = testkit::unique("collector-poison");
+    let (bootstrap, db, audit_topic, group) = kafka_rig("poison", 1).await;
     let good = increment("orders", 1, 42, 21);
     let mut future = serde_json::to_value(increment("orders", 1, 5, 22)).unwrap();
     future["version"] = 2.into();
@@ -117,20 +96,10 @@ async fn advances_offset_past_poison_records_and_keeps_their_reason() {
     produce(&producer, &audit_topic, &poison).await;
     produce(&producer, &audit_topic, &[keyed(&good)]).await;
 
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(
-        config(db.url(), &bootstrap, &audit_topic, &group),
-        shutdown.clone(),
-    )
-    .await
-    .expect("start collector");
+    let (collector, shutdown) =
+        start_collector(config(db.url(), &bootstrap, &audit_topic, &group)).await;
     assert!(
-        testkit::wait_until(Duration::from_secs(60), || committed(
-            &bootstrap,
-            &group,
-            &audit_topic,
-            1
-        ) == 5),
+        wait_committed(&bootstrap, &group, &audit_topic, 1, 5),
         "poison must not block the topic: offsets not committed past it"
     );
     let store = Store::connect(db.url()).await.unwrap();
@@ -160,11 +129,7 @@ async fn advances_offset_past_poison_records_and_keeps_their_reason() {
         ),
         "{metrics}"
     );
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,10 +154,7 @@ async fn the_same_messages_on_two_clusters_are_stored_once() {
     let only_b: Vec<_> = (0..100u64)
         .map(|s| increment("orders", 0, 5, 5000 + s))
         .collect();
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let records: Vec<_> = shared.iter().map(keyed).collect();
     let mut records_b = records.clone();
     records_b.extend(only_b.iter().map(keyed));
@@ -224,9 +186,5 @@ async fn the_same_messages_on_two_clusters_are_stored_once() {
             .unwrap_or(0)
     };
     assert_eq!(accepted("kafka:a") + accepted("kafka:b"), 400, "{metrics}");
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("clean shutdown")
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
 }

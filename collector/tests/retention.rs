@@ -8,27 +8,17 @@ use std::time::Duration;
 
 use store::{AuditStore, TimeRange};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_windows_are_removed_and_recent_ones_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(
-        dir.path().join("audit.db").to_str().unwrap(),
-        "unused:1",
-        "unused",
-        "g",
-    );
-    config.sources.clear();
+    let mut config = http_only_config(&sqlite_in(&dir));
     config.retention.enabled = true;
     config.retention.windows = Duration::from_secs(86_400);
     config.retention.messages = Duration::from_secs(86_400);
     config.retention.interval = Duration::from_secs(1);
     config.retention.batch_size = 2; // 3 old windows: two delete batches
-    let shutdown = CancellationToken::new();
-    let collector = collector::start(config, shutdown.clone())
-        .await
-        .expect("start collector");
+    let (collector, shutdown) = start_collector(config).await;
     let addr = collector.http_addr.unwrap();
 
     // T0 is long before now: these are past retention. `recent` is in the current window.
@@ -77,9 +67,5 @@ async fn old_windows_are_removed_and_recent_ones_kept() {
     // The recent UUID is still known: a resend is a duplicate.
     let (_, json) = http_post(addr, format!("[{recent}]")).await;
     assert_eq!(json["results"][0]["status"], "duplicate", "{json}");
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), collector.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
 }

@@ -1060,20 +1060,7 @@ async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
     let Store::Postgres(pg) = &store else {
         unreachable!()
     };
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             IF NEW.topic = 'poison' THEN
-                 RAISE EXCEPTION 'poisoned window' USING ERRCODE = '22003';
-             END IF;
-             RETURN NEW;
-         END $$;
-         CREATE TRIGGER refuse_poison BEFORE INSERT ON audit_window
-             FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
-    )
-    .execute(pg.pool())
-    .await
-    .unwrap();
+    testkit::refuse_poison(pg.pool(), "audit_window", "poisoned window", "22003").await;
     let honest = increment("orders", "regional", "dc1", 0, 5);
     let other = increment("payments", "regional", "dc1", 0, 6);
     let poison = increment("poison", "regional", "dc1", 0, 7);

@@ -274,6 +274,27 @@ impl Drop for TestDatabase {
     }
 }
 
+/// Makes PostgreSQL refuse every row of topic `poison` inserted into `table` with
+/// `message` and SQLSTATE `errcode` (a trigger): a stand-in for whatever data error
+/// the database may raise on one message.
+pub async fn refuse_poison(pool: &sqlx::PgPool, table: &str, message: &str, errcode: &str) {
+    let sql = format!(
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.topic = 'poison' THEN
+                 RAISE EXCEPTION '{message}' USING ERRCODE = '{errcode}';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_poison BEFORE INSERT ON {table}
+             FOR EACH ROW EXECUTE FUNCTION refuse_poison();"
+    );
+    sqlx::raw_sql(&sql)
+        .execute(pool)
+        .await
+        .expect("create the refuse_poison trigger");
+}
+
 /// Creates an empty database with a unique name on the test server (see [`pg_url`]).
 /// Migrations are the caller's business.
 pub async fn fresh_database(prefix: &str) -> TestDatabase {

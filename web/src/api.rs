@@ -12,7 +12,7 @@ use store::{AuditStore, OffsetRange, TimeRange, WindowKey};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_progress, engine_row, now_ms, CycleStats};
+use crate::eval::{engine_row, now_ms, topic_progress, CycleStats};
 use crate::AppState;
 
 /// Latest time accepted: 9999-12-31T23:59:59.999Z.
@@ -460,13 +460,7 @@ pub async fn compare(
     let topo = &state.topology;
     let first = topo.window_start(from);
     // Progress, then staged increments, then window rows (see `read::staged_windows`).
-    let progress: Vec<_> = state
-        .store
-        .progress(Some(&topic))
-        .await?
-        .iter()
-        .map(engine_progress)
-        .collect();
+    let progress = topic_progress(&state.store, &topic).await?;
     let staged: crate::engine::Staged =
         crate::read::staged_windows(&state.store, Some(&topic), first)
             .await?
@@ -480,10 +474,7 @@ pub async fn compare(
         .iter()
         .map(engine_row)
         .collect();
-    let windows: Vec<i64> = (0..)
-        .map(|i| first + i * topo.window_ms)
-        .take_while(|w| *w < to)
-        .collect();
+    let windows = topo.window_starts(first, to);
     let now = now_ms();
     let edges = topo.evaluate_topic_staged(&topic, &windows, &rows, &progress, &staged, now);
     Ok(Json(CompareResponse {

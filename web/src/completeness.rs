@@ -21,7 +21,7 @@ use store::{AuditStore, TimeRange};
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_progress, engine_row, now_ms};
+use crate::eval::{engine_row, now_ms, topic_progress};
 use crate::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -246,13 +246,7 @@ pub async fn completeness(
     // Progress, then staged increments, then window rows: increments that came with
     // the progress read first are then either still staged (seen by the second read)
     // or already added up (seen by the third).
-    let progress: Vec<_> = state
-        .store
-        .progress(Some(&topic))
-        .await?
-        .iter()
-        .map(engine_progress)
-        .collect();
+    let progress = topic_progress(&state.store, &topic).await?;
     let up_dcs = edge.upstream_datacenters(datacenter);
     let involved = |tier: &str, dc: &str| {
         (tier == edge.downstream && dc == datacenter)
@@ -287,10 +281,7 @@ pub async fn completeness(
             up_dcs.join("+")
         )));
     }
-    let starts: Vec<i64> = (0..)
-        .map(|i| first + i * topo.window_ms)
-        .take_while(|w| *w < to)
-        .collect();
+    let starts = topo.window_starts(first, to);
     let now = now_ms();
     let windows: Vec<WindowCompleteness> = topo
         .evaluate_edge_datacenter(

@@ -116,6 +116,19 @@ pub fn engine_row(r: &store::WindowRow) -> WindowRow {
     }
 }
 
+/// Every auditor's progress on `topic`, as the engine takes it.
+pub async fn topic_progress(
+    store: &Store,
+    topic: &str,
+) -> Result<Vec<PartitionProgress>, StoreError> {
+    Ok(store
+        .progress(Some(topic))
+        .await?
+        .iter()
+        .map(engine_progress)
+        .collect())
+}
+
 pub fn engine_progress(p: &store::ProgressRow) -> PartitionProgress {
     PartitionProgress {
         tier: p.tier.clone(),
@@ -373,13 +386,7 @@ impl Evaluator {
                 // topics exceed it, read this topic's (a missing auditor would look
                 // stalled).
                 _ if progress_capped => {
-                    fetched = self
-                        .store
-                        .progress(Some(&topic))
-                        .await?
-                        .iter()
-                        .map(engine_progress)
-                        .collect::<Vec<_>>();
+                    fetched = topic_progress(&self.store, &topic).await?;
                     &fetched
                 }
                 _ => &empty,

@@ -2,6 +2,7 @@
 //! exact payloads of trigger and resolve for each channel kind, rate limiting, retry
 //! with backoff, and the alerting job running alone.
 
+#[macro_use]
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -79,9 +80,7 @@ async fn start_receiver() -> (Receiver, String) {
     let app = Router::new()
         .route("/{mode}/{name}", post(handle))
         .with_state(receiver.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = serve_local(app).await;
     (receiver, base)
 }
 
@@ -418,16 +417,7 @@ async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
     )
     .await
     .unwrap();
-    let cfg = format!(
-        r#"
-[serve]
-evaluate_every = "1h"
-[[alerting.channels]]
-name = "hook"
-kind = "webhook"
-url = "{base}/ok/webhook"
-"#
-    );
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
     let state = AppState::new(config(&cfg), store).unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let jobs = state.spawn_jobs(&shutdown);
@@ -483,33 +473,16 @@ url = "{base}/ok/webhook"
     }
 }
 
+on_both_backends!(open_alerts_survive_a_restart);
+
 /// The alerts a channel delivered are stored: a restarted process does not trigger
 /// them again, and resolves them when late data completes the window.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn open_alerts_survive_a_restart_postgres() {
-    open_alerts_survive_a_restart(Backend::Postgres).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn open_alerts_survive_a_restart_sqlite() {
-    open_alerts_survive_a_restart(Backend::Sqlite).await
-}
-
 async fn open_alerts_survive_a_restart(backend: Backend) {
     let (receiver, base) = start_receiver().await;
     let (store, _db) = store(backend).await;
     let w = settled_window();
     seed_loss(&store, "orders", w).await;
-    let cfg = format!(
-        r#"
-[serve]
-evaluate_every = "1h"
-[[alerting.channels]]
-name = "hook"
-kind = "webhook"
-url = "{base}/ok/webhook"
-"#
-    );
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
     let first = AppState::new(config(&cfg), store.clone()).unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let jobs = first.spawn_jobs(&shutdown);
@@ -686,40 +659,13 @@ routing_key = "R0UT1NGKEY"
     assert!(summary.starts_with("loss on éé"), "{summary}");
 }
 
-/// Log lines, for tests that check what reaches the log.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
 /// A Slack or webhook URL is the credential (`/services/T…/B…/secret`) and the
 /// routing key is PagerDuty's: a failed delivery logs the channel and host only.
 /// (Current-thread runtime: the subscriber set here sees the worker's logs.)
 #[tokio::test]
 async fn failed_deliveries_log_neither_url_paths_nor_keys() {
     let (_receiver, base) = start_receiver().await;
-    let logs = Logs::default();
-    let _guard = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish(),
-    );
+    let (logs, _guard) = Logs::capture();
     let cfg = config(&format!(
         r#"
 [alerting]
@@ -750,7 +696,7 @@ routing_key = "R0UT1NGKEYSECRET"
         );
         worker.sync(&desired, now_ms()).await;
     }
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     assert_eq!(text.matches("alert delivery failed").count(), 3, "{text}");
     for secret in ["SECRET", "/services/", "/reject/", "/echo/"] {
         assert!(!text.contains(secret), "{secret:?} in the log:\n{text}");

@@ -1,33 +1,13 @@
 //! The HTTP API against real stores: every scenario runs on PostgreSQL (a fresh
 //! database) and on SQLite.
 
+#[macro_use]
 mod support;
 
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use support::*;
 use web::AppState;
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-    };
-}
 
 on_both_backends!(
     loss_is_listed_then_resolved_by_late_data,
@@ -39,11 +19,6 @@ on_both_backends!(
     readiness_waits_for_the_first_evaluation,
     settling_window_is_judged_once_it_settles,
 );
-
-async fn state(backend: Backend, extra: &str) -> (AppState, support::Db) {
-    let (store, db) = store(backend).await;
-    (AppState::new(config(extra), store).expect("state"), db)
-}
 
 async fn loss_is_listed_then_resolved_by_late_data(backend: Backend) {
     let (state, _db) = state(backend, "").await;
@@ -720,16 +695,15 @@ async fn stall_detection_survives_more_progress_rows_than_a_read_returns() {
 async fn serves_https_with_tls_cert_and_key() {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../common/tests/data");
     let (cert, key) = (data.join("localhost.crt"), data.join("localhost.key"));
-    let (store, _db) = store(Backend::Sqlite).await;
-    let state = AppState::new(
-        config(&format!(
+    let (state, _db) = state(
+        Backend::Sqlite,
+        &format!(
             "[serve]\nevaluate_every = \"1h\"\ntls_cert = {:?}\ntls_key = {:?}",
             cert.display().to_string(),
             key.display().to_string()
-        )),
-        store,
+        ),
     )
-    .unwrap();
+    .await;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -816,31 +790,8 @@ async fn api_answers_are_not_sniffed_or_cached() {
 /// to the network: say so at start, in one warning line.
 #[tokio::test]
 async fn an_open_api_off_loopback_is_warned_about_at_start() {
-    #[derive(Clone, Default)]
-    struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Logs {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-        type Writer = Logs;
-        fn make_writer(&'a self) -> Logs {
-            self.clone()
-        }
-    }
-    let logs = Logs::default();
-    let _guard = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish(),
-    );
-    let text = || String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let (logs, _guard) = Logs::capture();
+    let text = || logs.text();
     for (listen, warned) in [("127.0.0.1:0", false), ("0.0.0.0:0", true)] {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("a.db");
@@ -987,12 +938,11 @@ async fn readiness_does_not_publish_store_errors() {
 /// `serve.header_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_request_head_is_closed_after_the_header_timeout() {
-    let (store, _db) = store(Backend::Sqlite).await;
-    let state = AppState::new(
-        config("[serve]\nevaluate_every = \"1h\"\nheader_read_timeout = \"500ms\""),
-        store,
+    let (state, _db) = state(
+        Backend::Sqlite,
+        "[serve]\nevaluate_every = \"1h\"\nheader_read_timeout = \"500ms\"",
     )
-    .unwrap();
+    .await;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

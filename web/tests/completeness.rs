@@ -1,6 +1,7 @@
 //! The completeness gate (`GET /api/v1/topics/{topic}/completeness`) against real
 //! stores: every scenario runs on PostgreSQL (a fresh database) and on SQLite.
 
+#[macro_use]
 mod support;
 
 use axum::http::StatusCode;
@@ -9,27 +10,6 @@ use store::{Message, PartitionProgress, Progress};
 use support::*;
 use uuid::Uuid;
 use web::{AppState, Config};
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-    };
-}
 
 on_both_backends!(
     six_windows_pending_complete_and_short_at_the_default_threshold,

@@ -2,6 +2,7 @@
 //! auditor status after seeding through the store's own write paths. PostgreSQL-only
 //! where the rule is about PostgreSQL (staged roll-up).
 
+#[macro_use]
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,11 @@ upstream = "regional"
 downstream = "aggregate"
 datacenters = { dc1 = "agg", dc2 = "agg" }
 "#;
+
+on_both_backends!(
+    many_to_one_region_only_topic,
+    lag_zero_is_dated_by_emitted_at
+);
 
 async fn write_at(store: &store::Store, messages: Vec<Message>, received_at_ms: i64) {
     store
@@ -133,25 +139,14 @@ async fn many_to_one_region_only_topic(backend: Backend) {
     assert_eq!(verdicts(&state, "orders", w), vec![]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_to_one_region_only_topic_postgres() {
-    many_to_one_region_only_topic(Backend::Postgres).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_to_one_region_only_topic_sqlite() {
-    many_to_one_region_only_topic(Backend::Sqlite).await
-}
-
 /// B3: an auditor catching up publishes its last increments of `w` with progress past
 /// `w`'s settle time. The collector staged both; the roll-up is held back by a lock on
 /// `audit_window` from another connection. No final verdict until the increments are
 /// added up; then ok.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roll_up_held_back_gives_no_final_verdict_postgres() {
-    let (store, db) = store(Backend::Postgres).await;
+    let (state, db) = state(Backend::Postgres, "").await;
     let Db::Pg(db) = db else { unreachable!() };
-    let state = AppState::new(config(""), store).expect("state");
     let w = settled_window();
     write(
         &state.store,
@@ -206,8 +201,7 @@ async fn roll_up_held_back_gives_no_final_verdict_postgres() {
 /// B4: lag 0 measured before `w` settled, delivered after a backlog (received now):
 /// it says nothing about data written since it was measured. Pending, not loss.
 async fn lag_zero_is_dated_by_emitted_at(backend: Backend) {
-    let (store, _db) = store(backend).await;
-    let state = AppState::new(config(""), store).expect("state");
+    let (state, _db) = state(backend, "").await;
     let w = settled_window();
     write(
         &state.store,
@@ -233,22 +227,11 @@ async fn lag_zero_is_dated_by_emitted_at(backend: Backend) {
     assert_eq!((v[0].2, v[0].3), (Verdict::Loss, Lifecycle::Final), "{v:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lag_zero_is_dated_by_emitted_at_postgres() {
-    lag_zero_is_dated_by_emitted_at(Backend::Postgres).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lag_zero_is_dated_by_emitted_at_sqlite() {
-    lag_zero_is_dated_by_emitted_at(Backend::Sqlite).await
-}
-
 /// B6: a deleted topic's auditor is stalled after `stall_after`, and forgotten (no
 /// auditor status, so no stalled alert) after `forget_after` (24 h by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_topic_is_forgotten_after_forget_after_postgres() {
-    let (store, _db) = store(Backend::Postgres).await;
-    let state = AppState::new(config(""), store).expect("state");
+    let (state, _db) = state(Backend::Postgres, "").await;
     let w = settled_window();
     let last = now_ms() - 60 * MIN;
     write_at(
@@ -291,8 +274,7 @@ async fn deleted_topic_is_forgotten_after_forget_after_postgres() {
 /// partition is stalled rather than pending forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_stuck_instance_is_stalled_postgres() {
-    let (store, _db) = store(Backend::Postgres).await;
-    let state = AppState::new(config(""), store).expect("state");
+    let (state, _db) = state(Backend::Postgres, "").await;
     let w = settled_window();
     let now = now_ms();
     let before = now - 120 * MIN;
@@ -353,9 +335,7 @@ async fn start_receiver() -> (Arc<Mutex<Vec<Value>>>, String) {
     let app = Router::new()
         .route("/hook", post(handle))
         .with_state(got.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = serve_local(app).await;
     (got, base)
 }
 
@@ -371,18 +351,8 @@ async fn start_receiver() -> (Arc<Mutex<Vec<Value>>>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_auditor_catching_up_pages_nothing_postgres() {
     let (got, base) = start_receiver().await;
-    let (store, _db) = store(Backend::Postgres).await;
-    let cfg = format!(
-        r#"
-[serve]
-evaluate_every = "1h"
-[[alerting.channels]]
-name = "hook"
-kind = "webhook"
-url = "{base}/hook"
-"#
-    );
-    let state = AppState::new(config(&cfg), store).expect("state");
+    let cfg = one_webhook(&format!("{base}/hook"));
+    let (state, _db) = state(Backend::Postgres, &cfg).await;
     let mut hook = ChannelWorker::new(
         state.config.alerting.channels[0].clone(),
         state.config.alerting.clone(),

@@ -190,6 +190,64 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
     }
 }
 
+/// What a Kafka-sourced collector test runs against, all named after `stem`:
+/// (cluster A's bootstrap, a fresh database, a new audit topic of `partitions`
+/// partitions, a new consumer group).
+pub async fn kafka_rig(
+    stem: &str,
+    partitions: i32,
+) -> (String, testkit::TestDatabase, String, String) {
+    let bootstrap = testkit::kafka_a();
+    let db = testkit::fresh_database(&format!("collector_{}", stem.replace('-', "_"))).await;
+    let audit_topic =
+        testkit::create_unique_topic(&bootstrap, &format!("audit-{stem}"), partitions).await;
+    let group = testkit::unique(&format!("collector-{stem}"));
+    (bootstrap, db, audit_topic, group)
+}
+
+/// Starts a collector on `config`; cancel the token to stop it.
+pub async fn start_collector(
+    config: CollectConfig,
+) -> (collector::Collector, tokio_util::sync::CancellationToken) {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let collector = collector::start(config, shutdown.clone())
+        .await
+        .expect("start collector");
+    (collector, shutdown)
+}
+
+/// A collector config with HTTP ingest only (no Kafka source), storing to `store_url`.
+pub fn http_only_config(store_url: &str) -> CollectConfig {
+    let mut config = config(store_url, "unused:1", "unused", "g");
+    config.sources.clear();
+    config
+}
+
+/// The URL of a SQLite database file in `dir`.
+pub fn sqlite_in(dir: &tempfile::TempDir) -> String {
+    dir.path().join("audit.db").to_str().unwrap().to_string()
+}
+
+/// Cancels the collector and waits (at most `within`) for it to stop cleanly.
+pub async fn stop(
+    shutdown: &tokio_util::sync::CancellationToken,
+    collector: collector::Collector,
+    within: Duration,
+) {
+    shutdown.cancel();
+    tokio::time::timeout(within, collector.wait())
+        .await
+        .expect("clean shutdown")
+        .unwrap();
+}
+
+/// Waits (at most 60 s) until `group` has committed `n` records of `topic` in total.
+pub fn wait_committed(bootstrap: &str, group: &str, topic: &str, partitions: i32, n: i64) -> bool {
+    testkit::wait_until(Duration::from_secs(60), || {
+        committed(bootstrap, group, topic, partitions) == n
+    })
+}
+
 /// Sum of the committed offsets of `group` over the partitions of `topic`.
 pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
     committed_per_partition(bootstrap, group, topic, partitions)

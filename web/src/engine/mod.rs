@@ -240,6 +240,15 @@ impl Auditor<'_> {
     }
 }
 
+/// `topic`'s rows by window start.
+fn rows_by_window<'r>(topic: &str, rows: &'r [WindowRow]) -> BTreeMap<i64, Vec<&'r WindowRow>> {
+    let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.topic == topic) {
+        by_window.entry(r.window_start).or_default().push(r);
+    }
+    by_window
+}
+
 /// Progress by (tier, datacenter); partitions not reported for longer than
 /// `forget_after` are dropped (their topic was deleted or is no longer audited).
 fn auditors<'a>(
@@ -341,10 +350,7 @@ impl Topology {
         staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {
-        let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
-        for r in rows.iter().filter(|r| r.topic == topic) {
-            by_window.entry(r.window_start).or_default().push(r);
-        }
+        let by_window = rows_by_window(topic, rows);
         let auditors = auditors(progress, now, self.forget_after_ms);
         let policy = self.policy_for(topic);
         let mut out = Vec::new();
@@ -426,10 +432,7 @@ impl Topology {
         staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {
-        let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
-        for r in rows.iter().filter(|r| r.topic == topic) {
-            by_window.entry(r.window_start).or_default().push(r);
-        }
+        let by_window = rows_by_window(topic, rows);
         let auditors = auditors(progress, now, self.forget_after_ms);
         let policy = self.policy_for(topic);
         windows

@@ -71,6 +71,15 @@ fn all_caught_up(now: i64) -> Vec<PartitionProgress> {
         .collect()
 }
 
+/// Like `all_caught_up`, but regional/dc2 has read only up to the window's end.
+fn dc2_lagging(now: i64) -> Vec<PartitionProgress> {
+    vec![
+        progress("regional", "dc1", CAUGHT_UP, now),
+        progress("regional", "dc2", END, now),
+        progress("aggregate", "agg", CAUGHT_UP, now),
+    ]
+}
+
 fn find<'a>(out: &'a [EdgeWindow], up: &str, dc: &str) -> &'a EdgeWindow {
     out.iter()
         .find(|e| e.upstream == up && e.datacenter == dc)
@@ -88,193 +97,141 @@ struct Case {
     expect: (Verdict, Lifecycle, u64, u64),
 }
 
+/// Rows of W on the edge producer → regional at dc1: (count, checksum) at each end.
+fn one_to_one(producer: (u64, u64), regional: (u64, u64)) -> Vec<WindowRow> {
+    vec![
+        row("producer", "dc1", producer.0, producer.1),
+        row("regional", "dc1", regional.0, regional.1),
+    ]
+}
+
+/// When the table's cases are judged, unless a case says otherwise: settled, 5 min on.
+const NOW: i64 = SETTLED + 5 * MIN;
+
+/// A case on the one-to-one edge producer → regional at dc1, topic "orders", every
+/// auditor caught up at `NOW`. Each case names its own `rows` and `expect`.
+fn base(name: &'static str) -> Case {
+    Case {
+        name,
+        topic: "orders",
+        rows: vec![],
+        progress: all_caught_up(NOW),
+        now: NOW,
+        edge_upstream: "producer",
+        datacenter: "dc1",
+        expect: (Verdict::Ok, Lifecycle::Final, 0, 0),
+    }
+}
+
+/// Like `base`, on the many-to-one edge regional (dc1 + dc2) → aggregate at agg.
+fn many_to_one(name: &'static str) -> Case {
+    Case {
+        edge_upstream: "regional",
+        datacenter: "agg",
+        ..base(name)
+    }
+}
+
 #[test]
 fn verdicts_table() {
-    let now = SETTLED + 5 * MIN;
+    let now = NOW;
     let cases = vec![
         Case {
-            name: "complete one-to-one edge is ok",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 100, 7),
-            ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
+            rows: one_to_one((100, 7), (100, 7)),
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
+            ..base("complete one-to-one edge is ok")
         },
         Case {
-            name: "loss: fewer downstream after settling",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 90, 6),
-            ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
+            rows: one_to_one((100, 7), (90, 6)),
             expect: (Verdict::Loss, Lifecycle::Final, 100, 90),
+            ..base("loss: fewer downstream after settling")
         },
         Case {
-            name: "loss: traffic upstream and no row downstream",
-            topic: "orders",
             rows: vec![row("producer", "dc1", 100, 7)],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Loss, Lifecycle::Final, 100, 0),
+            ..base("loss: traffic upstream and no row downstream")
         },
         Case {
-            name: "duplication: more downstream",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 130, 9),
-            ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
+            rows: one_to_one((100, 7), (130, 9)),
             expect: (Verdict::Duplication, Lifecycle::Final, 100, 130),
+            ..base("duplication: more downstream")
         },
         Case {
-            name: "loss masked by equal duplication: equal counts, different checksums",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 0xdead),
-                row("regional", "dc1", 100, 0xbeef),
-            ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
+            rows: one_to_one((100, 0xdead), (100, 0xbeef)),
             expect: (Verdict::Mismatch, Lifecycle::Final, 100, 100),
+            ..base("loss masked by equal duplication: equal counts, different checksums")
         },
         Case {
-            name: "lagging auditor: pending, not loss",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 40, 3),
-            ],
+            rows: one_to_one((100, 7), (40, 3)),
             // regional/dc1 reports recently but has only read up to the window end.
             progress: vec![progress("regional", "dc1", END, now - MIN)],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 40),
+            ..base("lagging auditor: pending, not loss")
         },
         Case {
-            name: "stalled auditor: last report older than stall_after",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 40, 3),
-            ],
+            rows: one_to_one((100, 7), (40, 3)),
             progress: vec![progress("regional", "dc1", END, now - 31 * MIN)],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Stalled, Lifecycle::Settling, 100, 40),
+            ..base("stalled auditor: last report older than stall_after")
         },
         Case {
-            name: "stalled after catching up: the window can still be judged",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 100, 7),
-            ],
+            rows: one_to_one((100, 7), (100, 7)),
             progress: vec![progress("regional", "dc1", CAUGHT_UP, now - 300 * MIN)],
             now: now + 300 * MIN,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
+            ..base("stalled after catching up: the window can still be judged")
         },
         Case {
-            name: "lag 0 reported after settle time counts as caught up",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 100, 7),
-            ],
+            rows: one_to_one((100, 7), (100, 7)),
             progress: vec![PartitionProgress {
                 lag: Some(0),
                 record_time: Some(W),
                 ..progress("regional", "dc1", W, SETTLED + MIN)
             }],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
+            ..base("lag 0 reported after settle time counts as caught up")
         },
         Case {
             // A lagging auditor's first report comes before librdkafka knows the high
             // watermark (lag null): its partition is mid-backlog, and the CreateTime
             // of the last record read says nothing about records not read yet.
-            name: "record time past settle with an unknown lag does not count",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 60, 4),
-            ],
+            rows: one_to_one((100, 7), (60, 4)),
             progress: vec![PartitionProgress {
                 lag: None,
                 ..progress("regional", "dc1", CAUGHT_UP, now)
             }],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 60),
+            ..base("record time past settle with an unknown lag does not count")
         },
         Case {
             // B4: measured before the settle time, delivered after it (an audit-topic
             // or database backlog): says nothing about data written in between.
-            name: "lag 0 emitted before settle time but received after does not count",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 90, 7),
-            ],
+            rows: one_to_one((100, 7), (90, 7)),
             progress: vec![PartitionProgress {
                 lag: Some(0),
                 record_time: Some(W),
                 emitted_at: END,
                 ..progress("regional", "dc1", W, SETTLED + MIN)
             }],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
+            ..base("lag 0 emitted before settle time but received after does not count")
         },
         Case {
             // B4: an auditor clock running ahead cannot date its lag 0 past the time
             // the collector received it.
-            name: "lag 0 emitted in the future does not count before it is received",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 90, 7),
-            ],
+            rows: one_to_one((100, 7), (90, 7)),
             progress: vec![PartitionProgress {
                 lag: Some(0),
                 record_time: Some(W),
                 emitted_at: SETTLED + 60 * MIN,
                 ..progress("regional", "dc1", W, END)
             }],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
+            ..base("lag 0 emitted in the future does not count before it is received")
         },
         Case {
             // B2: a region-specific topic, produced in dc1 only. dc2 has neither rows
             // nor progress for it: it contributes 0 and does not hold the verdict.
-            name: "many-to-one: topic in one upstream datacenter only, loss reported",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 100, 7),
                 row("aggregate", "agg", 95, 6),
@@ -284,29 +241,21 @@ fn verdicts_table() {
                 progress("aggregate", "agg", CAUGHT_UP, now),
             ],
             now: SETTLED + 31 * MIN,
-            edge_upstream: "regional",
-            datacenter: "agg",
             expect: (Verdict::Loss, Lifecycle::Final, 100, 95),
+            ..many_to_one("many-to-one: topic in one upstream datacenter only, loss reported")
         },
         Case {
-            name: "many-to-one: topic in both upstream datacenters, complete is ok",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 100, 7),
                 row("regional", "dc2", 50, 3),
                 row("aggregate", "agg", 150, 10),
             ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
             expect: (Verdict::Ok, Lifecycle::Final, 150, 150),
+            ..many_to_one("many-to-one: topic in both upstream datacenters, complete is ok")
         },
         Case {
             // Rows but no progress: dc2 does carry the topic, and its auditor has not
             // said how far it read: wait.
-            name: "many-to-one: upstream datacenter with rows but no progress blocks",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 100, 7),
                 row("regional", "dc2", 50, 3),
@@ -316,39 +265,24 @@ fn verdicts_table() {
                 progress("regional", "dc1", CAUGHT_UP, now),
                 progress("aggregate", "agg", CAUGHT_UP, now),
             ],
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
             expect: (Verdict::Pending, Lifecycle::Settling, 150, 150),
+            ..many_to_one("many-to-one: upstream datacenter with rows but no progress blocks")
         },
         Case {
             // Progress but no rows in this window: dc2 carries the topic (idle in
             // this window) and must still be read past it.
-            name: "many-to-one: upstream datacenter with lagging progress blocks",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 100, 7),
                 row("aggregate", "agg", 100, 7),
             ],
-            progress: vec![
-                progress("regional", "dc1", CAUGHT_UP, now),
-                progress("regional", "dc2", END, now),
-                progress("aggregate", "agg", CAUGHT_UP, now),
-            ],
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
+            progress: dc2_lagging(now),
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 100),
+            ..many_to_one("many-to-one: upstream datacenter with lagging progress blocks")
         },
         Case {
             // B7: partition 1 is stuck (its instance stopped publishing while still in
             // the group); partition 0 of the other instance reports fresh progress.
-            name: "one stuck partition of one instance: stalled despite fresh others",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 90, 7),
-            ],
+            rows: one_to_one((100, 7), (90, 7)),
             progress: vec![
                 PartitionProgress {
                     record_time: Some(CAUGHT_UP),
@@ -361,20 +295,13 @@ fn verdicts_table() {
                     ..progress("regional", "dc1", END, now - 120 * MIN)
                 },
             ],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Stalled, Lifecycle::Settling, 100, 90),
+            ..base("one stuck partition of one instance: stalled despite fresh others")
         },
         Case {
             // B7: a partition that is read past the window does not hold it, however
             // old its report (an idle partition reported lag 0 after the window).
-            name: "an old report of a partition read past the window does not stall",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 100, 7),
-            ],
+            rows: one_to_one((100, 7), (100, 7)),
             progress: vec![
                 progress("regional", "dc1", CAUGHT_UP, now),
                 PartitionProgress {
@@ -382,128 +309,79 @@ fn verdicts_table() {
                     ..progress("regional", "dc1", CAUGHT_UP, now - 120 * MIN)
                 },
             ],
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
+            ..base("an old report of a partition read past the window does not stall")
         },
         Case {
-            name: "lag 0 reported before settle time does not count",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 100, 7),
-            ],
+            rows: one_to_one((100, 7), (100, 7)),
             progress: vec![PartitionProgress {
                 lag: Some(0),
                 ..progress("regional", "dc1", W, END)
             }],
             now: END + 25 * MIN,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 100),
+            ..base("lag 0 reported before settle time does not count")
         },
         Case {
-            name: "never reported progress, long after settling: stalled",
-            topic: "orders",
-            rows: vec![
-                row("producer", "dc1", 100, 7),
-                row("regional", "dc1", 100, 7),
-            ],
+            rows: one_to_one((100, 7), (100, 7)),
             progress: vec![],
             now: SETTLED + 31 * MIN,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Stalled, Lifecycle::Settling, 100, 100),
+            ..base("never reported progress, long after settling: stalled")
         },
         Case {
-            name: "open window is pending",
-            topic: "orders",
             rows: vec![row("producer", "dc1", 100, 7)],
-            progress: all_caught_up(now),
             now: END - 1,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Pending, Lifecycle::Open, 100, 0),
+            ..base("open window is pending")
         },
         Case {
-            name: "window within its grace period is settling and pending",
-            topic: "orders",
             rows: vec![row("producer", "dc1", 100, 7)],
-            progress: all_caught_up(now),
             now: SETTLED - 1,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 0),
+            ..base("window within its grace period is settling and pending")
         },
         Case {
-            name: "many-to-one: two regions summed into the aggregate, checksums add",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 60, u64::MAX),
                 row("regional", "dc2", 40, 5),
                 // u64::MAX + 5 wraps to 4
                 row("aggregate", "agg", 100, 4),
             ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
+            ..many_to_one("many-to-one: two regions summed into the aggregate, checksums add")
         },
         Case {
-            name: "many-to-one: loss in the aggregate is judged against the sum",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 60, 1),
                 row("regional", "dc2", 40, 5),
                 row("aggregate", "agg", 95, 4),
             ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
             expect: (Verdict::Loss, Lifecycle::Final, 100, 95),
+            ..many_to_one("many-to-one: loss in the aggregate is judged against the sum")
         },
         Case {
-            name: "many-to-one: a lagging region keeps the aggregate pending",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 60, 1),
                 row("aggregate", "agg", 60, 1),
             ],
-            progress: vec![
-                progress("regional", "dc1", CAUGHT_UP, now),
-                progress("regional", "dc2", END, now),
-                progress("aggregate", "agg", CAUGHT_UP, now),
-            ],
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
+            progress: dc2_lagging(now),
             expect: (Verdict::Pending, Lifecycle::Settling, 60, 60),
+            ..many_to_one("many-to-one: a lagging region keeps the aggregate pending")
         },
         Case {
-            name: "empty window on both ends is ok",
-            topic: "orders",
             rows: vec![],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
             expect: (Verdict::Ok, Lifecycle::Final, 0, 0),
+            ..many_to_one("empty window on both ends is ok")
         },
         Case {
-            name: "empty one-to-one window with caught-up auditor is ok",
-            topic: "orders",
             rows: vec![],
-            progress: all_caught_up(now),
-            now,
             edge_upstream: "producer",
             datacenter: "dc2",
             expect: (Verdict::Ok, Lifecycle::Final, 0, 0),
+            ..base("empty one-to-one window with caught-up auditor is ok")
         },
         Case {
-            name: "override thresholds tolerate a small difference on noisy.* topics",
             topic: "noisy.clicks",
             rows: vec![
                 WindowRow {
@@ -515,14 +393,10 @@ fn verdicts_table() {
                     ..row("regional", "dc1", 960, 6)
                 },
             ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Ok, Lifecycle::Final, 1000, 960),
+            ..base("override thresholds tolerate a small difference on noisy.* topics")
         },
         Case {
-            name: "override thresholds still flag a difference beyond both",
             topic: "noisy.clicks",
             rows: vec![
                 WindowRow {
@@ -534,15 +408,10 @@ fn verdicts_table() {
                     ..row("regional", "dc1", 900, 6)
                 },
             ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "producer",
-            datacenter: "dc1",
             expect: (Verdict::Loss, Lifecycle::Final, 1000, 900),
+            ..base("override thresholds still flag a difference beyond both")
         },
         Case {
-            name: "delayed: complete but aggregate p99 above its 1 min objective",
-            topic: "orders",
             rows: vec![
                 row("regional", "dc1", 3, 1),
                 WindowRow {
@@ -550,11 +419,8 @@ fn verdicts_table() {
                     ..row("aggregate", "agg", 3, 1)
                 },
             ],
-            progress: all_caught_up(now),
-            now,
-            edge_upstream: "regional",
-            datacenter: "agg",
             expect: (Verdict::Delayed, Lifecycle::Final, 3, 3),
+            ..many_to_one("delayed: complete but aggregate p99 above its 1 min objective")
         },
     ];
     let topo = pipeline();

@@ -321,6 +321,14 @@ impl Topology {
     pub fn window_start(&self, t: i64) -> i64 {
         t.div_euclid(self.window_ms) * self.window_ms
     }
+
+    /// The starts of the windows from `first` (a window start) up to, not including, `to`.
+    pub fn window_starts(&self, first: i64, to: i64) -> Vec<i64> {
+        (0..)
+            .map(|i| first + i * self.window_ms)
+            .take_while(|w| *w < to)
+            .collect()
+    }
 }
 
 /// Glob match with `*` (any run, also empty) and `?` (one character); everything

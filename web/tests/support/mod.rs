@@ -11,6 +11,31 @@ use tower::ServiceExt;
 use uuid::Uuid;
 use web::{AppState, Config};
 
+/// Runs each named `async fn NAME(backend: Backend)` of the test file as two tests,
+/// `postgres::NAME` and `sqlite::NAME` (the file declares `#[macro_use] mod support;`
+/// and brings `Backend` into scope with `use support::*`).
+#[allow(unused_macros)]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Sqlite).await
+                }
+            )*
+        }
+    };
+}
+
 pub const MIN: i64 = 60_000;
 pub const WINDOW: i64 = 10 * MIN;
 
@@ -69,6 +94,27 @@ pub fn config(extra: &str) -> Config {
         toml::from_str(&format!("{TOPOLOGY}\n{extra}")).expect("test config parses");
     config.validate().expect("test config is valid");
     config
+}
+
+/// A state on a fresh `backend` store with `config(extra)`.
+pub async fn state(backend: Backend, extra: &str) -> (AppState, Db) {
+    let (store, db) = store(backend).await;
+    (AppState::new(config(extra), store).expect("state"), db)
+}
+
+/// Config of one webhook channel, "hook", posting to `url`; evaluation hourly, so the
+/// test drives the cycles.
+pub fn one_webhook(url: &str) -> String {
+    format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{url}"
+"#
+    )
 }
 
 pub fn now_ms() -> i64 {
@@ -199,4 +245,52 @@ pub async fn request(state: &AppState, method: &str, uri: &str, token: Option<&s
 
 pub async fn get(state: &AppState, uri: &str) -> Response {
     request(state, "GET", uri, None).await
+}
+
+/// Log lines, for tests that check what reaches the log.
+#[derive(Clone, Default)]
+pub struct Logs(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Captures this thread's log lines until the guard is dropped.
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(logs.clone())
+                .with_ansi(false)
+                .finish(),
+        );
+        (logs, guard)
+    }
+
+    /// What was logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// Serves `app` on 127.0.0.1 (a free port) in the background; its base URL.
+pub async fn serve_local(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
 }
