@@ -128,6 +128,14 @@ pub(crate) fn now_ms() -> i64 {
 /// Upper bound on rows a read returns, so no query can load an unbounded range.
 pub const MAX_READ_ROWS: usize = 100_000;
 
+/// Upper bound on latency-bucket rows one window read loads (about 100 MB). Bucket
+/// indexes run 0..=2300, so [`MAX_READ_ROWS`] windows could hold 230 M bucket rows;
+/// an honest widest read (1 008 windows × 20 tier/datacenter pairs × ~100 buckets ≈
+/// 2 M rows) stays well below this. Past it, the windows whose buckets were not all
+/// read come back with an empty histogram (never a truncated one) and a warning is
+/// logged.
+pub const MAX_BUCKET_ROWS: usize = 4_000_000;
+
 /// The store contract. Both implementations pass the same conformance suite
 /// (`store/tests/conformance.rs`).
 pub trait AuditStore: Send + Sync {
@@ -161,7 +169,9 @@ pub trait AuditStore: Send + Sync {
     fn list_topics(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
 
     /// Window rows of one topic whose start is in `range`, every tier and datacenter,
-    /// ordered by (window_start, tier, datacenter), histograms included.
+    /// ordered by (window_start, tier, datacenter), histograms included. At most
+    /// [`MAX_READ_ROWS`] windows and [`MAX_BUCKET_ROWS`] bucket rows: windows past the
+    /// bucket bound come back with no latency (logged), never a partial histogram.
     fn topic_windows(
         &self,
         topic: &str,
@@ -170,7 +180,7 @@ pub trait AuditStore: Send + Sync {
 
     /// Window rows of every topic whose start is in `range`, for up to `topic_limit`
     /// topics after `after_topic` (exclusive), ordered by (topic, window_start, tier,
-    /// datacenter), histograms included.
+    /// datacenter), histograms included, bounded as [`AuditStore::topic_windows`].
     fn windows_in_range(
         &self,
         range: TimeRange,
@@ -278,6 +288,34 @@ macro_rules! dispatch {
             Store::Sqlite($s) => $e,
         }
     };
+}
+
+impl Store {
+    /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter instead of
+    /// [`MAX_BUCKET_ROWS`], so tests can reach it without seeding millions of rows.
+    #[doc(hidden)]
+    pub async fn topic_windows_capped(
+        &self,
+        topic: &str,
+        range: TimeRange,
+        max_bucket_rows: usize,
+    ) -> Result<Vec<WindowRow>> {
+        dispatch!(self, s => s.topic_windows_capped(topic, range, max_bucket_rows).await)
+    }
+
+    /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter.
+    #[doc(hidden)]
+    pub async fn windows_in_range_capped(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+        max_bucket_rows: usize,
+    ) -> Result<WindowPage> {
+        dispatch!(self, s => s
+            .windows_in_range_capped(range, after_topic, topic_limit, max_bucket_rows)
+            .await)
+    }
 }
 
 impl AuditStore for Store {

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::model::*;
 use crate::rows::{EmitterDb, OffsetDb, ProgressDb, RejectDb, WindowDb};
-use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
+use crate::{AuditStore, Context, Result, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -442,13 +442,23 @@ impl PgStore {
         Ok(())
     }
 
+    /// Reads the buckets of `rows` with `bucket_sql` (ordered by window id and bucket),
+    /// at most `max_bucket_rows` of them (see [`crate::rows::join_buckets_capped`]).
     async fn attach_buckets(
         &self,
         rows: Vec<WindowDb>,
         bucket_sql: &str,
         binds: BucketBinds<'_>,
+        max_bucket_rows: usize,
+        topics: &str,
+        range: TimeRange,
     ) -> Result<Vec<WindowRow>> {
-        let mut q = sqlx::query_as::<_, (i64, i32, i64)>(bucket_sql);
+        // One row past the cap shows whether it was hit.
+        let bucket_sql = format!(
+            "{bucket_sql} LIMIT {}",
+            crate::rows::bucket_limit(max_bucket_rows)
+        );
+        let mut q = sqlx::query_as::<_, (i64, i32, i64)>(&bucket_sql);
         match binds {
             BucketBinds::Topic(topic, range) => {
                 q = q.bind(topic).bind(range.start_ms).bind(range.end_ms)
@@ -459,7 +469,13 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await
             .context("reading latency buckets")?;
-        Ok(crate::rows::join_buckets(rows, buckets))
+        Ok(crate::rows::join_buckets_capped(
+            rows,
+            buckets,
+            max_bucket_rows,
+            topics,
+            range,
+        ))
     }
 }
 
@@ -827,26 +843,8 @@ impl AuditStore for PgStore {
     }
 
     async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
-        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
-             WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
-             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading windows of a topic")?;
-        self.attach_buckets(
-            rows,
-            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
-             JOIN audit_window w ON w.id = b.window_id
-             WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
-             ORDER BY b.window_id, b.bucket",
-            BucketBinds::Topic(topic, range),
-        )
-        .await
+        self.topic_windows_capped(topic, range, MAX_BUCKET_ROWS)
+            .await
     }
 
     async fn windows_in_range(
@@ -855,43 +853,8 @@ impl AuditStore for PgStore {
         after_topic: Option<&str>,
         topic_limit: u32,
     ) -> Result<WindowPage> {
-        let topics: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT topic FROM audit_window
-             WHERE window_start_ms >= $1 AND window_start_ms < $2 AND ($3::text IS NULL OR topic > $3)
-             ORDER BY topic LIMIT $4",
-        )
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(after_topic)
-        .bind(i64::from(topic_limit.max(1)) + 1)
-        .fetch_all(&self.pool)
-        .await
-        .context("listing topics of a range")?;
-        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
-        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
-             WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
-             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(&topics)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading windows of a range")?;
-        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let rows = self
-            .attach_buckets(
-                rows,
-                "SELECT window_id, bucket, count FROM audit_window_bucket
-                 WHERE window_id = ANY($1) ORDER BY window_id, bucket",
-                BucketBinds::Ids(ids),
-            )
-            .await?;
-        Ok(WindowPage {
-            rows,
-            next_after_topic,
-        })
+        self.windows_in_range_capped(range, after_topic, topic_limit, MAX_BUCKET_ROWS)
+            .await
     }
 
     async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
@@ -994,6 +957,92 @@ impl AuditStore for PgStore {
             windows: windows as u64,
             messages,
             rejects,
+        })
+    }
+}
+
+impl PgStore {
+    /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests lower it).
+    #[doc(hidden)]
+    pub async fn topic_windows_capped(
+        &self,
+        topic: &str,
+        range: TimeRange,
+        max_bucket_rows: usize,
+    ) -> Result<Vec<WindowRow>> {
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
+             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(topic)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a topic")?;
+        self.attach_buckets(
+            rows,
+            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
+             JOIN audit_window w ON w.id = b.window_id
+             WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
+             ORDER BY b.window_id, b.bucket",
+            BucketBinds::Topic(topic, range),
+            max_bucket_rows,
+            topic,
+            range,
+        )
+        .await
+    }
+
+    /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
+    #[doc(hidden)]
+    pub async fn windows_in_range_capped(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+        max_bucket_rows: usize,
+    ) -> Result<WindowPage> {
+        let topics: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT topic FROM audit_window
+             WHERE window_start_ms >= $1 AND window_start_ms < $2 AND ($3::text IS NULL OR topic > $3)
+             ORDER BY topic LIMIT $4",
+        )
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .bind(after_topic)
+        .bind(i64::from(topic_limit.max(1)) + 1)
+        .fetch_all(&self.pool)
+        .await
+        .context("listing topics of a range")?;
+        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(&topics)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a range")?;
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let rows = self
+            .attach_buckets(
+                rows,
+                "SELECT window_id, bucket, count FROM audit_window_bucket
+                 WHERE window_id = ANY($1) ORDER BY window_id, bucket",
+                BucketBinds::Ids(ids),
+                max_bucket_rows,
+                &crate::rows::topic_span(&topics),
+                range,
+            )
+            .await?;
+        Ok(WindowPage {
+            rows,
+            next_after_topic,
         })
     }
 }

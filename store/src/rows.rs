@@ -68,6 +68,58 @@ pub(crate) fn join_buckets(rows: Vec<WindowDb>, buckets: Vec<(i64, i32, i64)>) -
         .collect()
 }
 
+/// [`join_buckets`] for a read bounded to `cap` bucket rows. `buckets` must come in
+/// (window_id, bucket) order, at most `cap + 1` of them (the query's `LIMIT cap + 1`).
+/// Holding more than `cap` shows the cap was hit: every window with an id below that
+/// of row `cap` was read whole; that window and all after it may not have been, so
+/// they get no latency at all (an empty histogram, zero and max counts cleared: a
+/// partial one would give wrong percentiles), and one warning names the read.
+pub(crate) fn join_buckets_capped(
+    mut rows: Vec<WindowDb>,
+    mut buckets: Vec<(i64, i32, i64)>,
+    cap: usize,
+    topics: &str,
+    range: TimeRange,
+) -> Vec<WindowRow> {
+    if let Some(&(cut, _, _)) = buckets.get(cap) {
+        buckets.truncate(cap);
+        while buckets.last().is_some_and(|b| b.0 >= cut) {
+            buckets.pop();
+        }
+        let mut cleared = 0usize;
+        for r in rows.iter_mut().filter(|r| r.id >= cut) {
+            r.latency_zero_count = 0;
+            r.latency_negative_count = 0;
+            r.latency_max_ms = 0;
+            cleared += 1;
+        }
+        tracing::warn!(
+            topics,
+            start_ms = range.start_ms,
+            end_ms = range.end_ms,
+            cap,
+            windows_without_latency = cleared,
+            "a window read hit the latency-bucket cap: windows past it are returned without latency"
+        );
+    }
+    join_buckets(rows, buckets)
+}
+
+/// The bucket query's LIMIT for a cap: one row past it shows whether it was hit.
+pub(crate) fn bucket_limit(max_bucket_rows: usize) -> i64 {
+    i64::try_from(max_bucket_rows)
+        .unwrap_or(i64::MAX)
+        .saturating_add(1)
+}
+
+/// `first..=last` of a page's topics, naming a range read in logs.
+pub(crate) fn topic_span(topics: &[String]) -> String {
+    match (topics.first(), topics.last()) {
+        (Some(first), Some(last)) => format!("{first}..={last}"),
+        _ => String::new(),
+    }
+}
+
 /// Splits `limit + 1` fetched topics into the page and the cursor of the next one.
 pub(crate) fn page(mut topics: Vec<String>, limit: u32) -> (Vec<String>, Option<String>) {
     let limit = limit.max(1) as usize;

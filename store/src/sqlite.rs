@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::model::*;
 use crate::rows::{EmitterDb, OffsetDb, ProgressDb, RejectDb, WindowDb};
-use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
+use crate::{AuditStore, Context, Result, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -320,29 +320,8 @@ impl AuditStore for SqliteStore {
     }
 
     async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
-        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
-             WHERE topic = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
-             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading windows of a topic")?;
-        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
-            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
-             JOIN audit_window w ON w.id = b.window_id
-             WHERE w.topic = ?1 AND w.window_start_ms >= ?2 AND w.window_start_ms < ?3",
-        )
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading latency buckets")?;
-        Ok(crate::rows::join_buckets(rows, buckets))
+        self.topic_windows_capped(topic, range, MAX_BUCKET_ROWS)
+            .await
     }
 
     async fn windows_in_range(
@@ -351,55 +330,8 @@ impl AuditStore for SqliteStore {
         after_topic: Option<&str>,
         topic_limit: u32,
     ) -> Result<WindowPage> {
-        let topics: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT topic FROM audit_window
-             WHERE window_start_ms >= ?1 AND window_start_ms < ?2 AND (?3 IS NULL OR topic > ?3)
-             ORDER BY topic LIMIT ?4",
-        )
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(after_topic)
-        .bind(i64::from(topic_limit.max(1)) + 1)
-        .fetch_all(&self.pool)
-        .await
-        .context("listing topics of a range")?;
-        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
-        let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
-            return Ok(WindowPage {
-                rows: Vec::new(),
-                next_after_topic,
-            });
-        };
-        // The page's topics are exactly those with windows in range between first and
-        // last, so a range on topic selects them without binding a list.
-        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
-             WHERE topic >= ?1 AND topic <= ?2 AND window_start_ms >= ?3 AND window_start_ms < ?4
-             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(first)
-        .bind(last)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading windows of a range")?;
-        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
-            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
-             JOIN audit_window w ON w.id = b.window_id
-             WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4",
-        )
-        .bind(first)
-        .bind(last)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading latency buckets")?;
-        Ok(WindowPage {
-            rows: crate::rows::join_buckets(rows, buckets),
-            next_after_topic,
-        })
+        self.windows_in_range_capped(range, after_topic, topic_limit, MAX_BUCKET_ROWS)
+            .await
     }
 
     async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
@@ -512,6 +444,117 @@ impl AuditStore for SqliteStore {
             windows,
             messages,
             rejects,
+        })
+    }
+}
+
+impl SqliteStore {
+    /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests lower it).
+    #[doc(hidden)]
+    pub async fn topic_windows_capped(
+        &self,
+        topic: &str,
+        range: TimeRange,
+        max_bucket_rows: usize,
+    ) -> Result<Vec<WindowRow>> {
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
+             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(topic)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a topic")?;
+        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
+            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
+             JOIN audit_window w ON w.id = b.window_id
+             WHERE w.topic = ?1 AND w.window_start_ms >= ?2 AND w.window_start_ms < ?3
+             ORDER BY b.window_id, b.bucket LIMIT ?4",
+        )
+        .bind(topic)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .bind(crate::rows::bucket_limit(max_bucket_rows))
+        .fetch_all(&self.pool)
+        .await
+        .context("reading latency buckets")?;
+        Ok(crate::rows::join_buckets_capped(
+            rows,
+            buckets,
+            max_bucket_rows,
+            topic,
+            range,
+        ))
+    }
+
+    /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
+    #[doc(hidden)]
+    pub async fn windows_in_range_capped(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+        max_bucket_rows: usize,
+    ) -> Result<WindowPage> {
+        let topics: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT topic FROM audit_window
+             WHERE window_start_ms >= ?1 AND window_start_ms < ?2 AND (?3 IS NULL OR topic > ?3)
+             ORDER BY topic LIMIT ?4",
+        )
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .bind(after_topic)
+        .bind(i64::from(topic_limit.max(1)) + 1)
+        .fetch_all(&self.pool)
+        .await
+        .context("listing topics of a range")?;
+        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
+        let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
+            return Ok(WindowPage {
+                rows: Vec::new(),
+                next_after_topic,
+            });
+        };
+        // The page's topics are exactly those with windows in range between first and
+        // last, so a range on topic selects them without binding a list.
+        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
+            "SELECT {WINDOW_COLUMNS} FROM audit_window
+             WHERE topic >= ?1 AND topic <= ?2 AND window_start_ms >= ?3 AND window_start_ms < ?4
+             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+        ))
+        .bind(first)
+        .bind(last)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading windows of a range")?;
+        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
+            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
+             JOIN audit_window w ON w.id = b.window_id
+             WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4
+             ORDER BY b.window_id, b.bucket LIMIT ?5",
+        )
+        .bind(first)
+        .bind(last)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .bind(crate::rows::bucket_limit(max_bucket_rows))
+        .fetch_all(&self.pool)
+        .await
+        .context("reading latency buckets")?;
+        Ok(WindowPage {
+            rows: crate::rows::join_buckets_capped(
+                rows,
+                buckets,
+                max_bucket_rows,
+                &crate::rows::topic_span(&topics),
+                range,
+            ),
+            next_after_topic,
         })
     }
 }

@@ -76,6 +76,7 @@ conformance!(
     concurrent_staging_and_rollups_count_each_increment_once,
     sums_saturate_at_i64_max_instead_of_failing,
     nul_in_a_name_or_a_reject_is_never_a_database_error,
+    bucket_reads_are_capped_and_never_truncate_a_histogram,
 );
 
 /// Rolls up everything staged.
@@ -1112,4 +1113,115 @@ async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
         .await
         .unwrap();
     assert_eq!(out.duplicates(), 1);
+}
+
+/// Gives every window of `topic` the buckets 0..per_window (count 1 each), in one
+/// statement per backend.
+async fn seed_buckets(store: &Store, topic: &str, per_window: i32) {
+    match store {
+        Store::Postgres(pg) => sqlx::query(
+            "INSERT INTO audit_window_bucket (window_id, bucket, count)
+             SELECT w.id, g, 1 FROM audit_window w CROSS JOIN generate_series(0, $2 - 1) g
+             WHERE w.topic = $1",
+        )
+        .bind(topic)
+        .bind(per_window)
+        .execute(pg.pool())
+        .await
+        .map(drop),
+        Store::Sqlite(lite) => sqlx::query(
+            "WITH RECURSIVE g(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM g WHERE n + 1 < ?2)
+             INSERT INTO audit_window_bucket (window_id, bucket, count)
+             SELECT w.id, g.n, 1 FROM audit_window w, g WHERE w.topic = ?1",
+        )
+        .bind(topic)
+        .bind(per_window)
+        .execute(lite.pool())
+        .await
+        .map(drop),
+    }
+    .expect("seeding buckets");
+}
+
+/// Security review M3: a read's latency buckets are bounded. Past the cap, windows
+/// whose buckets were not all read get an empty histogram, never a truncated one.
+async fn bucket_reads_are_capped_and_never_truncate_a_histogram(store: &Store) {
+    const WINDOWS: usize = 5;
+    const PER_WINDOW: usize = 100;
+    let messages = (0..WINDOWS as i64)
+        .map(|w| {
+            let mut i = increment("orders", "regional", "dc1", w, 1000);
+            i.latency.zero_count = 3;
+            i.latency.negative_count = 1;
+            i.latency.max_ms = 50;
+            Message::Increment(i)
+        })
+        .collect();
+    store.write_batch(&batch(messages)).await.unwrap();
+    // Another topic in the range, so the range read pages over more than "orders".
+    store
+        .write_batch(&batch(vec![Message::Increment(increment(
+            "payments", "regional", "dc1", 0, 1,
+        ))]))
+        .await
+        .unwrap();
+    seed_buckets(store, "orders", PER_WINDOW as i32).await;
+    let full: Vec<(i32, u64)> = (0..PER_WINDOW as i32).map(|b| (b, 1)).collect();
+
+    // Checks one read of "orders": at most `cap` bucket rows, every histogram whole
+    // or empty, and exactly the whole windows that fit under the cap have one.
+    let check = |rows: Vec<WindowRow>, cap: usize, what: &str| {
+        let rows: Vec<WindowRow> = rows.into_iter().filter(|r| r.topic == "orders").collect();
+        assert_eq!(rows.len(), WINDOWS, "{what}: every window is returned");
+        let read: usize = rows.iter().map(|r| r.latency.buckets.len()).sum();
+        assert!(read <= cap, "{what}: {read} bucket rows over the cap {cap}");
+        let whole = Latency {
+            zero_count: 3,
+            negative_count: 1,
+            max_ms: 50,
+            buckets: full.clone(),
+        };
+        let none = Latency {
+            zero_count: 0,
+            negative_count: 0,
+            max_ms: 0,
+            buckets: vec![],
+        };
+        for r in &rows {
+            assert!(
+                r.latency == whole || r.latency == none,
+                "{what}: window {} has a partial latency: {} buckets, {} zero",
+                r.window_start_ms,
+                r.latency.buckets.len(),
+                r.latency.zero_count
+            );
+            assert_eq!(r.count, 1000, "{what}: counts are never capped");
+        }
+        let with_latency = rows.iter().filter(|r| r.latency == whole).count();
+        assert_eq!(
+            with_latency,
+            (cap / PER_WINDOW).min(WINDOWS),
+            "{what}: the windows past the cap have no latency"
+        );
+    };
+
+    for cap in [250, 200, 99, WINDOWS * PER_WINDOW, 10_000] {
+        let rows = store
+            .topic_windows_capped("orders", all(), cap)
+            .await
+            .unwrap();
+        check(rows, cap, &format!("topic_windows, cap {cap}"));
+        let page = store
+            .windows_in_range_capped(all(), None, 10, cap)
+            .await
+            .unwrap();
+        assert_eq!(page.next_after_topic, None);
+        check(page.rows, cap, &format!("windows_in_range, cap {cap}"));
+    }
+    // The public reads use MAX_BUCKET_ROWS, far above this: all histograms whole.
+    check(
+        store.topic_windows("orders", all()).await.unwrap(),
+        MAX_BUCKET_ROWS,
+        "topic_windows",
+    );
 }
