@@ -12,7 +12,6 @@ use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 const PARTITIONS: i32 = 4;
 
@@ -62,20 +61,13 @@ async fn unwritable_audit_topic_fills_the_wal_then_pauses_and_nothing_is_lost() 
     );
     cfg.audit.wal_max_bytes = 20_000;
     cfg.audit.publish_timeout = Duration::from_secs(5);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    cfg.ops.enabled = true;
-    cfg.ops.listen = format!("127.0.0.1:{port}").parse().unwrap();
+    let port = free_port();
+    enable_ops(&mut cfg, port);
 
     let base = base_time();
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
-    let shutdown = CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    let svc = spawn_service(cfg);
     let mut seq = 0;
     let paused = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
@@ -107,9 +99,7 @@ async fn unwritable_audit_topic_fills_the_wal_then_pauses_and_nothing_is_lost() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         0,
         "nothing committed while unpublished"
     );
@@ -138,8 +128,6 @@ async fn unwritable_audit_topic_fills_the_wal_then_pauses_and_nothing_is_lost() 
         Duration::from_secs(30),
         || metric(port, "kafka_audit_paused") == 0.0
     )));
-    stop_service(&shutdown, svc).await;
-    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
-    let d = diff(&truth, &reader.topic_totals(&topic));
-    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+    svc.stop().await;
+    assert_windows_exact(&mut reader, &truth, &topic, Duration::from_secs(2));
 }

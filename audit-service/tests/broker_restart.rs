@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 const PARTITIONS: i32 = 6;
 
@@ -111,11 +110,9 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
     );
     cfg.audit.publish_timeout = Duration::from_secs(10);
 
-    let shutdown = CancellationToken::new();
-    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
     // On a failed assertion the service and the writer must stop too, or the test
     // hangs instead of failing.
-    let _stop_service = shutdown.clone().drop_guard();
+    let svc = spawn_service(cfg);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
 
     // A producer writes until told to stop; while the broker is down its sends wait
@@ -181,7 +178,7 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
         !svc.is_finished(),
         "service exited during the broker restart"
     );
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
     let truth = truth.lock().unwrap();
     let d = diff(&truth, &reader.topic_totals(&topic));

@@ -193,8 +193,7 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
     let proxy_port = free_port();
     let ops_port = free_port();
     cfg.kafka.bootstrap_servers = format!("127.0.0.1:{proxy_port}");
-    cfg.ops.enabled = true;
-    cfg.ops.listen = ([127, 0, 0, 1], ops_port).into();
+    enable_ops(&mut cfg, ops_port);
     let token = tokio_util::sync::CancellationToken::new();
     let service = tokio::spawn(audit_service::run(cfg, token.clone()));
 

@@ -8,7 +8,6 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 const PARTITIONS: i32 = 12;
 
@@ -31,12 +30,7 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
     // Some data before the service starts, some while it runs, across a restart.
     produce_known(&p, &topic, PARTITIONS, 6_000, 0, base, 7, &mut truth);
 
-    let shutdown = CancellationToken::new();
-
-    // a failed assertion must stop the service, not hang the test
-
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+    let svc = spawn_service(cfg.clone());
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     produce_known(&p, &topic, PARTITIONS, 6_000, 6_000, base, 7, &mut truth);
     assert!(
@@ -50,12 +44,9 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
     );
     // Graceful restart: the shutdown report publishes and commits; the next run
     // continues from the committed offsets.
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     produce_known(&p, &topic, PARTITIONS, 8_000, 12_000, base, 7, &mut truth);
-    let shutdown = CancellationToken::new();
-    // a failed assertion must stop the service, not hang the test
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    let svc = spawn_service(cfg);
     assert!(
         tokio::task::block_in_place(|| reader.wait_for_count(
             &topic,
@@ -65,7 +56,7 @@ async fn every_message_is_counted_exactly_once_over_12_partitions_and_several_wi
         "only {} of 20000 counted",
         reader.total_count(&topic)
     );
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     // Anything published late (a double count) would show here.
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
 
@@ -122,9 +113,7 @@ async fn at_least_once_mode_without_transactions_counts_exactly_when_nothing_cra
     let base = base_time();
     let p = producer(&bootstrap);
     produce_known(&p, &topic, PARTITIONS, 5_000, 0, base, 3, &mut truth);
-    let shutdown = CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    let svc = spawn_service(cfg);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     produce_known(&p, &topic, PARTITIONS, 5_000, 5_000, base, 3, &mut truth);
     assert!(tokio::task::block_in_place(|| reader.wait_for_count(
@@ -132,14 +121,10 @@ async fn at_least_once_mode_without_transactions_counts_exactly_when_nothing_cra
         10_000,
         Duration::from_secs(90)
     )));
-    stop_service(&shutdown, svc).await;
-    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
-    let d = diff(&truth, &reader.topic_totals(&topic));
-    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+    svc.stop().await;
+    assert_windows_exact(&mut reader, &truth, &topic, Duration::from_secs(1));
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         10_000
     );
 }
@@ -166,23 +151,20 @@ async fn expired_group_offsets_are_alerted() {
     // Dynamic membership: the stopped instance leaves the group at once.
     cfg.audit.static_membership = false;
     let port = free_port();
-    cfg.ops.enabled = true;
-    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    enable_ops(&mut cfg, port);
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
     produce_known(&p, &topic, PARTS, 600, 0, base_time(), 2, &mut truth);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
 
-    let stop = CancellationToken::new();
-    let _g = stop.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg.clone(), stop.clone()));
+    let svc = spawn_service(cfg.clone());
     assert!(tokio::task::block_in_place(|| reader.wait_for_count(
         &topic,
         600,
         Duration::from_secs(90)
     )));
     assert_eq!(metric(port, "committed_offsets_missing_total"), 0.0);
-    stop_service(&stop, svc).await;
+    svc.stop().await;
 
     // The group is empty now; its offsets go (as expiry would take them).
     let admin: AdminClient<DefaultClientContext> =
@@ -198,16 +180,14 @@ async fn expired_group_offsets_are_alerted() {
     assert!(deleted, "cannot delete group {group}");
     assert!(committed(&bootstrap, &group, &topic, PARTS).is_empty());
 
-    let stop = CancellationToken::new();
-    let _g = stop.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg.clone(), stop.clone()));
+    let svc = spawn_service(cfg.clone());
     let alerted = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
             metric(port, "committed_offsets_missing_total") >= PARTS as f64
         })
     });
     let seen = metric(port, "committed_offsets_missing_total");
-    stop_service(&stop, svc).await;
+    svc.stop().await;
     assert!(
         alerted,
         "missing offsets alerted for {seen} of {PARTS} partitions"

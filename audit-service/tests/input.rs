@@ -11,7 +11,6 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 const PARTITIONS: i32 = 3;
 
@@ -68,10 +67,7 @@ async fn records_of_aborted_transactions_are_not_counted() {
             }
         });
     }
-    let shutdown = CancellationToken::new();
-    // a failed assertion must stop the service, not hang the test
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    let svc = spawn_service(cfg);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     let ok = tokio::task::block_in_place(|| {
         reader.wait_for_count(&topic, 1_800, Duration::from_secs(90))
@@ -87,7 +83,7 @@ async fn records_of_aborted_transactions_are_not_counted() {
             c.values().sum::<i64>() >= 3_000 + 4 * PARTITIONS as i64
         })
     });
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
     assert!(
         ok && hw_ok,
@@ -217,12 +213,7 @@ async fn bad_input_is_counted_in_its_own_columns_and_the_service_keeps_running()
     }
     tokio::task::block_in_place(|| p.flush(Duration::from_secs(60))).unwrap();
 
-    let shutdown = CancellationToken::new();
-
-    // a failed assertion must stop the service, not hang the test
-
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    let svc = spawn_service(cfg);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     let ok = tokio::task::block_in_place(|| {
         reader.wait_for_count(&topic, inputs.len() as u64, Duration::from_secs(90))
@@ -251,7 +242,7 @@ async fn bad_input_is_counted_in_its_own_columns_and_the_service_keeps_running()
     });
     assert!(ok, "service stopped counting after bad input");
     assert!(!svc.is_finished(), "service exited on bad input");
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
 
     let mut seen = WindowTotals::default();

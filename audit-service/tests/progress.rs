@@ -12,7 +12,6 @@ use audit_lib::PartitionProgress;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 /// The latest progress of each partition of `topic` read so far.
 fn latest(reader: &AuditReader, topic: &str) -> HashMap<i32, PartitionProgress> {
@@ -61,14 +60,12 @@ fn send(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_ending_in_a_transaction_marker_reaches_lag_zero() {
-    init_tracing();
-    let s = Setup::new("txnlag", 2).await;
-    let base = base_time();
+/// A transactional producer (`transactional.id` unique after `name`) whose transaction
+/// is open and holds records 0..20 on partition 0, event times from `base`.
+fn open_transaction(s: &Setup, name: &str, base: i64) -> ThreadedProducer<DefaultProducerContext> {
     let txn: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &s.bootstrap)
-        .set("transactional.id", testkit::unique("txnlag-producer"))
+        .set("transactional.id", testkit::unique(name))
         .create()
         .expect("transactional producer");
     txn.init_transactions(Duration::from_secs(30)).unwrap();
@@ -76,17 +73,30 @@ async fn a_partition_ending_in_a_transaction_marker_reaches_lag_zero() {
     for i in 0..20 {
         send(&txn, &s.topic, 0, i, base + i as i64);
     }
-    txn.commit_transaction(Duration::from_secs(30)).unwrap();
-    drop(txn);
+    txn
+}
+
+/// Sends records `seq0..seq0+n` (event times from `base`) to `partition` without a
+/// transaction and flushes them.
+fn send_flushed(s: &Setup, partition: i32, seq0: u64, base: i64, n: u64) {
     let plain = producer(&s.bootstrap);
-    for i in 0..20 {
-        send(&plain, &s.topic, 1, 100 + i, base + i as i64);
+    for i in 0..n {
+        send(&plain, &s.topic, partition, seq0 + i, base + i as i64);
     }
     plain.flush(Duration::from_secs(30)).unwrap();
+}
 
-    let stop = CancellationToken::new();
-    let _guard = stop.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(s.cfg.clone(), stop.clone()));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_ending_in_a_transaction_marker_reaches_lag_zero() {
+    init_tracing();
+    let s = Setup::new("txnlag", 2).await;
+    let base = base_time();
+    let txn = open_transaction(&s, "txnlag-producer", base);
+    txn.commit_transaction(Duration::from_secs(30)).unwrap();
+    drop(txn);
+    send_flushed(&s, 1, 100, base, 20);
+
+    let svc = spawn_service(s.cfg.clone());
     let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
     let ok = tokio::task::block_in_place(|| wait_lag_zero(&mut reader, &s.topic, &[0, 1]));
     let l = latest(&reader, &s.topic);
@@ -95,7 +105,7 @@ async fn a_partition_ending_in_a_transaction_marker_reaches_lag_zero() {
     assert_eq!(l[&0].next_offset, 21, "{l:?}");
     assert_eq!(l[&1].next_offset, 20, "{l:?}");
     assert_eq!(reader.total_count(&s.topic), 40);
-    stop_service(&stop, svc).await;
+    svc.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,22 +113,16 @@ async fn an_empty_partition_reports_progress_with_lag_zero() {
     init_tracing();
     let s = Setup::new("emptylag", 2).await;
     let base = base_time();
-    let plain = producer(&s.bootstrap);
-    for i in 0..20 {
-        send(&plain, &s.topic, 0, i, base + i as i64);
-    }
-    plain.flush(Duration::from_secs(30)).unwrap();
+    send_flushed(&s, 0, 0, base, 20);
 
-    let stop = CancellationToken::new();
-    let _guard = stop.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(s.cfg.clone(), stop.clone()));
+    let svc = spawn_service(s.cfg.clone());
     let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
     let ok = tokio::task::block_in_place(|| wait_lag_zero(&mut reader, &s.topic, &[0, 1]));
     let l = latest(&reader, &s.topic);
     assert!(ok, "no lag-0 progress for the empty partition: {l:?}");
     assert_eq!(l[&1].next_offset, 0, "{l:?}");
     assert_eq!(l[&1].record_time, None, "{l:?}");
-    stop_service(&stop, svc).await;
+    svc.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,9 +146,7 @@ async fn one_far_future_create_time_does_not_push_the_watermark() {
     send(&plain, &s.topic, 0, 300, future);
     plain.flush(Duration::from_secs(30)).unwrap();
 
-    let stop = CancellationToken::new();
-    let _guard = stop.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(s.cfg.clone(), stop.clone()));
+    let svc = spawn_service(s.cfg.clone());
     let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
     let ok = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
@@ -169,7 +171,7 @@ async fn one_far_future_create_time_does_not_push_the_watermark() {
             );
         }
     }
-    stop_service(&stop, svc).await;
+    svc.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,26 +179,11 @@ async fn an_open_transaction_is_not_caught_up_until_it_commits() {
     init_tracing();
     let s = Setup::new("opentxn", 2).await;
     let base = base_time();
-    let txn: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &s.bootstrap)
-        .set("transactional.id", testkit::unique("opentxn-producer"))
-        .create()
-        .expect("transactional producer");
-    txn.init_transactions(Duration::from_secs(30)).unwrap();
-    txn.begin_transaction().unwrap();
-    for i in 0..20 {
-        send(&txn, &s.topic, 0, i, base + i as i64);
-    }
+    let txn = open_transaction(&s, "opentxn-producer", base);
     txn.flush(Duration::from_secs(30)).unwrap();
-    let plain = producer(&s.bootstrap);
-    for i in 0..20 {
-        send(&plain, &s.topic, 1, 100 + i, base + i as i64);
-    }
-    plain.flush(Duration::from_secs(30)).unwrap();
+    send_flushed(&s, 1, 100, base, 20);
 
-    let stop = CancellationToken::new();
-    let _guard = stop.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(s.cfg.clone(), stop.clone()));
+    let svc = spawn_service(s.cfg.clone());
     let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
     // Reports flow and the statistics know the partitions' ends...
     assert!(tokio::task::block_in_place(|| wait_lag_zero(
@@ -225,5 +212,5 @@ async fn an_open_transaction_is_not_caught_up_until_it_commits() {
         40,
         Duration::from_secs(60)
     )));
-    stop_service(&stop, svc).await;
+    svc.stop().await;
 }

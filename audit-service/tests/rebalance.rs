@@ -39,13 +39,10 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
 
     produce_known(&p, &topic, PARTITIONS, 5_000, 0, base, 4, &mut truth);
-    let stop_a = CancellationToken::new();
-    let _ga = stop_a.clone().drop_guard();
     let ops_port = free_port();
     let mut cfg_a = cfg(&testkit::unique("ra"));
-    cfg_a.ops.enabled = true;
-    cfg_a.ops.listen = std::net::SocketAddr::from(([127, 0, 0, 1], ops_port));
-    let a = tokio::spawn(audit_service::run(cfg_a, stop_a.clone()));
+    enable_ops(&mut cfg_a, ops_port);
+    let a = spawn_service(cfg_a);
     // A must own the partitions and have counted before B joins; otherwise both join
     // in the same generation and there is no revoke to test (seen on a loaded machine).
     assert!(
@@ -54,18 +51,9 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
         })),
         "A did not consume the first 5 000 messages"
     );
-    let committed_total = || {
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>()
-    };
-    let stop_b = CancellationToken::new();
-    let _gb = stop_b.clone().drop_guard();
+    let group_committed = || committed_total(&bootstrap, &group, &topic, PARTITIONS);
     // B joins: A's partitions are revoked, A reports and commits what it counted.
-    let b = tokio::spawn(audit_service::run(
-        cfg(&testkit::unique("rb")),
-        stop_b.clone(),
-    ));
+    let b = spawn_service(cfg(&testkit::unique("rb")));
     produce_known(&p, &topic, PARTITIONS, 5_000, 5_000, base, 4, &mut truth);
     assert!(
         tokio::task::block_in_place(|| testkit::wait_until(Duration::from_secs(90), || {
@@ -75,7 +63,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
         "no revoke report was published when B joined"
     );
     // A leaves: B gets every partition after a revoke of its own.
-    stop_service(&stop_a, a).await;
+    a.stop().await;
     produce_known(&p, &topic, PARTITIONS, 5_000, 10_000, base, 4, &mut truth);
     // B publishes at its shutdown; everything must be counted exactly once by then.
     assert!(tokio::task::block_in_place(|| testkit::wait_until(
@@ -84,30 +72,28 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
             reader.poll_for(Duration::from_millis(50));
             // B has read all 15 000 once its revoke/assign settled and it caught up;
             // the shutdown report publishes the rest.
-            committed_total() >= 10_000
+            group_committed() >= 10_000
         }
     )));
-    stop_service(&stop_b, b).await;
+    b.stop().await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
     let counted = reader.total_count(&topic) as i64;
-    let committed_now = committed_total();
+    let committed_now = group_committed();
     assert_eq!(
         counted, committed_now,
         "counted exactly what the group committed"
     );
     // Whatever B had not read yet at shutdown is counted by the next run.
     if committed_now < 15_000 {
-        let stop_c = CancellationToken::new();
-        let _gc = stop_c.clone().drop_guard();
         let mut cfg_c = cfg(&testkit::unique("rc"));
         cfg_c.audit.report_interval = Duration::from_millis(500);
-        let c = tokio::spawn(audit_service::run(cfg_c, stop_c.clone()));
+        let c = spawn_service(cfg_c);
         assert!(tokio::task::block_in_place(|| reader.wait_for_count(
             &topic,
             15_000,
             Duration::from_secs(90)
         )));
-        stop_service(&stop_c, c).await;
+        c.stop().await;
         tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
     }
     let d = diff(&truth, &reader.topic_totals(&topic));
@@ -138,8 +124,7 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
         );
         c.audit.static_membership = false;
         c.audit.report_interval = Duration::from_millis(100);
-        c.ops.enabled = true;
-        c.ops.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        enable_ops(&mut c, port);
         c
     };
     const WINDOWS: i64 = 30;
@@ -150,12 +135,7 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     let mut seq = 0;
 
     let port_a = free_port();
-    let stop_a = CancellationToken::new();
-    let _ga = stop_a.clone().drop_guard();
-    let a = tokio::spawn(audit_service::run(
-        cfg(&testkit::unique("ta"), port_a),
-        stop_a.clone(),
-    ));
+    let a = spawn_service(cfg(&testkit::unique("ta"), port_a));
     let mut rounds = 0;
     while metric(port_a, "revoke_waits_total") < 2.0 {
         rounds += 1;
@@ -191,19 +171,10 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     let ok = tokio::task::block_in_place(|| {
         reader.wait_for_count(&topic, all, Duration::from_secs(120))
     });
-    stop_service(&stop_a, a).await;
-    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
-    let d = diff(&truth, &reader.topic_totals(&topic));
-    assert!(
-        ok && d.is_empty(),
-        "counted {} of {all}; per-window differences:\n{}",
-        reader.total_count(&topic),
-        d.join("\n")
-    );
+    a.stop().await;
+    assert_all_counted_exactly(&mut reader, &truth, &topic, ok, all);
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         all as i64
     );
     eprintln!("rounds until two waited revokes: {rounds}");

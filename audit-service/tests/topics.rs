@@ -6,7 +6,6 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regex_topics_are_audited_new_ones_picked_up_and_exclusions_skipped() {
@@ -38,9 +37,7 @@ async fn regex_topics_are_audited_new_ones_picked_up_and_exclusions_skipped() {
     produce_known(&p, &first, 2, 500, 0, base, 2, &mut truth);
     produce_known(&p, &excluded, 2, 500, 0, base, 2, &mut ignored);
 
-    let shutdown = CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    let svc = spawn_service(cfg);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     assert!(tokio::task::block_in_place(|| reader.wait_for_count(
         &first,
@@ -55,7 +52,7 @@ async fn regex_topics_are_audited_new_ones_picked_up_and_exclusions_skipped() {
         "new topic not picked up: {} counted",
         reader.total_count(&later)
     );
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
     let mut seen = reader.topic_totals(&first);
     seen.extend(reader.topic_totals(&later));

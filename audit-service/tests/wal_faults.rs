@@ -15,7 +15,6 @@ use std::time::Duration;
 use audit_lib::{Aggregator, Identity, Limits, Observation};
 use audit_service::wal::{OffsetRange, Wal, WalMessage, WalOptions};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 const PARTITIONS: i32 = 4;
 const WINDOWS: i64 = 3;
@@ -83,13 +82,10 @@ fn last_segment(dir: &Path) -> PathBuf {
 }
 
 async fn run_until(cfg: &audit_service::Config, reader: &mut AuditReader, topic: &str, n: u64) {
-    let shutdown = CancellationToken::new();
-    // a failed assertion must stop the service, not hang the test
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+    let svc = spawn_service(cfg.clone());
     let ok =
         tokio::task::block_in_place(|| reader.wait_for_count(topic, n, Duration::from_secs(90)));
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     assert!(ok, "only {} of {n} counted", reader.total_count(topic));
 }
 
@@ -114,9 +110,7 @@ async fn corrupt_or_torn_wal_entries_are_truncated_and_counts_stay_exact() {
     produce_known(&p, &topic, PARTITIONS, 2_000, 0, base, WINDOWS, &mut truth);
     run_until(&cfg, &mut reader, &topic, 2_000).await;
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         2_000
     );
 
@@ -172,13 +166,9 @@ async fn corrupt_or_torn_wal_entries_are_truncated_and_counts_stay_exact() {
         "the torn entry was sent"
     );
 
-    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
-    let d = diff(&truth, &reader.topic_totals(&topic));
-    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+    assert_windows_exact(&mut reader, &truth, &topic, Duration::from_secs(2));
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         6_000
     );
 }
@@ -254,26 +244,29 @@ async fn a_full_wal_disk_mid_run_loses_no_count() {
     let _tmpfs = Tmpfs::mount(mnt.path(), "16m");
     cfg.audit.wal_dir = mnt.path().join("wal");
     let port = free_port();
-    cfg.ops.enabled = true;
-    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    enable_ops(&mut cfg, port);
     let base = base_time();
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
-    let shutdown = CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+    let svc = spawn_service(cfg.clone());
 
-    produce_known(
-        &p,
-        &topic,
-        PARTITIONS,
-        2_000,
-        0,
-        base,
-        MANY_WINDOWS,
-        &mut truth,
-    );
+    // Batches of 2 000 messages over many windows; `seq` counts what was produced.
+    let mut seq = 0;
+    let mut produce_batch = || {
+        produce_known(
+            &p,
+            &topic,
+            PARTITIONS,
+            2_000,
+            seq,
+            base,
+            MANY_WINDOWS,
+            &mut truth,
+        );
+        seq += 2_000;
+    };
+    produce_batch();
     assert!(tokio::task::block_in_place(|| reader.wait_for_count(
         &topic,
         2_000,
@@ -284,7 +277,6 @@ async fn a_full_wal_disk_mid_run_loses_no_count() {
     let unhealthy_wal = || matches!(ops_get(port, "/healthz"), Some((503, body)) if body.contains("cannot write WAL"));
     let consumed = || metric(port, "consumed_messages_total");
     let ballast = mnt.path().join("ballast");
-    let mut seq = 2_000;
     for (phase, free) in [("no space", 0u64), ("one page", 4096)] {
         let len = fill(&ballast);
         if free > 0 {
@@ -297,17 +289,7 @@ async fn a_full_wal_disk_mid_run_loses_no_count() {
         }
         let errors_before = wal_errors();
         let consumed_before = consumed();
-        produce_known(
-            &p,
-            &topic,
-            PARTITIONS,
-            2_000,
-            seq,
-            base,
-            MANY_WINDOWS,
-            &mut truth,
-        );
-        seq += 2_000;
+        produce_batch();
         // Reports covering the new messages failed (twice, so the recount failed too)
         // and /healthz said so.
         let mut saw_unhealthy = false;
@@ -333,17 +315,7 @@ async fn a_full_wal_disk_mid_run_loses_no_count() {
     }
 
     // Space is back; traffic goes on.
-    produce_known(
-        &p,
-        &topic,
-        PARTITIONS,
-        2_000,
-        seq,
-        base,
-        MANY_WINDOWS,
-        &mut truth,
-    );
-    seq += 2_000;
+    produce_batch();
     let all = seq;
     let ok = tokio::task::block_in_place(|| {
         reader.wait_for_count(&topic, all, Duration::from_secs(120))
@@ -353,24 +325,15 @@ async fn a_full_wal_disk_mid_run_loses_no_count() {
             matches!(ops_get(port, "/healthz"), Some((200, _)))
         })
     });
-    stop_service(&shutdown, svc).await;
-    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
-    let d = diff(&truth, &reader.topic_totals(&topic));
-    assert!(
-        ok && d.is_empty(),
-        "counted {} of {all}; per-window differences:\n{}",
-        reader.total_count(&topic),
-        d.join("\n")
-    );
+    svc.stop().await;
+    assert_all_counted_exactly(&mut reader, &truth, &topic, ok, all);
     assert!(
         healthy,
         "/healthz after space returned: {:?}",
         ops_get(port, "/healthz")
     );
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         all as i64
     );
 }
@@ -395,8 +358,7 @@ async fn a_failed_offset_read_at_assignment_discards_instead_of_resending_later(
         mut cfg,
     } = Setup::new("walunst", PARTITIONS).await;
     let port = free_port();
-    cfg.ops.enabled = true;
-    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    enable_ops(&mut cfg, port);
     cfg.audit.publish_timeout = Duration::from_secs(3);
     let wal_dir = cfg.audit.instance_wal_dir();
     let base = base_time();
@@ -449,9 +411,7 @@ async fn a_failed_offset_read_at_assignment_discards_instead_of_resending_later(
             .unwrap();
     });
 
-    let shutdown = CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+    let svc = spawn_service(cfg.clone());
     // The auditor's offset read failed at assignment; then the other transaction ends.
     let failed = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
@@ -473,23 +433,14 @@ async fn a_failed_offset_read_at_assignment_discards_instead_of_resending_later(
         port,
         "restart_decisions_total{origin=\"earlier_session\",decision=\"discard\"}",
     );
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     assert_eq!(
         discarded, 1.0,
         "the restart rule's branch: discard at assignment"
     );
-    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
-    let d = diff(&truth, &reader.topic_totals(&topic));
-    assert!(
-        ok && d.is_empty(),
-        "counted {} of 4000; per-window differences:\n{}",
-        reader.total_count(&topic),
-        d.join("\n")
-    );
+    assert_all_counted_exactly(&mut reader, &truth, &topic, ok, 4_000);
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         4_000
     );
 }
@@ -515,8 +466,7 @@ async fn at_least_once_counts_a_moved_report_twice_and_no_more() {
     cfg.audit.mode = audit_service::Mode::AtLeastOnce;
     cfg.audit.static_membership = false;
     let port = free_port();
-    cfg.ops.enabled = true;
-    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    enable_ops(&mut cfg, port);
     let base = base_time();
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
@@ -557,9 +507,7 @@ async fn at_least_once_counts_a_moved_report_twice_and_no_more() {
     run_until(&cfg_b, &mut reader, &topic, 6_000).await;
 
     // A comes back: its entry's partitions moved on; it is settled, never resent.
-    let shutdown = CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let svc = tokio::spawn(audit_service::run(cfg.clone(), shutdown.clone()));
+    let svc = spawn_service(cfg.clone());
     let settled = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
             // B committed exactly the entry's end: "already published" (by A, in
@@ -569,7 +517,7 @@ async fn at_least_once_counts_a_moved_report_twice_and_no_more() {
     });
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(3)));
     let resent = metric(port, "decision=\"resend\"");
-    stop_service(&shutdown, svc).await;
+    svc.stop().await;
     assert!(
         settled && resent == 0.0,
         "A's pending entry: settled {settled}, resent {resent}"
@@ -586,9 +534,7 @@ async fn at_least_once_counts_a_moved_report_twice_and_no_more() {
     let d = diff(&expected, &reader.topic_totals(&topic));
     assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
     assert_eq!(
-        committed(&bootstrap, &group, &topic, PARTITIONS)
-            .values()
-            .sum::<i64>(),
+        committed_total(&bootstrap, &group, &topic, PARTITIONS),
         4_000
     );
 }

@@ -376,3 +376,81 @@ pub fn metric(port: u16, needle: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// The group's committed offsets of `topic`, summed over its partitions.
+pub fn committed_total(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
+    committed(bootstrap, group, topic, partitions)
+        .values()
+        .sum::<i64>()
+}
+
+/// Serves the ops endpoints (/metrics, /healthz) on 127.0.0.1:`port`.
+pub fn enable_ops(cfg: &mut audit_service::Config, port: u16) {
+    cfg.ops.enabled = true;
+    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+}
+
+/// One audit-service instance running in this test's runtime. A failed assertion
+/// drops it, which cancels the service instead of hanging the test.
+pub struct Running {
+    shutdown: tokio_util::sync::CancellationToken,
+    _guard: tokio_util::sync::DropGuard,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts `audit_service::run(cfg)`.
+pub fn spawn_service(cfg: audit_service::Config) -> Running {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _guard = shutdown.clone().drop_guard();
+    let task = tokio::spawn(audit_service::run(cfg, shutdown.clone()));
+    Running {
+        shutdown,
+        _guard,
+        task,
+    }
+}
+
+impl Running {
+    /// [`stop_service`]: shuts it down and panics unless it returns Ok within 60 s.
+    pub async fn stop(self) {
+        stop_service(&self.shutdown, self.task).await;
+    }
+
+    /// Whether the service task has returned (it should not before [`Running::stop`]).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
+/// Reads what still arrives for `settle` (a late publication, i.e. a double count,
+/// would show), then asserts that every window of `topic` equals `truth`.
+pub fn assert_windows_exact(
+    reader: &mut AuditReader,
+    truth: &Totals,
+    topic: &str,
+    settle: Duration,
+) {
+    tokio::task::block_in_place(|| reader.poll_for(settle));
+    let d = diff(truth, &reader.topic_totals(topic));
+    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+}
+
+/// After the last instance stopped: reads what still arrives for 2 s, then asserts
+/// that all `all` messages were counted in time (`ok`) and every window of `topic`
+/// equals `truth`.
+pub fn assert_all_counted_exactly(
+    reader: &mut AuditReader,
+    truth: &Totals,
+    topic: &str,
+    ok: bool,
+    all: u64,
+) {
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
+    let d = diff(truth, &reader.topic_totals(topic));
+    assert!(
+        ok && d.is_empty(),
+        "counted {} of {all}; per-window differences:\n{}",
+        reader.total_count(topic),
+        d.join("\n")
+    );
+}
