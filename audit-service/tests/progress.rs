@@ -44,20 +44,14 @@ fn send(
 ) {
     let key = format!("k{i}");
     let value = format!("{{\"id\":{i},\"ts\":{ts}}}");
-    let mut rec = BaseRecord::to(topic)
-        .key(&key)
-        .payload(&value)
-        .partition(partition)
-        .timestamp(ts);
-    loop {
-        match p.send(rec) {
-            Ok(()) => break,
-            Err((_, r)) => {
-                rec = r;
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-    }
+    send_queued(
+        p,
+        BaseRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .partition(partition)
+            .timestamp(ts),
+    );
 }
 
 /// A transactional producer (`transactional.id` unique after `name`) whose transaction

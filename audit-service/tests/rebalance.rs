@@ -14,20 +14,19 @@ const PARTITIONS: i32 = 12;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     init_tracing();
-    let bootstrap = testkit::kafka_a();
-    let topic = testkit::create_unique_topic(&bootstrap, "reb", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "reb-audit", 3).await;
-    let group = testkit::unique("reb-group");
-    let wal = tempfile::tempdir().unwrap();
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        // Kept alive: dropping it deletes the WAL directory.
+        wal: _wal,
+        cfg: common_cfg,
+    } = Setup::new("reb", PARTITIONS).await;
+    // One config per instance: the same group and WAL directory, its own instance id.
     let cfg = |id: &str| {
-        let mut c = audit_config(
-            &bootstrap,
-            std::slice::from_ref(&topic),
-            &audit_topic,
-            &group,
-            id,
-            wal.path(),
-        );
+        let mut c = common_cfg.clone();
+        c.audit.instance_id = id.to_string();
         c.audit.static_membership = false;
         // A long interval: the counts must come from the revoke reports.
         c.audit.report_interval = Duration::from_secs(3600);
@@ -108,20 +107,19 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     init_tracing();
-    let bootstrap = testkit::kafka_a();
-    let topic = testkit::create_unique_topic(&bootstrap, "rebtx", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "rebtx-audit", 3).await;
-    let group = testkit::unique("rebtx-group");
-    let wal = tempfile::tempdir().unwrap();
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        group,
+        // Kept alive: dropping it deletes the WAL directory.
+        wal: _wal,
+        cfg: common_cfg,
+    } = Setup::new("rebtx", PARTITIONS).await;
+    // One config per instance: the same group and WAL directory, its own instance id.
     let cfg = |id: &str, port: u16| {
-        let mut c = audit_config(
-            &bootstrap,
-            std::slice::from_ref(&topic),
-            &audit_topic,
-            &group,
-            id,
-            wal.path(),
-        );
+        let mut c = common_cfg.clone();
+        c.audit.instance_id = id.to_string();
         c.audit.static_membership = false;
         c.audit.report_interval = Duration::from_millis(100);
         enable_ops(&mut c, port);

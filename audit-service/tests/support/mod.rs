@@ -123,6 +123,25 @@ pub fn known_message(i: u64, base: i64, windows: i64) -> (String, String, i64) {
     (key, value, base + window * WINDOW_MS)
 }
 
+/// Sends `rec`, waiting while the producer's queue is full.
+pub fn send_queued<K, P>(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    mut rec: BaseRecord<'_, K, P>,
+) where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match p.send(rec) {
+            Ok(()) => break,
+            Err((_, r)) => {
+                rec = r;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
 /// Produces `n` JSON messages to `topic` spread round-robin over `partitions` and
 /// over `windows` windows from `base`; adds them to `truth`. `seq0` makes keys unique
 /// across calls.
@@ -145,19 +164,13 @@ pub fn produce_known(
         t.checksum = t
             .checksum
             .wrapping_add(message_hash(Some(key.as_bytes()), value.as_bytes()));
-        let mut rec = BaseRecord::to(topic)
-            .key(&key)
-            .payload(&value)
-            .partition((i % partitions as u64) as i32);
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            }
-        }
+        send_queued(
+            p,
+            BaseRecord::to(topic)
+                .key(&key)
+                .payload(&value)
+                .partition((i % partitions as u64) as i32),
+        );
     }
     // A broker restart (tests/broker_restart.rs) can hold deliveries up for longer than
     // one flush: keep flushing while librdkafka still retries, within a bound.
