@@ -14,18 +14,10 @@ const PARTITIONS: i32 = 12;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     init_tracing();
-    let Setup {
-        bootstrap,
-        topic,
-        audit_topic,
-        group,
-        // Kept alive: dropping it deletes the WAL directory.
-        wal: _wal,
-        cfg: common_cfg,
-    } = Setup::new("reb", PARTITIONS).await;
+    let s = Setup::new("reb", PARTITIONS).await;
     // One config per instance: the same group and WAL directory, its own instance id.
     let cfg = |id: &str| {
-        let mut c = common_cfg.clone();
+        let mut c = s.cfg.clone();
         c.audit.instance_id = id.to_string();
         c.audit.static_membership = false;
         // A long interval: the counts must come from the revoke reports.
@@ -33,11 +25,11 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
         c
     };
     let base = base_time();
-    let p = producer(&bootstrap);
+    let p = producer(&s.bootstrap);
     let mut truth = Totals::new();
-    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+    let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
 
-    produce_known(&p, &topic, PARTITIONS, 5_000, 0, base, 4, &mut truth);
+    produce_known(&p, &s.topic, PARTITIONS, 5_000, 0, base, 4, &mut truth);
     let ops_port = free_port();
     let mut cfg_a = cfg(&testkit::unique("ra"));
     enable_ops(&mut cfg_a, ops_port);
@@ -50,20 +42,20 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
         })),
         "A did not consume the first 5 000 messages"
     );
-    let group_committed = || committed_total(&bootstrap, &group, &topic, PARTITIONS);
+    let group_committed = || committed_total(&s.bootstrap, &s.group, &s.topic, PARTITIONS);
     // B joins: A's partitions are revoked, A reports and commits what it counted.
     let b = spawn_service(cfg(&testkit::unique("rb")));
-    produce_known(&p, &topic, PARTITIONS, 5_000, 5_000, base, 4, &mut truth);
+    produce_known(&p, &s.topic, PARTITIONS, 5_000, 5_000, base, 4, &mut truth);
     assert!(
         tokio::task::block_in_place(|| testkit::wait_until(Duration::from_secs(90), || {
             reader.poll_for(Duration::from_millis(50));
-            reader.total_count(&topic) > 0
+            reader.total_count(&s.topic) > 0
         })),
         "no revoke report was published when B joined"
     );
     // A leaves: B gets every partition after a revoke of its own.
     a.stop().await;
-    produce_known(&p, &topic, PARTITIONS, 5_000, 10_000, base, 4, &mut truth);
+    produce_known(&p, &s.topic, PARTITIONS, 5_000, 10_000, base, 4, &mut truth);
     // B publishes at its shutdown; everything must be counted exactly once by then.
     assert!(tokio::task::block_in_place(|| testkit::wait_until(
         Duration::from_secs(90),
@@ -76,7 +68,7 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     )));
     b.stop().await;
     tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
-    let counted = reader.total_count(&topic) as i64;
+    let counted = reader.total_count(&s.topic) as i64;
     let committed_now = group_committed();
     assert_eq!(
         counted, committed_now,
@@ -88,14 +80,14 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
         cfg_c.audit.report_interval = Duration::from_millis(500);
         let c = spawn_service(cfg_c);
         assert!(tokio::task::block_in_place(|| reader.wait_for_count(
-            &topic,
+            &s.topic,
             15_000,
             Duration::from_secs(90)
         )));
         c.stop().await;
         tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
     }
-    let d = diff(&truth, &reader.topic_totals(&topic));
+    let d = diff(&truth, &reader.topic_totals(&s.topic));
     assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
 }
 
@@ -107,18 +99,10 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     init_tracing();
-    let Setup {
-        bootstrap,
-        topic,
-        audit_topic,
-        group,
-        // Kept alive: dropping it deletes the WAL directory.
-        wal: _wal,
-        cfg: common_cfg,
-    } = Setup::new("rebtx", PARTITIONS).await;
+    let s = Setup::new("rebtx", PARTITIONS).await;
     // One config per instance: the same group and WAL directory, its own instance id.
     let cfg = |id: &str, port: u16| {
-        let mut c = common_cfg.clone();
+        let mut c = s.cfg.clone();
         c.audit.instance_id = id.to_string();
         c.audit.static_membership = false;
         c.audit.report_interval = Duration::from_millis(100);
@@ -127,9 +111,9 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     };
     const WINDOWS: i64 = 30;
     let base = base_time();
-    let p = producer(&bootstrap);
+    let p = producer(&s.bootstrap);
     let mut truth = Totals::new();
-    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+    let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
     let mut seq = 0;
 
     let port_a = free_port();
@@ -142,7 +126,7 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
             "A's revoke callback never waited for a publication in 12 rounds"
         );
         produce_known(
-            &p, &topic, PARTITIONS, 3_000, seq, base, WINDOWS, &mut truth,
+            &p, &s.topic, PARTITIONS, 3_000, seq, base, WINDOWS, &mut truth,
         );
         seq += 3_000;
         // B joins (A's partitions are revoked mid-traffic), then leaves again (A's
@@ -154,7 +138,7 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
             stop_b.clone(),
         ));
         produce_known(
-            &p, &topic, PARTITIONS, 3_000, seq, base, WINDOWS, &mut truth,
+            &p, &s.topic, PARTITIONS, 3_000, seq, base, WINDOWS, &mut truth,
         );
         seq += 3_000;
         assert!(
@@ -167,12 +151,12 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     }
     let all = seq;
     let ok = tokio::task::block_in_place(|| {
-        reader.wait_for_count(&topic, all, Duration::from_secs(120))
+        reader.wait_for_count(&s.topic, all, Duration::from_secs(120))
     });
     a.stop().await;
-    assert_all_counted_exactly(&mut reader, &truth, &topic, ok, all);
+    assert_all_counted_exactly(&mut reader, &truth, &s.topic, ok, all);
     assert_eq!(
-        committed_total(&bootstrap, &group, &topic, PARTITIONS),
+        committed_total(&s.bootstrap, &s.group, &s.topic, PARTITIONS),
         all as i64
     );
     eprintln!("rounds until two waited revokes: {rounds}");
