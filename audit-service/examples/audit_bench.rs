@@ -1,12 +1,16 @@
 //! Benchmark driver for bench/audit-service.sh (real broker).
 //!
-//! `audit_bench throughput BOOTSTRAP MESSAGES ROUNDS`: fills a 12-partition topic with
-//! ~100-byte JSON messages, then alternately (a) consumes it with a bare rdkafka
-//! consumer built from the audit service's own consumer settings and (b) runs the audit
-//! service (a child process of this binary, the same code as `kafka-audit audit`) on it,
-//! each with a fresh group. Rate = messages from the 10 % mark to the last one ÷
-//! elapsed time; the service's count (messages audited) is read from its /metrics
-//! every 10 ms.
+//! `audit_bench throughput BOOTSTRAP MESSAGES ROUNDS [SIZE:MESSAGES,...]`: for each
+//! payload size (default `100:MESSAGES,1024:MESSAGES/5`), fills a 12-partition topic
+//! with JSON messages of exactly that many bytes, then alternately (a) consumes it with
+//! a bare rdkafka consumer built from the audit service's own consumer settings and
+//! (b) runs the audit service (a child process of this binary, the same code as
+//! `kafka-audit audit`) on it, each with a fresh group. Rate = messages from the 10 %
+//! mark to the last one ÷ elapsed time; the service's count (messages audited) is read
+//! from its /metrics every 10 ms. CPU per message = the process's user + system time
+//! over the same span ÷ messages. Prints a table per size and a summary that states the
+//! bare consumer's CPU per message on this machine, so figures from different machines
+//! can be compared.
 //!
 //! `audit_bench rss BOOTSTRAP TOPICS PER_TOPIC WINDOWS`: creates TOPICS one-partition
 //! topics, writes PER_TOPIC messages to each with event times spread over WINDOWS
@@ -49,10 +53,17 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("serve") => serve(&args[2]),
-        Some("throughput") => throughput(&args[2], args[3].parse()?, args[4].parse()?),
+        Some("throughput") => {
+            let n: u64 = args[3].parse()?;
+            let sizes = match args.get(5) {
+                Some(spec) => parse_sizes(spec)?,
+                None => vec![(100, n), (1024, (n / 5).max(1))],
+            };
+            throughput(&args[2], args[4].parse()?, &sizes)
+        }
         Some("rss") => rss(&args[2], args[3].parse()?, args[4].parse()?, args[5].parse()?),
         Some("cleanup") => cleanup(&args[2]),
-        _ => bail!("usage: audit_bench serve CONFIG | throughput BOOTSTRAP MESSAGES ROUNDS | rss BOOTSTRAP TOPICS PER_TOPIC WINDOWS | cleanup BOOTSTRAP"),
+        _ => bail!("usage: audit_bench serve CONFIG | throughput BOOTSTRAP MESSAGES ROUNDS [SIZE:MESSAGES,...] | rss BOOTSTRAP TOPICS PER_TOPIC WINDOWS | cleanup BOOTSTRAP"),
     }
 }
 
@@ -397,84 +408,142 @@ fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Res
     Ok(Measured { rate, cpu_us, busy })
 }
 
-fn throughput(bootstrap: &str, n: u64, rounds: usize) -> anyhow::Result<()> {
+/// `100:10000000,1024:2000000` → [(100, 10000000), (1024, 2000000)].
+fn parse_sizes(spec: &str) -> anyhow::Result<Vec<(usize, u64)>> {
+    spec.split(',')
+        .map(|p| {
+            let (size, n) = p
+                .split_once(':')
+                .with_context(|| format!("{p:?}: expected SIZE:MESSAGES"))?;
+            let size: usize = size.parse()?;
+            anyhow::ensure!(size >= 80, "payloads under 80 bytes cannot hold the JSON");
+            Ok((size, n.parse()?))
+        })
+        .collect()
+}
+
+/// A JSON click event of exactly `size` bytes, `ts` first (padded with a string field).
+fn payload(size: usize, ts: i64, i: u64) -> String {
+    let mut v = format!(
+        "{{\"ts\":{ts},\"user\":\"u{}\",\"event\":\"click\",\"page\":\"/products/{}\",\"pad\":\"",
+        i % 10_000,
+        i % 977
+    );
+    let pad = size.saturating_sub(v.len() + 2);
+    v.extend(std::iter::repeat_n('x', pad));
+    v.push_str("\"}");
+    v
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow::Result<()> {
     let dir = tempdir()?;
-    let topic = unique("bench-tp");
-    create_topics(bootstrap, std::slice::from_ref(&topic), 12)?;
-    let p = producer(bootstrap)?;
-    let base = now_ms() - 3_600_000;
-    let started = Instant::now();
-    for i in 0..n {
-        let v = format!(
-            "{{\"ts\":{},\"user\":\"u{}\",\"event\":\"click\",\"page\":\"/products/{}\"}}",
-            base + (i as i64 % 3_600_000),
-            i % 10_000,
-            i % 977
-        );
-        send(&p, &topic, Some((i % 12) as i32), &format!("k{i}"), &v);
-    }
-    p.flush(Duration::from_secs(120))?;
-    eprintln!(
-        "filled {topic} with {n} messages in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    let mut bare = Vec::new();
-    let mut audit = Vec::new();
-    for round in 0..rounds {
-        let port = 19_500 + round as u16;
-        // Same settings, own group and instance id for each side.
-        let bare_cfg: audit_service::Config = common::config::from_toml_str(&bench_config(
-            bootstrap,
-            vec![topic.clone()],
-            None,
-            port,
-            &dir,
-        ))?;
-        let text = bench_config(bootstrap, vec![topic.clone()], None, port, &dir);
-        // Alternate which side goes first: the broker's page cache and JIT state drift
-        // between back-to-back runs.
-        let run_service = || -> anyhow::Result<(Measured, u64)> {
-            let mut child = spawn_service(&text, &dir)?;
-            let r = measure_service(port, &mut child, n)?;
-            stop(child)?;
-            Ok(r)
-        };
-        let (b, (a, hwm)) = if round % 2 == 0 {
-            let b = measure_bare(&bare_cfg, &topic, n)?;
-            (b, run_service()?)
-        } else {
-            let a = run_service()?;
-            (measure_bare(&bare_cfg, &topic, n)?, a)
-        };
+    let mut summaries = Vec::new();
+    for &(size, n) in sizes {
+        let topic = unique("bench-tp");
+        create_topics(bootstrap, std::slice::from_ref(&topic), 12)?;
+        let p = producer(bootstrap)?;
+        let base = now_ms() - 3_600_000;
+        let started = Instant::now();
+        for i in 0..n {
+            let v = payload(size, base + (i as i64 % 3_600_000), i);
+            debug_assert_eq!(v.len(), size);
+            send(&p, &topic, Some((i % 12) as i32), &format!("k{i}"), &v);
+        }
+        p.flush(Duration::from_secs(300))?;
+        drop(p);
         eprintln!(
-            "round {round}: bare {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), \
-             audit-service {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), ratio {:.3}, \
-             service peak RSS {} MB",
-            b.rate,
-            b.cpu_us,
-            b.busy,
-            a.rate,
-            a.cpu_us,
-            a.busy,
-            a.rate / b.rate,
-            hwm / 1024
+            "== {size} B: filled {topic} with {n} messages in {:.1}s",
+            started.elapsed().as_secs_f64()
         );
-        bare.push(b.rate);
-        audit.push(a.rate);
+        let mut rows: Vec<(Measured, Measured)> = Vec::new();
+        for round in 0..rounds {
+            let port = 19_500 + (summaries.len() * rounds + round) as u16;
+            // Same settings, own group and instance id for each side.
+            let bare_cfg: audit_service::Config = common::config::from_toml_str(&bench_config(
+                bootstrap,
+                vec![topic.clone()],
+                None,
+                port,
+                &dir,
+            ))?;
+            let text = bench_config(bootstrap, vec![topic.clone()], None, port, &dir);
+            // Alternate which side goes first: the broker's page cache and JIT state
+            // drift between back-to-back runs.
+            let run_service = || -> anyhow::Result<(Measured, u64)> {
+                let mut child = spawn_service(&text, &dir)?;
+                let r = measure_service(port, &mut child, n)?;
+                stop(child)?;
+                Ok(r)
+            };
+            let (b, (a, hwm)) = if round % 2 == 0 {
+                let b = measure_bare(&bare_cfg, &topic, n)?;
+                (b, run_service()?)
+            } else {
+                let a = run_service()?;
+                (measure_bare(&bare_cfg, &topic, n)?, a)
+            };
+            eprintln!(
+                "{size} B round {round}: bare {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), \
+                 audit-service {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), ratio {:.3}, \
+                 service peak RSS {} MB",
+                b.rate,
+                b.cpu_us,
+                b.busy,
+                a.rate,
+                a.cpu_us,
+                a.busy,
+                a.rate / b.rate,
+                hwm / 1024
+            );
+            rows.push((b, a));
+        }
+        println!("\n{size}-byte payloads, {n} messages per side per round:");
+        println!("| round | bare msg/s | service msg/s | ratio | CPU/msg bare → service (µs) |");
+        println!("|---|---|---|---|---|");
+        for (round, (b, a)) in rows.iter().enumerate() {
+            println!(
+                "| {round} | {:.2} M | {:.2} M | {:.3} | {:.3} → {:.3} ({:.2}×) |",
+                b.rate / 1e6,
+                a.rate / 1e6,
+                a.rate / b.rate,
+                b.cpu_us,
+                a.cpu_us,
+                a.cpu_us / b.cpu_us
+            );
+        }
+        let ratios: Vec<f64> = rows.iter().map(|(b, a)| a.rate / b.rate).collect();
+        let bare_cpu = median(&rows.iter().map(|(b, _)| b.cpu_us).collect::<Vec<_>>());
+        let audit_cpu = median(&rows.iter().map(|(_, a)| a.cpu_us).collect::<Vec<_>>());
+        let line = format!(
+            "{size} B: median ratio {:.3} (min {:.3}, max {:.3}); median CPU/msg bare {bare_cpu:.3} µs, \
+             audit-service {audit_cpu:.3} µs ({:.2}× the bare consumer); median rates bare {:.2} M, \
+             audit-service {:.2} M msg/s",
+            median(&ratios),
+            ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            ratios.iter().copied().fold(0.0, f64::max),
+            audit_cpu / bare_cpu,
+            median(&rows.iter().map(|(b, _)| b.rate).collect::<Vec<_>>()) / 1e6,
+            median(&rows.iter().map(|(_, a)| a.rate).collect::<Vec<_>>()) / 1e6,
+        );
+        println!("{line}");
+        summaries.push((size, bare_cpu, line));
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let mut ratios: Vec<f64> = audit.iter().zip(&bare).map(|(a, b)| a / b).collect();
-    ratios.sort_by(f64::total_cmp);
-    println!(
-        "per-round ratios {ratios:.3?}, median {:.3}",
-        ratios[ratios.len() / 2]
-    );
-    println!(
-        "throughput: messages={n} rounds={rounds} bare_mean={:.0} msg/s audit_mean={:.0} msg/s ratio={:.3}",
-        mean(&bare),
-        mean(&audit),
-        mean(&audit) / mean(&bare)
-    );
+    println!("\nsummary ({rounds} rounds per size, alternating which side goes first):");
+    for (size, bare_cpu, line) in &summaries {
+        println!("  this machine's bare consumer: {bare_cpu:.3} µs CPU per {size}-byte message");
+        println!("  {line}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

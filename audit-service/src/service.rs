@@ -606,13 +606,15 @@ fn consume(
     let mut observed_at = now_ms();
     let mut since_clock = 0u32;
     let mut dry = false;
+    // `CancellationToken::is_cancelled` takes a mutex: ask with the clock, not per message.
+    let mut cancelled = shutdown.is_cancelled();
     let feeder = ctx
         .lock()
         .as_ref()
         .expect("core present while running")
         .counting
         .feeder();
-    while !shutdown.is_cancelled() {
+    while !cancelled {
         // Reading the clock costs as much as counting a message on some VMs: read it
         // once per batch of messages (observation time is then at most a few
         // hundred microseconds stale at full speed) and whenever the queue is idle.
@@ -620,6 +622,7 @@ fn consume(
             now = Instant::now();
             observed_at = now_ms();
             since_clock = 0;
+            cancelled = shutdown.is_cancelled();
             if feeder.windows() >= a.max_windows_per_report {
                 // Memory bound: report now rather than at the interval.
                 next_report = now;
