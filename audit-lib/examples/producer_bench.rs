@@ -516,7 +516,8 @@ fn outage(bootstrap: &str, rate: u64, seconds: u64, size: usize) -> Res<()> {
     let topic = unique("bench-producer-outage");
     create_topic(bootstrap, &topic, PARTITIONS)?;
     let p = app_producer(bootstrap)?;
-    let spool_max = 256 << 10;
+    // Small, so that it fills within the run and the held-batch path shows.
+    let spool_max = 16 << 10;
     let mut audit = Audit::new(&dead, "audit", spool_max)?;
     let msgs = messages(100_000, size);
     let per_ms = (rate / 1000).max(1);
