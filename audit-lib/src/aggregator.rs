@@ -38,8 +38,72 @@ impl Default for Limits {
 struct TopicState {
     name: Box<str>,
     rule: Arc<CompiledRule>,
-    /// Keyed by window index (`floor(t / size)`); ordered so the oldest is first.
-    windows: BTreeMap<i64, WindowStats>,
+    windows: Windows,
+}
+
+/// A topic's open windows, keyed by window index (`floor(t / size)`) and ordered so
+/// the oldest is first. The statistics sit in a slab (never moved; slots of evicted
+/// windows are reused) and the last window used is remembered: consecutive messages
+/// mostly fall in one window, and then finding it is one comparison instead of a tree
+/// search. Worst case (every message in another window) stays a tree search.
+#[derive(Default)]
+struct Windows {
+    order: BTreeMap<i64, usize>,
+    slab: Vec<WindowStats>,
+    free: Vec<usize>,
+    last: Option<(i64, usize)>,
+}
+
+impl Windows {
+    /// The window's statistics, and whether it was opened by this call.
+    #[inline]
+    fn get_or_open(&mut self, index: i64) -> (&mut WindowStats, bool) {
+        match self.last {
+            Some((i, slot)) if i == index => (&mut self.slab[slot], false),
+            _ => self.find_or_open(index),
+        }
+    }
+
+    fn find_or_open(&mut self, index: i64) -> (&mut WindowStats, bool) {
+        let (slot, opened) = match self.order.get(&index) {
+            Some(&slot) => (slot, false),
+            None => {
+                let slot = self.free.pop().unwrap_or_else(|| {
+                    self.slab.push(WindowStats::default());
+                    self.slab.len() - 1
+                });
+                self.order.insert(index, slot);
+                (slot, true)
+            }
+        };
+        self.last = Some((index, slot));
+        (&mut self.slab[slot], opened)
+    }
+
+    fn oldest(&self) -> Option<i64> {
+        self.order.keys().next().copied()
+    }
+
+    fn remove(&mut self, index: i64) -> Option<WindowStats> {
+        let slot = self.order.remove(&index)?;
+        if self.last.is_some_and(|(_, s)| s == slot) {
+            self.last = None;
+        }
+        self.free.push(slot);
+        Some(std::mem::take(&mut self.slab[slot]))
+    }
+
+    /// Every window, oldest first; afterwards there are none (and no memory kept).
+    fn take_all(&mut self) -> Vec<(i64, WindowStats)> {
+        let mut slab = std::mem::take(&mut self.slab);
+        let out = std::mem::take(&mut self.order)
+            .into_iter()
+            .map(|(index, slot)| (index, std::mem::take(&mut slab[slot])))
+            .collect();
+        self.free = Vec::new();
+        self.last = None;
+        out
+    }
 }
 
 pub struct Aggregator {
@@ -108,7 +172,7 @@ impl Aggregator {
                 self.topics.push(TopicState {
                     name: topic.into(),
                     rule: self.config.rule_for(topic).clone(),
-                    windows: BTreeMap::new(),
+                    windows: Windows::default(),
                 });
                 self.topic_index.insert(topic.into(), i);
                 i
@@ -127,11 +191,7 @@ impl Aggregator {
         let topic = &mut self.topics[slot];
         let class = classify(&topic.rule, obs);
         let index = window_size.index_of(class.counted_at(obs.observed_at_ms));
-        let mut opened = false;
-        let stats = topic.windows.entry(index).or_insert_with(|| {
-            opened = true;
-            WindowStats::default()
-        });
+        let (stats, opened) = topic.windows.get_or_open(index);
         stats.count += 1;
         stats.bytes += obs.byte_len();
         stats
@@ -164,10 +224,10 @@ impl Aggregator {
             .topics
             .iter()
             .enumerate()
-            .filter_map(|(i, t)| t.windows.keys().next().map(|k| (*k, i)))
+            .filter_map(|(i, t)| t.windows.oldest().map(|k| (k, i)))
             .min();
         if let Some((index, slot)) = oldest {
-            if let Some(stats) = self.topics[slot].windows.remove(&index) {
+            if let Some(stats) = self.topics[slot].windows.remove(index) {
                 self.pending.push((slot, index, stats));
                 self.open -= 1;
             }
@@ -203,7 +263,7 @@ impl Aggregator {
             }
         }
         for (slot, topic) in self.topics.iter_mut().enumerate() {
-            for (index, stats) in std::mem::take(&mut topic.windows) {
+            for (index, stats) in topic.windows.take_all() {
                 match all.entry((slot, index)) {
                     std::collections::btree_map::Entry::Occupied(mut e) => {
                         e.get_mut().merge(&stats)
