@@ -104,7 +104,7 @@ mod tests {
             out_of_bounds_count: 3,
             checksum: Checksum(u64::MAX - 1),
             latency,
-            offsets: vec![audit_lib::OffsetRange {
+            offsets: vec![audit_lib::OffsetSpan {
                 partition: 3,
                 min: 7,
                 max: 9,
