@@ -142,7 +142,7 @@ pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
     let t = &state.topology;
     let c = &t.config;
     Json(TopologyView {
-        window_ms: t.window_ms,
+        window_ms: t.window.as_millis(),
         grace_ms: c.grace.as_millis() as i64,
         stall_after_ms: t.stall_after_ms,
         thresholds: c.thresholds.clone(),
@@ -425,14 +425,14 @@ pub async fn windows(
             out_of_bounds_count: r.out_of_bounds_count,
             checksum: format!("{:016x}", r.checksum),
             increments: r.increments,
-            latency: e.latency.percentiles(),
+            latency: engine::percentiles(&e.latency),
         })
         .collect();
     Ok(Json(WindowsResponse {
         topic,
         from,
         to,
-        window_ms: state.topology.window_ms,
+        window_ms: state.topology.window.as_millis(),
         windows,
         tiers,
     }))
@@ -458,7 +458,7 @@ pub async fn compare(
     let Query(q) = query?;
     let (from, to) = q.resolve(&state)?;
     let topo = &state.topology;
-    let first = topo.window_start(from);
+    let first = topo.window.window_of(from).start_ms;
     // Progress, then staged increments, then window rows (see `read::staged_windows`).
     let progress = topic_progress(&state.store, &topic).await?;
     let staged: crate::engine::Staged =
@@ -474,7 +474,11 @@ pub async fn compare(
         .iter()
         .map(engine_row)
         .collect();
-    let windows = topo.window_starts(first, to);
+    let windows = topo
+        .window
+        .windows_between(first, to)
+        .map(|w| w.start_ms)
+        .collect::<Vec<_>>();
     let now = now_ms();
     let edges = topo.evaluate_topic_staged(&topic, &windows, &rows, &progress, &staged, now);
     Ok(Json(CompareResponse {
@@ -518,10 +522,10 @@ pub async fn offsets(
     let Query(q) = query?;
     let window_start = parse_time("window_start", &start)?;
     let topo = &state.topology;
-    if topo.window_start(window_start) != window_start {
+    if topo.window.window_of(window_start).start_ms != window_start {
         return Err(AppError::bad_request(format!(
             "window_start {window_start} is not a multiple of the window size ({} ms)",
-            topo.window_ms
+            topo.window.as_millis()
         )));
     }
     let rows = state
@@ -558,7 +562,7 @@ pub async fn offsets(
     Ok(Json(OffsetsResponse {
         topic,
         window_start,
-        window_end: window_start + topo.window_ms,
+        window_end: window_start + topo.window.as_millis(),
         offsets,
     }))
 }

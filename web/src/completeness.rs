@@ -242,7 +242,7 @@ pub async fn completeness(
     }
     let threshold = threshold(&state, q.threshold.as_deref())?;
     let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
-    let first = topo.window_start(from);
+    let first = topo.window.window_of(from).start_ms;
     // Progress, then staged increments, then window rows: increments that came with
     // the progress read first are then either still staged (seen by the second read)
     // or already added up (seen by the third).
@@ -281,7 +281,11 @@ pub async fn completeness(
             up_dcs.join("+")
         )));
     }
-    let starts = topo.window_starts(first, to);
+    let starts = topo
+        .window
+        .windows_between(first, to)
+        .map(|w| w.start_ms)
+        .collect::<Vec<_>>();
     let now = now_ms();
     let windows: Vec<WindowCompleteness> = topo
         .evaluate_edge_datacenter(
@@ -318,7 +322,7 @@ pub async fn completeness(
         from,
         to,
         now,
-        window_ms: topo.window_ms,
+        window_ms: topo.window.as_millis(),
         threshold,
         complete: status == GateStatus::Complete,
         status,

@@ -238,7 +238,10 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    let evaluated_at = state.index.read().expect("verdict index lock").evaluated_at;
+    let (evaluated_at, mismatches) = {
+        let index = state.index.read().expect("verdict index lock");
+        (index.evaluated_at, index.window_mismatches.clone())
+    };
     let db = state.store.ping().await;
     let ready = db.is_ok() && evaluated_at.is_some();
     // Open by default: the store's error text (host names, user names) goes to the
@@ -246,11 +249,28 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(e) = &db {
         tracing::warn!(error = %e, "readiness: store unavailable");
     }
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "status": if ready { "ready" } else { "not ready" },
         "store": if db.is_ok() { "ok" } else { "unavailable" },
         "evaluated_at": evaluated_at,
     });
+    // Ready all the same (the API serves), but an on-call reading /readyz sees why
+    // the verdicts of a tier cannot be trusted: its auditors count in windows of
+    // another size than [topology] window.
+    if !mismatches.is_empty() {
+        body["window_size_mismatch"] = mismatches
+            .iter()
+            .map(|((tier, datacenter), m)| {
+                serde_json::json!({
+                    "tier": tier,
+                    "datacenter": datacenter,
+                    "topic": m.topic,
+                    "window_ms": m.window_ms,
+                    "topology_window_ms": state.topology.window.as_millis(),
+                })
+            })
+            .collect();
+    }
     let status = if ready {
         StatusCode::OK
     } else {

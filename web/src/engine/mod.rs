@@ -28,7 +28,6 @@
 //! Late data is just more increments in the same rows: evaluating again after it
 //! arrived yields the new verdict (a `loss` becomes `ok`), which is how alerts resolve.
 
-pub mod latency;
 pub mod topology;
 
 #[cfg(test)]
@@ -36,9 +35,9 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use audit_lib::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
-pub use latency::{Histogram, Percentiles};
 pub use topology::{Edge, Policy, Thresholds, Topology, TopologyConfig, TopologyError};
 
 /// Stored statistics of one (topic, tier, datacenter, window); several rows for the
@@ -51,7 +50,32 @@ pub struct WindowRow {
     pub window_start: i64,
     pub count: u64,
     pub checksum: u64,
-    pub latency: Histogram,
+    pub latency: LatencyHistogram,
+}
+
+/// Latency summary of one tier in one window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: u64,
+}
+
+/// p50, p95 and p99 of `h` (audit-lib's quantiles: within 1 % of the latency of rank
+/// `floor(q * (n - 1))`), never above the largest latency seen, which a bucket's
+/// midpoint may overshoot. `None` for an empty histogram.
+pub fn percentiles(h: &LatencyHistogram) -> Option<Percentiles> {
+    let max_ms = h.max_ms();
+    let q = |q: f64| h.quantile(q).map(|v| v.min(max_ms as f64));
+    Some(Percentiles {
+        count: h.count(),
+        p50_ms: q(0.50)?,
+        p95_ms: q(0.95)?,
+        p99_ms: q(0.99)?,
+        max_ms: max_ms.max(0) as u64,
+    })
 }
 
 /// Latest progress of one partition as reported by the auditor of one tier in one
@@ -181,7 +205,7 @@ pub struct AuditorStatus {
 struct Side {
     count: u64,
     checksum: u64,
-    latency: Histogram,
+    latency: LatencyHistogram,
 }
 
 impl Side {
@@ -309,13 +333,13 @@ pub fn auditor_status(
 
 /// Latency percentiles per tier (all datacenters merged) for the given rows.
 pub fn tier_latency(rows: &[WindowRow]) -> BTreeMap<String, Percentiles> {
-    let mut merged: BTreeMap<&str, Histogram> = BTreeMap::new();
+    let mut merged: BTreeMap<&str, LatencyHistogram> = BTreeMap::new();
     for r in rows {
         merged.entry(r.tier.as_str()).or_default().merge(&r.latency);
     }
     merged
         .into_iter()
-        .filter_map(|(t, h)| Some((t.to_string(), h.percentiles()?)))
+        .filter_map(|(t, h)| Some((t.to_string(), percentiles(&h)?)))
         .collect()
 }
 
@@ -467,7 +491,7 @@ impl Topology {
         policy: &Policy,
         now: i64,
     ) -> EdgeWindow {
-        let window_end = window_start.saturating_add(self.window_ms);
+        let window_end = window_start.saturating_add(self.window.as_millis());
         let settle_at = window_end.saturating_add(policy.grace_ms);
         let up_dcs = edge.upstream_datacenters(&dc);
         let mut up = Side::default();
@@ -487,7 +511,7 @@ impl Topology {
             (e, o) => Some(o as f64 / e as f64),
         };
         let checksums_match = up.checksum == down.checksum;
-        let down_latency = down.latency.percentiles();
+        let down_latency = percentiles(&down.latency);
         let (lifecycle, verdict, reason) = if now < window_end {
             (Lifecycle::Open, Verdict::Pending, "window is open".into())
         } else if now < settle_at {
@@ -538,7 +562,7 @@ impl Topology {
             lifecycle,
             verdict,
             reason,
-            upstream_latency: up.latency.percentiles(),
+            upstream_latency: percentiles(&up.latency),
             downstream_latency: down_latency,
         }
     }

@@ -37,6 +37,15 @@ fn pipeline() -> Topology {
     )
 }
 
+/// Histogram of the given latencies in ms.
+fn histogram(values: &[i64]) -> audit_lib::LatencyHistogram {
+    let mut h = audit_lib::LatencyHistogram::new();
+    for v in values {
+        h.record(*v);
+    }
+    h
+}
+
 fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
     WindowRow {
         topic: "orders".into(),
@@ -45,7 +54,7 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         window_start: W,
         count,
         checksum,
-        latency: Histogram::from_values(&[100, 200, 300]),
+        latency: histogram(&[100, 200, 300]),
     }
 }
 
@@ -415,7 +424,7 @@ fn verdicts_table() {
             rows: vec![
                 row("regional", "dc1", 3, 1),
                 WindowRow {
-                    latency: Histogram::from_values(&[1_000, 90_000, 120_000]),
+                    latency: histogram(&[1_000, 90_000, 120_000]),
                     ..row("aggregate", "agg", 3, 1)
                 },
             ],
@@ -514,8 +523,8 @@ fn rows_of_other_topics_and_windows_are_ignored() {
 fn latency_percentiles_come_from_merged_histograms() {
     // Two datacenters with different distributions: merging histograms gives the true
     // p99 of the union, where max-of-p99s or mean-of-p99s would not.
-    let a = Histogram::from_values(&(1..=990).collect::<Vec<_>>());
-    let b = Histogram::from_values(&(1..=10).map(|i| 10_000 + i).collect::<Vec<_>>());
+    let a = histogram(&(1..=990).collect::<Vec<_>>());
+    let b = histogram(&(1..=10).map(|i| 10_000 + i).collect::<Vec<_>>());
     let rows = vec![
         WindowRow {
             latency: a,
@@ -689,20 +698,76 @@ fn config_errors_are_clear() {
     }
 }
 
+/// A topic pattern means the same in web's overrides as in the auditor's event-time
+/// rules: both are audit-lib's `TopicGlob` (web's own glob read `{eu,us}` literally).
 #[test]
-fn glob_patterns() {
-    use topology::glob_match;
-    for (p, t, m) in [
-        ("noisy.*", "noisy.clicks", true),
-        ("noisy.*", "noisy", false),
-        ("*", "", true),
-        ("a?c", "abc", true),
-        ("a?c", "ac", false),
-        ("*.logs.*", "eu.logs.web", true),
-        ("orders", "orders2", false),
-    ] {
-        assert_eq!(glob_match(p, t), m, "{p} vs {t}");
+fn override_patterns_match_like_the_auditors_rules() {
+    let patterns = [
+        "orders.{eu,us}",
+        "noisy.*",
+        "a?c",
+        "*.logs.*",
+        "orders",
+        "logs-[0-9]",
+    ];
+    let topics = [
+        "orders.eu",
+        "orders.us",
+        "orders.asia",
+        "orders.{eu,us}",
+        "noisy.clicks",
+        "noisy",
+        "abc",
+        "ac",
+        "eu.logs.web",
+        "orders",
+        "orders2",
+        "logs-7",
+        "",
+    ];
+    for pattern in patterns {
+        let topo = Topology::new(TopologyConfig {
+            overrides: vec![topology::OverrideConfig {
+                topics: pattern.into(),
+                grace: None,
+                absolute: Some(777),
+                ratio: None,
+            }],
+            ..TopologyConfig::default()
+        })
+        .unwrap();
+        let auditor = audit_lib::EventTimeConfig::from_toml(&format!(
+            "[[rules]]\ntopic = {pattern:?}\nrecord_timestamp = false\n"
+        ))
+        .unwrap()
+        .compile()
+        .unwrap();
+        for topic in topics {
+            let web = topo.policy_for(topic).thresholds.absolute == 777;
+            let auditor = !auditor.rule_for(topic).record_timestamp;
+            assert_eq!(web, auditor, "{pattern} vs {topic:?}");
+        }
     }
+    let topo = |p: &str| {
+        Topology::new(TopologyConfig {
+            overrides: vec![topology::OverrideConfig {
+                topics: p.into(),
+                grace: None,
+                absolute: Some(777),
+                ratio: None,
+            }],
+            ..TopologyConfig::default()
+        })
+    };
+    assert!(
+        topo("orders.{eu,us}")
+            .unwrap()
+            .policy_for("orders.us")
+            .thresholds
+            .absolute
+            == 777
+    );
+    assert!(topo("orders.{eu").is_err());
 }
 
 #[test]
