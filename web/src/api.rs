@@ -8,7 +8,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use store::{AuditStore, OffsetRange, TimeRange, WindowKey};
+use store::{AuditStore, OffsetSpan, TimeRange, WindowKey};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
@@ -502,7 +502,7 @@ pub struct OffsetsQuery {
 pub struct TierOffsets {
     pub tier: String,
     pub datacenter: String,
-    pub partitions: Vec<OffsetRange>,
+    pub partitions: Vec<OffsetSpan>,
 }
 
 #[derive(Serialize)]

@@ -14,7 +14,6 @@ use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use audit_lib::LatencyHistogram;
 use store::{AuditStore, Store, StoreError, TimeRange};
 
 use crate::engine::{self, EdgeWindow, PartitionProgress, Topology, Verdict, WindowRow};
@@ -117,22 +116,6 @@ impl VerdictIndex {
 
 /// Converts the store's rows into the engine's.
 pub fn engine_row(r: &store::WindowRow) -> WindowRow {
-    let l = &r.latency;
-    let latency = LatencyHistogram::from_buckets(
-        l.zero_count,
-        l.negative_count,
-        i64::try_from(l.max_ms).unwrap_or(i64::MAX),
-        l.buckets
-            .iter()
-            .map(|&(i, c)| (u32::try_from(i).unwrap_or(u32::MAX), c)),
-    )
-    .unwrap_or_else(|e| {
-        // The store validates every histogram it adds up, so this is a damaged row:
-        // its counts are still judged, its latency is not.
-        tracing::error!(topic = %r.topic, tier = %r.tier, datacenter = %r.datacenter,
-            window_start = r.window_start_ms, error = %e, "stored latency histogram unreadable; ignored");
-        LatencyHistogram::new()
-    });
     WindowRow {
         topic: r.topic.clone(),
         tier: r.tier.clone(),
@@ -140,7 +123,7 @@ pub fn engine_row(r: &store::WindowRow) -> WindowRow {
         window_start: r.window_start_ms,
         count: r.count,
         checksum: r.checksum,
-        latency,
+        latency: r.latency.clone(),
     }
 }
 

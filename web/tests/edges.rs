@@ -85,20 +85,17 @@ fn progress(
     lag: i64,
     emitted_at: i64,
 ) -> Message {
-    Message::Progress(store::Progress {
-        uuid: uuid::Uuid::new_v4(),
-        topic: topic.into(),
-        tier: tier.into(),
-        datacenter: dc.into(),
-        host: host.into(),
-        emitted_at_ms: emitted_at,
-        partitions: vec![store::PartitionProgress {
-            partition,
-            next_offset: 5000,
-            record_time_ms: Some(record_time),
-            lag: Some(lag),
-        }],
-    })
+    progress_of(
+        topic,
+        tier,
+        dc,
+        host,
+        emitted_at,
+        partition,
+        5000,
+        Some(record_time),
+        Some(lag),
+    )
 }
 
 /// B2: a topic produced only in dc1 (dc2 has neither rows nor progress for it) with 5 %
@@ -384,20 +381,17 @@ async fn late_auditor_catching_up_pages_nothing_postgres() {
         &state.store,
         vec![
             increment("orders", "regional", "dc1", w, 60, 6),
-            Message::Progress(store::Progress {
-                uuid: uuid::Uuid::new_v4(),
-                topic: "orders".into(),
-                tier: "regional".into(),
-                datacenter: "dc1".into(),
-                host: "regional-dc1-0".into(),
-                emitted_at_ms: now,
-                partitions: vec![store::PartitionProgress {
-                    partition: 0,
-                    next_offset: 6832,
-                    record_time_ms: Some(now - 1000),
-                    lag: None,
-                }],
-            }),
+            progress_of(
+                "orders",
+                "regional",
+                "dc1",
+                "regional-dc1-0",
+                now,
+                0,
+                6832,
+                Some(now - 1000),
+                None,
+            ),
         ],
     )
     .await;
@@ -469,9 +463,9 @@ async fn window_size_mismatch_is_reported(backend: Backend) {
     let (state, _db) = state(backend, "").await;
     let w = settled_window();
     let mut short = increment("orders", "regional", "dc1", w, 100, 1000);
-    if let Message::Increment(i) = &mut short {
+    if let store::AuditBody::Increment(i) = &mut short.body {
         // An auditor configured with window_size = "5m" under a 10-minute topology.
-        i.window_end_ms = w + 5 * MIN;
+        i.window_end = w + 5 * MIN;
     }
     write(
         &state.store,
