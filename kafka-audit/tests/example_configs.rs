@@ -832,8 +832,6 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
         let rows = store.topic_windows(TOPIC, range).await.unwrap();
         (rows, store.progress(Some(TOPIC)).await.unwrap())
     };
-    let rows: Vec<_> = rows.iter().map(web::eval::engine_row).collect();
-    let progress: Vec<_> = progress.iter().map(web::eval::engine_progress).collect();
     let windows: Vec<i64> = (0..6).map(|k| first + k * WINDOW_MS).collect();
     let mut judged = 0;
     let mut engine_anomalies = BTreeSet::new();
@@ -868,7 +866,7 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
     let mut merged: BTreeMap<(String, i64), audit_lib::LatencyHistogram> = BTreeMap::new();
     for r in &rows {
         merged
-            .entry((r.tier.clone(), (r.window_start - first) / WINDOW_MS))
+            .entry((r.tier.clone(), (r.window_start_ms - first) / WINDOW_MS))
             .or_default()
             .merge(&r.latency);
     }

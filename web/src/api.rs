@@ -12,7 +12,7 @@ use store::{AuditStore, OffsetSpan, TimeRange, WindowKey};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress, CycleStats};
+use crate::eval::{now_ms, topic_progress, CycleStats};
 use crate::AppState;
 
 /// Latest time accepted: 9999-12-31T23:59:59.999Z.
@@ -408,12 +408,10 @@ pub async fn windows(
                 .is_none_or(|d| d.is_empty() || &r.datacenter == d)
         })
         .collect();
-    let engine_rows: Vec<_> = rows.iter().map(engine_row).collect();
-    let tiers = engine::tier_latency(&engine_rows);
+    let tiers = engine::tier_latency(&rows);
     let windows = rows
         .iter()
-        .zip(&engine_rows)
-        .map(|(r, e)| WindowStats {
+        .map(|r| WindowStats {
             window_start: r.window_start_ms,
             window_end: r.window_end_ms,
             tier: r.tier.clone(),
@@ -425,7 +423,7 @@ pub async fn windows(
             out_of_bounds_count: r.out_of_bounds_count,
             checksum: format!("{:016x}", r.checksum),
             increments: r.increments,
-            latency: engine::percentiles(&e.latency),
+            latency: engine::percentiles(&r.latency),
         })
         .collect();
     Ok(Json(WindowsResponse {
@@ -470,10 +468,7 @@ pub async fn compare(
     let rows: Vec<_> = state
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
-        .await?
-        .iter()
-        .map(engine_row)
-        .collect();
+        .await?;
     let windows = topo
         .window
         .windows_between(first, to)

@@ -21,7 +21,7 @@ use store::{AuditStore, TimeRange};
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress};
+use crate::eval::{now_ms, topic_progress};
 use crate::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -264,9 +264,8 @@ pub async fn completeness(
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
         .await?
-        .iter()
+        .into_iter()
         .filter(|r| r.tier == edge.upstream || r.tier == edge.downstream)
-        .map(engine_row)
         .collect();
     // A misspelt topic or datacenter would otherwise wait forever (an auditor that
     // never reported is `stalled`, never final) or, between tiers that report no

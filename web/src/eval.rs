@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use store::{AuditStore, Store, StoreError, TimeRange};
 
-use crate::engine::{self, EdgeWindow, PartitionProgress, Topology, Verdict, WindowRow};
+use crate::engine::{self, EdgeWindow, ProgressRow, Topology, Verdict, WindowRow};
 use crate::metrics::{AuditorLabels, EdgeLabels, KindLabels, Metrics, TierLabels, TopicKindLabels};
 
 /// Where a verdict of the index belongs; ordered by window start first, so a range of
@@ -114,46 +114,9 @@ impl VerdictIndex {
     }
 }
 
-/// Converts the store's rows into the engine's.
-pub fn engine_row(r: &store::WindowRow) -> WindowRow {
-    WindowRow {
-        topic: r.topic.clone(),
-        tier: r.tier.clone(),
-        datacenter: r.datacenter.clone(),
-        window_start: r.window_start_ms,
-        count: r.count,
-        checksum: r.checksum,
-        latency: r.latency.clone(),
-    }
-}
-
 /// Every auditor's progress on `topic`, as the engine takes it.
-pub async fn topic_progress(
-    store: &Store,
-    topic: &str,
-) -> Result<Vec<PartitionProgress>, StoreError> {
-    Ok(store
-        .progress(Some(topic))
-        .await?
-        .iter()
-        .map(engine_progress)
-        .collect())
-}
-
-pub fn engine_progress(p: &store::ProgressRow) -> PartitionProgress {
-    PartitionProgress {
-        tier: p.tier.clone(),
-        datacenter: p.datacenter.clone(),
-        partition: p.partition,
-        record_time: p.record_time_ms,
-        lag: p.lag,
-        // The collector's clock: an auditor whose clock is off is still judged by
-        // when we last heard from it.
-        reported_at: p.received_at_ms,
-        // The auditor's clock: when its lag was measured (see the engine's lag-0 rule).
-        emitted_at: p.emitted_at_ms,
-        host: p.host.clone(),
-    }
+pub async fn topic_progress(store: &Store, topic: &str) -> Result<Vec<ProgressRow>, StoreError> {
+    store.progress(Some(topic)).await
 }
 
 /// Upper bound of window keys read per query; a cycle with more work continues at
@@ -300,12 +263,9 @@ impl Evaluator {
         // an auditor that stops reporting is flagged even when its topic is quiet.
         let all_progress = self.store.progress(None).await?;
         let progress_capped = all_progress.len() >= store::MAX_READ_ROWS;
-        let mut progress: HashMap<String, Vec<PartitionProgress>> = HashMap::new();
+        let mut progress: HashMap<String, Vec<ProgressRow>> = HashMap::new();
         for p in &all_progress {
-            progress
-                .entry(p.topic.clone())
-                .or_default()
-                .push(engine_progress(p));
+            progress.entry(p.topic.clone()).or_default().push(p.clone());
         }
         // Auditor status from one row per auditor, not from the per-partition rows
         // above: those are capped, and a capped read must not freeze stall alerts.
@@ -423,12 +383,12 @@ impl Evaluator {
             };
             let stored = self.store.topic_windows(&topic, range).await?;
             note_window_mismatches(&mut mismatches, &topic, &stored, window_ms);
-            let rows: Vec<WindowRow> = stored.iter().map(engine_row).collect();
+            let rows: Vec<WindowRow> = stored;
             let windows: Vec<i64> = match windows {
                 Some(ws) => ws.into_iter().collect(),
                 None => rows
                     .iter()
-                    .map(|r| r.window_start)
+                    .map(|r| r.window_start_ms)
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect(),

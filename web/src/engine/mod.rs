@@ -40,18 +40,9 @@ use serde::{Deserialize, Serialize};
 
 pub use topology::{Edge, Policy, Thresholds, Topology, TopologyConfig, TopologyError};
 
-/// Stored statistics of one (topic, tier, datacenter, window); several rows for the
-/// same key (increments) are summed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WindowRow {
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
-    pub window_start: i64,
-    pub count: u64,
-    pub checksum: u64,
-    pub latency: LatencyHistogram,
-}
+/// Stored statistics of one (topic, tier, datacenter, window), as the store reads
+/// them: the engine judges the store's rows as they are.
+pub use store::WindowRow;
 
 /// Latency summary of one tier in one window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,23 +70,9 @@ pub fn percentiles(h: &LatencyHistogram) -> Option<Percentiles> {
 }
 
 /// Latest progress of one partition as reported by the auditor of one tier in one
-/// datacenter, for one topic.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PartitionProgress {
-    pub tier: String,
-    pub datacenter: String,
-    pub partition: i32,
-    /// Kafka record minimum record timestamp of recent records (the auditor's watermark) (epoch ms).
-    pub record_time: Option<i64>,
-    pub lag: Option<i64>,
-    /// When the collector received this report (epoch ms, its clock): staleness.
-    pub reported_at: i64,
-    /// When the auditor measured and emitted it (epoch ms, its clock): what "lag 0"
-    /// is true as of.
-    pub emitted_at: i64,
-    /// The auditor instance that reported it.
-    pub host: String,
-}
+/// datacenter, as the store reads it. `received_at_ms` (the collector's clock) dates
+/// staleness; `emitted_at_ms` (the auditor's clock) is what "lag 0" is true as of.
+pub use store::ProgressRow;
 
 /// Window starts per (tier, datacenter) with increments the store holds but has not
 /// yet added to its window rows (PostgreSQL stages increments and rolls them up
@@ -268,7 +245,7 @@ impl Auditor<'_> {
 fn rows_by_window<'r>(topic: &str, rows: &'r [WindowRow]) -> BTreeMap<i64, Vec<&'r WindowRow>> {
     let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.topic == topic) {
-        by_window.entry(r.window_start).or_default().push(r);
+        by_window.entry(r.window_start_ms).or_default().push(r);
     }
     by_window
 }
@@ -276,13 +253,13 @@ fn rows_by_window<'r>(topic: &str, rows: &'r [WindowRow]) -> BTreeMap<i64, Vec<&
 /// Progress by (tier, datacenter); partitions not reported for longer than
 /// `forget_after` are dropped (their topic was deleted or is no longer audited).
 fn auditors<'a>(
-    progress: &'a [PartitionProgress],
+    progress: &'a [ProgressRow],
     now: i64,
     forget_after_ms: i64,
 ) -> BTreeMap<(&'a str, &'a str), Auditor<'a>> {
     let mut map: BTreeMap<(&str, &str), Auditor> = BTreeMap::new();
     for p in progress {
-        if now.saturating_sub(p.reported_at) > forget_after_ms {
+        if now.saturating_sub(p.received_at_ms) > forget_after_ms {
             continue;
         }
         let a = map
@@ -291,13 +268,13 @@ fn auditors<'a>(
                 last_report: i64::MIN,
                 partitions: Vec::new(),
             });
-        a.last_report = a.last_report.max(p.reported_at);
+        a.last_report = a.last_report.max(p.received_at_ms);
         a.partitions.push(Part {
             partition: p.partition,
-            record_time: p.record_time,
+            record_time: p.record_time_ms,
             lag: p.lag,
-            reported_at: p.reported_at,
-            emitted_at: p.emitted_at,
+            reported_at: p.received_at_ms,
+            emitted_at: p.emitted_at_ms,
             host: &p.host,
         });
     }
@@ -307,7 +284,7 @@ fn auditors<'a>(
 /// Status of every auditor that reported progress for a topic.
 pub fn auditor_status(
     topology: &Topology,
-    progress: &[PartitionProgress],
+    progress: &[ProgressRow],
     now: i64,
 ) -> Vec<AuditorStatus> {
     auditors(progress, now, topology.forget_after_ms)
@@ -355,7 +332,7 @@ impl Topology {
         topic: &str,
         windows: &[i64],
         rows: &[WindowRow],
-        progress: &[PartitionProgress],
+        progress: &[ProgressRow],
         now: i64,
     ) -> Vec<EdgeWindow> {
         self.evaluate_topic_staged(topic, windows, rows, progress, &Staged::new(), now)
@@ -370,7 +347,7 @@ impl Topology {
         topic: &str,
         windows: &[i64],
         rows: &[WindowRow],
-        progress: &[PartitionProgress],
+        progress: &[ProgressRow],
         staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {
@@ -452,7 +429,7 @@ impl Topology {
         datacenter: &str,
         windows: &[i64],
         rows: &[WindowRow],
-        progress: &[PartitionProgress],
+        progress: &[ProgressRow],
         staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {

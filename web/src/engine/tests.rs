@@ -51,28 +51,38 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         topic: "orders".into(),
         tier: tier.into(),
         datacenter: dc.into(),
-        window_start: W,
+        window_start_ms: W,
+        window_end_ms: END,
         count,
+        bytes: 0,
+        no_time_count: 0,
+        malformed_count: 0,
+        out_of_bounds_count: 0,
         checksum,
         latency: histogram(&[100, 200, 300]),
+        increments: 1,
+        first_received_at_ms: 0,
+        last_received_at_ms: 0,
     }
 }
 
-fn progress(tier: &str, dc: &str, record_time: i64, reported_at: i64) -> PartitionProgress {
-    PartitionProgress {
+fn progress(tier: &str, dc: &str, record_time: i64, reported_at: i64) -> ProgressRow {
+    ProgressRow {
+        topic: "orders".into(),
         tier: tier.into(),
         datacenter: dc.into(),
         partition: 0,
-        record_time: Some(record_time),
-        lag: Some(5),
-        reported_at,
-        emitted_at: reported_at,
         host: format!("{tier}-{dc}-0"),
+        next_offset: 0,
+        record_time_ms: Some(record_time),
+        lag: Some(5),
+        emitted_at_ms: reported_at,
+        received_at_ms: reported_at,
     }
 }
 
 /// Every auditor of the pipeline has read past the window's settle time.
-fn all_caught_up(now: i64) -> Vec<PartitionProgress> {
+fn all_caught_up(now: i64) -> Vec<ProgressRow> {
     ["dc1", "dc2"]
         .iter()
         .map(|dc| progress("regional", dc, CAUGHT_UP, now))
@@ -81,7 +91,7 @@ fn all_caught_up(now: i64) -> Vec<PartitionProgress> {
 }
 
 /// Like `all_caught_up`, but regional/dc2 has read only up to the window's end.
-fn dc2_lagging(now: i64) -> Vec<PartitionProgress> {
+fn dc2_lagging(now: i64) -> Vec<ProgressRow> {
     vec![
         progress("regional", "dc1", CAUGHT_UP, now),
         progress("regional", "dc2", END, now),
@@ -99,7 +109,7 @@ struct Case {
     name: &'static str,
     topic: &'static str,
     rows: Vec<WindowRow>,
-    progress: Vec<PartitionProgress>,
+    progress: Vec<ProgressRow>,
     now: i64,
     edge_upstream: &'static str,
     datacenter: &'static str,
@@ -192,9 +202,9 @@ fn verdicts_table() {
         },
         Case {
             rows: one_to_one((100, 7), (100, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
-                record_time: Some(W),
+                record_time_ms: Some(W),
                 ..progress("regional", "dc1", W, SETTLED + MIN)
             }],
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
@@ -205,7 +215,7 @@ fn verdicts_table() {
             // watermark (lag null): its partition is mid-backlog, and the CreateTime
             // of the last record read says nothing about records not read yet.
             rows: one_to_one((100, 7), (60, 4)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: None,
                 ..progress("regional", "dc1", CAUGHT_UP, now)
             }],
@@ -216,10 +226,10 @@ fn verdicts_table() {
             // B4: measured before the settle time, delivered after it (an audit-topic
             // or database backlog): says nothing about data written in between.
             rows: one_to_one((100, 7), (90, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
-                record_time: Some(W),
-                emitted_at: END,
+                record_time_ms: Some(W),
+                emitted_at_ms: END,
                 ..progress("regional", "dc1", W, SETTLED + MIN)
             }],
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
@@ -229,10 +239,10 @@ fn verdicts_table() {
             // B4: an auditor clock running ahead cannot date its lag 0 past the time
             // the collector received it.
             rows: one_to_one((100, 7), (90, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
-                record_time: Some(W),
-                emitted_at: SETTLED + 60 * MIN,
+                record_time_ms: Some(W),
+                emitted_at_ms: SETTLED + 60 * MIN,
                 ..progress("regional", "dc1", W, END)
             }],
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
@@ -293,12 +303,12 @@ fn verdicts_table() {
             // the group); partition 0 of the other instance reports fresh progress.
             rows: one_to_one((100, 7), (90, 7)),
             progress: vec![
-                PartitionProgress {
-                    record_time: Some(CAUGHT_UP),
+                ProgressRow {
+                    record_time_ms: Some(CAUGHT_UP),
                     host: "regional-a".into(),
                     ..progress("regional", "dc1", CAUGHT_UP, now)
                 },
-                PartitionProgress {
+                ProgressRow {
                     partition: 1,
                     host: "regional-b".into(),
                     ..progress("regional", "dc1", END, now - 120 * MIN)
@@ -313,7 +323,7 @@ fn verdicts_table() {
             rows: one_to_one((100, 7), (100, 7)),
             progress: vec![
                 progress("regional", "dc1", CAUGHT_UP, now),
-                PartitionProgress {
+                ProgressRow {
                     partition: 1,
                     ..progress("regional", "dc1", CAUGHT_UP, now - 120 * MIN)
                 },
@@ -323,7 +333,7 @@ fn verdicts_table() {
         },
         Case {
             rows: one_to_one((100, 7), (100, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
                 ..progress("regional", "dc1", W, END)
             }],
@@ -511,7 +521,8 @@ fn rows_of_other_topics_and_windows_are_ignored() {
             ..row("regional", "dc1", 50, 7)
         },
         WindowRow {
-            window_start: W + 10 * MIN,
+            window_start_ms: W + 10 * MIN,
+            window_end_ms: W + 20 * MIN,
             ..row("regional", "dc1", 50, 7)
         },
     ];
@@ -566,11 +577,11 @@ fn auditor_status_flags_a_stuck_instance_next_to_a_fresh_one() {
     let topo = pipeline();
     let now = SETTLED;
     let progress = vec![
-        PartitionProgress {
+        ProgressRow {
             host: "regional-a".into(),
             ..progress("regional", "dc1", END, now - MIN)
         },
-        PartitionProgress {
+        ProgressRow {
             partition: 1,
             host: "regional-b".into(),
             ..progress("regional", "dc1", END, now - 120 * MIN)
