@@ -19,14 +19,7 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = web::Config::load(args.config.as_deref())?;
-    common::init_tracing(&common::LogConfig {
-        format: if config.log.format == "json" {
-            common::LogFormat::Json
-        } else {
-            common::LogFormat::Text
-        },
-        level: config.log.level.clone(),
-    });
+    common::init_tracing(&config.log);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -949,15 +949,13 @@ fn grafana_prometheus_panels_use_exposed_metrics() {
 
 /// The config text as the subcommand sees it when `env` is set: `KAFKA_AUDIT__A__B=v`
 /// sets `a.b`, lower-cased, as figment's `Env::prefixed("KAFKA_AUDIT__").split("__")`
-/// in `common::load_config` and `web::Config::load` does. A variable of a section the
+/// in `common::load_config` does. A variable of a section the
 /// subcommand does not read would be silently ignored there, so it fails here.
 fn with_env(toml_text: &str, env: &BTreeMap<String, String>, sub: Subcommand) -> String {
-    // web::Config::load filters the environment to these sections (web/src/config.rs).
-    const SERVE_SECTIONS: &[&str] = &["serve", "topology", "auth", "alerting", "log"];
     let sections = match sub {
         Subcommand::Audit => audit_service::config::ENV_SECTIONS,
         Subcommand::Collect => collector::config::ENV_SECTIONS,
-        Subcommand::Serve => SERVE_SECTIONS,
+        Subcommand::Serve => web::config::ENV_SECTIONS,
     };
     let mut doc: toml::Table = toml::from_str(toml_text).unwrap();
     for (key, value) in env {
