@@ -20,10 +20,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use audit_lib::Identity;
+use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
@@ -55,13 +56,6 @@ const POLL: Duration = Duration::from_millis(100);
 const REFILL: Duration = Duration::from_micros(200);
 /// Messages between two clock reads in the consume loop.
 const CLOCK_EVERY: u32 = 64;
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// Everything the rebalance callbacks and the loop share.
 pub(crate) struct Core {

@@ -37,8 +37,8 @@ use store::{Batch, Message, Reject};
 use uuid::Uuid;
 
 use crate::convert;
-use crate::kafka_source::now_ms;
 use crate::sink::{Sink, Written};
+use common::now_ms;
 
 const SOURCE: &str = "http";
 

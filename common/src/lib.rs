@@ -1,7 +1,7 @@
 //! What the audit service and the collector share: layered configuration loading,
 //! Kafka client configuration with passthrough of every librdkafka property,
-//! tracing initialisation, the ops HTTP server (`/metrics`, `/healthz`) and
-//! shutdown on SIGTERM / ctrl-c.
+//! tracing initialisation, the ops HTTP server (`/metrics`, `/healthz`),
+//! shutdown on SIGTERM / ctrl-c, the clock (`now_ms`) and retry `Backoff`.
 //!
 //! The API is deliberately small and stable; both services build on it.
 
@@ -14,6 +14,7 @@ pub mod ops;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+pub mod time;
 
 pub use auth::{Scope, TokenConfig, Tokens};
 pub use config::{load_config, ENV_PREFIX};
@@ -23,3 +24,4 @@ pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
 pub use server::ServerLimits;
 pub use shutdown::{shutdown_on_signals, wait_for_signal};
 pub use telemetry::{init_tracing, LogConfig, LogFormat};
+pub use time::{now_ms, Backoff};

@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::now_ms;
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
 
@@ -600,13 +601,6 @@ fn seeded_latency(tier_index: usize, count: u64) -> audit_lib::LatencyHistogram 
     h.record_n(40 * (tier_index as i64 + 1), count - slow - 3);
     h.record_n(9_000 * (tier_index as i64 + 1), slow);
     h
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Six settled windows starting three hours ago, every tier of the example topology,

@@ -635,7 +635,7 @@ impl ChannelWorker {
         loop {
             let desired = rx.borrow_and_update().clone();
             if let Some(desired) = desired {
-                self.sync(&desired, crate::eval::now_ms()).await;
+                self.sync(&desired, common::now_ms()).await;
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,

@@ -12,8 +12,9 @@ use store::{AuditStore, OffsetRange, TimeRange, WindowKey};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress, CycleStats};
+use crate::eval::{engine_row, topic_progress, CycleStats};
 use crate::AppState;
+use common::now_ms;
 
 /// Latest time accepted: 9999-12-31T23:59:59.999Z.
 const MAX_TIME_MS: i64 = 253_402_300_799_999;

@@ -21,8 +21,9 @@ use store::{AuditStore, TimeRange};
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress};
+use crate::eval::{engine_row, topic_progress};
 use crate::AppState;
+use common::now_ms;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

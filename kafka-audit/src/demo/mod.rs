@@ -91,12 +91,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     })
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// A small, fast generator (splitmix64): the demo needs variety, not cryptography.
 pub struct Rng(u64);
 
