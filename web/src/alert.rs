@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::Backoff;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -585,7 +586,7 @@ impl ChannelWorker {
             (None, _) => return Err(SendError::Permanent("no url".into())),
         };
         let body = payload(&self.channel, action, alert);
-        let mut backoff = self.config.initial_backoff;
+        let mut backoff = Backoff::new(self.config.initial_backoff, self.config.max_backoff);
         let mut attempt = 1;
         loop {
             let result = match self.client.post(url).json(&body).send().await {
@@ -621,8 +622,7 @@ impl ChannelWorker {
                 .alert_retries
                 .get_or_create(&self.labels())
                 .inc();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(self.config.max_backoff);
+            tokio::time::sleep(backoff.next_delay()).await;
             attempt += 1;
         }
     }
