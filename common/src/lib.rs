@@ -1,10 +1,12 @@
 //! What the audit service and the collector share: layered configuration loading,
 //! Kafka client configuration with passthrough of every librdkafka property,
 //! tracing initialisation, the ops HTTP server (`/metrics`, `/healthz`),
-//! shutdown on SIGTERM / ctrl-c, the clock (`now_ms`) and retry `Backoff`.
+//! shutdown on SIGTERM / ctrl-c, the clock (`now_ms`), retry `Backoff` and the API's
+//! JSON error shape (`ApiError`).
 //!
 //! The API is deliberately small and stable; both services build on it.
 
+pub mod api_error;
 pub mod auth;
 pub mod config;
 #[cfg(feature = "kafka")]
@@ -16,6 +18,7 @@ pub mod shutdown;
 pub mod telemetry;
 pub mod time;
 
+pub use api_error::ApiError;
 pub use auth::{Scope, TokenConfig, Tokens};
 pub use config::{load_config, ENV_PREFIX};
 #[cfg(feature = "kafka")]
