@@ -110,7 +110,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         "WAL opened"
     );
     if !recovery.truncated.is_empty() {
-        metrics.error("wal_truncated");
+        metrics.emit(
+            metrics::ServiceError::WalTruncated,
+            &format_args!("{} damaged tail(s) cut off", recovery.truncated.len()),
+            format_args!("WAL recovery truncated {}", wal_dir.display()),
+        );
     }
 
     let cfg = config.clone();
