@@ -77,8 +77,7 @@ fn load(path: &Path) -> anyhow::Result<Loaded> {
     Ok(match Subcommand::of(&name) {
         Subcommand::Audit => Loaded::Audit(Box::new(audit_service::Config::load(Some(path))?)),
         Subcommand::Collect => {
-            let c: collector::CollectConfig =
-                common::load_config(Some(path), collector::config::ENV_SECTIONS)?;
+            let c = collector::CollectConfig::load(Some(path))?;
             c.check()?;
             Loaded::Collect(Box::new(c))
         }
@@ -239,6 +238,27 @@ fn check_one_deployment(
                 .count(),
             1,
             "{id}: instance id twice (it is the transactional.id)"
+        );
+    }
+}
+
+/// `audit`, `collect` and `serve` read `[log]` as common's typed `LogConfig`: a
+/// misspelt `log.format` stops each of them at start, naming the value, instead of
+/// logging in some default format.
+#[test]
+fn a_misspelt_log_format_stops_every_subcommand_at_start() {
+    for sub in ["audit", "collect", "serve"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-audit"))
+            .arg(sub)
+            .env_remove("KAFKA_AUDIT_CONFIG")
+            .env("KAFKA_AUDIT__LOG__FORMAT", "jsn")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sub}: {stderr}");
+        assert!(
+            stderr.contains("jsn") && stderr.to_lowercase().contains("log.format"),
+            "{sub}: {stderr}"
         );
     }
 }

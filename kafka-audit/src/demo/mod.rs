@@ -311,10 +311,7 @@ async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     }
     let audit_regional = audit_service::Config::load(Some(&dir.join("audit-regional.toml")))?;
     let audit_aggregate = audit_service::Config::load(Some(&dir.join("audit-aggregate.toml")))?;
-    let collect: collector::CollectConfig = common::load_config(
-        Some(&dir.join("collect.toml")),
-        collector::config::ENV_SECTIONS,
-    )?;
+    let collect = collector::CollectConfig::load(Some(&dir.join("collect.toml")))?;
     let serve = web::Config::load(Some(&dir.join("serve.toml")))?;
 
     // The collector and the web service share the file: migrate it once, before both.
