@@ -1,4 +1,4 @@
-//! What the audit service and the collector share: layered configuration loading,
+//! What the services share (audit, collect, serve, the store): layered configuration loading,
 //! Kafka client configuration with passthrough of every librdkafka property,
 //! tracing initialisation, the ops HTTP server (`/metrics`, `/healthz`),
 //! shutdown on SIGTERM / ctrl-c, the clock (`now_ms`), retry `Backoff` and the API's
