@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::model::*;
-use crate::rows::{EmitterDb, OffsetDb, ProgressDb, RejectDb, WindowDb};
+use crate::rows::WindowDb;
 use crate::{AuditStore, Context, Result, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -82,11 +82,16 @@ impl PgStore {
         PgStore { pool }
     }
 
-    /// The connection pool, for read queries beyond the contract (store/src/read.rs)
-    /// and benchmarks.
+    /// The connection pool, for tests and benchmarks that poison, lock or seed tables
+    /// (feature `test-support`). Everything else goes through [`AuditStore`]: only
+    /// this crate knows the schema.
+    #[cfg(feature = "test-support")]
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// PostgreSQL takes concurrent writers: nothing to serialize.
+    async fn lock_writer(&self) {}
 
     async fn write_in(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<BatchOutcome> {
         let firsts = first_in_batch(batch)?;
@@ -741,11 +746,6 @@ enum BucketBinds<'a> {
     Ids(Vec<i64>),
 }
 
-const WINDOW_COLUMNS: &str =
-    "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
-    no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms";
-
 impl AuditStore for PgStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
@@ -857,57 +857,23 @@ impl AuditStore for PgStore {
             .await
     }
 
-    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
-        let rows: Vec<OffsetDb> = sqlx::query_as(&format!(
-            "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
-             JOIN audit_window w ON w.id = o.window_id
-             WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
-             ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(&key.topic)
-        .bind(&key.tier)
-        .bind(&key.datacenter)
-        .bind(key.window_start_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading offset ranges of a window")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
+    crate::shared::shared_methods!();
 
-    async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
-        let rows: Vec<ProgressDb> = sqlx::query_as(&format!(
-            "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-                    emitted_at_ms, received_at_ms
-             FROM audit_progress WHERE ($1::text IS NULL OR topic = $1)
-             ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading progress")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn emitters(&self) -> Result<Vec<EmitterRow>> {
-        let rows: Vec<EmitterDb> = sqlx::query_as(&format!(
-            "SELECT tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages
-             FROM audit_emitter ORDER BY tier, datacenter, host LIMIT {MAX_READ_ROWS}"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .context("reading emitters")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
-        let rows: Vec<RejectDb> = sqlx::query_as(
-            "SELECT id, received_at_ms, source, reason, payload FROM audit_reject ORDER BY id DESC LIMIT $1",
+    async fn staged_windows(
+        &self,
+        topic: Option<&str>,
+        from_window_ms: i64,
+    ) -> Result<Vec<(String, String, String, i64)>> {
+        sqlx::query_as(
+            "SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
+             FROM audit_pending p JOIN audit_message m ON m.uuid = p.uuid
+             WHERE ($1::text IS NULL OR m.topic = $1) AND m.window_start_ms >= $2",
         )
-        .bind(i64::from(limit).min(MAX_READ_ROWS as i64))
+        .bind(topic)
+        .bind(from_window_ms)
         .fetch_all(&self.pool)
         .await
-        .context("reading rejects")?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        .context("reading staged increments")
     }
 
     async fn retention(
@@ -970,23 +936,16 @@ impl PgStore {
         range: TimeRange,
         max_bucket_rows: usize,
     ) -> Result<Vec<WindowRow>> {
-        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
-             WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
-             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading windows of a topic")?;
+        let rows: Vec<WindowDb> = sqlx::query_as(&crate::shared::TOPIC_WINDOWS)
+            .bind(topic)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading windows of a topic")?;
         self.attach_buckets(
             rows,
-            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
-             JOIN audit_window w ON w.id = b.window_id
-             WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
-             ORDER BY b.window_id, b.bucket",
+            crate::shared::TOPIC_BUCKETS,
             BucketBinds::Topic(topic, range),
             max_bucket_rows,
             topic,
@@ -1004,23 +963,20 @@ impl PgStore {
         topic_limit: u32,
         max_bucket_rows: usize,
     ) -> Result<WindowPage> {
-        let topics: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT topic FROM audit_window
-             WHERE window_start_ms >= $1 AND window_start_ms < $2 AND ($3::text IS NULL OR topic > $3)
-             ORDER BY topic LIMIT $4",
-        )
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(after_topic)
-        .bind(i64::from(topic_limit.max(1)) + 1)
-        .fetch_all(&self.pool)
-        .await
-        .context("listing topics of a range")?;
+        let topics: Vec<String> = sqlx::query_scalar(crate::shared::RANGE_TOPICS)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .bind(after_topic)
+            .bind(i64::from(topic_limit.max(1)) + 1)
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics of a range")?;
         let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
         let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
+            "SELECT {} FROM audit_window
              WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
-             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}",
+            crate::shared::WINDOW_COLUMNS
         ))
         .bind(&topics)
         .bind(range.start_ms)
