@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::model::*;
 use crate::rows::WindowDb;
-use crate::{AuditStore, Context, Result, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
+use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -840,21 +840,6 @@ impl AuditStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .context("listing topics")
-    }
-
-    async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
-        self.topic_windows_capped(topic, range, MAX_BUCKET_ROWS)
-            .await
-    }
-
-    async fn windows_in_range(
-        &self,
-        range: TimeRange,
-        after_topic: Option<&str>,
-        topic_limit: u32,
-    ) -> Result<WindowPage> {
-        self.windows_in_range_capped(range, after_topic, topic_limit, MAX_BUCKET_ROWS)
-            .await
     }
 
     crate::shared::shared_methods!();

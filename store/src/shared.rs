@@ -87,10 +87,25 @@ pub(crate) const DELETE_OPEN_ALERT: &str =
     "DELETE FROM web_alert_open WHERE channel = $1 AND dedup_key = $2";
 
 /// The `AuditStore` methods whose body is the same on both backends, for an impl
-/// block of a store with a `pool` field and a `lock_writer` method (SQLite's one
-/// writer at a time; nothing on PostgreSQL). The SQL is above; the row types in rows.rs.
+/// block of a store with a `pool` field, a `lock_writer` method (SQLite's one writer
+/// at a time; nothing on PostgreSQL) and the backend's `*_capped` window reads. The SQL is above; the row types in rows.rs.
 macro_rules! shared_methods {
     () => {
+        async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
+            self.topic_windows_capped(topic, range, crate::MAX_BUCKET_ROWS)
+                .await
+        }
+
+        async fn windows_in_range(
+            &self,
+            range: TimeRange,
+            after_topic: Option<&str>,
+            topic_limit: u32,
+        ) -> Result<WindowPage> {
+            self.windows_in_range_capped(range, after_topic, topic_limit, crate::MAX_BUCKET_ROWS)
+                .await
+        }
+
         async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
             let rows: Vec<crate::rows::OffsetDb> = sqlx::query_as(&crate::shared::WINDOW_OFFSETS)
                 .bind(&key.topic)
