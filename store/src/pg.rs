@@ -446,42 +446,6 @@ impl PgStore {
         .context("storing rejects")?;
         Ok(())
     }
-
-    /// Reads the buckets of `rows` with `bucket_sql` (ordered by window id and bucket),
-    /// at most `max_bucket_rows` of them (see [`crate::rows::join_buckets_capped`]).
-    async fn attach_buckets(
-        &self,
-        rows: Vec<WindowDb>,
-        bucket_sql: &str,
-        binds: BucketBinds<'_>,
-        max_bucket_rows: usize,
-        topics: &str,
-        range: TimeRange,
-    ) -> Result<Vec<WindowRow>> {
-        // One row past the cap shows whether it was hit.
-        let bucket_sql = format!(
-            "{bucket_sql} LIMIT {}",
-            crate::rows::bucket_limit(max_bucket_rows)
-        );
-        let mut q = sqlx::query_as::<_, (i64, i32, i64)>(&bucket_sql);
-        match binds {
-            BucketBinds::Topic(topic, range) => {
-                q = q.bind(topic).bind(range.start_ms).bind(range.end_ms)
-            }
-            BucketBinds::Ids(ids) => q = q.bind(ids),
-        }
-        let buckets = q
-            .fetch_all(&self.pool)
-            .await
-            .context("reading latency buckets")?;
-        Ok(crate::rows::join_buckets_capped(
-            rows,
-            buckets,
-            max_bucket_rows,
-            topics,
-            range,
-        ))
-    }
 }
 
 impl PgStore {
@@ -741,11 +705,6 @@ fn is_unique_violation(e: &StoreError) -> bool {
     matches!(e, StoreError::Database { source: sqlx::Error::Database(db), .. } if db.code().as_deref() == Some("23505"))
 }
 
-enum BucketBinds<'a> {
-    Topic(&'a str, TimeRange),
-    Ids(Vec<i64>),
-}
-
 impl AuditStore for PgStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
@@ -913,31 +872,7 @@ impl AuditStore for PgStore {
 }
 
 impl PgStore {
-    /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests lower it).
-    #[doc(hidden)]
-    pub async fn topic_windows_capped(
-        &self,
-        topic: &str,
-        range: TimeRange,
-        max_bucket_rows: usize,
-    ) -> Result<Vec<WindowRow>> {
-        let rows: Vec<WindowDb> = sqlx::query_as(&crate::shared::TOPIC_WINDOWS)
-            .bind(topic)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .fetch_all(&self.pool)
-            .await
-            .context("reading windows of a topic")?;
-        self.attach_buckets(
-            rows,
-            crate::shared::TOPIC_BUCKETS,
-            BucketBinds::Topic(topic, range),
-            max_bucket_rows,
-            topic,
-            range,
-        )
-        .await
-    }
+    crate::shared::shared_window_reads!();
 
     /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
@@ -970,19 +905,24 @@ impl PgStore {
         .await
         .context("reading windows of a range")?;
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let rows = self
-            .attach_buckets(
+        // One row past the cap shows whether it was hit.
+        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
+            "SELECT window_id, bucket, count FROM audit_window_bucket
+             WHERE window_id = ANY($1) ORDER BY window_id, bucket LIMIT {}",
+            crate::rows::bucket_limit(max_bucket_rows)
+        ))
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading latency buckets")?;
+        Ok(WindowPage {
+            rows: crate::rows::join_buckets_capped(
                 rows,
-                "SELECT window_id, bucket, count FROM audit_window_bucket
-                 WHERE window_id = ANY($1) ORDER BY window_id, bucket",
-                BucketBinds::Ids(ids),
+                buckets,
                 max_bucket_rows,
                 &crate::rows::topic_span(&topics),
                 range,
-            )
-            .await?;
-        Ok(WindowPage {
-            rows,
+            ),
             next_after_topic,
         })
     }

@@ -1,8 +1,9 @@
 //! Reads and small writes whose SQL is the same on both backends: SQLite accepts
 //! PostgreSQL's `$N` placeholders with the same meaning (sqlx binds `$N` to the N-th
 //! argument), and `CAST($1 AS TEXT)` replaces PostgreSQL's `$1::text`. One text per
-//! statement here, one method body in [`shared_methods!`], expanded in the
-//! `AuditStore` impls of pg.rs and sqlite.rs. Writes of the ingest path, staging,
+//! statement here, one method body in [`shared_methods!`] (expanded in the
+//! `AuditStore` impls of pg.rs and sqlite.rs) or [`shared_window_reads!`] (in their
+//! inherent impls). Writes of the ingest path, staging,
 //! roll-up, retention and `list_topics` really differ and stay per backend.
 
 use std::sync::LazyLock;
@@ -88,7 +89,8 @@ pub(crate) const DELETE_OPEN_ALERT: &str =
 
 /// The `AuditStore` methods whose body is the same on both backends, for an impl
 /// block of a store with a `pool` field, a `lock_writer` method (SQLite's one writer
-/// at a time; nothing on PostgreSQL) and the backend's `*_capped` window reads. The SQL is above; the row types in rows.rs.
+/// at a time; nothing on PostgreSQL) and the backend's `*_capped` window reads. The
+/// SQL is above; the row types in rows.rs.
 macro_rules! shared_methods {
     () => {
         async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
@@ -223,3 +225,46 @@ macro_rules! shared_methods {
     };
 }
 pub(crate) use shared_methods;
+
+/// The inherent window reads whose body is the same on both backends.
+macro_rules! shared_window_reads {
+    () => {
+        /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests
+        /// lower it).
+        #[doc(hidden)]
+        pub async fn topic_windows_capped(
+            &self,
+            topic: &str,
+            range: TimeRange,
+            max_bucket_rows: usize,
+        ) -> Result<Vec<WindowRow>> {
+            let rows: Vec<crate::rows::WindowDb> = sqlx::query_as(&crate::shared::TOPIC_WINDOWS)
+                .bind(topic)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .fetch_all(&self.pool)
+                .await
+                .context("reading windows of a topic")?;
+            // One row past the cap shows whether it was hit.
+            let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
+                "{} LIMIT {}",
+                crate::shared::TOPIC_BUCKETS,
+                crate::rows::bucket_limit(max_bucket_rows)
+            ))
+            .bind(topic)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading latency buckets")?;
+            Ok(crate::rows::join_buckets_capped(
+                rows,
+                buckets,
+                max_bucket_rows,
+                topic,
+                range,
+            ))
+        }
+    };
+}
+pub(crate) use shared_window_reads;

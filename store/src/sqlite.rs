@@ -396,40 +396,7 @@ impl AuditStore for SqliteStore {
 }
 
 impl SqliteStore {
-    /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests lower it).
-    #[doc(hidden)]
-    pub async fn topic_windows_capped(
-        &self,
-        topic: &str,
-        range: TimeRange,
-        max_bucket_rows: usize,
-    ) -> Result<Vec<WindowRow>> {
-        let rows: Vec<WindowDb> = sqlx::query_as(&crate::shared::TOPIC_WINDOWS)
-            .bind(topic)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .fetch_all(&self.pool)
-            .await
-            .context("reading windows of a topic")?;
-        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
-            "{} LIMIT {}",
-            crate::shared::TOPIC_BUCKETS,
-            crate::rows::bucket_limit(max_bucket_rows)
-        ))
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading latency buckets")?;
-        Ok(crate::rows::join_buckets_capped(
-            rows,
-            buckets,
-            max_bucket_rows,
-            topic,
-            range,
-        ))
-    }
+    crate::shared::shared_window_reads!();
 
     /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
