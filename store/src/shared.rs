@@ -265,6 +265,25 @@ macro_rules! shared_window_reads {
                 range,
             ))
         }
+
+        /// The page of topics a [`AuditStore::windows_in_range`] call reads, and the
+        /// topic to continue after (`None`: last page).
+        async fn range_topics(
+            &self,
+            range: TimeRange,
+            after_topic: Option<&str>,
+            topic_limit: u32,
+        ) -> Result<(Vec<String>, Option<String>)> {
+            let topics: Vec<String> = sqlx::query_scalar(crate::shared::RANGE_TOPICS)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .bind(after_topic)
+                .bind(i64::from(topic_limit.max(1)) + 1)
+                .fetch_all(&self.pool)
+                .await
+                .context("listing topics of a range")?;
+            Ok(crate::rows::page(topics, topic_limit))
+        }
     };
 }
 pub(crate) use shared_window_reads;

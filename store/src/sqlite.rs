@@ -407,15 +407,7 @@ impl SqliteStore {
         topic_limit: u32,
         max_bucket_rows: usize,
     ) -> Result<WindowPage> {
-        let topics: Vec<String> = sqlx::query_scalar(crate::shared::RANGE_TOPICS)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .bind(after_topic)
-            .bind(i64::from(topic_limit.max(1)) + 1)
-            .fetch_all(&self.pool)
-            .await
-            .context("listing topics of a range")?;
-        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
+        let (topics, next_after_topic) = self.range_topics(range, after_topic, topic_limit).await?;
         let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
             return Ok(WindowPage {
                 rows: Vec::new(),
