@@ -771,7 +771,13 @@ impl AuditStore for PgStore {
             // Retrying would fail the same way forever (the same rows come back):
             // isolate the increment that causes it instead.
             Err(e) if e.is_data_error() => {
-                drop(tx);
+                // Roll back now, not on drop: sqlx sends a dropped transaction's
+                // ROLLBACK only when its connection is next used, and until then the
+                // rows taken stay locked, so the isolating pass below (on another
+                // connection of the pool) would skip them all and roll up nothing.
+                tx.rollback()
+                    .await
+                    .context("rolling back a failed roll-up")?;
                 tracing::warn!(error = %e, "roll-up hit a data error; rolling up one increment at a time");
                 let mut tx = self
                     .pool
