@@ -5,7 +5,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A non-success answer: its status and a message for the client (never an
 /// internal cause: callers log that themselves).
@@ -15,15 +15,18 @@ pub struct ApiError {
     pub message: String,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
+/// The body of an [`ApiError`] answer, public so that API documents and clients can
+/// name the shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
 }
 
-#[derive(Serialize)]
-struct Inner<'a> {
-    status: u16,
-    message: &'a str,
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// The HTTP status code, repeated.
+    pub status: u16,
+    pub message: String,
 }
 
 impl ApiError {
@@ -37,10 +40,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body {
-            error: Inner {
+        let body = ErrorBody {
+            error: ErrorDetail {
                 status: self.status.as_u16(),
-                message: &self.message,
+                message: self.message,
             },
         };
         let mut response = (self.status, Json(body)).into_response();

@@ -18,7 +18,7 @@ pub mod shutdown;
 pub mod telemetry;
 pub mod time;
 
-pub use api_error::ApiError;
+pub use api_error::{ApiError, ErrorBody, ErrorDetail};
 pub use auth::{Scope, TokenConfig, Tokens};
 pub use config::{load_config, ENV_PREFIX};
 #[cfg(feature = "kafka")]
