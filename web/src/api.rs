@@ -12,8 +12,9 @@ use store::{AuditStore, OffsetSpan, TimeRange, WindowKey};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{now_ms, topic_progress, CycleStats};
+use crate::eval::{topic_progress, CycleStats};
 use crate::AppState;
+use common::now_ms;
 
 /// Latest time accepted: 9999-12-31T23:59:59.999Z.
 const MAX_TIME_MS: i64 = 253_402_300_799_999;
@@ -457,14 +458,15 @@ pub async fn compare(
     let (from, to) = q.resolve(&state)?;
     let topo = &state.topology;
     let first = topo.window.window_of(from).start_ms;
-    // Progress, then staged increments, then window rows (see `read::staged_windows`).
+    // Progress, then staged increments, then window rows (see `AuditStore::staged_windows`).
     let progress = topic_progress(&state.store, &topic).await?;
-    let staged: crate::engine::Staged =
-        crate::read::staged_windows(&state.store, Some(&topic), first)
-            .await?
-            .into_iter()
-            .map(|(_, tier, dc, w)| (tier, dc, w))
-            .collect();
+    let staged: crate::engine::Staged = state
+        .store
+        .staged_windows(Some(&topic), first)
+        .await?
+        .into_iter()
+        .map(|(_, tier, dc, w)| (tier, dc, w))
+        .collect();
     let rows: Vec<_> = state
         .store
         .topic_windows(&topic, TimeRange::new(first, to))

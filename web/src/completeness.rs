@@ -21,8 +21,9 @@ use store::{AuditStore, TimeRange};
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{now_ms, topic_progress};
+use crate::eval::topic_progress;
 use crate::AppState;
+use common::now_ms;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -254,7 +255,9 @@ pub async fn completeness(
     };
     // The engine keeps a window with staged increments of an involved tier and
     // datacenter pending (the roll-up is behind): its counts are not the answer yet.
-    let staged: Staged = crate::read::staged_windows(&state.store, Some(&topic), first)
+    let staged: Staged = state
+        .store
+        .staged_windows(Some(&topic), first)
         .await?
         .into_iter()
         .filter(|(_, tier, dc, w)| *w < to && involved(tier, dc))
