@@ -8,6 +8,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 #[derive(Debug)]
 pub struct AppError {
@@ -15,13 +16,17 @@ pub struct AppError {
     pub message: String,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
+/// The body of every error answer.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody<'a> {
+    #[schema(inline)]
     error: Inner<'a>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Inner<'a> {
+    /// The HTTP status code.
     status: u16,
     message: &'a str,
 }
@@ -80,7 +85,7 @@ impl From<PathRejection> for AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let body = Body {
+        let body = ErrorBody {
             error: Inner {
                 status: self.status.as_u16(),
                 message: &self.message,
