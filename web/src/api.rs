@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
 use crate::eval::{engine_row, now_ms, topic_progress, CycleStats};
-use crate::openapi::{time_param, PartitionOffsets};
+use crate::openapi::{PartitionOffsets, TimeParam, TimeValue};
 use crate::AppState;
 
 /// Latest time accepted: 9999-12-31T23:59:59.999Z.
@@ -48,11 +48,11 @@ pub fn parse_time(name: &str, value: &str) -> ApiResult<i64> {
 pub struct RangeQuery {
     /// Start of the range (inclusive, window starts), RFC 3339 (2026-11-29T10:00:00Z) or
     /// epoch milliseconds. Default: one hour before `to`. An empty value means the default.
-    #[param(schema_with = time_param, example = "2026-11-29T00:00:00Z")]
+    #[param(value_type = Option<TimeParam>, inline, example = "2026-11-29T00:00:00Z")]
     pub from: Option<String>,
     /// End of the range (exclusive), RFC 3339 (2026-11-29T10:00:00Z) or epoch
     /// milliseconds. Default: now. An empty value means the default.
-    #[param(schema_with = time_param)]
+    #[param(value_type = Option<TimeParam>, inline)]
     pub to: Option<String>,
 }
 
@@ -220,20 +220,19 @@ pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
 pub struct PagedRangeQuery {
     /// Start of the range (inclusive, window starts), RFC 3339 (2026-11-29T10:00:00Z) or
     /// epoch milliseconds. Default: one hour before `to`. An empty value means the default.
-    #[param(schema_with = time_param, example = "2026-11-29T00:00:00Z")]
+    #[param(value_type = Option<TimeParam>, inline, example = "2026-11-29T00:00:00Z")]
     pub from: Option<String>,
     /// End of the range (exclusive), RFC 3339 (2026-11-29T10:00:00Z) or epoch
     /// milliseconds. Default: now. An empty value means the default.
-    #[param(schema_with = time_param)]
+    #[param(value_type = Option<TimeParam>, inline)]
     pub to: Option<String>,
     /// Comma separated verdicts: loss, duplication, mismatch, delayed, stalled.
-    #[param(nullable = false)]
     pub kind: Option<String>,
     /// Page number, from 1.
-    #[param(nullable = false, minimum = 1, default = 1)]
+    #[param(minimum = 1, default = 1)]
     pub page: Option<u32>,
     /// Items per page (at most serve.max_page_size, 1000 by default).
-    #[param(nullable = false, minimum = 1, maximum = 1000, default = 100)]
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub page_size: Option<u32>,
 }
 
@@ -407,17 +406,15 @@ pub async fn anomalies(
 pub struct WindowsQuery {
     /// Start of the range (inclusive, window starts), RFC 3339 (2026-11-29T10:00:00Z) or
     /// epoch milliseconds. Default: one hour before `to`. An empty value means the default.
-    #[param(schema_with = time_param, example = "2026-11-29T00:00:00Z")]
+    #[param(value_type = Option<TimeParam>, inline, example = "2026-11-29T00:00:00Z")]
     pub from: Option<String>,
     /// End of the range (exclusive), RFC 3339 (2026-11-29T10:00:00Z) or epoch
     /// milliseconds. Default: now. An empty value means the default.
-    #[param(schema_with = time_param)]
+    #[param(value_type = Option<TimeParam>, inline)]
     pub to: Option<String>,
     /// Only this tier.
-    #[param(nullable = false)]
     pub tier: Option<String>,
     /// Only this datacenter.
-    #[param(nullable = false)]
     pub datacenter: Option<String>,
 }
 
@@ -569,7 +566,6 @@ pub async fn compare(
 #[into_params(parameter_in = Query)]
 pub struct OffsetsQuery {
     /// Only this tier.
-    #[param(nullable = false)]
     pub tier: Option<String>,
 }
 
@@ -595,10 +591,7 @@ pub struct OffsetsResponse {
     operation_id = "offsets",
     params(
         ("topic" = String, Path, min_length = 1, example = "orders"),
-        // `time_param`'s pattern without the empty value (a literal here: checked by
-        // `openapi::tests`).
-        ("window_start" = String, Path,
-            pattern = r"^([0-9]{1,14}|(197[1-9]|19[89][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9]))$",
+        ("window_start" = inline(TimeValue), Path,
             description = "Window start, RFC 3339 (2026-11-29T10:00:00Z) or epoch milliseconds; a multiple of the window size."),
         OffsetsQuery,
     ),

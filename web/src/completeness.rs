@@ -23,7 +23,7 @@ use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
 use crate::eval::{engine_row, now_ms, topic_progress};
-use crate::openapi::time_param;
+use crate::openapi::TimeParam;
 use crate::AppState;
 
 /// The handler checks the required parameters itself (a 400 that says what is
@@ -42,22 +42,21 @@ pub struct CompletenessQuery {
     pub tier: Option<String>,
     /// The tier's datacenter; for a many-to-one edge one of the mapping's downstream
     /// datacenters.
-    #[param(required = true, nullable = false, min_length = 1, example = "agg")]
+    #[param(required = true, min_length = 1, example = "agg")]
     pub datacenter: Option<String>,
     /// Start of the range, RFC 3339 or epoch milliseconds; the window containing it is
     /// included.
-    #[param(required = true, schema_with = time_param, example = "2026-11-30T08:00:00Z")]
+    #[param(required = true, value_type = Option<TimeParam>, inline, example = "2026-11-30T08:00:00Z")]
     pub from: Option<String>,
     /// End of the range (exclusive), RFC 3339 or epoch milliseconds. Up to
     /// serve.max_range after from (an hour or a day of windows is one call).
-    #[param(required = true, schema_with = time_param, example = "2026-11-30T09:00:00Z")]
+    #[param(required = true, value_type = Option<TimeParam>, inline, example = "2026-11-30T09:00:00Z")]
     pub to: Option<String>,
     /// Fraction of the reference count that makes a final window complete. Default:
     /// [topology] completeness (0.999).
     #[param(value_type = f64, required = false, minimum = 0, maximum = 1, example = 0.999)]
     pub threshold: Option<String>,
     /// The reference tier; only needed when the tier is downstream of several edges.
-    #[param(nullable = false)]
     pub upstream: Option<String>,
 }
 

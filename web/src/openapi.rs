@@ -7,7 +7,6 @@
 
 use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::response::ResponseBuilder;
-use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, Ref, RefOr, Response};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -49,16 +48,23 @@ pub fn document() -> Document {
     ApiDoc::openapi()
 }
 
-/// RFC 3339 (years 1971-2999, days 1-28 of a month so that every generated value is a
-/// date) or epoch milliseconds; empty means the parameter's default.
-const TIME_PATTERN: &str = "^([0-9]{1,14}|(197[1-9]|19[89][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9]))?$";
+// Time parameters: only schemas (the doc comments are their descriptions); handlers
+// take the text and parse it with `api::parse_time`. The pattern admits years
+// 1971-2999 and days 1-28 of a month so that every value it admits is a date.
 
-/// Schema of a time parameter that may be empty (the default).
-pub fn time_param() -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .pattern(Some(TIME_PATTERN))
-}
+/// RFC 3339 or epoch milliseconds; empty means the default.
+#[derive(ToSchema)]
+#[schema(
+    pattern = "^([0-9]{1,14}|(197[1-9]|19[89][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9]))?$"
+)]
+pub struct TimeParam(pub String);
+
+/// RFC 3339 or epoch milliseconds.
+#[derive(ToSchema)]
+#[schema(
+    pattern = "^([0-9]{1,14}|(197[1-9]|19[89][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9]))$"
+)]
+pub struct TimeValue(pub String);
 
 /// The offsets one tier saw of one partition in a window: the shape of
 /// `store::OffsetRange`, which is the store's type and has no schema of its own
