@@ -11,7 +11,6 @@ pub mod error;
 pub mod eval;
 pub mod metrics;
 pub mod openapi;
-pub mod read;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
