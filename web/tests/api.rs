@@ -528,6 +528,68 @@ async fn openapi_document_lists_every_route() {
     }
 }
 
+/// Every answer of a seeded store matches the schema the document gives its status:
+/// the schemas are derived from the answer types, and this checks what is not
+/// (`value_type` overrides such as the store's offsets, `required` choices).
+#[tokio::test]
+async fn openapi_schemas_describe_the_answers() {
+    let (state, _db) = state(Backend::Sqlite, "").await;
+    let w = settled_window();
+    seed_loss(&state.store, "orders", w).await;
+    state.evaluate(now_ms()).await.expect("evaluate");
+    let doc = get(&state, "/api/openapi.json").await.body;
+    let range = format!("from={}&to={}", w - WINDOW, w + 2 * WINDOW);
+    let calls = [
+        ("GET", "/api/v1/topology", "/api/v1/topology".to_string()),
+        ("GET", "/api/v1/topics", format!("/api/v1/topics?{range}")),
+        (
+            "GET",
+            "/api/v1/anomalies",
+            format!("/api/v1/anomalies?{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/windows",
+            format!("/api/v1/topics/orders/windows?{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/compare",
+            format!("/api/v1/topics/orders/compare?{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/completeness",
+            format!("/api/v1/topics/orders/completeness?tier=regional&datacenter=dc1&{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/windows/{window_start}/offsets",
+            format!("/api/v1/topics/orders/windows/{w}/offsets"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/windows/{window_start}/offsets",
+            "/api/v1/topics/orders/windows/0/offsets".to_string(),
+        ),
+        ("GET", "/api/v1/topics", "/api/v1/topics?page=0".to_string()),
+        ("POST", "/api/v1/evaluate", "/api/v1/evaluate".to_string()),
+        ("GET", "/healthz", "/healthz".to_string()),
+        ("GET", "/readyz", "/readyz".to_string()),
+    ];
+    for (method, path, uri) in calls {
+        let r = request(&state, method, &uri, None).await;
+        let status = r.status.as_u16().to_string();
+        let content = &doc["paths"][path][method.to_lowercase()]["responses"][&status]["content"]
+            ["application/json"]["schema"];
+        assert!(
+            content.is_object(),
+            "{method} {uri}: {status} is not documented"
+        );
+        assert_conforms(&doc, content, &r.body, &format!("{method} {uri}"));
+    }
+}
+
 /// One test over a real socket: the server as `kafka-audit serve` runs it, with
 /// graceful shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

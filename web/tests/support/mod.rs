@@ -418,3 +418,76 @@ pub fn assert_valid_openapi_3(doc: &Value) {
         }
     }
 }
+
+/// Checks `value` against `schema` of the OpenAPI document `doc`, for the JSON Schema
+/// a derived document uses: `$ref`, `oneOf`, `type` (one or a list), `enum`, object
+/// `properties`/`required`/`additionalProperties` (a key the schema does not name
+/// fails), array `items`. Panics with the JSON path of the first mismatch.
+pub fn assert_conforms(doc: &Value, schema: &Value, value: &Value, at: &str) {
+    if let Err(e) = conforms(doc, schema, value, at) {
+        panic!("{e}");
+    }
+}
+
+fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let target = doc.pointer(r.trim_start_matches('#'));
+        let target = target.ok_or_else(|| format!("{at}: {r} does not resolve"))?;
+        return conforms(doc, target, value, at);
+    }
+    if let Some(alternatives) = schema["oneOf"].as_array() {
+        let fits = alternatives
+            .iter()
+            .filter(|s| conforms(doc, s, value, at).is_ok())
+            .count();
+        return match fits {
+            1 => Ok(()),
+            n => Err(format!("{at}: {value} fits {n} of {alternatives:?}")),
+        };
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let is = |t: &str| match t {
+        "null" => value.is_null(),
+        "boolean" => value.is_boolean(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "string" => value.is_string(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => false,
+    };
+    if !types.is_empty() && !types.iter().any(|t| is(t)) {
+        return Err(format!("{at}: {value} is not {types:?}"));
+    }
+    if let Some(allowed) = schema["enum"].as_array() {
+        if !allowed.contains(value) {
+            return Err(format!("{at}: {value} not in {allowed:?}"));
+        }
+    }
+    if let Some(object) = value.as_object() {
+        for key in schema["required"].as_array().into_iter().flatten() {
+            let key = key.as_str().unwrap_or_default();
+            if !object.contains_key(key) {
+                return Err(format!("{at}: required {key} missing"));
+            }
+        }
+        for (key, v) in object {
+            let at = format!("{at}.{key}");
+            match (&schema["properties"][key], &schema["additionalProperties"]) {
+                (Value::Object(_), _) => conforms(doc, &schema["properties"][key], v, &at)?,
+                (_, Value::Object(_)) => conforms(doc, &schema["additionalProperties"], v, &at)?,
+                _ => return Err(format!("{at}: not in the schema")),
+            }
+        }
+    }
+    if let (Some(items), Some(schema)) = (value.as_array(), schema.get("items")) {
+        for (i, v) in items.iter().enumerate() {
+            conforms(doc, schema, v, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
+}
