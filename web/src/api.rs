@@ -13,9 +13,10 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress, CycleStats};
+use crate::eval::{engine_row, topic_progress, CycleStats};
 use crate::openapi::{PartitionOffsets, TimeParam, TimeValue};
 use crate::AppState;
+use common::now_ms;
 
 /// Latest time accepted: 9999-12-31T23:59:59.999Z.
 const MAX_TIME_MS: i64 = 253_402_300_799_999;
@@ -598,7 +599,7 @@ pub struct OffsetsResponse {
     ),
     responses(
         (status = 200, description = "OK", body = OffsetsResponse),
-        (status = 404, description = "No such window", body = crate::error::ErrorBody),
+        (status = 404, description = "No such window", body = crate::openapi::ErrorBody),
     ))]
 pub async fn offsets(
     State(state): State<AppState>,

@@ -22,9 +22,10 @@ use store::{AuditStore, TimeRange};
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress};
+use crate::eval::{engine_row, topic_progress};
 use crate::openapi::TimeParam;
 use crate::AppState;
+use common::now_ms;
 
 /// The handler checks the required parameters itself (a 400 that says what is
 /// missing), so they are `Option`s here and `required` in the document.
@@ -33,12 +34,7 @@ use crate::AppState;
 #[into_params(parameter_in = Query)]
 pub struct CompletenessQuery {
     /// The tier to gate on; it must be the downstream tier of an edge.
-    #[param(
-        required = true,
-        nullable = false,
-        min_length = 1,
-        example = "aggregate"
-    )]
+    #[param(required = true, min_length = 1, example = "aggregate")]
     pub tier: Option<String>,
     /// The tier's datacenter; for a many-to-one edge one of the mapping's downstream
     /// datacenters.
@@ -254,9 +250,9 @@ fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
                 summary = "an hour that is complete",
                 value = json!(crate::openapi::completeness_example(true)))),
         )),
-        (status = 400, body = crate::error::ErrorBody,
+        (status = 400, body = crate::openapi::ErrorBody,
             description = "Invalid parameter: unknown tier, a tier without an upstream edge (the message names the tier it is the reference of), a datacenter the edge does not map to, from or to missing, a threshold outside [0, 1], a range longer than serve.max_range"),
-        (status = 404, body = crate::error::ErrorBody,
+        (status = 404, body = crate::openapi::ErrorBody,
             description = "Nothing is known of the topic at the tier's or the reference's datacenters: no counts in the range and no auditor progress (a misspelt topic or datacenter)"),
     ))]
 pub async fn completeness(

@@ -116,7 +116,7 @@ impl AppState {
             let every = state.config.serve.evaluate_every;
             loop {
                 let started = Instant::now();
-                match state.evaluate(eval::now_ms()).await {
+                match state.evaluate(common::now_ms()).await {
                     Ok(s) => tracing::debug!(?s, elapsed = ?started.elapsed(), "evaluation cycle"),
                     Err(e) => tracing::warn!(error = %e, "evaluation cycle failed"),
                 }

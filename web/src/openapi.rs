@@ -38,7 +38,7 @@ use crate::engine::{Lifecycle, Verdict};
         crate::readyz,
         crate::metrics_text,
     ),
-    components(schemas(crate::error::ErrorBody)),
+    components(schemas(ErrorBody)),
     modifiers(&Conventions),
 )]
 struct ApiDoc;
@@ -77,6 +77,25 @@ pub struct PartitionOffsets {
     pub min: i64,
     /// Highest offset seen.
     pub max: i64,
+}
+
+/// `{"error": {"status", "message"}}`: every error answer (`common::ErrorBody`, which
+/// is common's and has no schema of its own; checked against real error answers in
+/// web/tests/api.rs).
+#[derive(ToSchema)]
+#[schema(as = Error)]
+#[allow(dead_code)]
+pub struct ErrorBody {
+    #[schema(inline)]
+    pub error: ErrorDetail,
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ErrorDetail {
+    /// The HTTP status code, repeated.
+    pub status: u16,
+    pub message: String,
 }
 
 /// What every route shares: the bearer scheme; the answers of the auth layer (401,

@@ -117,9 +117,7 @@ url = "{url}"
     )
 }
 
-pub fn now_ms() -> i64 {
-    web::eval::now_ms()
-}
+pub use common::now_ms;
 
 /// The start of a window that settled a while ago (2 h before now).
 pub fn settled_window() -> i64 {
