@@ -5,13 +5,14 @@
 use std::collections::HashMap;
 
 use anyhow::Context;
-use audit_lib::{AuditMessage, PartitionProgress};
+use audit_lib::{AuditMessage, PartitionProgress, TopicPartition};
+use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::Offset;
 
 use crate::metrics::{KindLabel, PartitionLabel};
-use crate::service::{now_ms, AuditContext, Core};
-use crate::wal::{OffsetRange, WalMessage};
+use crate::service::{AuditContext, Core};
+use crate::wal::{CommittedRange, WalMessage};
 
 /// FxHash-style hashing for the per-message partition lookup: topic names are not
 /// attacker-chosen keys here, and SipHash showed in profiles.
@@ -107,12 +108,12 @@ impl Reason {
 }
 
 impl Core {
-    pub(crate) fn update_ends(&mut self, ends: &HashMap<(String, i32), LogEnds>) {
-        for ((topic, p), e) in ends {
+    pub(crate) fn update_ends(&mut self, ends: &HashMap<TopicPartition, LogEnds>) {
+        for (tp, e) in ends {
             if let Some(part) = self
                 .parts
-                .get_mut(topic.as_str())
-                .and_then(|t| t.get_mut(p))
+                .get_mut(tp.topic.as_str())
+                .and_then(|t| t.get_mut(&tp.partition))
             {
                 part.ends = Some(*e);
             }
@@ -163,11 +164,14 @@ impl Core {
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();
             for (&partition, st) in parts.iter_mut() {
-                if !self.assigned.contains(&(topic.clone(), partition)) {
+                if !self
+                    .assigned
+                    .contains(&TopicPartition::new(topic.as_str(), partition))
+                {
                     continue;
                 }
                 if let Some(end) = st.next {
-                    ranges.push(OffsetRange {
+                    ranges.push(CommittedRange {
                         topic: topic.clone(),
                         partition,
                         start: st.start,
@@ -266,7 +270,10 @@ impl Core {
         let timeout = self.cfg.audit.publish_timeout;
         for (topic, parts) in &mut self.parts {
             for (&partition, st) in parts.iter_mut() {
-                if st.next.take().is_none() || !self.assigned.contains(&(topic.clone(), partition))
+                if st.next.take().is_none()
+                    || !self
+                        .assigned
+                        .contains(&TopicPartition::new(topic.as_str(), partition))
                 {
                     continue;
                 }

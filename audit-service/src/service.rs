@@ -20,10 +20,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use audit_lib::Identity;
+use audit_lib::{Identity, TopicPartition};
+use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
@@ -33,13 +34,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::counting::Counting;
-use crate::metrics::{Metrics, PartitionLabel};
+use crate::metrics::{Metrics, PartitionLabel, ServiceError};
 use crate::offsets_seen::OffsetsSeen;
 use crate::publish::AuditProducer;
 use crate::report::{FastHash, LogEnds, PartState, Reason};
 use crate::restart::{Committed, Decision, Origin, RestartRule};
 use crate::topics::resolve_topics;
-use crate::wal::{OffsetRange, Wal};
+use crate::wal::{CommittedRange, Wal};
 
 /// A range start whose committed offset could not be read (never equal to a real
 /// committed offset, so such a range is never resent).
@@ -56,13 +57,6 @@ const REFILL: Duration = Duration::from_micros(200);
 /// Messages between two clock reads in the consume loop.
 const CLOCK_EVERY: u32 = 64;
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// Everything the rebalance callbacks and the loop share.
 pub(crate) struct Core {
     pub(crate) cfg: Config,
@@ -73,7 +67,7 @@ pub(crate) struct Core {
     pub(crate) producer: AuditProducer,
     pub(crate) metrics: Metrics,
     /// Partitions this instance owns now.
-    pub(crate) assigned: HashSet<(String, i32)>,
+    pub(crate) assigned: HashSet<TopicPartition>,
     /// Pending entries wait for the restart rule (restart.rs): entries of an earlier
     /// consumer session until the next assignment, or entries whose transaction is
     /// ambiguous in this session until a mid-run reconcile settles them.
@@ -86,7 +80,7 @@ pub(crate) struct Core {
 pub(crate) struct AuditContext {
     core: Mutex<Option<Core>>,
     /// Log ends per partition from the statistics callback.
-    ends: Mutex<HashMap<(String, i32), LogEnds>>,
+    ends: Mutex<HashMap<TopicPartition, LogEnds>>,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     incremental: AtomicBool,
 }
@@ -115,7 +109,7 @@ impl ClientContext for AuditContext {
                     // open. (The position passes the markers, so lag reaches 0 once
                     // the transaction is committed or aborted and read.)
                     ends.insert(
-                        (topic.clone(), p),
+                        TopicPartition::new(topic.as_str(), p),
                         LogEnds {
                             low: part.lo_offset,
                             end: part.hi_offset,
@@ -168,8 +162,11 @@ impl ConsumerContext for AuditContext {
                 // rust-rdkafka unassigns everything after this callback: what was
                 // counted since the last report can never be committed by us, like a
                 // lost assignment.
-                core.metrics.error("rebalance");
-                tracing::error!(error = %e, "rebalance error; treating the assignment as lost");
+                core.metrics.emit(
+                    ServiceError::Rebalance,
+                    &e,
+                    format_args!("rebalance error; treating the assignment as lost"),
+                );
                 core.on_revoke(consumer, true);
             }
         }
@@ -242,14 +239,18 @@ impl Core {
         let unsettled = (wal.pending_count() > 0).then_some(Origin::EarlierSession);
         let mut offsets_seen = OffsetsSeen::load(wal.dir());
         // A pending entry that starts at a committed offset shows one existed.
-        let pending_starts: Vec<(String, i32)> = wal
+        let pending_starts: Vec<TopicPartition> = wal
             .pending_ids()
             .into_iter()
             .flat_map(|id| wal.ranges(id).unwrap_or_default().to_vec())
             .filter(|r| r.start.is_some_and(|s| s >= 0))
-            .map(|r| (r.topic, r.partition))
+            .map(|r| r.topic_partition())
             .collect();
-        offsets_seen.insert_all(pending_starts.iter().map(|(t, p)| (t.as_str(), *p)));
+        offsets_seen.insert_all(
+            pending_starts
+                .iter()
+                .map(|tp| (tp.topic.as_str(), tp.partition)),
+        );
         Ok(Core {
             cfg,
             identity,
@@ -270,13 +271,13 @@ impl Core {
     fn read_committed(
         &self,
         consumer: &BaseConsumer<AuditContext>,
-        partitions: &[(String, i32)],
-    ) -> HashMap<(String, i32), Committed> {
+        partitions: &[TopicPartition],
+    ) -> HashMap<TopicPartition, Committed> {
         let mut tpl = TopicPartitionList::new();
-        for (topic, partition) in partitions {
-            tpl.add_partition(topic, *partition);
+        for tp in partitions {
+            tpl.add_partition(&tp.topic, tp.partition);
         }
-        let mut out: HashMap<(String, i32), Committed> = partitions
+        let mut out: HashMap<TopicPartition, Committed> = partitions
             .iter()
             .map(|tp| (tp.clone(), Committed::Error))
             .collect();
@@ -285,19 +286,32 @@ impl Core {
                 for el in c.elements() {
                     let value = match (el.error(), el.offset()) {
                         (Err(e), _) => {
-                            self.metrics.error("committed_offsets");
-                            tracing::warn!(topic = el.topic(), partition = el.partition(), error = %e, "cannot read the committed offset");
+                            self.metrics.emit(
+                                ServiceError::CommittedOffsets,
+                                &e,
+                                format_args!(
+                                    "cannot read the committed offset of {} [{}]",
+                                    el.topic(),
+                                    el.partition()
+                                ),
+                            );
                             Committed::Error
                         }
                         (Ok(()), Offset::Offset(o)) => Committed::At(o),
                         (Ok(()), _) => Committed::None,
                     };
-                    out.insert((el.topic().to_string(), el.partition()), value);
+                    out.insert(TopicPartition::new(el.topic(), el.partition()), value);
                 }
             }
             Err(e) => {
-                self.metrics.error("committed_offsets");
-                tracing::warn!(error = %e, partitions = partitions.len(), "cannot read committed offsets");
+                self.metrics.emit(
+                    ServiceError::CommittedOffsets,
+                    &e,
+                    format_args!(
+                        "cannot read committed offsets of {} partitions",
+                        partitions.len()
+                    ),
+                );
             }
         }
         out
@@ -305,7 +319,7 @@ impl Core {
 
     /// Applies the restart rule (restart.rs) to every pending entry, in order.
     pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>, origin: Origin) {
-        let entries: Vec<(u64, Vec<OffsetRange>)> = self
+        let entries: Vec<(u64, Vec<CommittedRange>)> = self
             .wal
             .pending_ids()
             .into_iter()
@@ -315,9 +329,9 @@ impl Core {
         if entries.is_empty() {
             return;
         }
-        let mut partitions: Vec<(String, i32)> = entries
+        let mut partitions: Vec<TopicPartition> = entries
             .iter()
-            .flat_map(|(_, ranges)| ranges.iter().map(|r| (r.topic.clone(), r.partition)))
+            .flat_map(|(_, ranges)| ranges.iter().map(CommittedRange::topic_partition))
             .collect();
         partitions.sort();
         partitions.dedup();
@@ -380,7 +394,7 @@ impl Core {
     /// Drops the assignment and its per-partition lag series, so /metrics does not
     /// keep reporting partitions another instance now owns.
     fn forget_assignment(&mut self) {
-        for (topic, partition) in self.assigned.drain() {
+        for TopicPartition { topic, partition } in self.assigned.drain() {
             self.metrics
                 .partition_lag
                 .remove(&PartitionLabel { topic, partition });
@@ -390,15 +404,18 @@ impl Core {
     fn discard(&mut self, id: u64) {
         self.metrics.discarded_entries.inc();
         if let Err(e) = self.wal.discard(id) {
-            self.metrics.error("wal");
-            tracing::error!(id, error = %format!("{e:#}"), "cannot mark WAL entry discarded");
+            self.metrics.emit(
+                ServiceError::Wal,
+                &e,
+                format_args!("cannot mark WAL entry {id} discarded"),
+            );
         }
     }
 
     fn on_assign(&mut self, consumer: &BaseConsumer<AuditContext>, tpl: &TopicPartitionList) {
         for el in tpl.elements() {
             self.assigned
-                .insert((el.topic().to_string(), el.partition()));
+                .insert(TopicPartition::new(el.topic(), el.partition()));
         }
         self.metrics
             .assigned_partitions
@@ -415,24 +432,24 @@ impl Core {
         // Each range starts at the committed offset, which is where the assignment
         // starts reading. Unknown (the read failed): the range's start says so, and
         // the restart rule never resends it.
-        let partitions: Vec<(String, i32)> = tpl
+        let partitions: Vec<TopicPartition> = tpl
             .elements()
             .iter()
-            .map(|el| (el.topic().to_string(), el.partition()))
+            .map(|el| TopicPartition::new(el.topic(), el.partition()))
             .collect();
         let committed = self.read_committed(consumer, &partitions);
         self.alert_missing_offsets(&committed);
-        for (topic, partition) in partitions {
-            let start = match committed.get(&(topic.clone(), partition)) {
+        for tp in partitions {
+            let start = match committed.get(&tp) {
                 Some(Committed::At(o)) => Some(*o),
                 Some(Committed::None) => None,
                 Some(Committed::Error) | None => Some(UNKNOWN_START),
             };
             let st = self
                 .parts
-                .entry(topic)
+                .entry(tp.topic)
                 .or_default()
-                .entry(partition)
+                .entry(tp.partition)
                 .or_default();
             st.start = start;
             st.next = None;
@@ -443,8 +460,8 @@ impl Core {
     /// An assigned partition without a committed offset although this instance saw
     /// one before: the group's offsets expired or were deleted, and the partition is
     /// about to be counted again from `auto.offset.reset`. Alert (metric and log).
-    fn alert_missing_offsets(&mut self, committed: &HashMap<(String, i32), Committed>) {
-        for ((topic, partition), c) in committed {
+    fn alert_missing_offsets(&mut self, committed: &HashMap<TopicPartition, Committed>) {
+        for (TopicPartition { topic, partition }, c) in committed {
             if *c == Committed::None && self.offsets_seen.contains(topic, *partition) {
                 self.metrics.committed_offsets_missing.inc();
                 tracing::error!(
@@ -457,11 +474,10 @@ impl Core {
                 );
             }
         }
-        self.offsets_seen.insert_all(
-            committed.iter().filter_map(|((t, p), c)| {
-                matches!(c, Committed::At(_)).then_some((t.as_str(), *p))
-            }),
-        );
+        self.offsets_seen
+            .insert_all(committed.iter().filter_map(|(tp, c)| {
+                matches!(c, Committed::At(_)).then_some((tp.topic.as_str(), tp.partition))
+            }));
     }
 
     /// After the consumer was lost: nothing counted since the last report can be
@@ -483,8 +499,11 @@ impl Core {
             match self.write_report(Reason::Revoke) {
                 Ok(_) => {}
                 Err(e) => {
-                    self.metrics.error("wal");
-                    tracing::error!(error = %format!("{e:#}"), "cannot write the revoke report");
+                    self.metrics.emit(
+                        ServiceError::Wal,
+                        &e,
+                        format_args!("cannot write the revoke report"),
+                    );
                 }
             }
             while !self.publish_pending(consumer)
@@ -643,11 +662,14 @@ fn consume(
                 core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
             if let Err(e) = core.write_report(Reason::Interval) {
-                core.metrics.error("wal");
                 health.set_unhealthy(format!("cannot write WAL: {e:#}"));
                 // The drained counts are gone with the failed entry: read their
                 // messages again, or the next entry's range would cover them uncounted.
-                tracing::error!(error = %format!("{e:#}"), "cannot write report; counting its messages again");
+                core.metrics.emit(
+                    ServiceError::Wal,
+                    &e,
+                    format_args!("cannot write report; counting its messages again"),
+                );
                 if !core.rewind_unreported(consumer) {
                     tracing::error!("cannot rewind the consumer; recreating it");
                     let mut core = g.take().expect("core present while running");
@@ -731,10 +753,13 @@ fn consume(
             }
             Some(Err(e)) => {
                 let mut g = ctx.lock();
-                if let Some(core) = g.as_ref() {
-                    core.metrics.error("consume");
+                match g.as_ref() {
+                    Some(core) => {
+                        core.metrics
+                            .emit(ServiceError::Consume, &e, format_args!("consumer error"))
+                    }
+                    None => tracing::warn!(error = %e, "consumer error"),
                 }
-                tracing::warn!(error = %e, "consumer error");
                 if let Some((code, reason)) = consumer.client().fatal_error() {
                     // E.g. a static member fenced after a coordinator restart: this
                     // consumer can never work again. Its uncommitted counts are void
@@ -855,7 +880,7 @@ mod tests {
         {
             let mut g = consumer.context().lock();
             let core = g.as_mut().unwrap();
-            core.assigned.insert(("t".into(), 0));
+            core.assigned.insert(TopicPartition::new("t", 0));
             core.parts.entry("t".into()).or_default().insert(
                 0,
                 PartState {
@@ -866,7 +891,7 @@ mod tests {
             );
             core.wal
                 .append(
-                    vec![OffsetRange {
+                    vec![CommittedRange {
                         topic: "t".into(),
                         partition: 0,
                         start: Some(10),

@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::KafkaRole;
+use audit_lib::TopicPartition;
+use common::{now_ms, KafkaRole};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
@@ -170,7 +171,7 @@ impl KafkaSource {
         }
         let next = into
             .next_offsets
-            .entry((topic.to_string(), partition))
+            .entry(TopicPartition::new(topic, partition))
             .or_insert(offset + 1);
         *next = (*next).max(offset + 1);
     }
@@ -178,10 +179,10 @@ impl KafkaSource {
     async fn commit(
         &self,
         consumer: &Arc<StreamConsumer>,
-        next_offsets: BTreeMap<(String, i32), i64>,
+        next_offsets: BTreeMap<TopicPartition, i64>,
     ) {
         let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), next) in &next_offsets {
+        for (TopicPartition { topic, partition }, next) in &next_offsets {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
                 tracing::error!(source = %self.label, topic, partition, error = %e, "cannot build offset commit");
                 return;
@@ -214,13 +215,6 @@ struct Gathered {
     records: usize,
     /// Payload bytes of those records.
     bytes: usize,
-    /// (topic, partition) → offset to commit (last record + 1)
-    next_offsets: BTreeMap<(String, i32), i64>,
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    /// Offset to commit (last record + 1)
+    next_offsets: BTreeMap<TopicPartition, i64>,
 }

@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::now_ms;
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
 
@@ -76,8 +77,7 @@ fn load(path: &Path) -> anyhow::Result<Loaded> {
     Ok(match Subcommand::of(&name) {
         Subcommand::Audit => Loaded::Audit(Box::new(audit_service::Config::load(Some(path))?)),
         Subcommand::Collect => {
-            let c: collector::CollectConfig =
-                common::load_config(Some(path), collector::config::ENV_SECTIONS)?;
+            let c = collector::CollectConfig::load(Some(path))?;
             c.check()?;
             Loaded::Collect(Box::new(c))
         }
@@ -219,7 +219,7 @@ fn check_one_deployment(
         );
         assert_eq!(
             a.audit.event_time.window_size.as_millis(),
-            topo.window_ms,
+            topo.window.as_millis(),
             "{id}: window size differs from [topology].window"
         );
         let bootstrap = a.kafka.bootstrap().unwrap();
@@ -238,6 +238,27 @@ fn check_one_deployment(
                 .count(),
             1,
             "{id}: instance id twice (it is the transactional.id)"
+        );
+    }
+}
+
+/// `audit`, `collect` and `serve` read `[log]` as common's typed `LogConfig`: a
+/// misspelt `log.format` stops each of them at start, naming the value, instead of
+/// logging in some default format.
+#[test]
+fn a_misspelt_log_format_stops_every_subcommand_at_start() {
+    for sub in ["audit", "collect", "serve"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-audit"))
+            .arg(sub)
+            .env_remove("KAFKA_AUDIT_CONFIG")
+            .env("KAFKA_AUDIT__LOG__FORMAT", "jsn")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sub}: {stderr}");
+        assert!(
+            stderr.contains("jsn") && stderr.to_lowercase().contains("log.format"),
+            "{sub}: {stderr}"
         );
     }
 }
@@ -335,14 +356,13 @@ fn label_values(metric: &str, label: &str) -> Option<BTreeSet<String>> {
                 .map(|v| v.as_str().to_string())
                 .collect(),
         ),
-        // The auditor's error kinds: every `.error("...")` call in audit-service.
+        // The auditor's error kinds: its typed `ServiceError`, the only way to count one.
         ("kafka_audit_errors_total", "kind") => {
-            let re = regex::Regex::new(r#"\.error\("([a-z_]+)"\)"#).unwrap();
-            let mut kinds = BTreeSet::new();
-            for file in std::fs::read_dir(repo().join("audit-service/src")).unwrap() {
-                let text = read(&file.unwrap().path());
-                kinds.extend(re.captures_iter(&text).map(|c| c[1].to_string()));
-            }
+            use audit_service::metrics::ServiceError;
+            let kinds: BTreeSet<String> = ServiceError::ALL
+                .into_iter()
+                .map(|k| k.as_str().to_string())
+                .collect();
             assert!(kinds.contains("publish"), "{kinds:?}");
             Some(kinds)
         }
@@ -602,17 +622,10 @@ fn seeded_latency(tier_index: usize, count: u64) -> audit_lib::LatencyHistogram 
     h
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
 /// Six settled windows starting three hours ago, every tier of the example topology,
 /// progress of the auditors, one rejected message. Returns the first window's start.
 async fn seed(store: &store::Store, now: i64) -> i64 {
-    use store::{AuditStore, Batch, Increment, Latency, Message, OffsetRange, Progress};
+    use store::{AuditBody, AuditStore, Batch, Increment, Message, OffsetSpan, WindowStats};
     let first = (now - 3 * 3_600_000) / WINDOW_MS * WINDOW_MS;
     let mut messages = Vec::new();
     for k in 0..6 {
@@ -620,52 +633,55 @@ async fn seed(store: &store::Store, now: i64) -> i64 {
         for (t, (tier, dc, host)) in TIERS.iter().enumerate() {
             let count = seeded_count(tier, dc, k);
             let h = seeded_latency(t, count);
-            messages.push(Message::Increment(Increment {
+            messages.push(Message {
+                version: audit_lib::AUDIT_MESSAGE_VERSION,
                 uuid: uuid::Uuid::new_v4(),
                 topic: TOPIC.into(),
                 tier: tier.to_string(),
                 datacenter: dc.to_string(),
                 host: host.to_string(),
-                window_start_ms: start,
-                window_end_ms: start + WINDOW_MS,
-                emitted_at_ms: start + WINDOW_MS + 60_000,
-                count,
-                bytes: count * 120,
-                no_time_count: 2,
-                malformed_count: 1,
-                out_of_bounds_count: 0,
-                checksum: count.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                latency: Latency {
-                    zero_count: h.zero_count(),
-                    negative_count: h.negative_count(),
-                    max_ms: h.max_ms() as u64,
-                    buckets: h.buckets().map(|(i, c)| (i as i32, c)).collect(),
-                },
-                offsets: vec![OffsetRange {
-                    partition: 0,
-                    min: k * 1000,
-                    max: k * 1000 + count as i64 - 1,
-                }],
-            }));
+                emitted_at: start + WINDOW_MS + 60_000,
+                body: AuditBody::Increment(Increment {
+                    window_start: start,
+                    window_end: start + WINDOW_MS,
+                    stats: WindowStats {
+                        count,
+                        bytes: count * 120,
+                        no_time_count: 2,
+                        malformed_count: 1,
+                        out_of_bounds_count: 0,
+                        checksum: audit_lib::Checksum(count.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                        latency: h,
+                        offsets: vec![OffsetSpan {
+                            partition: 0,
+                            min: k * 1000,
+                            max: k * 1000 + count as i64 - 1,
+                        }],
+                    },
+                }),
+            });
         }
     }
     for (tier, dc, host) in &TIERS[2..5] {
-        messages.push(Message::Progress(Progress {
+        messages.push(Message {
+            version: audit_lib::AUDIT_MESSAGE_VERSION,
             uuid: uuid::Uuid::new_v4(),
             topic: TOPIC.into(),
             tier: tier.to_string(),
             datacenter: dc.to_string(),
             host: host.to_string(),
-            emitted_at_ms: now - 5_000,
-            partitions: (0..2)
-                .map(|p| store::PartitionProgress {
-                    partition: p,
-                    next_offset: 6_000,
-                    record_time_ms: Some(now - 6_000),
-                    lag: Some(5 + i64::from(p)),
-                })
-                .collect(),
-        }));
+            emitted_at: now - 5_000,
+            body: AuditBody::Progress(
+                (0..2)
+                    .map(|p| store::PartitionProgress {
+                        partition: p,
+                        next_offset: 6_000,
+                        record_time: Some(now - 6_000),
+                        lag: Some(5 + i64::from(p)),
+                    })
+                    .collect(),
+            ),
+        });
     }
     let batch = Batch {
         messages,
@@ -829,8 +845,6 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
         let rows = store.topic_windows(TOPIC, range).await.unwrap();
         (rows, store.progress(Some(TOPIC)).await.unwrap())
     };
-    let rows: Vec<_> = rows.iter().map(web::eval::engine_row).collect();
-    let progress: Vec<_> = progress.iter().map(web::eval::engine_progress).collect();
     let windows: Vec<i64> = (0..6).map(|k| first + k * WINDOW_MS).collect();
     let mut judged = 0;
     let mut engine_anomalies = BTreeSet::new();
@@ -862,17 +876,17 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
     // The SQL percentiles are the API's: web's engine merges the histograms of a
     // tier's datacenters and reads p50 / p95 / p99 from them.
     let latency = series("Latency per tier").await;
-    let mut merged: BTreeMap<(String, i64), web::engine::Histogram> = BTreeMap::new();
+    let mut merged: BTreeMap<(String, i64), audit_lib::LatencyHistogram> = BTreeMap::new();
     for r in &rows {
         merged
-            .entry((r.tier.clone(), (r.window_start - first) / WINDOW_MS))
+            .entry((r.tier.clone(), (r.window_start_ms - first) / WINDOW_MS))
             .or_default()
             .merge(&r.latency);
     }
     assert_eq!(merged.len(), 4 * 6, "4 tiers x 6 windows");
     for ((tier, k), h) in &merged {
-        for (q, name) in [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")] {
-            let want = h.quantile(q).unwrap();
+        let p = web::engine::percentiles(h).unwrap();
+        for (want, name) in [(p.p50_ms, "p50"), (p.p95_ms, "p95"), (p.p99_ms, "p99")] {
             let got = latency[&(format!("{tier} {name}"), *k)];
             assert!(
                 (got - want).abs() <= want * 1e-9,
@@ -949,15 +963,13 @@ fn grafana_prometheus_panels_use_exposed_metrics() {
 
 /// The config text as the subcommand sees it when `env` is set: `KAFKA_AUDIT__A__B=v`
 /// sets `a.b`, lower-cased, as figment's `Env::prefixed("KAFKA_AUDIT__").split("__")`
-/// in `common::load_config` and `web::Config::load` does. A variable of a section the
+/// in `common::load_config` does. A variable of a section the
 /// subcommand does not read would be silently ignored there, so it fails here.
 fn with_env(toml_text: &str, env: &BTreeMap<String, String>, sub: Subcommand) -> String {
-    // web::Config::load filters the environment to these sections (web/src/config.rs).
-    const SERVE_SECTIONS: &[&str] = &["serve", "topology", "auth", "alerting", "log"];
     let sections = match sub {
         Subcommand::Audit => audit_service::config::ENV_SECTIONS,
         Subcommand::Collect => collector::config::ENV_SECTIONS,
-        Subcommand::Serve => SERVE_SECTIONS,
+        Subcommand::Serve => web::config::ENV_SECTIONS,
     };
     let mut doc: toml::Table = toml::from_str(toml_text).unwrap();
     for (key, value) in env {

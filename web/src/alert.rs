@@ -17,8 +17,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::Backoff;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use store::AuditStore;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -528,7 +530,7 @@ impl ChannelWorker {
     /// Loads the alerts this channel had open before a restart.
     pub async fn load_open(&mut self) {
         let Some(store) = &self.store else { return };
-        match crate::read::open_alerts(store, &self.channel.name).await {
+        match store.open_alerts(&self.channel.name).await {
             Ok(rows) => {
                 for (key, json) in rows {
                     match serde_json::from_str::<Alert>(&json) {
@@ -553,14 +555,16 @@ impl ChannelWorker {
         let result = match action {
             Action::Trigger => match serde_json::to_string(alert) {
                 Ok(json) => {
-                    crate::read::save_open_alert(store, name, &alert.dedup_key, &json, now_ms).await
+                    store
+                        .save_open_alert(name, &alert.dedup_key, &json, now_ms)
+                        .await
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "alert not serializable");
                     Ok(())
                 }
             },
-            Action::Resolve => crate::read::delete_open_alert(store, name, &alert.dedup_key).await,
+            Action::Resolve => store.delete_open_alert(name, &alert.dedup_key).await,
         };
         if let Err(e) = result {
             tracing::warn!(channel = %name, key = %alert.dedup_key, error = %e,
@@ -585,7 +589,7 @@ impl ChannelWorker {
             (None, _) => return Err(SendError::Permanent("no url".into())),
         };
         let body = payload(&self.channel, action, alert);
-        let mut backoff = self.config.initial_backoff;
+        let mut backoff = Backoff::new(self.config.initial_backoff, self.config.max_backoff);
         let mut attempt = 1;
         loop {
             let result = match self.client.post(url).json(&body).send().await {
@@ -621,8 +625,7 @@ impl ChannelWorker {
                 .alert_retries
                 .get_or_create(&self.labels())
                 .inc();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(self.config.max_backoff);
+            tokio::time::sleep(backoff.next_delay()).await;
             attempt += 1;
         }
     }
@@ -635,7 +638,7 @@ impl ChannelWorker {
         loop {
             let desired = rx.borrow_and_update().clone();
             if let Some(desired) = desired {
-                self.sync(&desired, crate::eval::now_ms()).await;
+                self.sync(&desired, common::now_ms()).await;
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,

@@ -10,7 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod metrics;
-pub mod read;
+pub mod openapi;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -116,7 +116,7 @@ impl AppState {
             let every = state.config.serve.evaluate_every;
             loop {
                 let started = Instant::now();
-                match state.evaluate(eval::now_ms()).await {
+                match state.evaluate(common::now_ms()).await {
                     Ok(s) => tracing::debug!(?s, elapsed = ?started.elapsed(), "evaluation cycle"),
                     Err(e) => tracing::warn!(error = %e, "evaluation cycle failed"),
                 }
@@ -233,12 +233,64 @@ async fn record_http(State(state): State<AppState>, req: Request, next: Next) ->
     response
 }
 
-async fn healthz() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// `/healthz`'s answer.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Health)]
+pub struct HealthView {
+    /// Always `ok`.
+    pub status: &'static str,
 }
 
+/// `/readyz`'s answer (fields in the order the first version's map had them).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Ready)]
+pub struct ReadyView {
+    /// The last evaluation's time; null before the first one.
+    #[schema(required = true)]
+    pub evaluated_at: Option<i64>,
+    /// `ready` or `not ready`.
+    pub status: &'static str,
+    /// `ok` or `unavailable`.
+    pub store: &'static str,
+    /// Tiers and datacenters whose stored windows in the horizon are not
+    /// `[topology] window` long (their auditors count in another window size; see
+    /// docs/web.md). Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub window_size_mismatch: Vec<WindowSizeMismatchView>,
+}
+
+/// One tier and datacenter of [`ReadyView::window_size_mismatch`].
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = WindowSizeMismatch)]
+pub struct WindowSizeMismatchView {
+    pub datacenter: String,
+    pub tier: String,
+    /// A topic where it was seen (the most recent such window).
+    pub topic: String,
+    /// `[topology] window` in ms.
+    pub topology_window_ms: i64,
+    /// The length of the stored windows in ms.
+    pub window_ms: i64,
+}
+
+/// Liveness
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", security(()),
+    responses((status = 200, description = "OK", body = HealthView)))]
+async fn healthz() -> Json<HealthView> {
+    Json(HealthView { status: "ok" })
+}
+
+/// Readiness: store reachable and first evaluation done
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", security(()),
+    responses(
+        (status = 200, description = "OK", body = ReadyView),
+        (status = 503, description = "Not ready", body = ReadyView),
+    ))]
 async fn readyz(State(state): State<AppState>) -> Response {
-    let evaluated_at = state.index.read().expect("verdict index lock").evaluated_at;
+    let (evaluated_at, mismatches) = {
+        let index = state.index.read().expect("verdict index lock");
+        (index.evaluated_at, index.window_mismatches.clone())
+    };
     let db = state.store.ping().await;
     let ready = db.is_ok() && evaluated_at.is_some();
     // Open by default: the store's error text (host names, user names) goes to the
@@ -246,11 +298,24 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(e) = &db {
         tracing::warn!(error = %e, "readiness: store unavailable");
     }
-    let body = serde_json::json!({
-        "status": if ready { "ready" } else { "not ready" },
-        "store": if db.is_ok() { "ok" } else { "unavailable" },
-        "evaluated_at": evaluated_at,
-    });
+    let body = ReadyView {
+        evaluated_at,
+        status: if ready { "ready" } else { "not ready" },
+        store: if db.is_ok() { "ok" } else { "unavailable" },
+        // Ready all the same (the API serves), but an on-call reading /readyz sees why
+        // the verdicts of a tier cannot be trusted: its auditors count in windows of
+        // another size than [topology] window.
+        window_size_mismatch: mismatches
+            .iter()
+            .map(|((tier, datacenter), m)| WindowSizeMismatchView {
+                datacenter: datacenter.clone(),
+                tier: tier.clone(),
+                topic: m.topic.clone(),
+                topology_window_ms: state.topology.window.as_millis(),
+                window_ms: m.window_ms,
+            })
+            .collect(),
+    };
     let status = if ready {
         StatusCode::OK
     } else {
@@ -259,6 +324,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
+/// Prometheus metrics (OpenMetrics text)
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", security(()),
+    responses((status = 200, description = "Metrics", body = String,
+        content_type = "application/openmetrics-text")))]
 async fn metrics_text(State(state): State<AppState>) -> Response {
     (
         [(
@@ -270,10 +339,15 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-const OPENAPI: &str = include_str!("../openapi.json");
-
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+    static DOCUMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        serde_json::to_string(&openapi::document()).expect("the OpenAPI document serializes")
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.as_str(),
+    )
+        .into_response()
 }
 
 async fn not_found() -> AppError {
