@@ -7,9 +7,10 @@
 //! thread that sends them with a [`SpoolingSink`] over audit-lib's [`KafkaSink`]. The
 //! sending thread never waits for the audit topic: while the publishing thread is busy
 //! (an outage: each attempt waits out the sink's timeout, then spools) it skips the
-//! drain and the counts stay merged in the aggregator's windows, so memory is bounded
-//! by the open windows (`Limits::max_open_windows`) plus one batch in flight, and disk
-//! by the spool's `max_bytes`.
+//! drain and the counts stay merged in the aggregator's windows: memory grows with the
+//! windows an outage spans (one statistics record per topic and window, whatever the
+//! message rate; windows past `Limits::max_open_windows` wait in the pending list),
+//! plus one batch in flight, and disk is bounded by the spool's `max_bytes`.
 //!
 //! Modes (`cargo run --release -p audit-lib --example producer_bench -- MODE ...`):
 //! - `compare BOOTSTRAP MESSAGES ROUNDS RATE SECONDS SIZE`: per round, alternating
