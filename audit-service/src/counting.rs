@@ -1,71 +1,162 @@
-//! The bridge from rdkafka messages to audit-lib's aggregator, on the consume thread.
+//! The bridge from rdkafka messages to audit-lib's aggregator, pipelined.
 //!
-//! Each message is counted where it is polled, straight from librdkafka's buffer: the
-//! aggregator reads the borrowed key, value and headers, and allocates nothing once a
-//! topic and window are known. No copy and no hand-off: a counting thread fed with
-//! copied batches cost more than the counting itself (issue 16: ~0.2 µs per message
-//! against ~45 ns for `Aggregator::record`), in copies, cache lines moved between cores
-//! and wake-ups. Metrics are counted locally and added to the shared counters once per
-//! [`FLUSH_EVERY`] messages and whenever the queue runs dry.
-//!
-//! The state sits behind a re-entrant lock that the consume loop holds for its whole
-//! run ([`Counting::feeder`]): the rebalance callbacks run inside `poll` on that same
-//! thread and drain through the same lock, so a report covers exactly the messages
-//! polled before it, and counting a message takes no atomic operation. Only the
-//! consume thread counts or drains; another thread that tried would wait for the loop
-//! to end.
+//! The consume thread only copies each message into a batch (a thread-local buffer,
+//! so the rebalance callbacks, which run on the same thread inside `poll`, see it
+//! too); full batches go over a bounded channel to a worker thread that owns the
+//! aggregator. Auditing then runs beside librdkafka's own work instead of on the
+//! consume thread. A drain first submits the partial batch and is answered by the
+//! worker after every earlier batch (the channel is FIFO), so a report covers exactly
+//! the messages polled before it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use audit_lib::{
     Aggregator, AuditMessage, Classification, HeaderLookup, Identity, Limits, Observation,
     RecordTimestamp, TimestampType,
 };
-use parking_lot::{ArcReentrantMutexGuard, RawMutex, RawThreadId, ReentrantMutex};
 use prometheus_client::metrics::counter::Counter;
 use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
 
 use crate::config::Config;
 use crate::metrics::{KindLabel, Metrics};
 
-/// Messages counted between two additions to the shared metric counters.
-const FLUSH_EVERY: u32 = 1024;
+/// Messages per batch handed to the worker.
+const BATCH: usize = 512;
+/// Batches in flight: bounds the memory between the threads and back-pressures the
+/// consume thread when auditing falls behind.
+const IN_FLIGHT: usize = 8;
+
+type Range = (u32, u32);
+
+struct Rec {
+    topic: u32,
+    partition: i32,
+    offset: i64,
+    timestamp: Option<RecordTimestamp>,
+    key: Option<Range>,
+    value: Option<Range>,
+    headers: Range,
+    observed_at_ms: i64,
+}
+
+#[derive(Default)]
+struct Batch {
+    recs: Vec<Rec>,
+    data: Vec<u8>,
+    topics: Vec<String>,
+    /// (name, value) with values in `data`; only filled when a rule reads headers.
+    headers: Vec<(String, Option<Range>)>,
+}
+
+impl Batch {
+    fn put(&mut self, bytes: Option<&[u8]>) -> Option<Range> {
+        bytes.map(|b| {
+            let start = self.data.len() as u32;
+            self.data.extend_from_slice(b);
+            (start, self.data.len() as u32)
+        })
+    }
+}
+
+thread_local! {
+    static PENDING: RefCell<Batch> = RefCell::new(Batch::default());
+}
 
 /// The partition positions a drain reports: (topic, partition, next offset, event-time
 /// watermark, see [`Watermark`]).
 pub(crate) type Positions = Vec<(String, i32, i64, Option<i64>)>;
 
-type Shared = Arc<ReentrantMutex<RefCell<Worker>>>;
-
-/// The counting state of one consumer (held by the core).
-pub(crate) struct Counting {
-    shared: Shared,
+enum Work {
+    Batch(Batch),
+    Drain(i64, SyncSender<(Vec<AuditMessage>, Positions)>),
 }
 
-/// The consume loop's handle: holds the counting lock while the loop runs.
+/// The consume thread's end: feeds messages, drains reports.
+#[derive(Clone)]
 pub(crate) struct Feeder {
-    held: ArcReentrantMutexGuard<RawMutex, RawThreadId, RefCell<Worker>>,
+    tx: SyncSender<Work>,
+    needs_headers: bool,
+    windows: Arc<AtomicUsize>,
 }
 
 impl Feeder {
-    /// Counts one message.
+    /// Copies one message into the current batch; hands the batch over when full.
     #[inline]
     pub(crate) fn record(&self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
-        self.held.borrow_mut().record(m, observed_at_ms);
+        let full = PENDING.with(|b| {
+            let mut b = b.borrow_mut();
+            let topic = m.topic();
+            let t = match b.topics.last() {
+                Some(last) if last == topic => b.topics.len() - 1,
+                _ => {
+                    b.topics.push(topic.to_string());
+                    b.topics.len() - 1
+                }
+            } as u32;
+            let timestamp = match m.timestamp() {
+                Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
+                    ms,
+                    kind: TimestampType::CreateTime,
+                }),
+                Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
+                    ms,
+                    kind: TimestampType::LogAppendTime,
+                }),
+                _ => None,
+            };
+            let key = b.put(m.key());
+            let value = b.put(m.payload());
+            let h0 = b.headers.len() as u32;
+            if self.needs_headers {
+                if let Some(hs) = m.headers() {
+                    for h in hs.iter() {
+                        let v = b.put(h.value);
+                        b.headers.push((h.key.to_string(), v));
+                    }
+                }
+            }
+            let headers = (h0, b.headers.len() as u32);
+            b.recs.push(Rec {
+                topic: t,
+                partition: m.partition(),
+                offset: m.offset(),
+                timestamp,
+                key,
+                value,
+                headers,
+                observed_at_ms,
+            });
+            b.recs.len() >= BATCH
+        });
+        if full {
+            self.submit();
+        }
     }
 
-    /// Window statistics held in memory (open, or evicted and waiting for the drain).
+    /// Window statistics held in memory (open, or evicted and waiting for the drain),
+    /// as of the last batch counted.
     pub(crate) fn windows(&self) -> usize {
-        let w = self.held.borrow();
-        w.aggregator.open_windows() + w.aggregator.pending_windows()
+        self.windows.load(Ordering::Relaxed)
     }
 
-    /// The queue ran dry: publish the local metric counts.
+    /// Hands the current (partial) batch to the worker.
     pub(crate) fn submit(&self) {
-        self.held.borrow_mut().flush_metrics();
+        let batch = PENDING.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        if !batch.recs.is_empty() {
+            // The worker lives as long as any feeder; a send error means it
+            // panicked, which the drain reports.
+            let _ = self.tx.send(Work::Batch(batch));
+        }
     }
+}
+
+/// The worker thread ends when the last feeder is dropped.
+pub(crate) struct Counting {
+    feeder: Feeder,
 }
 
 struct Worker {
@@ -74,63 +165,13 @@ struct Worker {
     classes: [Counter; 4],
     consumed: Counter,
     consumed_bytes: Counter,
-    /// Not yet added to the counters above.
-    local: LocalCounts,
-    topic: LastTopic,
-    parts: Parts,
-}
-
-/// The last message's topic: librdkafka's topic handle and a copy of its name. Reading
-/// the name from librdkafka (`Message::topic`: an FFI call, `strlen`, UTF-8 check) cost
-/// ~8 % of the consume thread; runs of one topic are the rule. A handle is only
-/// compared, never dereferenced, and forgotten at every metrics flush and drain: a
-/// handle's address could only be reused by another topic after its partitions were
-/// revoked, and a revoke drains.
-#[derive(Default)]
-struct LastTopic {
-    handle: usize,
-    name: String,
-}
-
-impl LastTopic {
-    #[inline]
-    fn name(&mut self, m: &BorrowedMessage<'_>) -> &str {
-        let handle = m.topic_ptr() as usize;
-        if handle != self.handle || self.name.is_empty() {
-            self.name.clear();
-            self.name.push_str(m.topic());
-            self.handle = handle;
-        }
-        &self.name
-    }
-
-    fn forget(&mut self) {
-        self.handle = 0;
-        self.name.clear();
-    }
-}
-
-/// Every partition read since the counting started; `touched` since the last drain.
-#[derive(Default)]
-struct Parts {
-    all: Vec<PartPos>,
-    index: HashMap<Box<str>, HashMap<i32, usize>>,
-    /// Index in `all` of the last message's partition (runs of one partition are the
-    /// rule).
-    last: usize,
-}
-
-#[derive(Default)]
-struct LocalCounts {
-    classes: [u64; 4],
-    messages: u32,
-    bytes: u64,
+    windows: Arc<AtomicUsize>,
+    /// Every partition read since the worker started; `touched` since the last drain.
+    positions: HashMap<(String, i32), PartPos>,
 }
 
 /// A partition's read position and event-time watermark tracker.
 struct PartPos {
-    topic: Box<str>,
-    partition: i32,
     next: i64,
     touched: bool,
     watermark: Watermark,
@@ -187,134 +228,107 @@ impl Watermark {
     }
 }
 
-/// The headers of a polled message, read in place when a rule asks for one.
-struct MessageHeaders<'a, 'b>(&'a BorrowedMessage<'b>);
-
-impl HeaderLookup for MessageHeaders<'_, '_> {
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.0
-            .headers()?
-            .iter()
-            .find(|h| h.key == name)
-            .and_then(|h| h.value)
-    }
+struct BatchHeaders<'a> {
+    batch: &'a Batch,
+    range: Range,
 }
 
-impl Parts {
-    #[inline]
-    fn get(&mut self, topic: &str, partition: i32) -> &mut PartPos {
-        let hit = self
-            .all
-            .get(self.last)
-            .is_some_and(|p| p.partition == partition && *p.topic == *topic);
-        if !hit {
-            self.last = self.find_or_add(topic, partition);
-        }
-        &mut self.all[self.last]
-    }
-
-    #[cold]
-    fn find_or_add(&mut self, topic: &str, partition: i32) -> usize {
-        if let Some(&i) = self.index.get(topic).and_then(|t| t.get(&partition)) {
-            return i;
-        }
-        let i = self.all.len();
-        self.all.push(PartPos {
-            topic: topic.into(),
-            partition,
-            next: 0,
-            touched: false,
-            watermark: Watermark::default(),
-        });
-        self.index
-            .entry(topic.into())
-            .or_default()
-            .insert(partition, i);
-        i
+impl HeaderLookup for BatchHeaders<'_> {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        let (a, b) = self.range;
+        self.batch.headers[a as usize..b as usize]
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.map(|(s, e)| &self.batch.data[s as usize..e as usize]))
     }
 }
 
 impl Worker {
-    #[inline]
-    fn record(&mut self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
-        let topic = self.topic.name(m);
-        let partition = m.partition();
-        let offset = m.offset();
-        let record_timestamp = match m.timestamp() {
-            Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::CreateTime,
-            }),
-            Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::LogAppendTime,
-            }),
-            _ => None,
-        };
-        let obs = Observation {
-            topic,
-            partition,
-            offset,
-            key: m.key(),
-            value: m.payload(),
-            headers: &MessageHeaders(m),
-            record_timestamp,
-            observed_at_ms,
-        };
-        let i = match self.aggregator.record(&obs) {
-            Classification::EventTime { .. } => 0,
-            Classification::NoTime => 1,
-            Classification::Malformed(_) => 2,
-            Classification::OutOfBounds { .. } => 3,
-        };
-        let local = &mut self.local;
-        local.classes[i] += 1;
-        local.bytes += obs.byte_len();
-        local.messages += 1;
-        let pos = self.parts.get(topic, partition);
-        pos.next = offset + 1;
-        pos.touched = true;
-        if let Some(t) = record_timestamp {
-            pos.watermark.push(t.ms, observed_at_ms);
-        }
-        if self.local.messages >= FLUSH_EVERY {
-            self.flush_metrics();
+    fn run(mut self, rx: Receiver<Work>) {
+        while let Ok(work) = rx.recv() {
+            match work {
+                Work::Batch(batch) => self.count(&batch),
+                Work::Drain(now, reply) => {
+                    let messages = self.aggregator.drain(now);
+                    let positions = self
+                        .positions
+                        .iter_mut()
+                        .filter(|(_, pos)| pos.touched)
+                        .map(|((t, p), pos)| {
+                            pos.touched = false;
+                            (t.clone(), *p, pos.next, pos.watermark.take())
+                        })
+                        .collect();
+                    self.windows.store(0, Ordering::Relaxed);
+                    let _ = reply.send((messages, positions));
+                }
+            }
         }
     }
 
-    fn flush_metrics(&mut self) {
-        self.topic.forget();
-        let local = std::mem::take(&mut self.local);
-        for (c, n) in self.classes.iter().zip(local.classes) {
+    fn count(&mut self, batch: &Batch) {
+        let mut classes = [0u64; 4];
+        let mut bytes = 0u64;
+        let slice = |r: Option<Range>| r.map(|(s, e)| &batch.data[s as usize..e as usize]);
+        let mut last: Option<(u32, i32)> = None;
+        let mut pos: Option<&mut PartPos> = None;
+        for rec in &batch.recs {
+            let topic = batch.topics[rec.topic as usize].as_str();
+            let headers = BatchHeaders {
+                batch,
+                range: rec.headers,
+            };
+            let obs = Observation {
+                topic,
+                partition: rec.partition,
+                offset: rec.offset,
+                key: slice(rec.key),
+                value: slice(rec.value),
+                headers: &headers,
+                record_timestamp: rec.timestamp,
+                observed_at_ms: rec.observed_at_ms,
+            };
+            bytes += obs.byte_len();
+            let i = match self.aggregator.record(&obs) {
+                Classification::EventTime { .. } => 0,
+                Classification::NoTime => 1,
+                Classification::Malformed(_) => 2,
+                Classification::OutOfBounds { .. } => 3,
+            };
+            classes[i] += 1;
+            // Positions: runs of one partition are common, so look up per run.
+            let key = (rec.topic, rec.partition);
+            if last != Some(key) {
+                last = Some(key);
+                pos = Some(
+                    self.positions
+                        .entry((topic.to_string(), rec.partition))
+                        .or_insert_with(|| PartPos {
+                            next: 0,
+                            touched: false,
+                            watermark: Watermark::default(),
+                        }),
+                );
+            }
+            if let Some(p) = pos.as_deref_mut() {
+                p.next = rec.offset + 1;
+                p.touched = true;
+                if let Some(t) = rec.timestamp {
+                    p.watermark.push(t.ms, rec.observed_at_ms);
+                }
+            }
+        }
+        for (c, n) in self.classes.iter().zip(classes) {
             if n > 0 {
                 c.inc_by(n);
             }
         }
-        if local.messages > 0 {
-            self.consumed.inc_by(local.messages.into());
-            self.consumed_bytes.inc_by(local.bytes);
-        }
-    }
-
-    fn drain(&mut self, now_ms: i64) -> (Vec<AuditMessage>, Positions) {
-        self.flush_metrics();
-        let messages = self.aggregator.drain(now_ms);
-        let positions = self
-            .parts
-            .all
-            .iter_mut()
-            .filter(|pos| pos.touched)
-            .map(|pos| {
-                pos.touched = false;
-                (
-                    pos.topic.to_string(),
-                    pos.partition,
-                    pos.next,
-                    pos.watermark.take(),
-                )
-            })
-            .collect();
-        (messages, positions)
+        self.consumed.inc_by(batch.recs.len() as u64);
+        self.consumed_bytes.inc_by(bytes);
+        self.windows.store(
+            self.aggregator.open_windows() + self.aggregator.pending_windows(),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -331,6 +345,8 @@ impl Counting {
         };
         let aggregator = Aggregator::new(identity, et.clone(), limits)
             .map_err(|e| anyhow::anyhow!("audit.event_time: {e}"))?;
+        let needs_headers =
+            et.default.header.is_some() || et.rules.iter().any(|r| r.header.is_some());
         let c = |k: &str| {
             metrics
                 .classified
@@ -339,6 +355,7 @@ impl Counting {
                 })
                 .clone()
         };
+        let windows = Arc::new(AtomicUsize::new(0));
         let worker = Worker {
             aggregator,
             classes: [
@@ -349,31 +366,38 @@ impl Counting {
             ],
             consumed: metrics.consumed_messages.clone(),
             consumed_bytes: metrics.consumed_bytes.clone(),
-            local: LocalCounts::default(),
-            topic: LastTopic::default(),
-            parts: Parts {
-                last: usize::MAX,
-                ..Parts::default()
-            },
+            windows: windows.clone(),
+            positions: HashMap::new(),
         };
+        let (tx, rx) = sync_channel(IN_FLIGHT);
+        std::thread::Builder::new()
+            .name("audit-counting".into())
+            .spawn(move || worker.run(rx))
+            .map_err(|e| anyhow::anyhow!("cannot start the counting thread: {e}"))?;
         Ok(Counting {
-            shared: Arc::new(ReentrantMutex::new(RefCell::new(worker))),
+            feeder: Feeder {
+                tx,
+                needs_headers,
+                windows,
+            },
         })
     }
 
-    /// The consume loop's handle; it holds the counting lock until dropped, so call it
-    /// on the consume thread only.
     pub(crate) fn feeder(&self) -> Feeder {
-        Feeder {
-            held: self.shared.lock_arc(),
-        }
+        self.feeder.clone()
     }
 
-    /// Everything counted so far: increments and the position of every partition read
-    /// since the previous drain. Must be called on the consume thread (the loop, or a
-    /// rebalance callback inside its `poll`).
+    /// Everything counted so far, including the batch being filled: increments and
+    /// the position of every partition read since the previous drain. Must be called
+    /// on the consume thread.
     pub(crate) fn drain(&mut self, now_ms: i64) -> (Vec<AuditMessage>, Positions) {
-        self.shared.lock().borrow_mut().drain(now_ms)
+        self.feeder.submit();
+        let (reply_tx, reply_rx) = sync_channel(1);
+        self.feeder
+            .tx
+            .send(Work::Drain(now_ms, reply_tx))
+            .expect("counting thread alive");
+        reply_rx.recv().expect("counting thread answers drains")
     }
 }
 
