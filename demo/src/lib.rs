@@ -8,6 +8,10 @@
 //! collector into SQLite; the real web service with the dashboard. Everything is
 //! configured through the same TOML files the subcommands read, written to the demo
 //! directory so they can be looked at and reused.
+//!
+//! A crate of its own, so that the `kafka-audit` binary crate stays a thin dispatcher
+//! and the demo's dependencies (the mock cluster, the replicator, the traffic
+//! generator) are named here only.
 
 mod replicator;
 mod traffic;
@@ -91,14 +95,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     })
 }
 
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A small, fast generator (splitmix64): the demo needs variety, not cryptography.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     pub fn seeded() -> Rng {
