@@ -1,0 +1,22 @@
+//! The `kafka-audit` binary's integration tests, one test binary with a module per
+//! concern (one binary links once; see the workspace's Cargo.toml). Most run the built
+//! binary (`CARGO_BIN_EXE_kafka-audit` is set for this crate's integration tests only);
+//! `deploy` checks the deploy kit against the code.
+
+// The helpers of the audit-service and collector tests, shared with those crates.
+#[path = "../../../audit-service/tests/it/support/mod.rs"]
+mod audit_service_support;
+#[path = "../../../collector/tests/it/support/mod.rs"]
+mod collector_support;
+// The git revision in `--version` (used by build.rs, not compiled into the binary).
+#[path = "../../src/revision.rs"]
+mod revision;
+
+mod chaos;
+mod collect_sigkill;
+mod demo;
+mod deploy;
+mod inspect;
+mod region_only_topic;
+mod version;
+mod wait;

@@ -1,0 +1,296 @@
+//! Shared by the integration tests: real stores (a fresh PostgreSQL database from
+//! testkit, or a SQLite file in a temp dir), seeding through the store's own write
+//! path, and requests through `app(state)` with `tower::ServiceExt::oneshot`.
+#![allow(dead_code)]
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::Value;
+use store::{AuditStore, Batch, Increment, Latency, Message, PartitionProgress, Progress, Store};
+use tower::ServiceExt;
+use uuid::Uuid;
+use web::{AppState, Config};
+
+/// Runs each named `async fn NAME(backend: Backend)` of the test file as two tests,
+/// `postgres::NAME` and `sqlite::NAME` (`main.rs` declares `#[macro_use] mod support;`
+/// before the test modules, which bring `Backend` into scope with `use support::*`).
+#[allow(unused_macros)]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Sqlite).await
+                }
+            )*
+        }
+    };
+}
+
+pub const MIN: i64 = 60_000;
+pub const WINDOW: i64 = 10 * MIN;
+
+/// A database that lives as long as the test.
+pub enum Db {
+    Pg(testkit::TestDatabase),
+    Sqlite(tempfile::TempDir),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+pub async fn store(backend: Backend) -> (Store, Db) {
+    let (store, db) = match backend {
+        Backend::Postgres => {
+            let db = testkit::fresh_database("web").await;
+            let store = Store::connect(db.url())
+                .await
+                .expect("connect to test database");
+            (store, Db::Pg(db))
+        }
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("audit.db");
+            let store = Store::connect(&format!("sqlite:{}", path.display()))
+                .await
+                .expect("open sqlite");
+            (store, Db::Sqlite(dir))
+        }
+    };
+    store.migrate().await.expect("migrate");
+    (store, db)
+}
+
+/// producer (no progress) → regional, one-to-one. (Many-to-one aggregation is
+/// covered by the engine's table tests.)
+pub const TOPOLOGY: &str = r#"
+[topology]
+window = "10m"
+grace = "20m"
+stall_after = "30m"
+tiers = [
+  { name = "producer", progress = false },
+  { name = "regional" },
+]
+[[topology.edges]]
+upstream = "producer"
+downstream = "regional"
+"#;
+
+pub fn config(extra: &str) -> Config {
+    let config: Config =
+        toml::from_str(&format!("{TOPOLOGY}\n{extra}")).expect("test config parses");
+    config.validate().expect("test config is valid");
+    config
+}
+
+/// A state on a fresh `backend` store with `config(extra)`.
+pub async fn state(backend: Backend, extra: &str) -> (AppState, Db) {
+    let (store, db) = store(backend).await;
+    (AppState::new(config(extra), store).expect("state"), db)
+}
+
+/// Config of one webhook channel, "hook", posting to `url`; evaluation hourly, so the
+/// test drives the cycles.
+pub fn one_webhook(url: &str) -> String {
+    format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{url}"
+"#
+    )
+}
+
+pub fn now_ms() -> i64 {
+    web::eval::now_ms()
+}
+
+/// The start of a window that settled a while ago (2 h before now).
+pub fn settled_window() -> i64 {
+    (now_ms() - 120 * MIN).div_euclid(WINDOW) * WINDOW
+}
+
+pub fn increment(
+    topic: &str,
+    tier: &str,
+    dc: &str,
+    window_start: i64,
+    count: u64,
+    checksum: u64,
+) -> Message {
+    Message::Increment(Increment {
+        uuid: Uuid::new_v4(),
+        topic: topic.into(),
+        tier: tier.into(),
+        datacenter: dc.into(),
+        host: format!("{tier}-{dc}-0"),
+        window_start_ms: window_start,
+        window_end_ms: window_start + WINDOW,
+        emitted_at_ms: now_ms(),
+        count,
+        bytes: count * 100,
+        no_time_count: 0,
+        malformed_count: 0,
+        out_of_bounds_count: 0,
+        checksum,
+        // latencies 1.02^200 ≈ 52 ms (count - 1 of them) and one at 1.02^300 ≈ 380 ms
+        latency: Latency {
+            zero_count: 0,
+            negative_count: 0,
+            max_ms: 380,
+            buckets: if count == 0 {
+                vec![]
+            } else if count == 1 {
+                vec![(300, 1)]
+            } else {
+                vec![(200, count - 1), (300, 1)]
+            },
+        },
+        offsets: vec![store::OffsetRange {
+            partition: 0,
+            min: 1000,
+            max: 1000 + count as i64 - 1,
+        }],
+    })
+}
+
+/// The auditor of `tier`/`dc` has read `topic` up to now.
+pub fn caught_up(topic: &str, tier: &str, dc: &str) -> Message {
+    Message::Progress(Progress {
+        uuid: Uuid::new_v4(),
+        topic: topic.into(),
+        tier: tier.into(),
+        datacenter: dc.into(),
+        host: format!("{tier}-{dc}-0"),
+        emitted_at_ms: now_ms(),
+        partitions: vec![PartitionProgress {
+            partition: 0,
+            next_offset: 5000,
+            record_time_ms: Some(now_ms()),
+            lag: Some(0),
+        }],
+    })
+}
+
+pub async fn write(store: &Store, messages: Vec<Message>) {
+    let batch = Batch {
+        messages,
+        rejects: vec![],
+        received_at_ms: now_ms(),
+    };
+    store.write_batch(&batch).await.expect("seed batch");
+}
+
+/// `topic` lost 10 of 100 messages between producer and regional in `window`.
+pub async fn seed_loss(store: &Store, topic: &str, window: i64) {
+    write(
+        store,
+        vec![
+            increment(topic, "producer", "dc1", window, 100, 1000),
+            increment(topic, "regional", "dc1", window, 90, 900),
+            caught_up(topic, "regional", "dc1"),
+        ],
+    )
+    .await;
+}
+
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
+    pub body: Value,
+}
+
+pub async fn request(state: &AppState, method: &str, uri: &str, token: Option<&str>) -> Response {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let response = web::app(state.clone())
+        .oneshot(req.body(Body::empty()).expect("request"))
+        .await
+        .expect("infallible service");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+        .await
+        .expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+pub async fn get(state: &AppState, uri: &str) -> Response {
+    request(state, "GET", uri, None).await
+}
+
+/// Log lines, for tests that check what reaches the log.
+#[derive(Clone, Default)]
+pub struct Logs(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Captures this thread's log lines until the guard is dropped.
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(logs.clone())
+                .with_ansi(false)
+                .finish(),
+        );
+        (logs, guard)
+    }
+
+    /// What was logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// Serves `app` on 127.0.0.1 (a free port) in the background; its base URL.
+pub async fn serve_local(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
