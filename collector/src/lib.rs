@@ -1,6 +1,11 @@
 //! The collector: audit messages from the audit topics of one or more Kafka clusters
 //! and from HTTP into the store, each counted exactly once.
 //!
+//! Deduplication by UUID happens in the store, inside the transaction that writes a
+//! batch (`store::aggregate::first_in_batch` within the batch, the `audit_message`
+//! table across batches; the outcome is `WriteOutcome::Duplicate`), not here: the
+//! collector only commits Kafka offsets after the store has answered.
+//!
 //! `run(config, shutdown)` is what `kafka-audit collect` calls; [`start`] returns the
 //! running collector (its bound HTTP address) for tests.
 

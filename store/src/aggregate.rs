@@ -13,8 +13,13 @@ use crate::model::{Batch, Message, WindowKey};
 use crate::validate_message;
 use crate::StoreError;
 
-/// Indices of the messages of `batch` whose UUID did not occur earlier in the batch,
-/// after checking each one. The UUIDs come back sorted (lock order) with their index.
+/// Deduplication, step 1 of 2 (within the batch): indices of the messages of `batch`
+/// whose UUID did not occur earlier in the batch, after checking each one. The UUIDs
+/// come back sorted (lock order) with their index. Step 2, across batches, is the
+/// `audit_message` table (UUID primary key) in the same transaction: `ON CONFLICT
+/// (uuid) DO NOTHING` or a probe (`PgStore::stage_in`) on PostgreSQL,
+/// `SqliteStore::write_in` on SQLite; a UUID seen before is
+/// [`WriteOutcome::Duplicate`](crate::WriteOutcome::Duplicate).
 pub(crate) fn first_in_batch(batch: &Batch) -> Result<Vec<(Uuid, usize)>, StoreError> {
     let mut seen = HashSet::with_capacity(batch.messages.len());
     let mut firsts = Vec::with_capacity(batch.messages.len());

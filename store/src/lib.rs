@@ -20,13 +20,16 @@
 //! `audit_window_bucket` (window_id, bucket, count: merge with `sum(count) GROUP BY
 //! bucket`), `audit_window_offset`, `audit_progress`, `audit_emitter`,
 //! `audit_reject`, `audit_message` (every accepted UUID, the deduplication record),
-//! `audit_pending` (PostgreSQL: increments staged, not yet rolled up).
+//! `audit_pending` (PostgreSQL: increments staged, not yet rolled up),
+//! `web_alert_open` (alerts web's channels delivered and have not resolved). No other
+//! crate runs SQL on these tables: the pools are private to this crate.
 
 mod aggregate;
 mod model;
 mod pg;
 pub mod pgcopy;
 mod rows;
+mod shared;
 mod sqlite;
 
 use std::future::Future;
@@ -207,6 +210,70 @@ pub trait AuditStore: Send + Sync {
     /// The newest `limit` rejects, newest first.
     fn rejects(&self, limit: u32) -> impl Future<Output = Result<Vec<RejectRow>>> + Send;
 
+    /// `(topic, window_start_ms)` of the windows starting in `[from_ms, to_ms)`, once
+    /// per topic and window whatever the tiers and datacenters, ordered by window
+    /// start then topic, at most `limit`.
+    fn window_keys(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
+
+    /// `(topic, window_start_ms)` of the windows starting at or after `from_window_ms`
+    /// that received an increment at or after `since_ms` (the collector's clock), once
+    /// per topic and window, at most `limit`, in no particular order.
+    fn changed_windows(
+        &self,
+        since_ms: i64,
+        from_window_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
+
+    /// When each auditor last reported: `(topic, tier, datacenter,
+    /// max(received_at_ms))` over all its partitions, ordered, at most `limit`
+    /// auditors. One row per auditor rather than per partition, so a topic with a
+    /// hundred thousand (forged) partitions costs one row and cannot push other
+    /// auditors out of the read.
+    fn auditor_reports(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send;
+
+    /// `(topic, tier, datacenter, window_start_ms)` of the increments staged and not
+    /// yet added to their window rows, for windows starting at or after
+    /// `from_window_ms` (and of `topic` only when given). Only PostgreSQL stages;
+    /// SQLite adds increments up as it stores them and returns none. Read it after
+    /// the progress and before the window rows, so that increments that came with the
+    /// progress are in one of the two.
+    fn staged_windows(
+        &self,
+        topic: Option<&str>,
+        from_window_ms: i64,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send;
+
+    /// Alerts a channel has delivered and not resolved: `(dedup_key, alert JSON)`.
+    fn open_alerts(
+        &self,
+        channel: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String)>>> + Send;
+
+    /// Records a delivered alert of a channel, replacing an earlier one of the same key.
+    fn save_open_alert(
+        &self,
+        channel: &str,
+        dedup_key: &str,
+        alert: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Forgets a resolved alert (none open under that key: nothing to do).
+    fn delete_open_alert(
+        &self,
+        channel: &str,
+        dedup_key: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// Deletes at most `batch_size` windows whose start is before `window_cutoff_ms`
     /// (with their buckets and offsets), at most `batch_size` message UUIDs and rejects
     /// received before `message_cutoff_ms`. Short transactions: call again while it
@@ -359,6 +426,47 @@ impl AuditStore for Store {
     }
     async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
         dispatch!(self, s => s.rejects(limit).await)
+    }
+    async fn window_keys(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<(String, i64)>> {
+        dispatch!(self, s => s.window_keys(from_ms, to_ms, limit).await)
+    }
+    async fn changed_windows(
+        &self,
+        since_ms: i64,
+        from_window_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<(String, i64)>> {
+        dispatch!(self, s => s.changed_windows(since_ms, from_window_ms, limit).await)
+    }
+    async fn auditor_reports(&self, limit: u32) -> Result<Vec<(String, String, String, i64)>> {
+        dispatch!(self, s => s.auditor_reports(limit).await)
+    }
+    async fn staged_windows(
+        &self,
+        topic: Option<&str>,
+        from_window_ms: i64,
+    ) -> Result<Vec<(String, String, String, i64)>> {
+        dispatch!(self, s => s.staged_windows(topic, from_window_ms).await)
+    }
+    async fn open_alerts(&self, channel: &str) -> Result<Vec<(String, String)>> {
+        dispatch!(self, s => s.open_alerts(channel).await)
+    }
+    async fn save_open_alert(
+        &self,
+        channel: &str,
+        dedup_key: &str,
+        alert: &str,
+        now_ms: i64,
+    ) -> Result<()> {
+        dispatch!(self, s => s.save_open_alert(channel, dedup_key, alert, now_ms).await)
+    }
+    async fn delete_open_alert(&self, channel: &str, dedup_key: &str) -> Result<()> {
+        dispatch!(self, s => s.delete_open_alert(channel, dedup_key).await)
     }
     async fn retention(
         &self,

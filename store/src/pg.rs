@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::model::*;
-use crate::rows::{EmitterDb, OffsetDb, ProgressDb, RejectDb, WindowDb};
-use crate::{AuditStore, Context, Result, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
+use crate::rows::WindowDb;
+use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -82,11 +82,16 @@ impl PgStore {
         PgStore { pool }
     }
 
-    /// The connection pool, for read queries beyond the contract (store/src/read.rs)
-    /// and benchmarks.
+    /// The connection pool, for tests and benchmarks that poison, lock or seed tables
+    /// (feature `test-support`). Everything else goes through [`AuditStore`]: only
+    /// this crate knows the schema.
+    #[cfg(feature = "test-support")]
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// PostgreSQL takes concurrent writers: nothing to serialize.
+    async fn lock_writer(&self) {}
 
     async fn write_in(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<BatchOutcome> {
         let firsts = first_in_batch(batch)?;
@@ -441,42 +446,6 @@ impl PgStore {
         .context("storing rejects")?;
         Ok(())
     }
-
-    /// Reads the buckets of `rows` with `bucket_sql` (ordered by window id and bucket),
-    /// at most `max_bucket_rows` of them (see [`crate::rows::join_buckets_capped`]).
-    async fn attach_buckets(
-        &self,
-        rows: Vec<WindowDb>,
-        bucket_sql: &str,
-        binds: BucketBinds<'_>,
-        max_bucket_rows: usize,
-        topics: &str,
-        range: TimeRange,
-    ) -> Result<Vec<WindowRow>> {
-        // One row past the cap shows whether it was hit.
-        let bucket_sql = format!(
-            "{bucket_sql} LIMIT {}",
-            crate::rows::bucket_limit(max_bucket_rows)
-        );
-        let mut q = sqlx::query_as::<_, (i64, i32, i64)>(&bucket_sql);
-        match binds {
-            BucketBinds::Topic(topic, range) => {
-                q = q.bind(topic).bind(range.start_ms).bind(range.end_ms)
-            }
-            BucketBinds::Ids(ids) => q = q.bind(ids),
-        }
-        let buckets = q
-            .fetch_all(&self.pool)
-            .await
-            .context("reading latency buckets")?;
-        Ok(crate::rows::join_buckets_capped(
-            rows,
-            buckets,
-            max_bucket_rows,
-            topics,
-            range,
-        ))
-    }
 }
 
 impl PgStore {
@@ -736,16 +705,6 @@ fn is_unique_violation(e: &StoreError) -> bool {
     matches!(e, StoreError::Database { source: sqlx::Error::Database(db), .. } if db.code().as_deref() == Some("23505"))
 }
 
-enum BucketBinds<'a> {
-    Topic(&'a str, TimeRange),
-    Ids(Vec<i64>),
-}
-
-const WINDOW_COLUMNS: &str =
-    "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
-    no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms";
-
 impl AuditStore for PgStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
@@ -812,7 +771,13 @@ impl AuditStore for PgStore {
             // Retrying would fail the same way forever (the same rows come back):
             // isolate the increment that causes it instead.
             Err(e) if e.is_data_error() => {
-                drop(tx);
+                // Roll back now, not on drop: sqlx sends a dropped transaction's
+                // ROLLBACK only when its connection is next used, and until then the
+                // rows taken stay locked, so the isolating pass below (on another
+                // connection of the pool) would skip them all and roll up nothing.
+                tx.rollback()
+                    .await
+                    .context("rolling back a failed roll-up")?;
                 tracing::warn!(error = %e, "roll-up hit a data error; rolling up one increment at a time");
                 let mut tx = self
                     .pool
@@ -842,72 +807,23 @@ impl AuditStore for PgStore {
         .context("listing topics")
     }
 
-    async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
-        self.topic_windows_capped(topic, range, MAX_BUCKET_ROWS)
-            .await
-    }
+    crate::shared::shared_methods!();
 
-    async fn windows_in_range(
+    async fn staged_windows(
         &self,
-        range: TimeRange,
-        after_topic: Option<&str>,
-        topic_limit: u32,
-    ) -> Result<WindowPage> {
-        self.windows_in_range_capped(range, after_topic, topic_limit, MAX_BUCKET_ROWS)
-            .await
-    }
-
-    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
-        let rows: Vec<OffsetDb> = sqlx::query_as(&format!(
-            "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
-             JOIN audit_window w ON w.id = o.window_id
-             WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
-             ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(&key.topic)
-        .bind(&key.tier)
-        .bind(&key.datacenter)
-        .bind(key.window_start_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading offset ranges of a window")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
-        let rows: Vec<ProgressDb> = sqlx::query_as(&format!(
-            "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-                    emitted_at_ms, received_at_ms
-             FROM audit_progress WHERE ($1::text IS NULL OR topic = $1)
-             ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading progress")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn emitters(&self) -> Result<Vec<EmitterRow>> {
-        let rows: Vec<EmitterDb> = sqlx::query_as(&format!(
-            "SELECT tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages
-             FROM audit_emitter ORDER BY tier, datacenter, host LIMIT {MAX_READ_ROWS}"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .context("reading emitters")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
-        let rows: Vec<RejectDb> = sqlx::query_as(
-            "SELECT id, received_at_ms, source, reason, payload FROM audit_reject ORDER BY id DESC LIMIT $1",
+        topic: Option<&str>,
+        from_window_ms: i64,
+    ) -> Result<Vec<(String, String, String, i64)>> {
+        sqlx::query_as(
+            "SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
+             FROM audit_pending p JOIN audit_message m ON m.uuid = p.uuid
+             WHERE ($1::text IS NULL OR m.topic = $1) AND m.window_start_ms >= $2",
         )
-        .bind(i64::from(limit).min(MAX_READ_ROWS as i64))
+        .bind(topic)
+        .bind(from_window_ms)
         .fetch_all(&self.pool)
         .await
-        .context("reading rejects")?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        .context("reading staged increments")
     }
 
     async fn retention(
@@ -962,38 +878,7 @@ impl AuditStore for PgStore {
 }
 
 impl PgStore {
-    /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests lower it).
-    #[doc(hidden)]
-    pub async fn topic_windows_capped(
-        &self,
-        topic: &str,
-        range: TimeRange,
-        max_bucket_rows: usize,
-    ) -> Result<Vec<WindowRow>> {
-        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
-             WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
-             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading windows of a topic")?;
-        self.attach_buckets(
-            rows,
-            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
-             JOIN audit_window w ON w.id = b.window_id
-             WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
-             ORDER BY b.window_id, b.bucket",
-            BucketBinds::Topic(topic, range),
-            max_bucket_rows,
-            topic,
-            range,
-        )
-        .await
-    }
+    crate::shared::shared_window_reads!();
 
     /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
@@ -1004,23 +889,12 @@ impl PgStore {
         topic_limit: u32,
         max_bucket_rows: usize,
     ) -> Result<WindowPage> {
-        let topics: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT topic FROM audit_window
-             WHERE window_start_ms >= $1 AND window_start_ms < $2 AND ($3::text IS NULL OR topic > $3)
-             ORDER BY topic LIMIT $4",
-        )
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(after_topic)
-        .bind(i64::from(topic_limit.max(1)) + 1)
-        .fetch_all(&self.pool)
-        .await
-        .context("listing topics of a range")?;
-        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
+        let (topics, next_after_topic) = self.range_topics(range, after_topic, topic_limit).await?;
         let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
+            "SELECT {} FROM audit_window
              WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
-             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}",
+            crate::shared::WINDOW_COLUMNS
         ))
         .bind(&topics)
         .bind(range.start_ms)
@@ -1029,19 +903,24 @@ impl PgStore {
         .await
         .context("reading windows of a range")?;
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let rows = self
-            .attach_buckets(
+        // One row past the cap shows whether it was hit.
+        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
+            "SELECT window_id, bucket, count FROM audit_window_bucket
+             WHERE window_id = ANY($1) ORDER BY window_id, bucket LIMIT {}",
+            crate::rows::bucket_limit(max_bucket_rows)
+        ))
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading latency buckets")?;
+        Ok(WindowPage {
+            rows: crate::rows::join_buckets_capped(
                 rows,
-                "SELECT window_id, bucket, count FROM audit_window_bucket
-                 WHERE window_id = ANY($1) ORDER BY window_id, bucket",
-                BucketBinds::Ids(ids),
+                buckets,
                 max_bucket_rows,
                 &crate::rows::topic_span(&topics),
                 range,
-            )
-            .await?;
-        Ok(WindowPage {
-            rows,
+            ),
             next_after_topic,
         })
     }

@@ -13,8 +13,8 @@ use tokio::sync::Mutex;
 
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::model::*;
-use crate::rows::{EmitterDb, OffsetDb, ProgressDb, RejectDb, WindowDb};
-use crate::{AuditStore, Context, Result, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
+use crate::rows::WindowDb;
+use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -59,8 +59,17 @@ impl SqliteStore {
         })
     }
 
+    /// The connection pool, for tests and benchmarks that poison, lock or seed tables
+    /// (feature `test-support`). Everything else goes through [`AuditStore`]: only
+    /// this crate knows the schema.
+    #[cfg(feature = "test-support")]
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// SQLite's one writer at a time (see the module doc).
+    async fn lock_writer(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writer.lock().await
     }
 
     async fn write_in(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<BatchOutcome> {
@@ -271,11 +280,6 @@ impl SqliteStore {
     }
 }
 
-const WINDOW_COLUMNS: &str =
-    "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
-    no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms";
-
 impl AuditStore for SqliteStore {
     async fn migrate(&self) -> Result<()> {
         let _writer = self.writer.lock().await;
@@ -319,72 +323,15 @@ impl AuditStore for SqliteStore {
             .context("listing topics")
     }
 
-    async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
-        self.topic_windows_capped(topic, range, MAX_BUCKET_ROWS)
-            .await
-    }
+    crate::shared::shared_methods!();
 
-    async fn windows_in_range(
+    /// Nothing is ever staged: [`AuditStore::stage_batch`] adds increments up at once.
+    async fn staged_windows(
         &self,
-        range: TimeRange,
-        after_topic: Option<&str>,
-        topic_limit: u32,
-    ) -> Result<WindowPage> {
-        self.windows_in_range_capped(range, after_topic, topic_limit, MAX_BUCKET_ROWS)
-            .await
-    }
-
-    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
-        let rows: Vec<OffsetDb> = sqlx::query_as(&format!(
-            "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
-             JOIN audit_window w ON w.id = o.window_id
-             WHERE w.topic = ?1 AND w.tier = ?2 AND w.datacenter = ?3 AND w.window_start_ms = ?4
-             ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(&key.topic)
-        .bind(&key.tier)
-        .bind(&key.datacenter)
-        .bind(key.window_start_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading offset ranges of a window")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
-        let rows: Vec<ProgressDb> = sqlx::query_as(&format!(
-            "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-                    emitted_at_ms, received_at_ms
-             FROM audit_progress WHERE (?1 IS NULL OR topic = ?1)
-             ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading progress")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn emitters(&self) -> Result<Vec<EmitterRow>> {
-        let rows: Vec<EmitterDb> = sqlx::query_as(&format!(
-            "SELECT tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages
-             FROM audit_emitter ORDER BY tier, datacenter, host LIMIT {MAX_READ_ROWS}"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .context("reading emitters")?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
-        let rows: Vec<RejectDb> = sqlx::query_as(
-            "SELECT id, received_at_ms, source, reason, payload FROM audit_reject ORDER BY id DESC LIMIT ?1",
-        )
-        .bind(i64::from(limit).min(MAX_READ_ROWS as i64))
-        .fetch_all(&self.pool)
-        .await
-        .context("reading rejects")?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        _topic: Option<&str>,
+        _from_window_ms: i64,
+    ) -> Result<Vec<(String, String, String, i64)>> {
+        Ok(Vec::new())
     }
 
     async fn retention(
@@ -449,46 +396,7 @@ impl AuditStore for SqliteStore {
 }
 
 impl SqliteStore {
-    /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests lower it).
-    #[doc(hidden)]
-    pub async fn topic_windows_capped(
-        &self,
-        topic: &str,
-        range: TimeRange,
-        max_bucket_rows: usize,
-    ) -> Result<Vec<WindowRow>> {
-        let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
-             WHERE topic = ?1 AND window_start_ms >= ?2 AND window_start_ms < ?3
-             ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
-        ))
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading windows of a topic")?;
-        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
-            "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
-             JOIN audit_window w ON w.id = b.window_id
-             WHERE w.topic = ?1 AND w.window_start_ms >= ?2 AND w.window_start_ms < ?3
-             ORDER BY b.window_id, b.bucket LIMIT ?4",
-        )
-        .bind(topic)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(crate::rows::bucket_limit(max_bucket_rows))
-        .fetch_all(&self.pool)
-        .await
-        .context("reading latency buckets")?;
-        Ok(crate::rows::join_buckets_capped(
-            rows,
-            buckets,
-            max_bucket_rows,
-            topic,
-            range,
-        ))
-    }
+    crate::shared::shared_window_reads!();
 
     /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
@@ -499,19 +407,7 @@ impl SqliteStore {
         topic_limit: u32,
         max_bucket_rows: usize,
     ) -> Result<WindowPage> {
-        let topics: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT topic FROM audit_window
-             WHERE window_start_ms >= ?1 AND window_start_ms < ?2 AND (?3 IS NULL OR topic > ?3)
-             ORDER BY topic LIMIT ?4",
-        )
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(after_topic)
-        .bind(i64::from(topic_limit.max(1)) + 1)
-        .fetch_all(&self.pool)
-        .await
-        .context("listing topics of a range")?;
-        let (topics, next_after_topic) = crate::rows::page(topics, topic_limit);
+        let (topics, next_after_topic) = self.range_topics(range, after_topic, topic_limit).await?;
         let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
             return Ok(WindowPage {
                 rows: Vec::new(),
@@ -521,9 +417,11 @@ impl SqliteStore {
         // The page's topics are exactly those with windows in range between first and
         // last, so a range on topic selects them without binding a list.
         let rows: Vec<WindowDb> = sqlx::query_as(&format!(
-            "SELECT {WINDOW_COLUMNS} FROM audit_window
+            "SELECT {} FROM audit_window
              WHERE topic >= ?1 AND topic <= ?2 AND window_start_ms >= ?3 AND window_start_ms < ?4
-             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+             ORDER BY topic, window_start_ms, tier, datacenter LIMIT {}",
+            crate::shared::WINDOW_COLUMNS,
+            MAX_READ_ROWS
         ))
         .bind(first)
         .bind(last)

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use store::AuditStore;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -528,7 +529,7 @@ impl ChannelWorker {
     /// Loads the alerts this channel had open before a restart.
     pub async fn load_open(&mut self) {
         let Some(store) = &self.store else { return };
-        match crate::read::open_alerts(store, &self.channel.name).await {
+        match store.open_alerts(&self.channel.name).await {
             Ok(rows) => {
                 for (key, json) in rows {
                     match serde_json::from_str::<Alert>(&json) {
@@ -553,14 +554,16 @@ impl ChannelWorker {
         let result = match action {
             Action::Trigger => match serde_json::to_string(alert) {
                 Ok(json) => {
-                    crate::read::save_open_alert(store, name, &alert.dedup_key, &json, now_ms).await
+                    store
+                        .save_open_alert(name, &alert.dedup_key, &json, now_ms)
+                        .await
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "alert not serializable");
                     Ok(())
                 }
             },
-            Action::Resolve => crate::read::delete_open_alert(store, name, &alert.dedup_key).await,
+            Action::Resolve => store.delete_open_alert(name, &alert.dedup_key).await,
         };
         if let Err(e) = result {
             tracing::warn!(channel = %name, key = %alert.dedup_key, error = %e,

@@ -459,14 +459,15 @@ pub async fn compare(
     let (from, to) = q.resolve(&state)?;
     let topo = &state.topology;
     let first = topo.window_start(from);
-    // Progress, then staged increments, then window rows (see `read::staged_windows`).
+    // Progress, then staged increments, then window rows (see `AuditStore::staged_windows`).
     let progress = topic_progress(&state.store, &topic).await?;
-    let staged: crate::engine::Staged =
-        crate::read::staged_windows(&state.store, Some(&topic), first)
-            .await?
-            .into_iter()
-            .map(|(_, tier, dc, w)| (tier, dc, w))
-            .collect();
+    let staged: crate::engine::Staged = state
+        .store
+        .staged_windows(Some(&topic), first)
+        .await?
+        .into_iter()
+        .map(|(_, tier, dc, w)| (tier, dc, w))
+        .collect();
     let rows: Vec<_> = state
         .store
         .topic_windows(&topic, TimeRange::new(first, to))

@@ -254,7 +254,9 @@ pub async fn completeness(
     };
     // The engine keeps a window with staged increments of an involved tier and
     // datacenter pending (the roll-up is behind): its counts are not the answer yet.
-    let staged: Staged = crate::read::staged_windows(&state.store, Some(&topic), first)
+    let staged: Staged = state
+        .store
+        .staged_windows(Some(&topic), first)
         .await?
         .into_iter()
         .filter(|(_, tier, dc, w)| *w < to && involved(tier, dc))

@@ -254,7 +254,7 @@ impl Evaluator {
         // above: those are capped, and a capped read must not freeze stall alerts.
         let mut auditors = BTreeMap::new();
         for (topic, tier, datacenter, last_report) in
-            crate::read::auditor_reports(&self.store, AUDITOR_LIMIT).await?
+            self.store.auditor_reports(AUDITOR_LIMIT).await?
         {
             // An auditor silent for `forget_after` (deleted or no longer audited
             // topic) is no longer expected.
@@ -286,11 +286,9 @@ impl Evaluator {
         self.index.write().expect("verdict index lock").auditors = auditors;
         let empty = Vec::new();
         // Staged, not yet rolled-up increments: read after the progress and before the
-        // window rows (see `read::staged_windows`).
+        // window rows (see `AuditStore::staged_windows`).
         let mut staged: HashMap<String, engine::Staged> = HashMap::new();
-        for (topic, tier, dc, w) in
-            crate::read::staged_windows(&self.store, None, horizon_start).await?
-        {
+        for (topic, tier, dc, w) in self.store.staged_windows(None, horizon_start).await? {
             staged.entry(topic).or_default().insert((tier, dc, w));
         }
         let no_staged = engine::Staged::new();
@@ -309,23 +307,15 @@ impl Evaluator {
                 let from =
                     last.saturating_sub(topo.window_ms + self.max_grace_ms() + LATE_MARGIN_MS);
                 keys.extend(
-                    crate::read::window_keys(
-                        &self.store,
-                        from.max(horizon_start),
-                        range_end,
-                        KEY_LIMIT,
-                    )
-                    .await?,
+                    self.store
+                        .window_keys(from.max(horizon_start), range_end, KEY_LIMIT)
+                        .await?,
                 );
                 // Windows that received late increments.
                 keys.extend(
-                    crate::read::changed_windows(
-                        &self.store,
-                        last - LATE_MARGIN_MS,
-                        horizon_start,
-                        KEY_LIMIT,
-                    )
-                    .await?,
+                    self.store
+                        .changed_windows(last - LATE_MARGIN_MS, horizon_start, KEY_LIMIT)
+                        .await?,
                 );
                 // Windows waiting for an auditor.
                 {

@@ -10,7 +10,6 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod metrics;
-pub mod read;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};

@@ -77,6 +77,11 @@ conformance!(
     sums_saturate_at_i64_max_instead_of_failing,
     nul_in_a_name_or_a_reject_is_never_a_database_error,
     bucket_reads_are_capped_and_never_truncate_a_histogram,
+    window_keys_list_each_topic_window_once_in_order,
+    changed_windows_are_those_with_recent_increments,
+    auditor_reports_give_one_row_per_auditor,
+    staged_windows_are_increments_not_yet_rolled_up,
+    open_alerts_are_saved_replaced_listed_and_deleted,
 );
 
 /// Rolls up everything staged.
@@ -1223,5 +1228,209 @@ async fn bucket_reads_are_capped_and_never_truncate_a_histogram(store: &Store) {
         store.topic_windows("orders", all()).await.unwrap(),
         MAX_BUCKET_ROWS,
         "topic_windows",
+    );
+}
+
+/// The evaluator's plan of work: `(topic, window_start)` of windows starting in a
+/// range, one per topic and window whatever the tiers and datacenters, ordered by
+/// window then topic, at most `limit`.
+async fn window_keys_list_each_topic_window_once_in_order(store: &Store) {
+    let mut messages = vec![];
+    for window in 0..4 {
+        for (topic, tier, dc) in [
+            ("b", "regional", "dc1"),
+            ("a", "regional", "dc1"),
+            ("a", "regional", "dc2"),
+            ("a", "aggregate", "dc1"),
+        ] {
+            messages.push(Message::Increment(increment(topic, tier, dc, window, 1)));
+        }
+    }
+    store.write_batch(&batch(messages)).await.unwrap();
+    let keys = store.window_keys(T0 + W, T0 + 3 * W, 100).await.unwrap();
+    let expected: Vec<(String, i64)> = [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+        .iter()
+        .map(|&(w, t)| (t.to_string(), T0 + w * W))
+        .collect();
+    assert_eq!(keys, expected);
+    assert_eq!(
+        store.window_keys(T0 + W, T0 + 3 * W, 3).await.unwrap(),
+        expected[..3]
+    );
+    assert!(store
+        .window_keys(T0 + 10 * W, T0 + 20 * W, 100)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// Windows that received an increment at or after a time (the collector's clock),
+/// starting at or after a window, once per topic and window.
+async fn changed_windows_are_those_with_recent_increments(store: &Store) {
+    let early = T0 + 10 * W;
+    let late = early + 60_000;
+    let mut first = batch(
+        (0..3)
+            .flat_map(|w| {
+                [
+                    Message::Increment(increment("a", "regional", "dc1", w, 1)),
+                    Message::Increment(increment("b", "regional", "dc1", w, 1)),
+                ]
+            })
+            .collect(),
+    );
+    first.received_at_ms = early;
+    store.write_batch(&first).await.unwrap();
+    // Later increments for a's windows 0 and 2 (two tiers) and b's window 1.
+    let mut second = batch(vec![
+        Message::Increment(increment("a", "regional", "dc1", 0, 1)),
+        Message::Increment(increment("a", "regional", "dc1", 2, 1)),
+        Message::Increment(increment("a", "aggregate", "dc1", 2, 1)),
+        Message::Increment(increment("b", "regional", "dc1", 1, 1)),
+    ]);
+    second.received_at_ms = late;
+    store.write_batch(&second).await.unwrap();
+
+    let sorted = |mut v: Vec<(String, i64)>| {
+        v.sort();
+        v
+    };
+    let key = |t: &str, w: i64| (t.to_string(), T0 + w * W);
+    assert_eq!(
+        sorted(store.changed_windows(late, T0, 100).await.unwrap()),
+        vec![key("a", 0), key("a", 2), key("b", 1)]
+    );
+    assert_eq!(
+        sorted(store.changed_windows(late, T0 + W, 100).await.unwrap()),
+        vec![key("a", 2), key("b", 1)]
+    );
+    assert_eq!(
+        store.changed_windows(early, T0, 100).await.unwrap().len(),
+        6
+    );
+    assert_eq!(store.changed_windows(early, T0, 4).await.unwrap().len(), 4);
+    assert!(store
+        .changed_windows(late + 1, T0, 100)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// When each auditor (topic, tier, datacenter) last reported: the newest receive time
+/// over all its partitions, one row per auditor, ordered, at most `limit`.
+async fn auditor_reports_give_one_row_per_auditor(store: &Store) {
+    let at = |received: i64, p: Progress| {
+        let mut b = batch(vec![Message::Progress(p)]);
+        b.received_at_ms = received;
+        b
+    };
+    let mut other_dc = progress("orders", "auditor-2", T0 + 300, &[(0, 10)]);
+    other_dc.datacenter = "dc2".into();
+    for b in [
+        at(
+            T0 + 5_000,
+            progress("orders", "auditor-0", T0 + 100, &[(0, 10), (1, 20)]),
+        ),
+        at(
+            T0 + 9_000,
+            progress("orders", "auditor-1", T0 + 200, &[(2, 30)]),
+        ),
+        at(T0 + 7_000, other_dc),
+        at(
+            T0 + 8_000,
+            progress("payments", "auditor-0", T0 + 100, &[(0, 1)]),
+        ),
+    ] {
+        store.write_batch(&b).await.unwrap();
+    }
+    let row =
+        |t: &str, dc: &str, at: i64| (t.to_string(), "regional".to_string(), dc.to_string(), at);
+    let expected = vec![
+        row("orders", "dc1", T0 + 9_000),
+        row("orders", "dc2", T0 + 7_000),
+        row("payments", "dc1", T0 + 8_000),
+    ];
+    assert_eq!(store.auditor_reports(100).await.unwrap(), expected);
+    assert_eq!(store.auditor_reports(2).await.unwrap(), expected[..2]);
+}
+
+/// Increments staged and not yet added to their window rows, by (topic, tier,
+/// datacenter, window): PostgreSQL lists them until the roll-up; SQLite adds
+/// increments up as it stores them and never has any.
+async fn staged_windows_are_increments_not_yet_rolled_up(store: &Store) {
+    let messages = vec![
+        Message::Increment(increment("a", "regional", "dc1", 0, 1)),
+        Message::Increment(increment("a", "regional", "dc1", 0, 2)),
+        Message::Increment(increment("a", "aggregate", "dc2", 1, 1)),
+        Message::Increment(increment("b", "regional", "dc1", 1, 1)),
+    ];
+    store.stage_batch(&batch(messages)).await.unwrap();
+    let sorted = |mut v: Vec<(String, String, String, i64)>| {
+        v.sort();
+        v
+    };
+    let key = |t: &str, tier: &str, dc: &str, w: i64| {
+        (t.to_string(), tier.to_string(), dc.to_string(), T0 + w * W)
+    };
+    let all_staged = sorted(store.staged_windows(None, T0).await.unwrap());
+    let of_a_from_1 = store.staged_windows(Some("a"), T0 + W).await.unwrap();
+    match store {
+        Store::Postgres(_) => {
+            assert_eq!(
+                all_staged,
+                vec![
+                    key("a", "aggregate", "dc2", 1),
+                    key("a", "regional", "dc1", 0),
+                    key("b", "regional", "dc1", 1),
+                ]
+            );
+            assert_eq!(of_a_from_1, vec![key("a", "aggregate", "dc2", 1)]);
+        }
+        Store::Sqlite(_) => {
+            assert!(all_staged.is_empty() && of_a_from_1.is_empty());
+        }
+    }
+    rollup_all(store).await;
+    assert!(store.staged_windows(None, T0).await.unwrap().is_empty());
+    assert_eq!(all_rows(store).await.len(), 3);
+}
+
+/// Alerts a channel delivered and has not resolved, kept across restarts: saving a key
+/// again replaces its alert; channels do not see each other's.
+async fn open_alerts_are_saved_replaced_listed_and_deleted(store: &Store) {
+    let pair = |k: &str, a: &str| (k.to_string(), a.to_string());
+    assert!(store.open_alerts("slack").await.unwrap().is_empty());
+    store
+        .save_open_alert("slack", "k1", r#"{"v":1}"#, T0)
+        .await
+        .unwrap();
+    store
+        .save_open_alert("slack", "k1", r#"{"v":2}"#, T0 + 1)
+        .await
+        .unwrap();
+    store
+        .save_open_alert("slack", "k2", r#"{"v":3}"#, T0 + 2)
+        .await
+        .unwrap();
+    store
+        .save_open_alert("pager", "k1", r#"{"v":4}"#, T0 + 3)
+        .await
+        .unwrap();
+    let mut slack = store.open_alerts("slack").await.unwrap();
+    slack.sort();
+    assert_eq!(
+        slack,
+        vec![pair("k1", r#"{"v":2}"#), pair("k2", r#"{"v":3}"#)]
+    );
+    store.delete_open_alert("slack", "k1").await.unwrap();
+    // Forgetting an alert that is not open is no error.
+    store.delete_open_alert("slack", "k1").await.unwrap();
+    assert_eq!(
+        store.open_alerts("slack").await.unwrap(),
+        vec![pair("k2", r#"{"v":3}"#)]
+    );
+    assert_eq!(
+        store.open_alerts("pager").await.unwrap(),
+        vec![pair("k1", r#"{"v":4}"#)]
     );
 }

@@ -1,0 +1,289 @@
+//! Reads and small writes whose SQL is the same on both backends: SQLite accepts
+//! PostgreSQL's `$N` placeholders with the same meaning (sqlx binds `$N` to the N-th
+//! argument), and `CAST($1 AS TEXT)` replaces PostgreSQL's `$1::text`. One text per
+//! statement here, one method body in [`shared_methods!`] (expanded in the
+//! `AuditStore` impls of pg.rs and sqlite.rs) or [`shared_window_reads!`] (in their
+//! inherent impls). Writes of the ingest path, staging,
+//! roll-up, retention and `list_topics` really differ and stay per backend.
+
+use std::sync::LazyLock;
+
+use crate::MAX_READ_ROWS;
+
+pub(crate) const WINDOW_COLUMNS: &str =
+    "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
+    no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
+    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms";
+
+/// Window rows of one topic in a range: `$1` topic, `$2..$3` window starts.
+pub(crate) static TOPIC_WINDOWS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {WINDOW_COLUMNS} FROM audit_window
+         WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
+         ORDER BY window_start_ms, tier, datacenter LIMIT {MAX_READ_ROWS}"
+    )
+});
+
+/// Latency buckets of [`TOPIC_WINDOWS`]' rows, same binds; the caller appends the LIMIT.
+pub(crate) const TOPIC_BUCKETS: &str =
+    "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
+     JOIN audit_window w ON w.id = b.window_id
+     WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
+     ORDER BY b.window_id, b.bucket";
+
+/// Topics with windows in `$1..$2`, after `$3` (none: from the first), at most `$4`.
+pub(crate) const RANGE_TOPICS: &str = "SELECT DISTINCT topic FROM audit_window
+     WHERE window_start_ms >= $1 AND window_start_ms < $2
+       AND (CAST($3 AS TEXT) IS NULL OR topic > $3)
+     ORDER BY topic LIMIT $4";
+
+pub(crate) static WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+         JOIN audit_window w ON w.id = o.window_id
+         WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
+         ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
+    )
+});
+
+pub(crate) static PROGRESS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
+                emitted_at_ms, received_at_ms
+         FROM audit_progress WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1)
+         ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
+    )
+});
+
+pub(crate) static EMITTERS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages
+         FROM audit_emitter ORDER BY tier, datacenter, host LIMIT {MAX_READ_ROWS}"
+    )
+});
+
+pub(crate) const REJECTS: &str =
+    "SELECT id, received_at_ms, source, reason, payload FROM audit_reject ORDER BY id DESC LIMIT $1";
+
+pub(crate) const WINDOW_KEYS: &str = "SELECT DISTINCT window_start_ms, topic FROM audit_window
+     WHERE window_start_ms >= $1 AND window_start_ms < $2
+     ORDER BY window_start_ms, topic LIMIT $3";
+
+pub(crate) const CHANGED_WINDOWS: &str = "SELECT DISTINCT topic, window_start_ms FROM audit_window
+     WHERE last_received_at_ms >= $1 AND window_start_ms >= $2 LIMIT $3";
+
+pub(crate) const AUDITOR_REPORTS: &str =
+    "SELECT topic, tier, datacenter, max(received_at_ms) FROM audit_progress
+     GROUP BY topic, tier, datacenter ORDER BY topic, tier, datacenter LIMIT $1";
+
+pub(crate) const OPEN_ALERTS: &str =
+    "SELECT dedup_key, alert FROM web_alert_open WHERE channel = $1";
+
+pub(crate) const SAVE_OPEN_ALERT: &str =
+    "INSERT INTO web_alert_open (channel, dedup_key, alert, opened_at_ms)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (channel, dedup_key) DO UPDATE SET alert = excluded.alert";
+
+pub(crate) const DELETE_OPEN_ALERT: &str =
+    "DELETE FROM web_alert_open WHERE channel = $1 AND dedup_key = $2";
+
+/// The `AuditStore` methods whose body is the same on both backends, for an impl
+/// block of a store with a `pool` field, a `lock_writer` method (SQLite's one writer
+/// at a time; nothing on PostgreSQL) and the backend's `*_capped` window reads. The
+/// SQL is above; the row types in rows.rs.
+macro_rules! shared_methods {
+    () => {
+        async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
+            self.topic_windows_capped(topic, range, crate::MAX_BUCKET_ROWS)
+                .await
+        }
+
+        async fn windows_in_range(
+            &self,
+            range: TimeRange,
+            after_topic: Option<&str>,
+            topic_limit: u32,
+        ) -> Result<WindowPage> {
+            self.windows_in_range_capped(range, after_topic, topic_limit, crate::MAX_BUCKET_ROWS)
+                .await
+        }
+
+        async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
+            let rows: Vec<crate::rows::OffsetDb> = sqlx::query_as(&crate::shared::WINDOW_OFFSETS)
+                .bind(&key.topic)
+                .bind(&key.tier)
+                .bind(&key.datacenter)
+                .bind(key.window_start_ms)
+                .fetch_all(&self.pool)
+                .await
+                .context("reading offset ranges of a window")?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        }
+
+        async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
+            let rows: Vec<crate::rows::ProgressDb> = sqlx::query_as(&crate::shared::PROGRESS)
+                .bind(topic)
+                .fetch_all(&self.pool)
+                .await
+                .context("reading progress")?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        }
+
+        async fn emitters(&self) -> Result<Vec<EmitterRow>> {
+            let rows: Vec<crate::rows::EmitterDb> = sqlx::query_as(&crate::shared::EMITTERS)
+                .fetch_all(&self.pool)
+                .await
+                .context("reading emitters")?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        }
+
+        async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
+            let rows: Vec<crate::rows::RejectDb> = sqlx::query_as(crate::shared::REJECTS)
+                .bind(i64::from(limit).min(crate::MAX_READ_ROWS as i64))
+                .fetch_all(&self.pool)
+                .await
+                .context("reading rejects")?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        }
+
+        async fn window_keys(
+            &self,
+            from_ms: i64,
+            to_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<(String, i64)>> {
+            let rows: Vec<(i64, String)> = sqlx::query_as(crate::shared::WINDOW_KEYS)
+                .bind(from_ms)
+                .bind(to_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .context("listing windows of a range")?;
+            Ok(rows.into_iter().map(|(w, t)| (t, w)).collect())
+        }
+
+        async fn changed_windows(
+            &self,
+            since_ms: i64,
+            from_window_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<(String, i64)>> {
+            sqlx::query_as(crate::shared::CHANGED_WINDOWS)
+                .bind(since_ms)
+                .bind(from_window_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .context("listing windows with late increments")
+        }
+
+        async fn auditor_reports(&self, limit: u32) -> Result<Vec<(String, String, String, i64)>> {
+            sqlx::query_as(crate::shared::AUDITOR_REPORTS)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .context("reading auditors' last reports")
+        }
+
+        async fn open_alerts(&self, channel: &str) -> Result<Vec<(String, String)>> {
+            sqlx::query_as(crate::shared::OPEN_ALERTS)
+                .bind(channel)
+                .fetch_all(&self.pool)
+                .await
+                .context("reading open alerts")
+        }
+
+        async fn save_open_alert(
+            &self,
+            channel: &str,
+            dedup_key: &str,
+            alert: &str,
+            now_ms: i64,
+        ) -> Result<()> {
+            let _writer = self.lock_writer().await;
+            sqlx::query(crate::shared::SAVE_OPEN_ALERT)
+                .bind(channel)
+                .bind(dedup_key)
+                .bind(alert)
+                .bind(now_ms)
+                .execute(&self.pool)
+                .await
+                .context("recording an open alert")
+                .map(drop)
+        }
+
+        async fn delete_open_alert(&self, channel: &str, dedup_key: &str) -> Result<()> {
+            let _writer = self.lock_writer().await;
+            sqlx::query(crate::shared::DELETE_OPEN_ALERT)
+                .bind(channel)
+                .bind(dedup_key)
+                .execute(&self.pool)
+                .await
+                .context("forgetting a resolved alert")
+                .map(drop)
+        }
+    };
+}
+pub(crate) use shared_methods;
+
+/// The inherent window reads whose body is the same on both backends.
+macro_rules! shared_window_reads {
+    () => {
+        /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests
+        /// lower it).
+        #[doc(hidden)]
+        pub async fn topic_windows_capped(
+            &self,
+            topic: &str,
+            range: TimeRange,
+            max_bucket_rows: usize,
+        ) -> Result<Vec<WindowRow>> {
+            let rows: Vec<crate::rows::WindowDb> = sqlx::query_as(&crate::shared::TOPIC_WINDOWS)
+                .bind(topic)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .fetch_all(&self.pool)
+                .await
+                .context("reading windows of a topic")?;
+            // One row past the cap shows whether it was hit.
+            let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
+                "{} LIMIT {}",
+                crate::shared::TOPIC_BUCKETS,
+                crate::rows::bucket_limit(max_bucket_rows)
+            ))
+            .bind(topic)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading latency buckets")?;
+            Ok(crate::rows::join_buckets_capped(
+                rows,
+                buckets,
+                max_bucket_rows,
+                topic,
+                range,
+            ))
+        }
+
+        /// The page of topics a [`AuditStore::windows_in_range`] call reads, and the
+        /// topic to continue after (`None`: last page).
+        async fn range_topics(
+            &self,
+            range: TimeRange,
+            after_topic: Option<&str>,
+            topic_limit: u32,
+        ) -> Result<(Vec<String>, Option<String>)> {
+            let topics: Vec<String> = sqlx::query_scalar(crate::shared::RANGE_TOPICS)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .bind(after_topic)
+                .bind(i64::from(topic_limit.max(1)) + 1)
+                .fetch_all(&self.pool)
+                .await
+                .context("listing topics of a range")?;
+            Ok(crate::rows::page(topics, topic_limit))
+        }
+    };
+}
+pub(crate) use shared_window_reads;
