@@ -10,4 +10,5 @@ mod api;
 mod completeness;
 mod dashboard_browser;
 mod edges;
+mod golden;
 mod histogram;

@@ -17,10 +17,9 @@
 //!   `DYNAMIC_KEYS`) become `"<dyn>"`.
 //!
 //! To record after an intended change of the API: `GOLDEN_RECORD=1 cargo test -p web
-//! --test golden`, then review the diff of `tests/golden/` like code.
+//! --test it golden::`, then review the diff of `tests/golden/` like code.
 
-#[macro_use]
-mod support;
+use crate::support;
 
 use axum::http::StatusCode;
 use support::*;
