@@ -152,7 +152,7 @@ datacenters = { dc1 = "agg", dc2 = "agg" }
         let windows = windows.clone();
         let topic = topic.clone();
         async move {
-            state.evaluate(web::eval::now_ms()).await.expect("cycle");
+            state.evaluate(common::now_ms()).await.expect("cycle");
             // Every non-ok verdict is kept: all final means none pending or stalled,
             // and the counts of every window are in.
             let waiting = state

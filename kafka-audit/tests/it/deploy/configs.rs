@@ -1,6 +1,6 @@
 //! Every example config of deploy/config loads through the loader of its subcommand,
 //! the auditors, the collector and the topology describe one deployment, and a typo in
-//! any section is an error.
+//! any section (or a misspelt `log.format`) is an error.
 
 use std::path::Path;
 
@@ -107,6 +107,27 @@ fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
         edge.upstream_datacenters(&agg.audit.datacenter),
         regional_dcs
     );
+}
+
+/// `audit`, `collect` and `serve` read `[log]` as common's typed `LogConfig`: a
+/// misspelt `log.format` stops each of them at start, naming the value, instead of
+/// logging in some default format.
+#[test]
+fn a_misspelt_log_format_stops_every_subcommand_at_start() {
+    for sub in ["audit", "collect", "serve"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-audit"))
+            .arg(sub)
+            .env_remove("KAFKA_AUDIT_CONFIG")
+            .env("KAFKA_AUDIT__LOG__FORMAT", "jsn")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sub}: {stderr}");
+        assert!(
+            stderr.contains("jsn") && stderr.to_lowercase().contains("log.format"),
+            "{sub}: {stderr}"
+        );
+    }
 }
 
 /// Every section of every example denies unknown keys: a key misspelt anywhere makes
