@@ -1,6 +1,6 @@
 //! Issue 14, B4 end to end: the collector is down for two windows (longer than the
-//! 5 s grace) while live traffic goes on, then restarted with one message per batch,
-//! so the audit-topic backlog drains slowly. Two topics replicated from cluster A to
+//! 5 s grace) while live traffic goes on, then restarted with one message per batch
+//! and a fetch back-off, so the audit-topic backlog drains over tens of seconds. Two topics replicated from cluster A to
 //! cluster B: one loses nothing, the other loses 37 messages in one window. Over the
 //! whole run the webhook receiver gets no page for the clean topic and exactly one
 //! for the loss, in its window: progress measured before the outage and delivered
@@ -96,8 +96,18 @@ async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
         .expect("collector task")
         .expect("collector result");
     sleep_until_ms(started + 3 * WINDOW_MS).await;
+    // The drain: one message per batch, and each partition fetched again only 300 ms
+    // after its fetched messages were taken (about three auditor reports a second
+    // against two written), so the backlog takes tens of seconds.
     let collector = tokio::spawn(collector::run(
-        collect_config(db.url(), &sources, 1),
+        collect_config_with(
+            db.url(),
+            &sources,
+            1,
+            r#""queued.min.messages" = 1
+"fetch.queue.backoff.ms" = 300
+"max.partition.fetch.bytes" = 1"#,
+        ),
         stop.clone(),
     ));
 

@@ -47,6 +47,17 @@ pub fn collect_config(
     sources: &[(&str, &str, &str)],
     max_messages: usize,
 ) -> collector::CollectConfig {
+    collect_config_with(db_url, sources, max_messages, "")
+}
+
+/// [`collect_config`] with librdkafka consumer properties for every source (TOML
+/// lines of `[sources.kafka.consumer]`).
+pub fn collect_config_with(
+    db_url: &str,
+    sources: &[(&str, &str, &str)],
+    max_messages: usize,
+    consumer: &str,
+) -> collector::CollectConfig {
     let mut toml = format!(
         r#"
 [store]
@@ -69,6 +80,8 @@ topics = ["{topic}"]
 group_id = "{group}"
 [sources.kafka]
 bootstrap_servers = "{bootstrap}"
+[sources.kafka.consumer]
+{consumer}
 "#,
             group = testkit::unique("e2e-collector")
         ));
@@ -171,8 +184,11 @@ pub fn anomalies(state: &AppState, topic: &str, from: i64, to: i64) -> Vec<Judge
 }
 
 /// Waits (bounded by `timeout`) until every window of `topic` in `[from, to)` is final
-/// and the stored counts of each tier add up to `counts`. With `evaluate`, runs an
-/// evaluation cycle per poll (for a state whose jobs are not running).
+/// and the stored counts of each tier add up to `counts`, then runs one more
+/// evaluation cycle, so the verdicts read next are of the complete counts (a cycle of
+/// the job loop may have started before the last increments were in). With
+/// `evaluate`, runs an evaluation cycle per poll (for a state whose jobs are not
+/// running).
 pub async fn wait_final(
     state: &AppState,
     topic: &str,
@@ -213,6 +229,10 @@ pub async fn wait_final(
         all_in
     })
     .await
+        && {
+            state.evaluate(web::eval::now_ms()).await.expect("cycle");
+            true
+        }
 }
 
 /// Messages per window at each end of a live replication.
