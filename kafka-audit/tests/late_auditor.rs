@@ -1,7 +1,8 @@
 //! Issue 14, "a lagging auditor pages false loss", end to end: traffic now (event
 //! time = send time) replicated from cluster A to cluster B with 37 messages dropped in
 //! one window and 11 duplicated in another; the downstream auditor is started two
-//! windows after the traffic (past the grace of its first windows, as after a deploy).
+//! windows after the traffic (past the grace of its first windows, as after a deploy)
+//! and reads its backlog over several reports.
 //! Over the whole run the webhook receiver gets exactly one page per injected fault, in
 //! its window, and no page for a window that ends correct — a page that fires and later
 //! resolves has still woken someone.
@@ -70,10 +71,17 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     // The downstream auditor starts two windows (and a grace) after the traffic.
     let started = web::eval::now_ms() / WINDOW_MS * WINDOW_MS;
     sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
-    let downstream = tokio::spawn(audit_service::run(
-        tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path()),
-        stop.clone(),
-    ));
+    // It catches up over several reports: each partition is fetched again only 100 ms
+    // after its fetched messages were taken, a few KB at a time.
+    let mut late = tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path());
+    for (k, v) in [
+        ("queued.min.messages", "1"),
+        ("fetch.queue.backoff.ms", "100"),
+        ("max.partition.fetch.bytes", "2000"),
+    ] {
+        late.kafka.consumer.insert(k.into(), v.into());
+    }
+    let downstream = tokio::spawn(audit_service::run(late, stop.clone()));
     let sent = traffic.await.expect("traffic");
     let (up, down) = sent.total();
     let all_final = wait_final(
