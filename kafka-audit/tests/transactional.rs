@@ -4,7 +4,8 @@
 //! PostgreSQL, the evaluator and its alerts: every window settles (final, counts
 //! exact) and the loss of 37 is paged once, in its window. Before the fix the trailing
 //! commit marker kept the partition's lag at 1 for good: every window stayed pending
-//! and the loss was never reported.
+//! and the loss was never reported. Second: a partition a new auditor group has read
+//! nothing of (its records in a transaction still open) holds its windows back.
 
 mod e2e;
 #[path = "../../audit-service/tests/support/mod.rs"]
@@ -155,4 +156,136 @@ async fn windows_of_an_idle_transactional_partition_settle() {
         pages.of(&topic),
         vec![("trigger".into(), "loss".into(), Some(lossy))]
     );
+}
+
+/// A partition of the downstream cluster whose records all sit in a transaction still
+/// open (a replicator's, not committed yet): a new auditor group has read nothing of
+/// it. Its windows are not judged while it is unread, so nothing is paged, and once
+/// the transaction commits they come out exact. Before the fix the auditor left the
+/// unread partition out of its reports, the other partition was caught up, and the
+/// windows were judged final loss — a page for a topic that lost nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_not_read_yet_holds_its_windows_back() {
+    const N: u64 = 200;
+    let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+    let topic = testkit::unique("unread-e2e");
+    testkit::create_topic(&a, &topic, 2).await;
+    testkit::create_topic(&b, &topic, 2).await;
+    let audit_a = testkit::create_unique_topic(&a, "unread-e2e-audit", 3).await;
+    let audit_b = testkit::create_unique_topic(&b, "unread-e2e-audit", 3).await;
+
+    // Upstream: every message, committed. Downstream: partition 1 committed, partition
+    // 0 in an open transaction.
+    let base = base_time();
+    let (pa, pb) = (producer(&a), producer(&b));
+    let txn: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &b)
+        .set("transactional.id", testkit::unique("unread-e2e-txn"))
+        .create()
+        .expect("transactional producer");
+    txn.init_transactions(Duration::from_secs(30)).unwrap();
+    txn.begin_transaction().unwrap();
+    for i in 0..N {
+        let (key, value, window) = known_message(i, base, 2);
+        let ts = window + i as i64 % WINDOW_MS;
+        let partition = (i % 2) as i32;
+        let rec = || {
+            BaseRecord::to(&topic)
+                .key(&key)
+                .payload(&value)
+                .partition(partition)
+                .timestamp(ts)
+        };
+        send_queued(&pa, rec());
+        send_queued(if partition == 0 { &txn } else { &pb }, rec());
+    }
+    for p in [&pa, &pb, &txn] {
+        p.flush(Duration::from_secs(30)).unwrap();
+    }
+
+    let (pages, hook) = start_receiver().await;
+    let db = testkit::fresh_database("unread_e2e").await;
+    let store = store::Store::connect(db.url()).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let stop = CancellationToken::new();
+    let _stop_on_panic = stop.clone().drop_guard();
+    let (wal_a, wal_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let auditors = [
+        tokio::spawn(audit_service::run(
+            tier_config(&a, &topic, &audit_a, "regional", "dc1", wal_a.path()),
+            stop.clone(),
+        )),
+        tokio::spawn(audit_service::run(
+            tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path()),
+            stop.clone(),
+        )),
+    ];
+    let collector = tokio::spawn(collector::run(
+        collect_config(db.url(), &[("a", &a, &audit_a), ("b", &b, &audit_b)], 500),
+        stop.clone(),
+    ));
+    let state =
+        web::AppState::new(serve_config(r#"{ dc1 = "agg" }"#, "30m", &hook), store).expect("state");
+    let jobs = state.spawn_jobs(&stop);
+
+    // Partition 1 downstream is counted and caught up...
+    let range = (base, base + 2 * WINDOW_MS);
+    let p1_in = testkit::wait_until_async(Duration::from_secs(60), || {
+        let state = state.clone();
+        let topic = topic.clone();
+        async move {
+            let rows = state
+                .store
+                .topic_windows(&topic, store::TimeRange::new(range.0, range.1))
+                .await
+                .expect("rows");
+            let sum = |tier: &str| -> u64 {
+                rows.iter()
+                    .filter(|r| r.tier == tier)
+                    .map(|r| r.count)
+                    .sum()
+            };
+            let progress = state.store.progress(Some(&topic)).await.expect("progress");
+            let caught_up = progress
+                .iter()
+                .any(|p| p.tier == "aggregate" && p.partition == 1 && p.lag == Some(0));
+            sum("regional") == N && sum("aggregate") == N / 2 && caught_up
+        }
+    })
+    .await;
+    assert!(p1_in, "partition 1 of the aggregate tier never counted");
+    // ...and over several evaluation cycles (every 500 ms) no window is judged.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before_commit = anomalies(&state, &topic, range.0, range.1);
+    let paged_before = pages.of(&topic);
+    txn.commit_transaction(Duration::from_secs(30)).unwrap();
+    let all_final = wait_final(
+        &state,
+        &topic,
+        range,
+        &[("regional", N), ("aggregate", N)],
+        false,
+        Duration::from_secs(60),
+    )
+    .await;
+    let judged = anomalies(&state, &topic, range.0, range.1);
+    stop.cancel();
+    for a in auditors {
+        a.await.expect("auditor task").expect("auditor result");
+    }
+    collector
+        .await
+        .expect("collector task")
+        .expect("collector result");
+    for j in jobs {
+        j.await.expect("job");
+    }
+    assert!(
+        before_commit.iter().all(|j| j.2 != Lifecycle::Final),
+        "judged while a partition was unread: {before_commit:?}"
+    );
+    assert_eq!(paged_before, vec![], "{:#?}", pages.all());
+    assert!(all_final, "not final after the commit: {judged:?}");
+    assert_eq!(judged, vec![]);
+    assert_eq!(pages.of(&topic), vec![], "{:#?}", pages.all());
 }
