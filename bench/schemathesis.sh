@@ -8,13 +8,17 @@
 #
 # Seeds a SQLite store with web/src/bin/web-bench-seed.rs (every kind of verdict), starts the
 # server (web/src/bin/web-bench-serve.rs = `kafka-audit serve` without the Kafka parts) with
-# bench/serve-seeded.toml, waits for /readyz, runs schemathesis with the admin token.
+# bench/serve-seeded.toml on a free port (PORT=... to choose one), waits for /readyz, runs
+# schemathesis with the admin token against the document the server derives from its
+# handlers (web/src/openapi.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 EXAMPLES="${EXAMPLES:-100}"
 WORK=/tmp/kafka-audit-schemathesis
-ADDR=127.0.0.1:18480
+# A free port unless one is given: the kernel picks it, the server binds it right after.
+PORT="${PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+ADDR=127.0.0.1:$PORT
 TOKEN=schemathesis-admin-token-0001
 VENV="${SCHEMATHESIS_VENV:-$WORK-venv}"
 
@@ -27,7 +31,8 @@ cargo build -p web --features bench-bins --bin web-bench-seed --bin web-bench-se
 rm -rf "$WORK" && mkdir -p "$WORK"
 target/debug/web-bench-seed "sqlite:$WORK/audit.db" 12
 
-target/debug/web-bench-serve bench/serve-seeded.toml 2>"$WORK/server.log" &
+sed "s/^listen = .*/listen = \"$ADDR\"/" bench/serve-seeded.toml >"$WORK/serve.toml"
+target/debug/web-bench-serve "$WORK/serve.toml" 2>"$WORK/server.log" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 

@@ -110,7 +110,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         "WAL opened"
     );
     if !recovery.truncated.is_empty() {
-        metrics.error("wal_truncated");
+        metrics.emit(
+            metrics::ServiceError::WalTruncated,
+            &format_args!("{} damaged tail(s) cut off", recovery.truncated.len()),
+            format_args!("WAL recovery truncated {}", wal_dir.display()),
+        );
     }
 
     let cfg = config.clone();
@@ -155,7 +159,10 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let mut backoff = std::time::Duration::from_secs(1);
+    let mut backoff = common::Backoff::new(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(30),
+    );
     loop {
         let err = tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
@@ -166,12 +173,12 @@ where
             },
         };
         health.set_unhealthy(format!("waiting for Kafka ({what}): {err:#}"));
-        tracing::warn!(error = %format!("{err:#}"), retry_in = ?backoff, "{what}: Kafka cannot be reached; waiting for it");
+        let delay = backoff.next_delay();
+        tracing::warn!(error = %format!("{err:#}"), retry_in = ?delay, "{what}: Kafka cannot be reached; waiting for it");
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
-        backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
     }
 }
 

@@ -189,11 +189,145 @@ impl Metrics {
             .inc();
     }
 
-    pub fn error(&self, kind: &str) {
+    /// Counts `kind` in `kafka_audit_errors_total` and logs `message` with its `error`
+    /// at the kind's level, in one call (vector's `emit!`): an error that is counted is
+    /// logged, and one that is logged this way is counted.
+    pub fn emit(
+        &self,
+        kind: ServiceError,
+        error: &dyn std::fmt::Display,
+        message: std::fmt::Arguments<'_>,
+    ) {
         self.errors
             .get_or_create(&KindLabel {
-                kind: kind.to_string(),
+                kind: kind.as_str().to_string(),
             })
             .inc();
+        // `{:#}`: an anyhow error with its chain of causes.
+        let error = format!("{error:#}");
+        if kind.recovers_by_itself() {
+            tracing::warn!(kind = kind.as_str(), error, "{message}");
+        } else {
+            tracing::error!(kind = kind.as_str(), error, "{message}");
+        }
+    }
+}
+
+/// The auditor's errors by kind: the `kind` label of `kafka_audit_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServiceError {
+    /// Writing the WAL failed: a report, or marking an entry published or discarded.
+    Wal,
+    /// A pending WAL entry could not be read back for publishing.
+    WalRead,
+    /// A transaction publishing a WAL entry failed; it is retried.
+    Publish,
+    /// The group's committed offsets could not be read (the restart rule waits).
+    CommittedOffsets,
+    /// librdkafka reported a rebalance error; the assignment is treated as lost.
+    Rebalance,
+    /// The consumer returned an error.
+    Consume,
+    /// The transactional producer was replaced after a fatal or unabortable error.
+    ProducerRecreated,
+    /// Opening the WAL cut off a damaged tail.
+    WalTruncated,
+}
+
+impl ServiceError {
+    pub const ALL: [ServiceError; 8] = [
+        ServiceError::Wal,
+        ServiceError::WalRead,
+        ServiceError::Publish,
+        ServiceError::CommittedOffsets,
+        ServiceError::Rebalance,
+        ServiceError::Consume,
+        ServiceError::ProducerRecreated,
+        ServiceError::WalTruncated,
+    ];
+
+    /// The label value. The Prometheus rules (deploy/prometheus) match these: never
+    /// rename one.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ServiceError::Wal => "wal",
+            ServiceError::WalRead => "wal_read",
+            ServiceError::Publish => "publish",
+            ServiceError::CommittedOffsets => "committed_offsets",
+            ServiceError::Rebalance => "rebalance",
+            ServiceError::Consume => "consume",
+            ServiceError::ProducerRecreated => "producer_recreated",
+            ServiceError::WalTruncated => "wal_truncated",
+        }
+    }
+
+    /// Logged as a warning: retried or recounted without anyone's help. The others
+    /// (the WAL, a rebalance error) are errors.
+    fn recovers_by_itself(self) -> bool {
+        matches!(
+            self,
+            ServiceError::Publish
+                | ServiceError::CommittedOffsets
+                | ServiceError::Consume
+                | ServiceError::ProducerRecreated
+                | ServiceError::WalTruncated
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `kind` label values are an interface: deploy/prometheus/alerts.yml and
+    /// dashboards match them. A renamed variant must not rename its label.
+    #[test]
+    fn error_kind_labels_are_stable() {
+        let labels: Vec<&str> = ServiceError::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "wal",
+                "wal_read",
+                "publish",
+                "committed_offsets",
+                "rebalance",
+                "consume",
+                "producer_recreated",
+                "wal_truncated"
+            ]
+        );
+    }
+
+    /// One `emit` counts the kind under its label (and logs it).
+    #[test]
+    fn emit_counts_under_the_kind_label() {
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry);
+        m.emit(
+            ServiceError::Wal,
+            &"disk full",
+            format_args!("cannot write report"),
+        );
+        m.emit(
+            ServiceError::Wal,
+            &"disk full",
+            format_args!("cannot write report"),
+        );
+        m.emit(
+            ServiceError::CommittedOffsets,
+            &"timed out",
+            format_args!("cannot read committed offsets"),
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("kafka_audit_errors_total{kind=\"wal\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kafka_audit_errors_total{kind=\"committed_offsets\"} 1"),
+            "{text}"
+        );
     }
 }

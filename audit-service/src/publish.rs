@@ -17,6 +17,7 @@ use rdkafka::ClientContext;
 use std::sync::Mutex;
 
 use crate::config::{Config, Mode};
+use crate::metrics::ServiceError;
 use crate::restart::Origin;
 use crate::service::{AuditContext, Core};
 use crate::wal::WalEntry;
@@ -95,8 +96,11 @@ impl Core {
                     // Keep it: dropping it here would lose its counts while this
                     // instance owns the partitions; at revoke or restart it is
                     // discarded and recounted.
-                    self.metrics.error("wal_read");
-                    tracing::error!(error = %format!("{e:#}"), id, "cannot read pending WAL entry");
+                    self.metrics.emit(
+                        ServiceError::WalRead,
+                        &e,
+                        format_args!("cannot read pending WAL entry {id}"),
+                    );
                     return false;
                 }
             };
@@ -113,13 +117,19 @@ impl Core {
                     self.offsets_seen
                         .insert_all(entry.ranges.iter().map(|r| (r.topic.as_str(), r.partition)));
                     if let Err(e) = self.wal.mark_published(entry.id) {
-                        self.metrics.error("wal");
-                        tracing::error!(error = %format!("{e:#}"), id = entry.id, "cannot mark WAL entry published");
+                        self.metrics.emit(
+                            ServiceError::Wal,
+                            &e,
+                            format_args!("cannot mark WAL entry {} published", entry.id),
+                        );
                     }
                 }
                 Err(e) => {
-                    self.metrics.error("publish");
-                    tracing::warn!(error = %format!("{e:#}"), id = entry.id, "cannot publish WAL entry; will retry");
+                    self.metrics.emit(
+                        ServiceError::Publish,
+                        &e,
+                        format_args!("cannot publish WAL entry {}; will retry", entry.id),
+                    );
                     self.update_wal_metrics();
                     return false;
                 }
@@ -247,16 +257,24 @@ impl Core {
             // A BaseProducer must serve the delivery reports of the failed messages
             // before it can abort; flush polls them.
             let _ = self.producer.flush(self.cfg.audit.publish_timeout);
-            if let Err(e) = self
+            match self
                 .producer
                 .abort_transaction(self.cfg.audit.publish_timeout)
             {
-                tracing::warn!(error = %e, "abort_transaction failed; recreating the producer");
-            } else {
-                return;
+                Ok(()) => return,
+                Err(e) => self.metrics.emit(
+                    ServiceError::ProducerRecreated,
+                    &e,
+                    format_args!("abort_transaction failed; recreating the producer"),
+                ),
             }
+        } else {
+            self.metrics.emit(
+                ServiceError::ProducerRecreated,
+                err,
+                format_args!("fatal transaction error; recreating the producer"),
+            );
         }
-        self.metrics.error("producer_recreated");
         match create_producer(&self.cfg) {
             Ok(p) => {
                 self.producer = p;

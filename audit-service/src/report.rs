@@ -6,11 +6,12 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 use audit_lib::{AuditMessage, PartitionProgress};
+use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::Offset;
 
 use crate::metrics::{KindLabel, PartitionLabel};
-use crate::service::{now_ms, AuditContext, Core};
+use crate::service::{AuditContext, Core};
 use crate::wal::{OffsetRange, WalMessage};
 
 /// FxHash-style hashing for the per-message partition lookup: topic names are not

@@ -20,10 +20,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use audit_lib::Identity;
+use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
@@ -33,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::counting::Counting;
-use crate::metrics::{Metrics, PartitionLabel};
+use crate::metrics::{Metrics, PartitionLabel, ServiceError};
 use crate::offsets_seen::OffsetsSeen;
 use crate::publish::AuditProducer;
 use crate::report::{FastHash, LogEnds, PartState, Reason};
@@ -55,13 +56,6 @@ const POLL: Duration = Duration::from_millis(100);
 const REFILL: Duration = Duration::from_micros(200);
 /// Messages between two clock reads in the consume loop.
 const CLOCK_EVERY: u32 = 64;
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// Everything the rebalance callbacks and the loop share.
 pub(crate) struct Core {
@@ -168,8 +162,11 @@ impl ConsumerContext for AuditContext {
                 // rust-rdkafka unassigns everything after this callback: what was
                 // counted since the last report can never be committed by us, like a
                 // lost assignment.
-                core.metrics.error("rebalance");
-                tracing::error!(error = %e, "rebalance error; treating the assignment as lost");
+                core.metrics.emit(
+                    ServiceError::Rebalance,
+                    &e,
+                    format_args!("rebalance error; treating the assignment as lost"),
+                );
                 core.on_revoke(consumer, true);
             }
         }
@@ -285,8 +282,15 @@ impl Core {
                 for el in c.elements() {
                     let value = match (el.error(), el.offset()) {
                         (Err(e), _) => {
-                            self.metrics.error("committed_offsets");
-                            tracing::warn!(topic = el.topic(), partition = el.partition(), error = %e, "cannot read the committed offset");
+                            self.metrics.emit(
+                                ServiceError::CommittedOffsets,
+                                &e,
+                                format_args!(
+                                    "cannot read the committed offset of {} [{}]",
+                                    el.topic(),
+                                    el.partition()
+                                ),
+                            );
                             Committed::Error
                         }
                         (Ok(()), Offset::Offset(o)) => Committed::At(o),
@@ -296,8 +300,14 @@ impl Core {
                 }
             }
             Err(e) => {
-                self.metrics.error("committed_offsets");
-                tracing::warn!(error = %e, partitions = partitions.len(), "cannot read committed offsets");
+                self.metrics.emit(
+                    ServiceError::CommittedOffsets,
+                    &e,
+                    format_args!(
+                        "cannot read committed offsets of {} partitions",
+                        partitions.len()
+                    ),
+                );
             }
         }
         out
@@ -390,8 +400,11 @@ impl Core {
     fn discard(&mut self, id: u64) {
         self.metrics.discarded_entries.inc();
         if let Err(e) = self.wal.discard(id) {
-            self.metrics.error("wal");
-            tracing::error!(id, error = %format!("{e:#}"), "cannot mark WAL entry discarded");
+            self.metrics.emit(
+                ServiceError::Wal,
+                &e,
+                format_args!("cannot mark WAL entry {id} discarded"),
+            );
         }
     }
 
@@ -483,8 +496,11 @@ impl Core {
             match self.write_report(Reason::Revoke) {
                 Ok(_) => {}
                 Err(e) => {
-                    self.metrics.error("wal");
-                    tracing::error!(error = %format!("{e:#}"), "cannot write the revoke report");
+                    self.metrics.emit(
+                        ServiceError::Wal,
+                        &e,
+                        format_args!("cannot write the revoke report"),
+                    );
                 }
             }
             while !self.publish_pending(consumer)
@@ -640,11 +656,14 @@ fn consume(
                 core.reconcile(consumer, Origin::AmbiguousThisSession);
             }
             if let Err(e) = core.write_report(Reason::Interval) {
-                core.metrics.error("wal");
                 health.set_unhealthy(format!("cannot write WAL: {e:#}"));
                 // The drained counts are gone with the failed entry: read their
                 // messages again, or the next entry's range would cover them uncounted.
-                tracing::error!(error = %format!("{e:#}"), "cannot write report; counting its messages again");
+                core.metrics.emit(
+                    ServiceError::Wal,
+                    &e,
+                    format_args!("cannot write report; counting its messages again"),
+                );
                 if !core.rewind_unreported(consumer) {
                     tracing::error!("cannot rewind the consumer; recreating it");
                     let mut core = g.take().expect("core present while running");
@@ -728,10 +747,13 @@ fn consume(
             }
             Some(Err(e)) => {
                 let mut g = ctx.lock();
-                if let Some(core) = g.as_ref() {
-                    core.metrics.error("consume");
+                match g.as_ref() {
+                    Some(core) => {
+                        core.metrics
+                            .emit(ServiceError::Consume, &e, format_args!("consumer error"))
+                    }
+                    None => tracing::warn!(error = %e, "consumer error"),
                 }
-                tracing::warn!(error = %e, "consumer error");
                 if let Some((code, reason)) = consumer.client().fatal_error() {
                     // E.g. a static member fenced after a coordinator restart: this
                     // consumer can never work again. Its uncommitted counts are void

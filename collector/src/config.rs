@@ -259,6 +259,12 @@ impl Default for RetentionConfig {
 }
 
 impl CollectConfig {
+    /// Loads defaults ← TOML file ← the environment's [`ENV_SECTIONS`]. [`Self::check`]
+    /// runs in `start`, once tracing is up to show its warnings.
+    pub fn load(file: Option<&std::path::Path>) -> anyhow::Result<CollectConfig> {
+        common::load_config(file, ENV_SECTIONS)
+    }
+
     pub fn check(&self) -> anyhow::Result<()> {
         for (i, s) in self.sources.iter().enumerate() {
             if s.name.is_empty() {

@@ -24,11 +24,10 @@ use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use common::auth::{AuthError, Holder};
-use common::{Health, Scope, Tokens};
+use common::{ApiError, Health, Scope, Tokens};
 use prometheus_client::registry::Registry;
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -37,8 +36,8 @@ use store::{Batch, Message, Reject};
 use uuid::Uuid;
 
 use crate::convert;
-use crate::kafka_source::now_ms;
 use crate::sink::{Sink, Written};
+use common::now_ms;
 
 const SOURCE: &str = "http";
 
@@ -100,22 +99,6 @@ pub struct IngestResponse {
     pub results: Vec<ItemResult>,
 }
 
-/// Client and server errors, always as `{"error": "..."}`.
-pub struct ApiError(StatusCode, String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response();
-        if self.0 == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-        }
-        response
-    }
-}
-
 /// Who is posting: `Ok(Some(holder))` with tokens, `Ok(None)` when auth is off and
 /// the peer may post unauthenticated.
 fn authorize(
@@ -131,22 +114,21 @@ fn authorize(
         return if allow_unauthenticated || peer.is_some_and(|p| p.ip().is_loopback()) {
             Ok(None)
         } else {
-            Err(ApiError(
+            Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "no ingest tokens are configured: only clients on the loopback interface may post \
-                 (configure [[auth.tokens]], or set auth.allow_unauthenticated = true)"
-                    .into(),
+                 (configure [[auth.tokens]], or set auth.allow_unauthenticated = true)",
             ))
         };
     }
     match tokens.authenticate(req.headers()) {
         Ok(holder) if holder.has(Scope::Ingest) => Ok(Some(holder.clone())),
-        Ok(holder) => Err(ApiError(
+        Ok(holder) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             format!("token {:?} lacks the ingest scope", holder.name),
         )),
         Err(e @ (AuthError::Missing | AuthError::Unknown)) => {
-            Err(ApiError(StatusCode::UNAUTHORIZED, e.to_string()))
+            Err(ApiError::new(StatusCode::UNAUTHORIZED, e.to_string()))
         }
     }
 }
@@ -215,7 +197,7 @@ fn elements(body: &[u8], max: usize) -> Result<Vec<&RawValue>, ArrayError> {
 async fn read_body(req: Request, max: usize) -> Result<Vec<u8>, ApiError> {
     use axum::body::HttpBody;
     let too_large = || {
-        ApiError(
+        ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body larger than {max} bytes"),
         )
@@ -234,7 +216,7 @@ async fn read_body(req: Request, max: usize) -> Result<Vec<u8>, ApiError> {
         std::future::poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_frame(cx)).await
     {
         let frame = frame.map_err(|e| {
-            ApiError(
+            ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("cannot read request body: {e}"),
             )
@@ -272,21 +254,21 @@ async fn ingest(
 ) -> Result<Json<IngestResponse>, ApiError> {
     let holder = authorize(&state.tokens, state.allow_unauthenticated, &req)?;
     if !is_json(&req) {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "expected Content-Type: application/json".into(),
+            "expected Content-Type: application/json",
         ));
     }
     let body = read_body(req, state.max_body_bytes).await?;
     let items = elements(&body, state.max_messages).map_err(|e| match e {
-        ArrayError::TooMany => ApiError(
+        ArrayError::TooMany => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "more than {} messages in one request; at most {} allowed",
                 state.max_messages, state.max_messages
             ),
         ),
-        ArrayError::Json(e) => ApiError(
+        ArrayError::Json(e) => ApiError::new(
             StatusCode::BAD_REQUEST,
             format!("expected a JSON array of audit messages: {e}"),
         ),
@@ -331,9 +313,9 @@ async fn ingest(
     drop(body);
     let written = state.sink.write_once(SOURCE, &batch).await.map_err(|e| {
         tracing::warn!(error = %e, "HTTP ingest: store unavailable");
-        ApiError(
+        ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "store unavailable, nothing was stored; retry".into(),
+            "store unavailable, nothing was stored; retry",
         )
     })?;
     let mut response = IngestResponse {
@@ -391,8 +373,8 @@ mod tests {
         assert!(authorize(&none, false, &from(Some([127, 0, 0, 1]))).is_ok());
         for peer in [Some([10, 0, 0, 7]), None] {
             let e = authorize(&none, false, &from(peer)).err().unwrap();
-            assert_eq!(e.0, StatusCode::FORBIDDEN);
-            assert!(e.1.contains("loopback"), "{}", e.1);
+            assert_eq!(e.status, StatusCode::FORBIDDEN);
+            assert!(e.message.contains("loopback"), "{}", e.message);
             assert!(authorize(&none, true, &from(peer)).is_ok());
         }
     }

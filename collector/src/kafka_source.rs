@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::KafkaRole;
+use common::{now_ms, KafkaRole};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
@@ -216,11 +216,4 @@ struct Gathered {
     bytes: usize,
     /// (topic, partition) → offset to commit (last record + 1)
     next_offsets: BTreeMap<(String, i32), i64>,
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

@@ -20,10 +20,9 @@ pub mod sink;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use common::Health;
+use common::{Backoff, Health};
 use prometheus_client::registry::Registry;
 use store::{AuditStore, Store};
 use tokio::task::JoinSet;
@@ -174,7 +173,7 @@ async fn connect_store(
     config: &CollectConfig,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Store> {
-    let mut backoff = config.retry.initial_backoff;
+    let mut backoff = Backoff::new(config.retry.initial_backoff, config.retry.max_backoff);
     loop {
         let attempt = async {
             let store = Store::connect_with(&config.store.url, &config.store.options()).await?;
@@ -191,12 +190,12 @@ async fn connect_store(
             // A wrong URL will not fix itself.
             Err(e @ store::StoreError::Url { .. }) => return Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %e, backoff = ?backoff, "store not available yet; retrying");
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, backoff = ?delay, "store not available yet; retrying");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => anyhow::bail!("shut down before the store became available: {e}"),
                 }
-                backoff = (backoff * 2).min(config.retry.max_backoff.max(Duration::from_millis(1)));
             }
         }
     }

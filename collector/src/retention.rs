@@ -8,8 +8,8 @@ use store::{AuditStore, RetentionOutcome, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RetentionConfig;
-use crate::kafka_source::now_ms;
 use crate::metrics::{Metrics, RetentionLabels};
+use common::now_ms;
 
 pub async fn run(
     store: Store,

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Backoff;
 use store::{AuditStore, Store};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -26,11 +27,11 @@ pub async fn run(
     retry: RetryConfig,
     shutdown: CancellationToken,
 ) {
-    let mut backoff = retry.initial_backoff;
+    let mut backoff = Backoff::new(retry.initial_backoff, retry.max_backoff);
     while !shutdown.is_cancelled() {
         match store.rollup(limit).await {
             Ok(0) => {
-                backoff = retry.initial_backoff;
+                backoff.reset();
                 metrics.rollup_caught_up.set(1);
                 tokio::select! {
                     _ = staged.notified() => {}
@@ -39,7 +40,7 @@ pub async fn run(
                 }
             }
             Ok(n) => {
-                backoff = retry.initial_backoff;
+                backoff.reset();
                 metrics.rolled_up.inc_by(n);
                 // A full roll-up means more may be waiting.
                 metrics
@@ -49,12 +50,12 @@ pub async fn run(
             Err(e) => {
                 metrics.rollup_errors.inc();
                 metrics.rollup_caught_up.set(0);
-                tracing::warn!(error = %e, backoff = ?backoff, "roll-up failed; retrying");
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, backoff = ?delay, "roll-up failed; retrying");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => return,
                 }
-                backoff = (backoff * 2).min(retry.max_backoff.max(Duration::from_millis(1)));
             }
         }
     }

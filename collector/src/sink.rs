@@ -9,11 +9,11 @@
 //! when the batch is retried, so nothing is counted twice.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use common::Health;
+use common::{Backoff, Health};
 use store::{AuditStore, Batch, BatchOutcome, Reject, Store, StoreError, WriteOutcome};
 use tokio_util::sync::CancellationToken;
 
@@ -176,7 +176,7 @@ impl Sink {
         batch: &Batch,
         shutdown: &CancellationToken,
     ) -> Option<Vec<Written>> {
-        let mut backoff = self.retry.initial_backoff;
+        let mut backoff = Backoff::new(self.retry.initial_backoff, self.retry.max_backoff);
         let mut attempt = 0u32;
         loop {
             match self.write_once(source, batch).await {
@@ -192,16 +192,15 @@ impl Sink {
                 }
                 Err(e) => {
                     attempt += 1;
+                    let delay = backoff.next_delay();
                     tracing::warn!(
-                        source, attempt, error = %e, backoff = ?backoff,
+                        source, attempt, error = %e, backoff = ?delay,
                         "cannot write batch to the store; consumption paused, retrying"
                     );
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(delay) => {}
                         _ = shutdown.cancelled() => return None,
                     }
-                    backoff =
-                        (backoff * 2).min(self.retry.max_backoff.max(Duration::from_millis(1)));
                 }
             }
         }

@@ -136,20 +136,26 @@ async fn refuses_bad_bodies_with_json_errors() {
     let (collector, shutdown) = start_http_only(&dir).await;
     let addr = collector.http_addr.unwrap();
 
+    // The error shape of every `/api/v1` answer (web's too, `common::ApiError`):
+    // `{"error": {"status": <the HTTP status>, "message": "..."}}` and nothing else.
+    let error_message = |status: u16, json: &serde_json::Value| -> String {
+        assert_eq!(json["error"]["status"], status, "{json}");
+        assert_eq!(json.as_object().unwrap().len(), 1, "{json}");
+        assert_eq!(json["error"].as_object().unwrap().len(), 2, "{json}");
+        json["error"]["message"].as_str().unwrap().to_string()
+    };
     let (status, json) = http_post(addr, r#"{"not": "an array"}"#).await;
     assert_eq!(status, 400);
-    assert!(
-        json["error"].as_str().unwrap().contains("JSON array"),
-        "{json}"
-    );
+    assert!(error_message(400, &json).contains("JSON array"), "{json}");
 
     let (status, json) = http_post(addr, "[1, 2").await;
     assert_eq!(status, 400, "{json}");
+    error_message(400, &json);
 
     let big = format!("[{}]", vec!["0"; 40_000].join(","));
     let (status, json) = http_post(addr, big).await;
     assert_eq!(status, 413, "{json}");
-    assert!(json["error"].is_string());
+    assert!(error_message(413, &json).contains("larger than"), "{json}");
 
     let many = serde_json::Value::Array(
         (0..51)
@@ -158,10 +164,7 @@ async fn refuses_bad_bodies_with_json_errors() {
     );
     let (status, json) = http_post(addr, many.to_string()).await;
     assert_eq!(status, 413, "{json}");
-    assert!(
-        json["error"].as_str().unwrap().contains("at most 50"),
-        "{json}"
-    );
+    assert!(error_message(413, &json).contains("at most 50"), "{json}");
     assert!(
         collector.store.list_topics().await.unwrap().is_empty(),
         "nothing stored from refused requests"
@@ -198,6 +201,11 @@ async fn stalled_heads_and_bodies_are_cut_off() {
         .expect("a stalled body kept the connection 20 s")
         .unwrap();
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    let body = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
+    assert_eq!(
+        body, r#"{"error":{"status":408,"message":"request timed out"}}"#,
+        "the API's error shape: {reply}"
+    );
     shutdown.cancel();
     collector.wait().await.unwrap();
 }

@@ -66,6 +66,8 @@ async fn ingest_needs_a_token_bound_to_what_it_reports() {
 
     let (status, json) = post(addr, None, "application/json", body.clone()).await;
     assert_eq!(status, 401, "no token: {json}");
+    assert_eq!(json["error"]["status"], 401, "web's error shape: {json}");
+    assert!(json["error"]["message"].is_string(), "{json}");
     let (status, _) = post(
         addr,
         Some("Bearer 00000000000000000000000000000000"),
@@ -79,6 +81,10 @@ async fn ingest_needs_a_token_bound_to_what_it_reports() {
     let bearer = format!("bearer {TOKEN}");
     let (status, json) = post(addr, Some(&bearer), "text/plain", body.clone()).await;
     assert_eq!(status, 415, "a simple CORS request is refused: {json}");
+    assert_eq!(
+        json,
+        serde_json::json!({"error": {"status": 415, "message": "expected Content-Type: application/json"}})
+    );
 
     let other_tier = message("regional", "dc1", 2);
     let other_dc = message("producer", "dc2", 3);

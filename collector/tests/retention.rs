@@ -25,7 +25,7 @@ async fn old_windows_are_removed_and_recent_ones_kept() {
     let old: Vec<_> = (0..30u64)
         .map(|s| increment("orders", (s % 3) as i64, 10, s))
         .collect();
-    let now = collector::kafka_source::now_ms();
+    let now = common::now_ms();
     let mut recent: serde_json::Value =
         serde_json::from_str(&increment("orders", 0, 5, 99).to_json()).unwrap();
     let start = now - now % W;

@@ -182,9 +182,9 @@ pub async fn serve(
             tower::ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(
                     |_: tower::BoxError| async {
-                        (
+                        crate::ApiError::new(
                             axum::http::StatusCode::REQUEST_TIMEOUT,
-                            axum::Json(serde_json::json!({ "error": "request timed out" })),
+                            "request timed out",
                         )
                     },
                 ))

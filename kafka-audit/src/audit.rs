@@ -14,12 +14,7 @@ pub struct AuditArgs {
 
 pub fn run(args: AuditArgs) -> anyhow::Result<()> {
     let config = audit_service::Config::load(args.config.as_deref())?;
-    common::init_tracing(&config.log);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let shutdown = common::shutdown_on_signals();
-        audit_service::run(config, shutdown).await
+    crate::run_until_signal(&config.log.clone(), |shutdown| {
+        audit_service::run(config, shutdown)
     })
 }

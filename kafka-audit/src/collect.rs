@@ -14,14 +14,8 @@ pub struct CollectArgs {
 }
 
 pub fn run(args: CollectArgs) -> anyhow::Result<()> {
-    let config: collector::CollectConfig =
-        common::load_config(args.config.as_deref(), collector::config::ENV_SECTIONS)?;
-    common::init_tracing(&config.log);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let shutdown = common::shutdown_on_signals();
-        collector::run(config, shutdown).await
+    let config = collector::CollectConfig::load(args.config.as_deref())?;
+    crate::run_until_signal(&config.log.clone(), |shutdown| {
+        collector::run(config, shutdown)
     })
 }

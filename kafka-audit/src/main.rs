@@ -41,6 +41,23 @@ enum Command {
     Wait(wait::WaitArgs),
 }
 
+/// What the long-running subcommands (`audit`, `collect`, `serve`) share once their
+/// configuration is loaded: tracing as its `[log]` says, a multi-threaded runtime, and
+/// `run` until it returns; SIGTERM or ctrl-c cancels its token, and a clean shutdown
+/// exits 0.
+fn run_until_signal<F, Fut>(log: &common::LogConfig, run: F) -> anyhow::Result<()>
+where
+    F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    common::init_tracing(log);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // The signal handlers need the runtime.
+    rt.block_on(async move { run(common::shutdown_on_signals()).await })
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::try_parse().unwrap_or_else(|e| {
         // `wait` gives 2 its own meaning (data missing): its usage errors exit 3.

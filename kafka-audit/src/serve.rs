@@ -19,24 +19,12 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = web::Config::load(args.config.as_deref())?;
-    common::init_tracing(&common::LogConfig {
-        format: if config.log.format == "json" {
-            common::LogFormat::Json
-        } else {
-            common::LogFormat::Text
-        },
-        level: config.log.level.clone(),
-    });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let shutdown = common::shutdown_on_signals();
-        let mode = if args.alerts_only {
-            web::Mode::AlertsOnly
-        } else {
-            web::Mode::All
-        };
-        web::run(config, mode, shutdown).await
+    let mode = if args.alerts_only {
+        web::Mode::AlertsOnly
+    } else {
+        web::Mode::All
+    };
+    crate::run_until_signal(&config.log.clone(), |shutdown| {
+        web::run(config, mode, shutdown)
     })
 }

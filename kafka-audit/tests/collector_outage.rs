@@ -88,7 +88,7 @@ async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
         ),
     ];
     // Down from one window after the traffic started until three windows after.
-    let started = web::eval::now_ms() / WINDOW_MS * WINDOW_MS;
+    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
     sleep_until_ms(started + WINDOW_MS).await;
     first_run.cancel();
     collector

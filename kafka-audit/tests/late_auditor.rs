@@ -69,7 +69,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
         })
     };
     // The downstream auditor starts two windows (and a grace) after the traffic.
-    let started = web::eval::now_ms() / WINDOW_MS * WINDOW_MS;
+    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
     sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
     // It catches up over several reports: each partition is fetched again only 100 ms
     // after its fetched messages were taken, a few KB at a time.

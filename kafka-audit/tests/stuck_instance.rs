@@ -43,7 +43,7 @@ impl Drop for Process {
 
 /// `(partition, host)` of every progress row of `topic` reported within the last 3 s.
 async fn fresh_owners(store: &store::Store, topic: &str) -> BTreeSet<(i32, String)> {
-    let now = web::eval::now_ms();
+    let now = common::now_ms();
     store
         .progress(Some(topic))
         .await

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::now_ms;
 use store::{
     AuditStore, Batch, Increment, Latency, Message, OffsetRange, PartitionProgress, Progress, Store,
 };
@@ -38,10 +39,6 @@ downstream = "regional"
 [auth]
 tokens = [{ name = "airflow", token = "airflow-reader-token-0123456789abcdef", scopes = ["read"] }]
 "#;
-
-fn now_ms() -> i64 {
-    web::eval::now_ms()
-}
 
 fn increment(topic: &str, tier: &str, window_start: i64, count: u64) -> Message {
     Message::Increment(Increment {

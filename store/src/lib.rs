@@ -120,14 +120,6 @@ impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
     }
 }
 
-/// Milliseconds since the epoch, the store's clock for roll-up times.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// Upper bound on rows a read returns, so no query can load an unbounded range.
 pub const MAX_READ_ROWS: usize = 100_000;
 

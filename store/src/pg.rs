@@ -558,7 +558,7 @@ impl PgStore {
         let (taken, increments) = Self::take_staged(tx, limit).await?;
         if taken > 0 {
             let rollup = Rollup::of(&increments);
-            Self::add_windows(tx, &rollup, crate::now_ms()).await?;
+            Self::add_windows(tx, &rollup, common::now_ms()).await?;
         }
         Ok(taken)
     }
@@ -571,7 +571,7 @@ impl PgStore {
     async fn rollup_isolating(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
         use sqlx::Acquire;
         let (taken, increments) = Self::take_staged(tx, limit).await?;
-        let now = crate::now_ms();
+        let now = common::now_ms();
         let mut quarantined = Vec::new();
         let mut parts: Vec<&[Message]> = vec![&increments];
         while let Some(part) = parts.pop() {

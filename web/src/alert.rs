@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::Backoff;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use store::AuditStore;
@@ -588,7 +589,7 @@ impl ChannelWorker {
             (None, _) => return Err(SendError::Permanent("no url".into())),
         };
         let body = payload(&self.channel, action, alert);
-        let mut backoff = self.config.initial_backoff;
+        let mut backoff = Backoff::new(self.config.initial_backoff, self.config.max_backoff);
         let mut attempt = 1;
         loop {
             let result = match self.client.post(url).json(&body).send().await {
@@ -624,8 +625,7 @@ impl ChannelWorker {
                 .alert_retries
                 .get_or_create(&self.labels())
                 .inc();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(self.config.max_backoff);
+            tokio::time::sleep(backoff.next_delay()).await;
             attempt += 1;
         }
     }
@@ -638,7 +638,7 @@ impl ChannelWorker {
         loop {
             let desired = rx.borrow_and_update().clone();
             if let Some(desired) = desired {
-                self.sync(&desired, crate::eval::now_ms()).await;
+                self.sync(&desired, common::now_ms()).await;
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,

@@ -9,11 +9,14 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use store::{AuditStore, OffsetRange, TimeRange, WindowKey};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress, CycleStats};
+use crate::eval::{engine_row, topic_progress, CycleStats};
+use crate::openapi::{PartitionOffsets, TimeParam, TimeValue};
 use crate::AppState;
+use common::now_ms;
 
 /// Latest time accepted: 9999-12-31T23:59:59.999Z.
 const MAX_TIME_MS: i64 = 253_402_300_799_999;
@@ -40,10 +43,17 @@ pub fn parse_time(name: &str, value: &str) -> ApiResult<i64> {
     Ok(ms)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct RangeQuery {
+    /// Start of the range (inclusive, window starts), RFC 3339 (2026-11-29T10:00:00Z) or
+    /// epoch milliseconds. Default: one hour before `to`. An empty value means the default.
+    #[param(value_type = Option<TimeParam>, inline, example = "2026-11-29T00:00:00Z")]
     pub from: Option<String>,
+    /// End of the range (exclusive), RFC 3339 (2026-11-29T10:00:00Z) or epoch
+    /// milliseconds. Default: now. An empty value means the default.
+    #[param(value_type = Option<TimeParam>, inline)]
     pub to: Option<String>,
 }
 
@@ -101,7 +111,8 @@ fn page(state: &AppState, page: Option<u32>, page_size: Option<u32>) -> ApiResul
 
 // ---------- /topology
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Topology)]
 pub struct TopologyView {
     pub window_ms: i64,
     pub grace_ms: i64,
@@ -114,30 +125,47 @@ pub struct TopologyView {
     pub overrides: Vec<OverrideView>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TierView {
     pub name: String,
     pub progress: bool,
+    #[schema(required = true)]
     pub latency_p99_objective_ms: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct EdgeView {
     pub upstream: String,
     pub downstream: String,
-    /// `one-to-one` or `mapped` (several upstream datacenters may map to one).
-    pub mapping: &'static str,
+    pub mapping: Mapping,
+    /// Upstream datacenter → downstream datacenter.
     pub datacenters: BTreeMap<String, String>,
 }
 
-#[derive(Serialize)]
+/// How an edge maps upstream datacenters to downstream ones.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mapping {
+    /// Each datacenter to itself.
+    OneToOne,
+    /// By the edge's `datacenters` (several upstream datacenters may map to one).
+    Mapped,
+}
+
+#[derive(Serialize, ToSchema)]
 pub struct OverrideView {
     pub topics: String,
+    #[schema(required = true)]
     pub grace_ms: Option<i64>,
+    #[schema(required = true)]
     pub absolute: Option<u64>,
+    #[schema(required = true)]
     pub ratio: Option<f64>,
 }
 
+/// Tiers, edges (with datacenter mapping), thresholds, grace period, overrides
+#[utoipa::path(get, path = "/api/v1/topology", operation_id = "topology",
+    responses((status = 200, description = "OK", body = TopologyView)))]
 pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
     let t = &state.topology;
     let c = &t.config;
@@ -163,9 +191,9 @@ pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
                 upstream: e.upstream.clone(),
                 downstream: e.downstream.clone(),
                 mapping: if e.is_one_to_one() {
-                    "one-to-one"
+                    Mapping::OneToOne
                 } else {
-                    "mapped"
+                    Mapping::Mapped
                 },
                 datacenters: e.datacenters.clone(),
             })
@@ -185,17 +213,31 @@ pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
 
 // ---------- /topics
 
-#[derive(Debug, Deserialize)]
+/// The query of `/topics` and `/anomalies`; `kind` is only a parameter of
+/// `/anomalies` (the document leaves it out of `/topics`, see `openapi`).
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PagedRangeQuery {
+    /// Start of the range (inclusive, window starts), RFC 3339 (2026-11-29T10:00:00Z) or
+    /// epoch milliseconds. Default: one hour before `to`. An empty value means the default.
+    #[param(value_type = Option<TimeParam>, inline, example = "2026-11-29T00:00:00Z")]
     pub from: Option<String>,
+    /// End of the range (exclusive), RFC 3339 (2026-11-29T10:00:00Z) or epoch
+    /// milliseconds. Default: now. An empty value means the default.
+    #[param(value_type = Option<TimeParam>, inline)]
     pub to: Option<String>,
+    /// Comma separated verdicts: loss, duplication, mismatch, delayed, stalled.
     pub kind: Option<String>,
+    /// Page number, from 1.
+    #[param(minimum = 1, default = 1)]
     pub page: Option<u32>,
+    /// Items per page (at most serve.max_page_size, 1000 by default).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub page_size: Option<u32>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TopicHealth {
     pub topic: String,
     /// Worst verdict of the topic's windows in the range (`ok` when none is worse).
@@ -206,7 +248,8 @@ pub struct TopicHealth {
     pub pending: usize,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Topics)]
 pub struct TopicsResponse {
     pub from: i64,
     pub to: i64,
@@ -234,6 +277,9 @@ fn index_covers(state: &AppState, from: i64) -> ApiResult<i64> {
     Ok(at)
 }
 
+/// Topics with their worst verdict in the range (from the evaluated horizon)
+#[utoipa::path(get, path = "/api/v1/topics", operation_id = "topics", params(PagedRangeQuery),
+    responses((status = 200, description = "OK", body = TopicsResponse)))]
 pub async fn topics(
     State(state): State<AppState>,
     query: Result<Query<PagedRangeQuery>, QueryRejection>,
@@ -292,7 +338,8 @@ pub async fn topics(
 
 // ---------- /anomalies
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Anomalies)]
 pub struct AnomaliesResponse {
     pub from: i64,
     pub to: i64,
@@ -303,6 +350,10 @@ pub struct AnomaliesResponse {
     pub anomalies: Vec<EdgeWindow>,
 }
 
+/// Anomalous verdicts across all topics, by window start (paginated)
+#[utoipa::path(get, path = "/api/v1/anomalies", operation_id = "anomalies",
+    params(PagedRangeQuery),
+    responses((status = 200, description = "OK", body = AnomaliesResponse)))]
 pub async fn anomalies(
     State(state): State<AppState>,
     query: Result<Query<PagedRangeQuery>, QueryRejection>,
@@ -350,17 +401,28 @@ pub async fn anomalies(
 
 // ---------- /topics/{topic}/windows
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct WindowsQuery {
+    /// Start of the range (inclusive, window starts), RFC 3339 (2026-11-29T10:00:00Z) or
+    /// epoch milliseconds. Default: one hour before `to`. An empty value means the default.
+    #[param(value_type = Option<TimeParam>, inline, example = "2026-11-29T00:00:00Z")]
     pub from: Option<String>,
+    /// End of the range (exclusive), RFC 3339 (2026-11-29T10:00:00Z) or epoch
+    /// milliseconds. Default: now. An empty value means the default.
+    #[param(value_type = Option<TimeParam>, inline)]
     pub to: Option<String>,
+    /// Only this tier.
     pub tier: Option<String>,
+    /// Only this datacenter.
     pub datacenter: Option<String>,
 }
 
-#[derive(Serialize)]
-pub struct WindowStats {
+/// What `/windows` shows of one tier's stored window in one datacenter: its counts,
+/// checksum and latency percentiles (the stored histogram summarised).
+#[derive(Serialize, ToSchema)]
+pub struct TierWindowView {
     pub window_start: i64,
     pub window_end: i64,
     pub tier: String,
@@ -371,22 +433,29 @@ pub struct WindowStats {
     pub malformed_count: u64,
     pub out_of_bounds_count: u64,
     /// 16 lowercase hex digits, as on the wire.
+    #[schema(pattern = "^[0-9a-f]{16}$")]
     pub checksum: String,
     pub increments: u64,
+    #[schema(required = true)]
     pub latency: Option<Percentiles>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Windows)]
 pub struct WindowsResponse {
     pub topic: String,
     pub from: i64,
     pub to: i64,
     pub window_ms: i64,
-    pub windows: Vec<WindowStats>,
+    pub windows: Vec<TierWindowView>,
     /// Latency per tier over the whole range (histograms merged, not percentiles).
     pub tiers: BTreeMap<String, Percentiles>,
 }
 
+/// Stored statistics per tier, datacenter and window, with latency percentiles
+#[utoipa::path(get, path = "/api/v1/topics/{topic}/windows", operation_id = "windows",
+    params(("topic" = String, Path, min_length = 1, example = "orders"), WindowsQuery),
+    responses((status = 200, description = "OK", body = WindowsResponse)))]
 pub async fn windows(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -413,7 +482,7 @@ pub async fn windows(
     let windows = rows
         .iter()
         .zip(&engine_rows)
-        .map(|(r, e)| WindowStats {
+        .map(|(r, e)| TierWindowView {
             window_start: r.window_start_ms,
             window_end: r.window_end_ms,
             tier: r.tier.clone(),
@@ -440,7 +509,8 @@ pub async fn windows(
 
 // ---------- /topics/{topic}/compare
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Compare)]
 pub struct CompareResponse {
     pub topic: String,
     pub from: i64,
@@ -449,6 +519,10 @@ pub struct CompareResponse {
     pub edges: Vec<EdgeWindow>,
 }
 
+/// Per edge, downstream datacenter and window: counts, difference, completeness, verdict, latency
+#[utoipa::path(get, path = "/api/v1/topics/{topic}/compare", operation_id = "compare",
+    params(("topic" = String, Path, min_length = 1, example = "orders"), RangeQuery),
+    responses((status = 200, description = "OK", body = CompareResponse)))]
 pub async fn compare(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -489,20 +563,24 @@ pub async fn compare(
 
 // ---------- /topics/{topic}/windows/{window_start}/offsets
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OffsetsQuery {
+    /// Only this tier.
     pub tier: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TierOffsets {
     pub tier: String,
     pub datacenter: String,
+    #[schema(value_type = Vec<PartitionOffsets>)]
     pub partitions: Vec<OffsetRange>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Offsets)]
 pub struct OffsetsResponse {
     pub topic: String,
     pub window_start: i64,
@@ -510,6 +588,19 @@ pub struct OffsetsResponse {
     pub offsets: Vec<TierOffsets>,
 }
 
+/// Offset ranges per partition behind one window, per tier and datacenter
+#[utoipa::path(get, path = "/api/v1/topics/{topic}/windows/{window_start}/offsets",
+    operation_id = "offsets",
+    params(
+        ("topic" = String, Path, min_length = 1, example = "orders"),
+        ("window_start" = inline(TimeValue), Path,
+            description = "Window start, RFC 3339 (2026-11-29T10:00:00Z) or epoch milliseconds; a multiple of the window size."),
+        OffsetsQuery,
+    ),
+    responses(
+        (status = 200, description = "OK", body = OffsetsResponse),
+        (status = 404, description = "No such window", body = crate::openapi::ErrorBody),
+    ))]
 pub async fn offsets(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -566,7 +657,8 @@ pub async fn offsets(
 
 // ---------- POST /evaluate (admin)
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Evaluate)]
 pub struct EvaluateResponse {
     pub evaluated_at: i64,
     pub topics: usize,
@@ -574,6 +666,9 @@ pub struct EvaluateResponse {
     pub anomalies: usize,
 }
 
+/// Run an evaluation cycle now (admin scope)
+#[utoipa::path(post, path = "/api/v1/evaluate", operation_id = "evaluate",
+    responses((status = 200, description = "OK", body = EvaluateResponse)))]
 pub async fn evaluate(State(state): State<AppState>) -> ApiResult<Json<EvaluateResponse>> {
     let now = now_ms();
     let CycleStats {

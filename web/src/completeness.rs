@@ -15,30 +15,49 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use store::{AuditStore, TimeRange};
 
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, now_ms, topic_progress};
+use crate::eval::{engine_row, topic_progress};
+use crate::openapi::TimeParam;
 use crate::AppState;
+use common::now_ms;
 
-#[derive(Debug, Deserialize)]
+/// The handler checks the required parameters itself (a 400 that says what is
+/// missing), so they are `Option`s here and `required` in the document.
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct CompletenessQuery {
+    /// The tier to gate on; it must be the downstream tier of an edge.
+    #[param(required = true, min_length = 1, example = "aggregate")]
     pub tier: Option<String>,
+    /// The tier's datacenter; for a many-to-one edge one of the mapping's downstream
+    /// datacenters.
+    #[param(required = true, min_length = 1, example = "agg")]
     pub datacenter: Option<String>,
+    /// Start of the range, RFC 3339 or epoch milliseconds; the window containing it is
+    /// included.
+    #[param(required = true, value_type = Option<TimeParam>, inline, example = "2026-11-30T08:00:00Z")]
     pub from: Option<String>,
+    /// End of the range (exclusive), RFC 3339 or epoch milliseconds. Up to
+    /// serve.max_range after from (an hour or a day of windows is one call).
+    #[param(required = true, value_type = Option<TimeParam>, inline, example = "2026-11-30T09:00:00Z")]
     pub to: Option<String>,
-    /// Overrides `[topology] completeness`.
+    /// Fraction of the reference count that makes a final window complete. Default:
+    /// [topology] completeness (0.999).
+    #[param(value_type = f64, required = false, minimum = 0, maximum = 1, example = 0.999)]
     pub threshold: Option<String>,
-    /// Only needed when the tier is downstream of several edges.
+    /// The reference tier; only needed when the tier is downstream of several edges.
     pub upstream: Option<String>,
 }
 
 /// Where a window stands at the gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GateStatus {
     /// Final and at least the threshold: safe to publish.
@@ -50,7 +69,8 @@ pub enum GateStatus {
     Incomplete,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = CompletenessWindow)]
 pub struct WindowCompleteness {
     pub window_start: i64,
     pub window_end: i64,
@@ -59,6 +79,7 @@ pub struct WindowCompleteness {
     /// Expected count of the upstream edge (summed over its upstream datacenters).
     pub reference: u64,
     /// observed / reference; 1 when both are 0; null when only the tier has data.
+    #[schema(required = true)]
     pub ratio: Option<f64>,
     /// Neither side has data in this window.
     pub no_data: bool,
@@ -70,7 +91,8 @@ pub struct WindowCompleteness {
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Completeness)]
 pub struct CompletenessResponse {
     pub topic: String,
     pub tier: String,
@@ -94,6 +116,7 @@ pub struct CompletenessResponse {
     /// Sums over the range.
     pub observed: u64,
     pub reference: u64,
+    #[schema(required = true)]
     pub ratio: Option<f64>,
     pub windows: Vec<WindowCompleteness>,
 }
@@ -203,6 +226,35 @@ fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
     }
 }
 
+/// Completeness gate: is every window of a range complete at one tier in one datacenter?
+///
+/// For each window of [from, to) (the window containing `from` included): the tier's
+/// observed count, the reference count (the expected count of its upstream edge, summed
+/// over the mapped upstream datacenters of a many-to-one edge, as in /compare), their
+/// ratio, the lifecycle and `complete`: true only when the window is final (past its
+/// grace period and every auditor involved has read past it) and ratio >= threshold. A
+/// ratio above 1, or a tier with data where the reference has none (ratio null), is not
+/// missing data and counts as complete once final. A window without data at either tier
+/// has ratio 1 and `no_data: true`; it is complete once final. `status` per window and
+/// for the range: `complete`, `pending` (not final yet: wait) or `incomplete` (final and
+/// below the threshold: data is missing; late data can still complete it). `kafka-audit
+/// wait` polls this route.
+#[utoipa::path(get, path = "/api/v1/topics/{topic}/completeness", operation_id = "completeness",
+    params(("topic" = String, Path, min_length = 1, example = "orders"), CompletenessQuery),
+    responses(
+        (status = 200, description = "OK", body = CompletenessResponse, examples(
+            ("six_windows" = (
+                summary = "aggregate in agg against regional dc1 + dc2: one window short, one pending",
+                value = json!(crate::openapi::completeness_example(false)))),
+            ("complete" = (
+                summary = "an hour that is complete",
+                value = json!(crate::openapi::completeness_example(true)))),
+        )),
+        (status = 400, body = crate::openapi::ErrorBody,
+            description = "Invalid parameter: unknown tier, a tier without an upstream edge (the message names the tier it is the reference of), a datacenter the edge does not map to, from or to missing, a threshold outside [0, 1], a range longer than serve.max_range"),
+        (status = 404, body = crate::openapi::ErrorBody,
+            description = "Nothing is known of the topic at the tier's or the reference's datacenters: no counts in the range and no auditor progress (a misspelt topic or datacenter)"),
+    ))]
 pub async fn completeness(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,

@@ -7,14 +7,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context;
-use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::TopologyConfig;
 
-pub const ENV_PREFIX: &str = "KAFKA_AUDIT__";
+/// `[log]`: read by the binary, which initialises tracing (`common::init_tracing`).
+pub use common::LogConfig;
+
+/// Top-level sections the environment may set (see `common::load_config`): variables
+/// meant for other subcommands in the same environment must not trip
+/// `deny_unknown_fields`.
+pub const ENV_SECTIONS: &[&str] = &["serve", "topology", "auth", "alerting", "log"];
 
 /// The whole file. Other subcommands' sections may live in the same file; `serve`
 /// reads only these.
@@ -31,25 +34,6 @@ pub struct Config {
     pub alerting: AlertingConfig,
     #[serde(default)]
     pub log: LogConfig,
-}
-
-/// `[log]`: read by the binary, which initialises tracing.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LogConfig {
-    /// `text` or `json`.
-    pub format: String,
-    /// An `EnvFilter` directive; `RUST_LOG` wins when set.
-    pub level: String,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        Self {
-            format: "text".into(),
-            level: "info".into(),
-        }
-    }
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -259,29 +243,7 @@ pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
 impl Config {
     /// Loads defaults ← TOML file ← environment.
     pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(path) = file {
-            if !path.exists() {
-                anyhow::bail!("config file {} does not exist", path.display());
-            }
-            figment = figment.merge(Toml::file(path));
-        }
-        // Only our sections: variables meant for other subcommands in the same
-        // environment must not trip deny_unknown_fields.
-        // Keys keep the variable's case here (`SERVE.LISTEN`); compare without it.
-        let env = Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
-            let top = key.as_str().split('.').next().unwrap_or("");
-            ["serve", "topology", "auth", "alerting", "log"]
-                .iter()
-                .any(|s| s.eq_ignore_ascii_case(top))
-        });
-        let config: Config = figment.merge(env).extract().with_context(|| match file {
-            Some(p) => format!(
-                "invalid configuration in {} or {ENV_PREFIX}* variables",
-                p.display()
-            ),
-            None => format!("invalid configuration in {ENV_PREFIX}* variables"),
-        })?;
+        let config: Config = common::load_config(file, ENV_SECTIONS)?;
         config.validate()?;
         Ok(config)
     }
@@ -289,11 +251,6 @@ impl Config {
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
         crate::engine::Topology::new(self.topology.clone())?;
-        anyhow::ensure!(
-            ["text", "json"].contains(&self.log.format.as_str()),
-            "log.format must be text or json, not {:?}",
-            self.log.format
-        );
         let s = &self.serve;
         anyhow::ensure!(
             s.max_page_size >= 1,
@@ -367,6 +324,25 @@ routing_key = "R0UT1NGKEYSECRET"
         }
         assert!(text.contains("kafka_audit:***@db"), "{text}");
         assert!(text.contains("hooks.slack.com"), "{text}");
+    }
+
+    /// `[log] format` is common's typed `LogFormat`: a typo is a config error naming
+    /// the value, from the file and from the environment alike.
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn unknown_log_format_is_a_config_error() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("serve.toml", "[log]\nformat = \"jsn\"\n")?;
+            let err = Config::load(Some(Path::new("serve.toml"))).unwrap_err();
+            assert!(format!("{err:#}").contains("jsn"), "{err:#}");
+            jail.create_file("ok.toml", "[log]\nformat = \"json\"\n")?;
+            let config = Config::load(Some(Path::new("ok.toml"))).expect("config loads");
+            assert_eq!(config.log.format, common::LogFormat::Json);
+            jail.set_env("KAFKA_AUDIT__LOG__FORMAT", "jsn");
+            let err = Config::load(Some(Path::new("ok.toml"))).unwrap_err();
+            assert!(format!("{err:#}").contains("jsn"), "{err:#}");
+            Ok(())
+        });
     }
 
     #[test]

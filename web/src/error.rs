@@ -1,29 +1,17 @@
 //! One error type for every response that is not a success: a JSON body
-//! `{"error": {"status": 400, "message": "..."}}` with the matching status. Client
-//! errors say what was wrong; internal errors are logged with their cause and answered
-//! with a generic message.
+//! `{"error": {"status": 400, "message": "..."}}` with the matching status (the shape
+//! of `common::ApiError`, which the collector's ingest answers too). Client errors say
+//! what was wrong; internal errors are logged with their cause and answered with a
+//! generic message.
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use serde::Serialize;
 
 #[derive(Debug)]
 pub struct AppError {
     pub status: StatusCode,
     pub message: String,
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
-}
-
-#[derive(Serialize)]
-struct Inner<'a> {
-    status: u16,
-    message: &'a str,
 }
 
 impl AppError {
@@ -80,20 +68,7 @@ impl From<PathRejection> for AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let body = Body {
-            error: Inner {
-                status: self.status.as_u16(),
-                message: &self.message,
-            },
-        };
-        let mut response = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"kafka-audit\""),
-            );
-        }
-        response
+        common::ApiError::new(self.status, self.message).into_response()
     }
 }
 

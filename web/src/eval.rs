@@ -543,9 +543,3 @@ impl Evaluator {
         self.auditor_series = seen;
     }
 }
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod metrics;
+pub mod openapi;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -115,7 +116,7 @@ impl AppState {
             let every = state.config.serve.evaluate_every;
             loop {
                 let started = Instant::now();
-                match state.evaluate(eval::now_ms()).await {
+                match state.evaluate(common::now_ms()).await {
                     Ok(s) => tracing::debug!(?s, elapsed = ?started.elapsed(), "evaluation cycle"),
                     Err(e) => tracing::warn!(error = %e, "evaluation cycle failed"),
                 }
@@ -232,10 +233,40 @@ async fn record_http(State(state): State<AppState>, req: Request, next: Next) ->
     response
 }
 
-async fn healthz() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// `/healthz`'s answer.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Health)]
+pub struct HealthView {
+    /// Always `ok`.
+    pub status: &'static str,
 }
 
+/// `/readyz`'s answer (fields in the order the first version's map had them).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Ready)]
+pub struct ReadyView {
+    /// The last evaluation's time; null before the first one.
+    #[schema(required = true)]
+    pub evaluated_at: Option<i64>,
+    /// `ready` or `not ready`.
+    pub status: &'static str,
+    /// `ok` or `unavailable`.
+    pub store: &'static str,
+}
+
+/// Liveness
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", security(()),
+    responses((status = 200, description = "OK", body = HealthView)))]
+async fn healthz() -> Json<HealthView> {
+    Json(HealthView { status: "ok" })
+}
+
+/// Readiness: store reachable and first evaluation done
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", security(()),
+    responses(
+        (status = 200, description = "OK", body = ReadyView),
+        (status = 503, description = "Not ready", body = ReadyView),
+    ))]
 async fn readyz(State(state): State<AppState>) -> Response {
     let evaluated_at = state.index.read().expect("verdict index lock").evaluated_at;
     let db = state.store.ping().await;
@@ -245,11 +276,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(e) = &db {
         tracing::warn!(error = %e, "readiness: store unavailable");
     }
-    let body = serde_json::json!({
-        "status": if ready { "ready" } else { "not ready" },
-        "store": if db.is_ok() { "ok" } else { "unavailable" },
-        "evaluated_at": evaluated_at,
-    });
+    let body = ReadyView {
+        evaluated_at,
+        status: if ready { "ready" } else { "not ready" },
+        store: if db.is_ok() { "ok" } else { "unavailable" },
+    };
     let status = if ready {
         StatusCode::OK
     } else {
@@ -258,6 +289,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
+/// Prometheus metrics (OpenMetrics text)
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", security(()),
+    responses((status = 200, description = "Metrics", body = String,
+        content_type = "application/openmetrics-text")))]
 async fn metrics_text(State(state): State<AppState>) -> Response {
     (
         [(
@@ -269,10 +304,15 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-const OPENAPI: &str = include_str!("../openapi.json");
-
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+    static DOCUMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        serde_json::to_string(&openapi::document()).expect("the OpenAPI document serializes")
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.as_str(),
+    )
+        .into_response()
 }
 
 async fn not_found() -> AppError {

@@ -5,6 +5,8 @@
 mod support;
 
 use axum::http::StatusCode;
+use std::collections::BTreeSet;
+
 use serde_json::{json, Value};
 use support::*;
 use web::AppState;
@@ -475,33 +477,116 @@ async fn closed_health_and_metrics_need_a_token() {
     }
 }
 
+/// The served document is the one derived from the code, it is valid OpenAPI 3, and it
+/// describes exactly what the router serves: every path of the router (read from the
+/// router itself) with every method it answers, except the named routes that are not
+/// API. A handler routed without a `#[utoipa::path]` in `web::openapi` fails here.
 #[tokio::test]
 async fn openapi_document_lists_every_route() {
     let (state, _db) = state(Backend::Sqlite, "").await;
     let r = get(&state, "/api/openapi.json").await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(
-        r.body["openapi"].as_str().map(|v| v.starts_with("3.")),
-        Some(true)
+    assert_eq!(r.headers["content-type"], "application/json");
+    let doc = r.body;
+    // Parsed the same way on both sides (serde_json's float parsing is not exact).
+    let derived = serde_json::to_string(&web::openapi::document()).unwrap();
+    assert_eq!(doc, serde_json::from_str::<Value>(&derived).unwrap());
+    support::assert_valid_openapi_3(&doc);
+
+    // Not API: the dashboard's page and assets, and the document itself.
+    let not_api = ["/", "/assets/{file}", "/api/openapi.json"];
+    let routes = support::router_paths(&web::app(state.clone()));
+    assert!(
+        routes.contains("/healthz") && routes.contains("/api/v1/topology"),
+        "paths read from the router: {routes:?}"
     );
-    let paths: Vec<&str> = r.body["paths"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
+    let documented: BTreeSet<String> = doc["paths"].as_object().unwrap().keys().cloned().collect();
+    let served: BTreeSet<String> = routes
+        .iter()
+        .filter(|p| !not_api.contains(&p.as_str()))
+        .cloned()
         .collect();
-    for p in [
-        "/api/v1/topology",
-        "/api/v1/topics",
-        "/api/v1/topics/{topic}/windows",
-        "/api/v1/topics/{topic}/compare",
-        "/api/v1/anomalies",
-        "/api/v1/topics/{topic}/windows/{window_start}/offsets",
-        "/api/v1/evaluate",
-        "/healthz",
-        "/readyz",
-    ] {
-        assert!(paths.contains(&p), "openapi lacks {p}: {paths:?}");
+    assert_eq!(documented, served, "documented paths vs the router's");
+    for path in &served {
+        // A concrete URI of the path: `0` fits every parameter (a topic, a time).
+        let uri: String = path
+            .split('/')
+            .map(|s| if s.starts_with('{') { "0" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            let answered =
+                request(&state, method, &uri, None).await.status != StatusCode::METHOD_NOT_ALLOWED;
+            let op = &doc["paths"][path][method.to_lowercase()];
+            assert_eq!(
+                answered,
+                op.is_object(),
+                "{method} {path}: served {answered}, documented {}",
+                op.is_object()
+            );
+        }
+    }
+}
+
+/// Every answer of a seeded store matches the schema the document gives its status:
+/// the schemas are derived from the answer types, and this checks what is not
+/// (`value_type` overrides such as the store's offsets, `required` choices).
+#[tokio::test]
+async fn openapi_schemas_describe_the_answers() {
+    let (state, _db) = state(Backend::Sqlite, "").await;
+    let w = settled_window();
+    seed_loss(&state.store, "orders", w).await;
+    state.evaluate(now_ms()).await.expect("evaluate");
+    let doc = get(&state, "/api/openapi.json").await.body;
+    let range = format!("from={}&to={}", w - WINDOW, w + 2 * WINDOW);
+    let calls = [
+        ("GET", "/api/v1/topology", "/api/v1/topology".to_string()),
+        ("GET", "/api/v1/topics", format!("/api/v1/topics?{range}")),
+        (
+            "GET",
+            "/api/v1/anomalies",
+            format!("/api/v1/anomalies?{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/windows",
+            format!("/api/v1/topics/orders/windows?{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/compare",
+            format!("/api/v1/topics/orders/compare?{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/completeness",
+            format!("/api/v1/topics/orders/completeness?tier=regional&datacenter=dc1&{range}"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/windows/{window_start}/offsets",
+            format!("/api/v1/topics/orders/windows/{w}/offsets"),
+        ),
+        (
+            "GET",
+            "/api/v1/topics/{topic}/windows/{window_start}/offsets",
+            "/api/v1/topics/orders/windows/0/offsets".to_string(),
+        ),
+        ("GET", "/api/v1/topics", "/api/v1/topics?page=0".to_string()),
+        ("POST", "/api/v1/evaluate", "/api/v1/evaluate".to_string()),
+        ("GET", "/healthz", "/healthz".to_string()),
+        ("GET", "/readyz", "/readyz".to_string()),
+    ];
+    for (method, path, uri) in calls {
+        let r = request(&state, method, &uri, None).await;
+        let status = r.status.as_u16().to_string();
+        let content = &doc["paths"][path][method.to_lowercase()]["responses"][&status]["content"]
+            ["application/json"]["schema"];
+        assert!(
+            content.is_object(),
+            "{method} {uri}: {status} is not documented"
+        );
+        assert_conforms(&doc, content, &r.body, &format!("{method} {uri}"));
     }
 }
 

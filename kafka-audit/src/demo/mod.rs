@@ -91,12 +91,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     })
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// A small, fast generator (splitmix64): the demo needs variety, not cryptography.
 pub struct Rng(u64);
 
@@ -317,10 +311,7 @@ async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     }
     let audit_regional = audit_service::Config::load(Some(&dir.join("audit-regional.toml")))?;
     let audit_aggregate = audit_service::Config::load(Some(&dir.join("audit-aggregate.toml")))?;
-    let collect: collector::CollectConfig = common::load_config(
-        Some(&dir.join("collect.toml")),
-        collector::config::ENV_SECTIONS,
-    )?;
+    let collect = collector::CollectConfig::load(Some(&dir.join("collect.toml")))?;
     let serve = web::Config::load(Some(&dir.join("serve.toml")))?;
 
     // The collector and the web service share the file: migrate it once, before both.

@@ -16,7 +16,8 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{now_ms, Rng};
+use super::Rng;
+use common::now_ms;
 
 /// Which faults to inject, where. A fault applies to the windows whose index modulo
 /// `period` equals its `phase`, so faulty and clean windows alternate predictably.

@@ -13,7 +13,8 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::ClientContext;
 use tokio_util::sync::CancellationToken;
 
-use super::{now_ms, Rng};
+use super::Rng;
+use common::now_ms;
 
 pub struct TrafficConfig {
     pub bootstrap: String,

@@ -199,7 +199,7 @@ pub async fn wait_final(
 ) -> bool {
     testkit::wait_until_async(timeout, || async move {
         if evaluate {
-            state.evaluate(web::eval::now_ms()).await.expect("cycle");
+            state.evaluate(common::now_ms()).await.expect("cycle");
         }
         let waiting = state
             .index
@@ -230,7 +230,7 @@ pub async fn wait_final(
     })
     .await
         && {
-            state.evaluate(web::eval::now_ms()).await.expect("cycle");
+            state.evaluate(common::now_ms()).await.expect("cycle");
             true
         }
 }
@@ -267,7 +267,7 @@ pub struct Faults {
 }
 
 fn now_ms() -> i64 {
-    web::eval::now_ms()
+    common::now_ms()
 }
 
 /// Traffic now: `rate` JSON messages per second with event time = the time of

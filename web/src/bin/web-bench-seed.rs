@@ -7,17 +7,12 @@
 //! regional and aggregate, `payments` duplicates 2 in every 7th, `clicks.eu` has equal
 //! counts but a different checksum in every 11th, `logs.web` is healthy.
 
+use common::now_ms;
 use store::{
     AuditStore, Batch, Increment, Latency, Message, OffsetRange, PartitionProgress, Progress,
 };
 
 const WINDOW: i64 = 600_000;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 #[allow(clippy::too_many_arguments)]
 fn inc(

@@ -88,7 +88,7 @@ impl Histogram {
 }
 
 /// Latency summary of one tier in one window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Percentiles {
     pub count: u64,
     pub p50_ms: f64,

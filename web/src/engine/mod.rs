@@ -37,6 +37,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 pub use latency::{Histogram, Percentiles};
 pub use topology::{Edge, Policy, Thresholds, Topology, TopologyConfig, TopologyError};
@@ -78,7 +79,9 @@ pub struct PartitionProgress {
 /// later). Such a window's counts are not the answer yet.
 pub type Staged = BTreeSet<(String, String, i64)>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Ok,
@@ -128,7 +131,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Lifecycle {
     Open,
@@ -137,7 +140,7 @@ pub enum Lifecycle {
 }
 
 /// The comparison of one edge, downstream datacenter and window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct EdgeWindow {
     pub topic: String,
     pub upstream: String,
@@ -152,13 +155,16 @@ pub struct EdgeWindow {
     /// observed − expected.
     pub difference: i64,
     /// observed / expected; 1 when both are 0; null when only downstream saw data.
+    #[schema(required = true)]
     pub completeness: Option<f64>,
     pub checksums_match: bool,
     pub lifecycle: Lifecycle,
     pub verdict: Verdict,
     /// Why the verdict is what it is, for people.
     pub reason: String,
+    #[schema(required = true)]
     pub upstream_latency: Option<Percentiles>,
+    #[schema(required = true)]
     pub downstream_latency: Option<Percentiles>,
 }
 

@@ -78,7 +78,7 @@ fn default_completeness() -> f64 {
 /// A difference between two tiers is an anomaly only when it exceeds *both* the
 /// absolute and the ratio threshold: the absolute one keeps small topics from paging
 /// for a handful of messages, the ratio one keeps huge topics from paging for noise.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
     /// Messages of difference tolerated.

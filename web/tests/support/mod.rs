@@ -117,9 +117,7 @@ url = "{url}"
     )
 }
 
-pub fn now_ms() -> i64 {
-    web::eval::now_ms()
-}
+pub use common::now_ms;
 
 /// The start of a window that settled a while ago (2 h before now).
 pub fn settled_window() -> i64 {
@@ -293,4 +291,201 @@ pub async fn serve_local(app: axum::Router) -> String {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     base
+}
+
+/// The paths `router` serves, read from its `Debug` form (axum has no other way to
+/// list them; the caller checks that known paths are found, so a change of that form
+/// fails rather than passes). Axum's internal fallback paths are left out.
+pub fn router_paths(router: &axum::Router) -> std::collections::BTreeSet<String> {
+    format!("{router:?}")
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with('/') && !s.contains("__private__"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// What makes an OpenAPI 3 document usable beyond its JSON: utoipa's model reads it,
+/// every `$ref` resolves, operation ids are unique, every path template parameter is
+/// declared as a required path parameter (and no other), parameters are unique and
+/// have a schema, every operation answers at least one status with a description, and
+/// security requirements name declared schemes.
+pub fn assert_valid_openapi_3(doc: &Value) {
+    use std::collections::BTreeSet;
+    assert!(
+        doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")),
+        "openapi: {}",
+        doc["openapi"]
+    );
+    assert!(doc["info"]["title"].is_string() && doc["info"]["version"].is_string());
+    let _: utoipa::openapi::OpenApi =
+        serde_json::from_value(doc.clone()).expect("utoipa's OpenAPI model reads the document");
+    fn refs<'v>(v: &'v Value, out: &mut Vec<&'v str>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r);
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    refs(doc, &mut all);
+    assert!(!all.is_empty());
+    for r in all {
+        let target = r.strip_prefix('#').and_then(|p| doc.pointer(p));
+        assert!(target.is_some(), "$ref {r} does not resolve");
+    }
+    let schemes = &doc["components"]["securitySchemes"];
+    let check_security = |s: &Value, at: &str| {
+        for requirement in s.as_array().into_iter().flatten() {
+            for name in requirement.as_object().expect("requirement").keys() {
+                assert!(
+                    schemes[name].is_object(),
+                    "{at}: unknown security scheme {name}"
+                );
+            }
+        }
+    };
+    check_security(&doc["security"], "document");
+    let mut ids = BTreeSet::new();
+    let paths = doc["paths"].as_object().expect("paths");
+    assert!(!paths.is_empty());
+    for (path, item) in paths {
+        assert!(path.starts_with('/'), "{path}");
+        let template: BTreeSet<&str> = path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .collect();
+        for (method, op) in item.as_object().expect("path item") {
+            if ["summary", "description", "parameters", "servers"].contains(&method.as_str()) {
+                continue;
+            }
+            let at = format!("{method} {path}");
+            assert!(
+                ["get", "put", "post", "delete", "options", "head", "patch", "trace"]
+                    .contains(&method.as_str()),
+                "{at}: not a method"
+            );
+            let id = op["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{at}: operationId"));
+            assert!(ids.insert(id.to_string()), "{at}: operationId {id} twice");
+            let mut seen = BTreeSet::new();
+            let mut in_path = BTreeSet::new();
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                let name = p["name"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{at}: parameter name"));
+                let place = p["in"].as_str().unwrap_or_default();
+                assert!(
+                    ["query", "header", "path", "cookie"].contains(&place),
+                    "{at}: {name} in {place:?}"
+                );
+                assert!(seen.insert((name, place)), "{at}: parameter {name} twice");
+                assert!(
+                    p["schema"].is_object() || p["content"].is_object(),
+                    "{at}: {name} schema"
+                );
+                if place == "path" {
+                    assert_eq!(p["required"], true, "{at}: path parameter {name} required");
+                    in_path.insert(name);
+                }
+            }
+            assert_eq!(in_path, template, "{at}: path parameters");
+            let responses = op["responses"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{at}: responses"));
+            assert!(!responses.is_empty(), "{at}: no responses");
+            for (status, response) in responses {
+                assert!(
+                    status == "default"
+                        || status.parse::<u16>().is_ok_and(|s| (100..600).contains(&s)),
+                    "{at}: status {status}"
+                );
+                assert!(
+                    response["description"].is_string() || response["$ref"].is_string(),
+                    "{at} {status}: description"
+                );
+            }
+            check_security(&op["security"], &at);
+        }
+    }
+}
+
+/// Checks `value` against `schema` of the OpenAPI document `doc`, for the JSON Schema
+/// a derived document uses: `$ref`, `oneOf`, `type` (one or a list), `enum`, object
+/// `properties`/`required`/`additionalProperties` (a key the schema does not name
+/// fails), array `items`. Panics with the JSON path of the first mismatch.
+pub fn assert_conforms(doc: &Value, schema: &Value, value: &Value, at: &str) {
+    if let Err(e) = conforms(doc, schema, value, at) {
+        panic!("{e}");
+    }
+}
+
+fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let target = doc.pointer(r.trim_start_matches('#'));
+        let target = target.ok_or_else(|| format!("{at}: {r} does not resolve"))?;
+        return conforms(doc, target, value, at);
+    }
+    if let Some(alternatives) = schema["oneOf"].as_array() {
+        let fits = alternatives
+            .iter()
+            .filter(|s| conforms(doc, s, value, at).is_ok())
+            .count();
+        return match fits {
+            1 => Ok(()),
+            n => Err(format!("{at}: {value} fits {n} of {alternatives:?}")),
+        };
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let is = |t: &str| match t {
+        "null" => value.is_null(),
+        "boolean" => value.is_boolean(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "string" => value.is_string(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => false,
+    };
+    if !types.is_empty() && !types.iter().any(|t| is(t)) {
+        return Err(format!("{at}: {value} is not {types:?}"));
+    }
+    if let Some(allowed) = schema["enum"].as_array() {
+        if !allowed.contains(value) {
+            return Err(format!("{at}: {value} not in {allowed:?}"));
+        }
+    }
+    if let Some(object) = value.as_object() {
+        for key in schema["required"].as_array().into_iter().flatten() {
+            let key = key.as_str().unwrap_or_default();
+            if !object.contains_key(key) {
+                return Err(format!("{at}: required {key} missing"));
+            }
+        }
+        for (key, v) in object {
+            let at = format!("{at}.{key}");
+            match (&schema["properties"][key], &schema["additionalProperties"]) {
+                (Value::Object(_), _) => conforms(doc, &schema["properties"][key], v, &at)?,
+                (_, Value::Object(_)) => conforms(doc, &schema["additionalProperties"], v, &at)?,
+                _ => return Err(format!("{at}: not in the schema")),
+            }
+        }
+    }
+    if let (Some(items), Some(schema)) = (value.as_array(), schema.get("items")) {
+        for (i, v) in items.iter().enumerate() {
+            conforms(doc, schema, v, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
 }
