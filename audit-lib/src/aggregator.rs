@@ -132,22 +132,7 @@ impl Aggregator {
             opened = true;
             WindowStats::default()
         });
-        stats.count += 1;
-        stats.bytes += obs.byte_len();
-        stats
-            .checksum
-            .add_message(obs.key, obs.value.unwrap_or_default());
-        match class {
-            Classification::EventTime { event_time_ms, .. } => stats
-                .latency
-                .record(obs.observed_at_ms.saturating_sub(event_time_ms)),
-            Classification::NoTime => stats.no_time_count += 1,
-            Classification::Malformed(_) => stats.malformed_count += 1,
-            Classification::OutOfBounds { .. } => stats.out_of_bounds_count += 1,
-        }
-        if track_offsets {
-            stats.track_offset(obs.partition, obs.offset);
-        }
+        stats.record(obs, &class, track_offsets);
         if opened {
             self.open += 1;
             while self.open > self.limits.max_open_windows {

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::topic::TopicGlob;
 use crate::window::WindowSize;
 
 /// Unit of a numeric event time.
@@ -249,7 +250,7 @@ impl CompiledRule {
 
 #[derive(Debug)]
 enum TopicMatcher {
-    Glob(globset::GlobMatcher),
+    Glob(TopicGlob),
     Regex(regex::Regex),
 }
 
@@ -291,17 +292,15 @@ impl EventTimeConfig {
         let mut rules = Vec::with_capacity(self.rules.len());
         for (index, r) in self.rules.iter().enumerate() {
             let matcher = match (&r.topic, &r.topic_regex) {
-                (Some(glob), None) => TopicMatcher::Glob(
-                    globset::GlobBuilder::new(glob)
-                        .literal_separator(false)
-                        .build()
-                        .map_err(|source| ConfigError::Glob {
+                (Some(glob), None) => {
+                    TopicMatcher::Glob(TopicGlob::new(glob).map_err(|source| {
+                        ConfigError::Glob {
                             index,
                             pattern: glob.clone(),
                             source,
-                        })?
-                        .compile_matcher(),
-                ),
+                        }
+                    })?)
+                }
                 (None, Some(re)) => {
                     TopicMatcher::Regex(regex::Regex::new(re).map_err(|source| {
                         ConfigError::Regex {

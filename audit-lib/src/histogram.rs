@@ -17,6 +17,11 @@ pub const GAMMA: f64 = 1.02;
 /// 2 206); indexes above this in a decoded message are rejected rather than allocated.
 pub const MAX_BUCKET_INDEX: u32 = 2_300;
 
+/// Parts that do not make a histogram (see [`LatencyHistogram::from_buckets`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidHistogram(pub String);
+
 /// A latency histogram; see the module documentation.
 #[derive(Clone, Debug, Default)]
 pub struct LatencyHistogram {
@@ -100,6 +105,46 @@ impl LatencyHistogram {
         for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
             *mine = mine.saturating_add(*theirs);
         }
+    }
+
+    /// A histogram from its parts as stored or sent (`docs/audit-message-v1.md`):
+    /// `(index, count)` buckets in any order, duplicate indexes summed (the merge rule
+    /// applied within one message), counts saturating.
+    pub fn from_buckets(
+        zero_count: u64,
+        negative_count: u64,
+        max_ms: i64,
+        buckets: impl IntoIterator<Item = (u32, u64)>,
+    ) -> Result<Self, InvalidHistogram> {
+        if negative_count > zero_count {
+            return Err(InvalidHistogram(format!(
+                "latency: negative_count {negative_count} exceeds zero_count {zero_count}"
+            )));
+        }
+        if max_ms < 0 {
+            return Err(InvalidHistogram(format!(
+                "latency: max_ms must be >= 0, got {max_ms}"
+            )));
+        }
+        let mut h = LatencyHistogram {
+            zero_count,
+            negative_count,
+            counts: Vec::new(),
+            max_ms,
+        };
+        for (i, c) in buckets {
+            if i > MAX_BUCKET_INDEX {
+                return Err(InvalidHistogram(format!(
+                    "latency: bucket index {i} above the maximum {MAX_BUCKET_INDEX}"
+                )));
+            }
+            let i = i as usize;
+            if i >= h.counts.len() {
+                h.counts.resize(i + 1, 0);
+            }
+            h.counts[i] = h.counts[i].saturating_add(c);
+        }
+        Ok(h)
     }
 
     /// Total number of recorded latencies.
@@ -187,38 +232,8 @@ impl Serialize for LatencyHistogram {
 impl<'de> Deserialize<'de> for LatencyHistogram {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = Wire::deserialize(d)?;
-        if w.negative_count > w.zero_count {
-            return Err(D::Error::custom(format!(
-                "latency: negative_count {} exceeds zero_count {}",
-                w.negative_count, w.zero_count
-            )));
-        }
-        if w.max_ms < 0 {
-            return Err(D::Error::custom(format!(
-                "latency: max_ms must be >= 0, got {}",
-                w.max_ms
-            )));
-        }
-        let mut h = LatencyHistogram {
-            zero_count: w.zero_count,
-            negative_count: w.negative_count,
-            counts: Vec::new(),
-            max_ms: w.max_ms,
-        };
-        for (i, c) in w.buckets {
-            if i > MAX_BUCKET_INDEX {
-                return Err(D::Error::custom(format!(
-                    "latency: bucket index {i} above the maximum {MAX_BUCKET_INDEX}"
-                )));
-            }
-            let i = i as usize;
-            if i >= h.counts.len() {
-                h.counts.resize(i + 1, 0);
-            }
-            // Duplicate indexes are summed: the merge rule applied within one message.
-            h.counts[i] = h.counts[i].saturating_add(c);
-        }
-        Ok(h)
+        LatencyHistogram::from_buckets(w.zero_count, w.negative_count, w.max_ms, w.buckets)
+            .map_err(D::Error::custom)
     }
 }
 
@@ -313,6 +328,34 @@ mod tests {
         let r: Result<LatencyHistogram, _> =
             serde_json::from_str(r#"{"zero_count":0,"negative_count":1,"buckets":[],"max_ms":0}"#);
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn from_buckets_rebuilds_what_buckets_gave_out() {
+        let mut h = LatencyHistogram::new();
+        for v in [-3, 0, 1, 2, 10, 10, 999, 86_400_000] {
+            h.record(v);
+        }
+        let back = LatencyHistogram::from_buckets(
+            h.zero_count(),
+            h.negative_count(),
+            h.max_ms(),
+            h.buckets(),
+        )
+        .unwrap();
+        assert_eq!(back, h);
+        for q in [0.0, 0.5, 0.9, 0.99, 1.0] {
+            assert_eq!(back.quantile(q), h.quantile(q));
+        }
+        // Order does not matter; duplicate indexes add up; empty buckets vanish.
+        let a = LatencyHistogram::from_buckets(0, 0, 10, [(117, 2), (36, 1), (117, 1), (5, 0)])
+            .unwrap();
+        assert_eq!(a.buckets().collect::<Vec<_>>(), vec![(36, 1), (117, 3)]);
+        assert_eq!(a.count(), 4);
+        // What a reader must not accept.
+        assert!(LatencyHistogram::from_buckets(0, 1, 0, []).is_err());
+        assert!(LatencyHistogram::from_buckets(0, 0, -1, []).is_err());
+        assert!(LatencyHistogram::from_buckets(0, 0, 1, [(MAX_BUCKET_INDEX + 1, 1)]).is_err());
     }
 
     #[test]

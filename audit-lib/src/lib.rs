@@ -19,6 +19,7 @@ pub mod scan;
 pub mod sink;
 pub mod stats;
 pub mod timeparse;
+pub mod topic;
 pub mod window;
 
 pub use aggregator::{Aggregator, Limits};
@@ -27,13 +28,14 @@ pub use config::{
     CompiledConfig, CompiledRule, ConfigError, EventTimeConfig, TimeRule, TopicRule, Unit,
 };
 pub use extract::{classify, Classification, MalformedReason, TimeSource};
-pub use histogram::LatencyHistogram;
+pub use histogram::{InvalidHistogram, LatencyHistogram};
 pub use message::{
     AuditBody, AuditMessage, Identity, Increment, MessageKind, PartitionProgress,
     AUDIT_MESSAGE_VERSION,
 };
 pub use observation::{HeaderLookup, NoHeaders, Observation, RecordTimestamp, TimestampType};
 pub use sink::{MemorySink, Sink, SinkError, SpoolStats, SpoolingSink};
-pub use stats::{OffsetRange, WindowStats};
+pub use stats::{OffsetSpan, WindowStats};
 pub use timeparse::TimeUnit;
+pub use topic::{TopicGlob, TopicPartition};
 pub use window::{Window, WindowSize};

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::checksum::Checksum;
 use crate::histogram::LatencyHistogram;
-use crate::stats::{OffsetRange, WindowStats};
+use crate::stats::{OffsetSpan, WindowStats};
 use crate::window::Window;
 
 /// The only format version this library reads and writes.
@@ -197,7 +197,7 @@ struct WireOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     latency: Option<&'a LatencyHistogram>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    offsets: Option<&'a [OffsetRange]>,
+    offsets: Option<&'a [OffsetSpan]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     partitions: Option<&'a [PartitionProgress]>,
 }
@@ -269,7 +269,7 @@ struct WireIn {
     out_of_bounds_count: Option<u64>,
     checksum: Option<Checksum>,
     latency: Option<LatencyHistogram>,
-    offsets: Option<Vec<OffsetRange>>,
+    offsets: Option<Vec<OffsetSpan>>,
     partitions: Option<Vec<PartitionProgress>>,
 }
 

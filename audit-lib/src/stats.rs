@@ -5,11 +5,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::checksum::Checksum;
+use crate::extract::Classification;
 use crate::histogram::LatencyHistogram;
+use crate::observation::Observation;
 
 /// Lowest and highest offset counted in one partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OffsetRange {
+pub struct OffsetSpan {
     pub partition: i32,
     pub min: i64,
     pub max: i64,
@@ -33,12 +35,33 @@ pub struct WindowStats {
     pub latency: LatencyHistogram,
     /// Per partition offset range; absent when offset tracking is off.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub offsets: Vec<OffsetRange>,
+    pub offsets: Vec<OffsetSpan>,
 }
 
 impl WindowStats {
     pub fn is_empty(&self) -> bool {
         self.count == 0
+    }
+
+    /// Counts one message of `obs` classified as `class`: the accumulation rule of a
+    /// window (what [`Self::merge`] adds up). Offsets are tracked when asked to.
+    #[inline]
+    pub fn record(&mut self, obs: &Observation<'_>, class: &Classification, track_offsets: bool) {
+        self.count += 1;
+        self.bytes += obs.byte_len();
+        self.checksum
+            .add_message(obs.key, obs.value.unwrap_or_default());
+        match class {
+            Classification::EventTime { event_time_ms, .. } => self
+                .latency
+                .record(obs.observed_at_ms.saturating_sub(*event_time_ms)),
+            Classification::NoTime => self.no_time_count += 1,
+            Classification::Malformed(_) => self.malformed_count += 1,
+            Classification::OutOfBounds { .. } => self.out_of_bounds_count += 1,
+        }
+        if track_offsets {
+            self.track_offset(obs.partition, obs.offset);
+        }
     }
 
     /// Widens the offset range of `partition` to include `offset`. A linear scan: a
@@ -52,7 +75,7 @@ impl WindowStats {
                 return;
             }
         }
-        self.offsets.push(OffsetRange {
+        self.offsets.push(OffsetSpan {
             partition,
             min: offset,
             max: offset,
@@ -131,12 +154,12 @@ mod tests {
         assert_eq!(
             a.offsets,
             vec![
-                OffsetRange {
+                OffsetSpan {
                     partition: 0,
                     min: 9,
                     max: 9
                 },
-                OffsetRange {
+                OffsetSpan {
                     partition: 1,
                     min: 2,
                     max: 7

@@ -71,6 +71,14 @@ impl WindowSize {
             end_ms: start_ms.saturating_add(self.0),
         }
     }
+
+    /// The windows from the one containing `from_ms` up to the last one starting
+    /// before `to_ms`, in order.
+    pub fn windows_between(self, from_ms: i64, to_ms: i64) -> impl Iterator<Item = Window> {
+        (self.index_of(from_ms)..)
+            .map(move |i| self.window_at(i))
+            .take_while(move |w| w.start_ms < to_ms)
+    }
 }
 
 impl Default for WindowSize {
@@ -186,6 +194,14 @@ mod tests {
         assert!(lo.start_ms <= i64::MIN / 2);
         let hi = w.window_of(i64::MAX);
         assert!(hi.contains(i64::MAX) || hi.end_ms == i64::MAX);
+    }
+
+    #[test]
+    fn windows_between_covers_the_range() {
+        let w = WindowSize::from_millis(10).unwrap();
+        let starts: Vec<i64> = w.windows_between(15, 40).map(|w| w.start_ms).collect();
+        assert_eq!(starts, vec![10, 20, 30]);
+        assert_eq!(w.windows_between(20, 20).count(), 0);
     }
 
     #[test]

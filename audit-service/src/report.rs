@@ -5,14 +5,14 @@
 use std::collections::HashMap;
 
 use anyhow::Context;
-use audit_lib::{AuditMessage, PartitionProgress};
+use audit_lib::{AuditMessage, PartitionProgress, TopicPartition};
 use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::Offset;
 
 use crate::metrics::{KindLabel, PartitionLabel};
 use crate::service::{AuditContext, Core};
-use crate::wal::{OffsetRange, WalMessage};
+use crate::wal::{CommittedRange, WalMessage};
 
 /// FxHash-style hashing for the per-message partition lookup: topic names are not
 /// attacker-chosen keys here, and SipHash showed in profiles.
@@ -75,7 +75,14 @@ impl PartState {
     /// position, so a trailing commit/abort marker does not count as unread (B5);
     /// for a partition with nothing readable at all (log start = end) and no
     /// position yet, its end (B2: an empty partition is "read", not "never read").
-    pub(crate) fn read_up_to(&self) -> Option<i64> {
+    ///
+    /// Nothing read and no committed offset known (a new consumer group, or the
+    /// committed offset could not be read): when consumption starts at the log start
+    /// (`from_log_start`, `auto.offset.reset` earliest), the log start, else 0 — never
+    /// nothing. A partition left out of the report could not hold a window back (the
+    /// engine judges an auditor by the partitions it reports) and a negative offset
+    /// would get the whole report rejected; reported behind, it blocks until read.
+    pub(crate) fn read_up_to(&self, from_log_start: bool) -> Option<i64> {
         let data = self.next.or(self.start).filter(|&o| o >= 0);
         let read = match (data, self.position) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -83,10 +90,20 @@ impl PartState {
         };
         read.or(match self.ends {
             Some(e) if e.low == e.end => Some(e.end),
+            Some(e) if from_log_start => Some(e.low.max(0)),
+            _ if from_log_start => Some(0),
             _ => None,
         })
-        .or(self.next.or(self.start))
     }
+}
+
+/// Whether a partition without a committed offset is read from its log start
+/// (`auto.offset.reset` earliest, the auditor's default).
+fn starts_at_log_start(cfg: &crate::config::Config) -> bool {
+    matches!(
+        crate::service::consumer_client_config(cfg).get("auto.offset.reset"),
+        None | Some("earliest" | "smallest" | "beginning")
+    )
 }
 
 /// Why a report is made.
@@ -108,12 +125,12 @@ impl Reason {
 }
 
 impl Core {
-    pub(crate) fn update_ends(&mut self, ends: &HashMap<(String, i32), LogEnds>) {
-        for ((topic, p), e) in ends {
+    pub(crate) fn update_ends(&mut self, ends: &HashMap<TopicPartition, LogEnds>) {
+        for (tp, e) in ends {
             if let Some(part) = self
                 .parts
-                .get_mut(topic.as_str())
-                .and_then(|t| t.get_mut(p))
+                .get_mut(tp.topic.as_str())
+                .and_then(|t| t.get_mut(&tp.partition))
             {
                 part.ends = Some(*e);
             }
@@ -160,22 +177,26 @@ impl Core {
                 st.record_time = record_time;
             }
         }
+        let from_log_start = starts_at_log_start(&self.cfg);
         let mut ranges = Vec::new();
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();
             for (&partition, st) in parts.iter_mut() {
-                if !self.assigned.contains(&(topic.clone(), partition)) {
+                if !self
+                    .assigned
+                    .contains(&TopicPartition::new(topic.as_str(), partition))
+                {
                     continue;
                 }
                 if let Some(end) = st.next {
-                    ranges.push(OffsetRange {
+                    ranges.push(CommittedRange {
                         topic: topic.clone(),
                         partition,
                         start: st.start,
                         end,
                     });
                 }
-                if let Some(next) = st.read_up_to() {
+                if let Some(next) = st.read_up_to(from_log_start) {
                     let lag = st.ends.map(|e| (e.end - next).max(0));
                     if let Some(lag) = lag {
                         self.metrics
@@ -267,7 +288,10 @@ impl Core {
         let timeout = self.cfg.audit.publish_timeout;
         for (topic, parts) in &mut self.parts {
             for (&partition, st) in parts.iter_mut() {
-                if st.next.take().is_none() || !self.assigned.contains(&(topic.clone(), partition))
+                if st.next.take().is_none()
+                    || !self
+                        .assigned
+                        .contains(&TopicPartition::new(topic.as_str(), partition))
                 {
                     continue;
                 }

@@ -19,7 +19,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::wal::OffsetRange;
+use audit_lib::TopicPartition;
+
+use crate::wal::CommittedRange;
 
 /// A partition's committed offset, as the offset read reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,21 +53,19 @@ pub(crate) enum Decision {
     Keep,
 }
 
-type Tp = (String, i32);
-
 /// The rule for one reconcile: the committed offsets read once, updated as entries
 /// are resent so that a chain of entries settles in order.
 pub(crate) struct RestartRule {
     origin: Origin,
-    committed: HashMap<Tp, Committed>,
-    owned: HashSet<Tp>,
+    committed: HashMap<TopicPartition, Committed>,
+    owned: HashSet<TopicPartition>,
 }
 
 impl RestartRule {
     pub(crate) fn new(
         origin: Origin,
-        committed: HashMap<Tp, Committed>,
-        owned: HashSet<Tp>,
+        committed: HashMap<TopicPartition, Committed>,
+        owned: HashSet<TopicPartition>,
     ) -> RestartRule {
         RestartRule {
             origin,
@@ -74,16 +74,16 @@ impl RestartRule {
         }
     }
 
-    fn at(&self, r: &OffsetRange) -> Committed {
+    fn at(&self, r: &CommittedRange) -> Committed {
         // A partition the read did not answer for is as unknown as an errored one.
         self.committed
-            .get(&(r.topic.clone(), r.partition))
+            .get(&r.topic_partition())
             .copied()
             .unwrap_or(Committed::Error)
     }
 
     /// The decision for the next pending entry (entries are decided in id order).
-    pub(crate) fn decide(&self, ranges: &[OffsetRange]) -> Decision {
+    pub(crate) fn decide(&self, ranges: &[CommittedRange]) -> Decision {
         let otherwise = match self.origin {
             Origin::EarlierSession => Decision::Discard,
             Origin::AmbiguousThisSession => Decision::Keep,
@@ -96,7 +96,7 @@ impl RestartRule {
         }
         let owns_all = ranges
             .iter()
-            .all(|r| self.owned.contains(&(r.topic.clone(), r.partition)));
+            .all(|r| self.owned.contains(&r.topic_partition()));
         let all_start = ranges.iter().all(|r| {
             self.at(r)
                 == match r.start {
@@ -111,10 +111,10 @@ impl RestartRule {
     }
 
     /// After a successful resend its end offsets are the committed ones.
-    pub(crate) fn resent(&mut self, ranges: &[OffsetRange]) {
+    pub(crate) fn resent(&mut self, ranges: &[CommittedRange]) {
         for r in ranges {
             self.committed
-                .insert((r.topic.clone(), r.partition), Committed::At(r.end));
+                .insert(r.topic_partition(), Committed::At(r.end));
         }
     }
 
@@ -136,8 +136,8 @@ mod tests {
     use Decision as D;
     use Origin::*;
 
-    fn r(p: i32, start: Option<i64>, end: i64) -> OffsetRange {
-        OffsetRange {
+    fn r(p: i32, start: Option<i64>, end: i64) -> CommittedRange {
+        CommittedRange {
             topic: "t".into(),
             partition: p,
             start,
@@ -150,9 +150,9 @@ mod tests {
             origin,
             committed
                 .iter()
-                .map(|(p, c)| (("t".to_string(), *p), *c))
+                .map(|(p, c)| (TopicPartition::new("t", *p), *c))
                 .collect(),
-            owned.iter().map(|p| ("t".to_string(), *p)).collect(),
+            owned.iter().map(|p| TopicPartition::new("t", *p)).collect(),
         )
     }
 
@@ -162,7 +162,7 @@ mod tests {
         let e = [r(0, Some(10), 20)];
         let no_start = [r(0, None, 20)];
         #[rustfmt::skip]
-        let table: &[(Origin, &[OffsetRange], Committed, bool, Decision)] = &[
+        let table: &[(Origin, &[CommittedRange], Committed, bool, Decision)] = &[
             // committed == start: resend only if owned
             (EarlierSession,       &e, C::At(10), true,  D::Resend),
             (EarlierSession,       &e, C::At(10), false, D::Discard),

@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use audit_lib::Identity;
+use audit_lib::{Identity, TopicPartition};
 use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::KafkaError;
@@ -40,7 +40,7 @@ use crate::publish::AuditProducer;
 use crate::report::{FastHash, LogEnds, PartState, Reason};
 use crate::restart::{Committed, Decision, Origin, RestartRule};
 use crate::topics::resolve_topics;
-use crate::wal::{OffsetRange, Wal};
+use crate::wal::{CommittedRange, Wal};
 
 /// A range start whose committed offset could not be read (never equal to a real
 /// committed offset, so such a range is never resent).
@@ -67,7 +67,7 @@ pub(crate) struct Core {
     pub(crate) producer: AuditProducer,
     pub(crate) metrics: Metrics,
     /// Partitions this instance owns now.
-    pub(crate) assigned: HashSet<(String, i32)>,
+    pub(crate) assigned: HashSet<TopicPartition>,
     /// Pending entries wait for the restart rule (restart.rs): entries of an earlier
     /// consumer session until the next assignment, or entries whose transaction is
     /// ambiguous in this session until a mid-run reconcile settles them.
@@ -80,7 +80,7 @@ pub(crate) struct Core {
 pub(crate) struct AuditContext {
     core: Mutex<Option<Core>>,
     /// Log ends per partition from the statistics callback.
-    ends: Mutex<HashMap<(String, i32), LogEnds>>,
+    ends: Mutex<HashMap<TopicPartition, LogEnds>>,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     incremental: AtomicBool,
 }
@@ -109,7 +109,7 @@ impl ClientContext for AuditContext {
                     // open. (The position passes the markers, so lag reaches 0 once
                     // the transaction is committed or aborted and read.)
                     ends.insert(
-                        (topic.clone(), p),
+                        TopicPartition::new(topic.as_str(), p),
                         LogEnds {
                             low: part.lo_offset,
                             end: part.hi_offset,
@@ -239,14 +239,18 @@ impl Core {
         let unsettled = (wal.pending_count() > 0).then_some(Origin::EarlierSession);
         let mut offsets_seen = OffsetsSeen::load(wal.dir());
         // A pending entry that starts at a committed offset shows one existed.
-        let pending_starts: Vec<(String, i32)> = wal
+        let pending_starts: Vec<TopicPartition> = wal
             .pending_ids()
             .into_iter()
             .flat_map(|id| wal.ranges(id).unwrap_or_default().to_vec())
             .filter(|r| r.start.is_some_and(|s| s >= 0))
-            .map(|r| (r.topic, r.partition))
+            .map(|r| r.topic_partition())
             .collect();
-        offsets_seen.insert_all(pending_starts.iter().map(|(t, p)| (t.as_str(), *p)));
+        offsets_seen.insert_all(
+            pending_starts
+                .iter()
+                .map(|tp| (tp.topic.as_str(), tp.partition)),
+        );
         Ok(Core {
             cfg,
             identity,
@@ -267,13 +271,13 @@ impl Core {
     fn read_committed(
         &self,
         consumer: &BaseConsumer<AuditContext>,
-        partitions: &[(String, i32)],
-    ) -> HashMap<(String, i32), Committed> {
+        partitions: &[TopicPartition],
+    ) -> HashMap<TopicPartition, Committed> {
         let mut tpl = TopicPartitionList::new();
-        for (topic, partition) in partitions {
-            tpl.add_partition(topic, *partition);
+        for tp in partitions {
+            tpl.add_partition(&tp.topic, tp.partition);
         }
-        let mut out: HashMap<(String, i32), Committed> = partitions
+        let mut out: HashMap<TopicPartition, Committed> = partitions
             .iter()
             .map(|tp| (tp.clone(), Committed::Error))
             .collect();
@@ -296,7 +300,7 @@ impl Core {
                         (Ok(()), Offset::Offset(o)) => Committed::At(o),
                         (Ok(()), _) => Committed::None,
                     };
-                    out.insert((el.topic().to_string(), el.partition()), value);
+                    out.insert(TopicPartition::new(el.topic(), el.partition()), value);
                 }
             }
             Err(e) => {
@@ -315,7 +319,7 @@ impl Core {
 
     /// Applies the restart rule (restart.rs) to every pending entry, in order.
     pub(crate) fn reconcile(&mut self, consumer: &BaseConsumer<AuditContext>, origin: Origin) {
-        let entries: Vec<(u64, Vec<OffsetRange>)> = self
+        let entries: Vec<(u64, Vec<CommittedRange>)> = self
             .wal
             .pending_ids()
             .into_iter()
@@ -325,9 +329,9 @@ impl Core {
         if entries.is_empty() {
             return;
         }
-        let mut partitions: Vec<(String, i32)> = entries
+        let mut partitions: Vec<TopicPartition> = entries
             .iter()
-            .flat_map(|(_, ranges)| ranges.iter().map(|r| (r.topic.clone(), r.partition)))
+            .flat_map(|(_, ranges)| ranges.iter().map(CommittedRange::topic_partition))
             .collect();
         partitions.sort();
         partitions.dedup();
@@ -390,7 +394,7 @@ impl Core {
     /// Drops the assignment and its per-partition lag series, so /metrics does not
     /// keep reporting partitions another instance now owns.
     fn forget_assignment(&mut self) {
-        for (topic, partition) in self.assigned.drain() {
+        for TopicPartition { topic, partition } in self.assigned.drain() {
             self.metrics
                 .partition_lag
                 .remove(&PartitionLabel { topic, partition });
@@ -411,7 +415,7 @@ impl Core {
     fn on_assign(&mut self, consumer: &BaseConsumer<AuditContext>, tpl: &TopicPartitionList) {
         for el in tpl.elements() {
             self.assigned
-                .insert((el.topic().to_string(), el.partition()));
+                .insert(TopicPartition::new(el.topic(), el.partition()));
         }
         self.metrics
             .assigned_partitions
@@ -428,24 +432,24 @@ impl Core {
         // Each range starts at the committed offset, which is where the assignment
         // starts reading. Unknown (the read failed): the range's start says so, and
         // the restart rule never resends it.
-        let partitions: Vec<(String, i32)> = tpl
+        let partitions: Vec<TopicPartition> = tpl
             .elements()
             .iter()
-            .map(|el| (el.topic().to_string(), el.partition()))
+            .map(|el| TopicPartition::new(el.topic(), el.partition()))
             .collect();
         let committed = self.read_committed(consumer, &partitions);
         self.alert_missing_offsets(&committed);
-        for (topic, partition) in partitions {
-            let start = match committed.get(&(topic.clone(), partition)) {
+        for tp in partitions {
+            let start = match committed.get(&tp) {
                 Some(Committed::At(o)) => Some(*o),
                 Some(Committed::None) => None,
                 Some(Committed::Error) | None => Some(UNKNOWN_START),
             };
             let st = self
                 .parts
-                .entry(topic)
+                .entry(tp.topic)
                 .or_default()
-                .entry(partition)
+                .entry(tp.partition)
                 .or_default();
             st.start = start;
             st.next = None;
@@ -456,8 +460,8 @@ impl Core {
     /// An assigned partition without a committed offset although this instance saw
     /// one before: the group's offsets expired or were deleted, and the partition is
     /// about to be counted again from `auto.offset.reset`. Alert (metric and log).
-    fn alert_missing_offsets(&mut self, committed: &HashMap<(String, i32), Committed>) {
-        for ((topic, partition), c) in committed {
+    fn alert_missing_offsets(&mut self, committed: &HashMap<TopicPartition, Committed>) {
+        for (TopicPartition { topic, partition }, c) in committed {
             if *c == Committed::None && self.offsets_seen.contains(topic, *partition) {
                 self.metrics.committed_offsets_missing.inc();
                 tracing::error!(
@@ -470,11 +474,10 @@ impl Core {
                 );
             }
         }
-        self.offsets_seen.insert_all(
-            committed.iter().filter_map(|((t, p), c)| {
-                matches!(c, Committed::At(_)).then_some((t.as_str(), *p))
-            }),
-        );
+        self.offsets_seen
+            .insert_all(committed.iter().filter_map(|(tp, c)| {
+                matches!(c, Committed::At(_)).then_some((tp.topic.as_str(), tp.partition))
+            }));
     }
 
     /// After the consumer was lost: nothing counted since the last report can be
@@ -874,7 +877,7 @@ mod tests {
         {
             let mut g = consumer.context().lock();
             let core = g.as_mut().unwrap();
-            core.assigned.insert(("t".into(), 0));
+            core.assigned.insert(TopicPartition::new("t", 0));
             core.parts.entry("t".into()).or_default().insert(
                 0,
                 PartState {
@@ -885,7 +888,7 @@ mod tests {
             );
             core.wal
                 .append(
-                    vec![OffsetRange {
+                    vec![CommittedRange {
                         topic: "t".into(),
                         partition: 0,
                         start: Some(10),

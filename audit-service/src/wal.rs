@@ -50,11 +50,17 @@ pub enum FsyncPolicy {
 /// when the range began (`None`: the group had no committed offset), `end` the next
 /// offset to read after it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OffsetRange {
+pub struct CommittedRange {
     pub topic: String,
     pub partition: i32,
     pub start: Option<i64>,
     pub end: i64,
+}
+
+impl CommittedRange {
+    pub fn topic_partition(&self) -> audit_lib::TopicPartition {
+        audit_lib::TopicPartition::new(self.topic.as_str(), self.partition)
+    }
 }
 
 /// One audit message as it will be produced: key (the audited topic) and JSON payload.
@@ -67,7 +73,7 @@ pub struct WalMessage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WalEntry {
     pub id: u64,
-    pub ranges: Vec<OffsetRange>,
+    pub ranges: Vec<CommittedRange>,
     pub messages: Vec<WalMessage>,
 }
 
@@ -114,7 +120,7 @@ struct Pending {
     seq: u64,
     offset: u64,
     len: u64,
-    ranges: Vec<OffsetRange>,
+    ranges: Vec<CommittedRange>,
 }
 
 pub struct Wal {
@@ -269,7 +275,7 @@ impl Wal {
     /// Appends an entry (fsynced per policy) and returns its id.
     pub fn append(
         &mut self,
-        ranges: Vec<OffsetRange>,
+        ranges: Vec<CommittedRange>,
         messages: Vec<WalMessage>,
     ) -> anyhow::Result<u64> {
         let id = self.next_id;
@@ -355,7 +361,7 @@ impl Wal {
     }
 
     /// The offset ranges of a pending entry (kept in memory).
-    pub fn ranges(&self, id: u64) -> Option<&[OffsetRange]> {
+    pub fn ranges(&self, id: u64) -> Option<&[CommittedRange]> {
         self.pending.get(&id).map(|p| p.ranges.as_slice())
     }
 
@@ -608,8 +614,8 @@ fn read_segment(path: &Path) -> anyhow::Result<(Records, u64, u64)> {
 mod tests {
     use super::*;
 
-    fn range(p: i32, start: i64, end: i64) -> OffsetRange {
-        OffsetRange {
+    fn range(p: i32, start: i64, end: i64) -> CommittedRange {
+        CommittedRange {
             topic: "t".into(),
             partition: p,
             start: Some(start),

@@ -242,10 +242,7 @@ fn uuid_of(raw: &RawValue) -> Option<Uuid> {
 }
 
 fn identity(m: &Message) -> (&str, &str) {
-    match m {
-        Message::Increment(i) => (&i.tier, &i.datacenter),
-        Message::Progress(p) => (&p.tier, &p.datacenter),
-    }
+    (&m.tier, &m.datacenter)
 }
 
 async fn ingest(
@@ -292,11 +289,11 @@ async fn ingest(
                 let (tier, dc) = identity(&message);
                 match holder.as_ref().and_then(|h| h.binding_refuses(tier, dc)) {
                     None => {
-                        slots.push((Some(message.uuid()), Ok(batch.messages.len())));
+                        slots.push((Some(message.uuid), Ok(batch.messages.len())));
                         batch.messages.push(message);
                         continue;
                     }
-                    Some(why) => (Some(message.uuid()), Status::Forbidden, why),
+                    Some(why) => (Some(message.uuid), Status::Forbidden, why),
                 }
             }
             Err(reason) => (uuid_of(raw), Status::Rejected, reason),

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use audit_lib::TopicPartition;
 use common::{now_ms, KafkaRole};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -170,7 +171,7 @@ impl KafkaSource {
         }
         let next = into
             .next_offsets
-            .entry((topic.to_string(), partition))
+            .entry(TopicPartition::new(topic, partition))
             .or_insert(offset + 1);
         *next = (*next).max(offset + 1);
     }
@@ -178,10 +179,10 @@ impl KafkaSource {
     async fn commit(
         &self,
         consumer: &Arc<StreamConsumer>,
-        next_offsets: BTreeMap<(String, i32), i64>,
+        next_offsets: BTreeMap<TopicPartition, i64>,
     ) {
         let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), next) in &next_offsets {
+        for (TopicPartition { topic, partition }, next) in &next_offsets {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
                 tracing::error!(source = %self.label, topic, partition, error = %e, "cannot build offset commit");
                 return;
@@ -214,6 +215,6 @@ struct Gathered {
     records: usize,
     /// Payload bytes of those records.
     bytes: usize,
-    /// (topic, partition) → offset to commit (last record + 1)
-    next_offsets: BTreeMap<(String, i32), i64>,
+    /// Offset to commit (last record + 1)
+    next_offsets: BTreeMap<TopicPartition, i64>,
 }

@@ -135,7 +135,7 @@ impl Sink {
                         &format!("quarantined: the store refused this message: {e}"),
                         store::MAX_REJECT_REASON_LEN,
                     );
-                    tracing::error!(source, uuid = %message.uuid(), %reason, "message quarantined");
+                    tracing::error!(source, uuid = %message.uuid, %reason, "message quarantined");
                     self.metrics.quarantined.inc();
                     quarantined.push(Reject {
                         source: format!("{source}:quarantine"),

@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPoolCopyExt;
 use sqlx::PgPool;
-use store::{AuditStore, Batch, Increment, Latency, Message, OffsetRange, PgStore};
+use store::{
+    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, OffsetSpan, PgStore,
+    WindowStats,
+};
 use uuid::Uuid;
 
 struct Args {
@@ -80,7 +83,7 @@ const T0: i64 = 1_764_410_400_000;
 /// Increments as a fleet of auditors would emit them: T topics, 3 tiers, 2
 /// datacenters, the current and two late windows, 20 hosts, K latency buckets each
 /// around a per-increment typical latency.
-fn generate(a: &Args) -> Vec<Increment> {
+fn generate(a: &Args) -> Vec<Message> {
     let mut rng = Rng(1);
     let tiers = ["producer", "regional", "aggregate"];
     let dcs = ["dc1", "dc2"];
@@ -90,36 +93,38 @@ fn generate(a: &Args) -> Vec<Increment> {
             let count = 1 + rng.below(10_000);
             let base = 150 + rng.below(100) as i32;
             let per = (count / (a.buckets as u64 + 1)).max(1);
-            let buckets: Vec<(i32, u64)> = (0..a.buckets as i32).map(|k| (base + k, per)).collect();
+            let buckets: Vec<(u32, u64)> = (0..a.buckets as i32)
+                .map(|k| ((base + k) as u32, per))
+                .collect();
             let in_buckets: u64 = buckets.iter().map(|b| b.1).sum();
             let partition = rng.below(12) as i32;
             let min = rng.below(1 << 40) as i64;
-            Increment {
+            Message {
+                version: audit_lib::AUDIT_MESSAGE_VERSION,
                 uuid: Uuid::new_v4(),
                 topic: format!("topic-{:04}", rng.below(a.topics)),
                 tier: tiers[rng.below(3) as usize].into(),
                 datacenter: dcs[rng.below(2) as usize].into(),
                 host: format!("auditor-{}", rng.below(20)),
-                window_start_ms: T0 + window * W,
-                window_end_ms: T0 + (window + 1) * W,
-                emitted_at_ms: T0 + 3 * W + rng.below(1000) as i64,
-                count: count.max(in_buckets),
-                bytes: count * 120,
-                no_time_count: 0,
-                malformed_count: 0,
-                out_of_bounds_count: 0,
-                checksum: rng.next(),
-                latency: Latency {
-                    zero_count: 0,
-                    negative_count: 0,
-                    max_ms: 5_000,
-                    buckets,
-                },
-                offsets: vec![OffsetRange {
-                    partition,
-                    min,
-                    max: min + count as i64,
-                }],
+                emitted_at: T0 + 3 * W + rng.below(1000) as i64,
+                body: AuditBody::Increment(Increment {
+                    window_start: T0 + window * W,
+                    window_end: T0 + (window + 1) * W,
+                    stats: WindowStats {
+                        count: count.max(in_buckets),
+                        bytes: count * 120,
+                        no_time_count: 0,
+                        malformed_count: 0,
+                        out_of_bounds_count: 0,
+                        checksum: audit_lib::Checksum(rng.next()),
+                        latency: LatencyHistogram::from_buckets(0, 0, 5_000, buckets).unwrap(),
+                        offsets: vec![OffsetSpan {
+                            partition,
+                            min,
+                            max: min + count as i64,
+                        }],
+                    },
+                }),
             }
         })
         .collect()
@@ -127,12 +132,12 @@ fn generate(a: &Args) -> Vec<Increment> {
 
 const RECEIVED: i64 = T0 + 4 * W;
 
-async fn copy_baseline(pool: &PgPool, increments: &[Increment], batch: usize) -> Duration {
+async fn copy_baseline(pool: &PgPool, increments: &[Message], batch: usize) -> Duration {
     let started = Instant::now();
     for chunk in increments.chunks(batch) {
         // The very bytes stage_batch sends for first-seen messages; encoding is part
         // of the cost on both sides.
-        let messages: Vec<Message> = chunk.iter().cloned().map(Message::Increment).collect();
+        let messages: Vec<Message> = chunk.to_vec();
         let refs: Vec<&Message> = messages.iter().collect();
         let rows = store::pgcopy::encode_messages(&refs, RECEIVED);
         let mut copy = pool
@@ -148,14 +153,14 @@ async fn copy_baseline(pool: &PgPool, increments: &[Increment], batch: usize) ->
 
 async fn ingest(
     store: &PgStore,
-    increments: &[Increment],
+    increments: &[Message],
     batch: usize,
     expect_first_seen: bool,
 ) -> Duration {
     let started = Instant::now();
     for chunk in increments.chunks(batch) {
         let b = Batch {
-            messages: chunk.iter().cloned().map(Message::Increment).collect(),
+            messages: chunk.to_vec(),
             rejects: vec![],
             received_at_ms: RECEIVED,
         };
@@ -210,7 +215,10 @@ fn main() {
         store.migrate().await.expect("migrate");
         let pool = store.pool().clone();
         let increments = generate(&a);
-        let buckets_total: usize = increments.iter().map(|i| i.latency.buckets.len()).sum();
+        let buckets_total: usize = increments
+            .iter()
+            .filter_map(|m| m.as_increment().map(|i| i.stats.latency.buckets().count()))
+            .sum();
         println!(
             "workload: {} increments, batch {}, {} topics x 3 tiers x 2 dcs x 3 windows, {} buckets/increment ({} bucket values), 1 offset range each",
             a.increments, a.batch, a.topics, a.buckets, buckets_total
@@ -234,7 +242,10 @@ fn main() {
             .await
             .unwrap();
             let stored: i64 = sqlx::query_scalar("SELECT sum(count)::int8 FROM audit_window").fetch_one(&pool).await.unwrap();
-            let expected: u64 = increments.iter().map(|i| i.count).sum();
+            let expected: u64 = increments
+                .iter()
+                .filter_map(|m| m.as_increment().map(|i| i.stats.count))
+                .sum();
             assert_eq!(stored as u64, expected, "stored counts equal the sum of increments");
             println!(
                 "round {round}: stage_batch {:>7.0} first-seen increments/s ({:.2} s) | raw COPY {:>7.0} rows/s ({:.2} s) | ratio {:.2} | replay (all duplicates) {:>7.0}/s | roll-up {:>7.0} increments/s ({:.2} s) into {} windows, {} bucket rows",

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use uuid::Uuid;
 
-use crate::model::{Batch, Message, WindowKey};
+use crate::model::{AuditBody, Batch, Message, WindowKey};
 use crate::validate_message;
 use crate::StoreError;
 
@@ -24,11 +24,10 @@ pub(crate) fn first_in_batch(batch: &Batch) -> Result<Vec<(Uuid, usize)>, StoreE
     let mut seen = HashSet::with_capacity(batch.messages.len());
     let mut firsts = Vec::with_capacity(batch.messages.len());
     for (index, message) in batch.messages.iter().enumerate() {
-        validate_message(message).map_err(|reason| {
-            StoreError::Invalid(format!("message {}: {reason}", message.uuid()))
-        })?;
-        if seen.insert(message.uuid()) {
-            firsts.push((message.uuid(), index));
+        validate_message(message)
+            .map_err(|reason| StoreError::Invalid(format!("message {}: {reason}", message.uuid)))?;
+        if seen.insert(message.uuid) {
+            firsts.push((message.uuid, index));
         }
     }
     firsts.sort_unstable();
@@ -87,33 +86,33 @@ impl Rollup {
     pub fn of<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Rollup {
         let mut rollup = Rollup::default();
         for message in messages {
-            match message {
-                Message::Increment(i) => {
+            let m = message;
+            match &m.body {
+                AuditBody::Increment(i) => {
+                    let s = &i.stats;
                     let key = WindowKey {
-                        topic: i.topic.clone(),
-                        tier: i.tier.clone(),
-                        datacenter: i.datacenter.clone(),
-                        window_start_ms: i.window_start_ms,
+                        topic: m.topic.clone(),
+                        tier: m.tier.clone(),
+                        datacenter: m.datacenter.clone(),
+                        window_start_ms: i.window_start,
                     };
                     let w = rollup.windows.entry(key).or_default();
-                    w.window_end_ms = w.window_end_ms.max(i.window_end_ms);
-                    w.count = add(w.count, i.count);
-                    w.bytes = add(w.bytes, i.bytes);
-                    w.no_time_count = add(w.no_time_count, i.no_time_count);
-                    w.malformed_count = add(w.malformed_count, i.malformed_count);
-                    w.out_of_bounds_count = add(w.out_of_bounds_count, i.out_of_bounds_count);
-                    w.checksum = w.checksum.wrapping_add(i.checksum);
-                    w.zero_count = add(w.zero_count, i.latency.zero_count);
-                    w.negative_count = add(w.negative_count, i.latency.negative_count);
-                    w.max_ms = w
-                        .max_ms
-                        .max(i64::try_from(i.latency.max_ms).unwrap_or(i64::MAX));
+                    w.window_end_ms = w.window_end_ms.max(i.window_end);
+                    w.count = add(w.count, s.count);
+                    w.bytes = add(w.bytes, s.bytes);
+                    w.no_time_count = add(w.no_time_count, s.no_time_count);
+                    w.malformed_count = add(w.malformed_count, s.malformed_count);
+                    w.out_of_bounds_count = add(w.out_of_bounds_count, s.out_of_bounds_count);
+                    w.checksum = w.checksum.wrapping_add(s.checksum.0);
+                    w.zero_count = add(w.zero_count, s.latency.zero_count());
+                    w.negative_count = add(w.negative_count, s.latency.negative_count());
+                    w.max_ms = w.max_ms.max(s.latency.max_ms());
                     w.increments += 1;
-                    for &(bucket, count) in &i.latency.buckets {
-                        let c = w.buckets.entry(bucket).or_default();
+                    for (bucket, count) in s.latency.buckets() {
+                        let c = w.buckets.entry(bucket as i32).or_default();
                         *c = add(*c, count);
                     }
-                    for o in &i.offsets {
+                    for o in &s.offsets {
                         w.offsets
                             .entry(o.partition)
                             .and_modify(|(min, max)| {
@@ -122,22 +121,22 @@ impl Rollup {
                             })
                             .or_insert((o.min, o.max));
                     }
-                    rollup.emit(&i.tier, &i.datacenter, &i.host, i.emitted_at_ms);
+                    rollup.emit(&m.tier, &m.datacenter, &m.host, m.emitted_at);
                 }
-                Message::Progress(p) => {
-                    for part in &p.partitions {
+                AuditBody::Progress(parts) => {
+                    for part in parts {
                         let key = (
-                            p.topic.clone(),
-                            p.tier.clone(),
-                            p.datacenter.clone(),
+                            m.topic.clone(),
+                            m.tier.clone(),
+                            m.datacenter.clone(),
                             part.partition,
                         );
                         let delta = ProgressDelta {
-                            host: p.host.clone(),
+                            host: m.host.clone(),
                             next_offset: part.next_offset,
-                            record_time_ms: part.record_time_ms,
+                            record_time_ms: part.record_time,
                             lag: part.lag,
-                            emitted_at_ms: p.emitted_at_ms,
+                            emitted_at_ms: m.emitted_at,
                         };
                         // Same rule as in SQL: the latest emitted_at wins, ties go to
                         // the later message.
@@ -148,7 +147,7 @@ impl Rollup {
                             }
                         }
                     }
-                    rollup.emit(&p.tier, &p.datacenter, &p.host, p.emitted_at_ms);
+                    rollup.emit(&m.tier, &m.datacenter, &m.host, m.emitted_at);
                 }
             }
         }

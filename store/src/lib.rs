@@ -187,7 +187,7 @@ pub trait AuditStore: Send + Sync {
     fn window_offsets(
         &self,
         key: &WindowKey,
-    ) -> impl Future<Output = Result<Vec<OffsetRange>>> + Send;
+    ) -> impl Future<Output = Result<Vec<OffsetSpan>>> + Send;
 
     /// Latest progress per (topic, tier, datacenter, partition), optionally of one
     /// topic, ordered by (topic, tier, datacenter, partition).
@@ -407,7 +407,7 @@ impl AuditStore for Store {
     ) -> Result<WindowPage> {
         dispatch!(self, s => s.windows_in_range(range, after_topic, topic_limit).await)
     }
-    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
+    async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetSpan>> {
         dispatch!(self, s => s.window_offsets(key).await)
     }
     async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {

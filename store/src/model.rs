@@ -5,7 +5,6 @@
 //! `i64::MAX` is rejected by [`validate_message`] before it reaches a transaction.
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// A half-open range `[start_ms, end_ms)` of window starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,82 +28,13 @@ pub struct WindowKey {
     pub window_start_ms: i64,
 }
 
-/// Lowest and highest offset counted in one partition of the audited topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OffsetRange {
-    pub partition: i32,
-    pub min: i64,
-    pub max: i64,
-}
-
-/// Mergeable latency histogram (audit message v1 `latency`): `buckets` are
-/// `(index, count)` pairs sorted by index with counts > 0.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Latency {
-    pub zero_count: u64,
-    pub negative_count: u64,
-    pub max_ms: u64,
-    pub buckets: Vec<(i32, u64)>,
-}
-
-/// One increment of window statistics (audit message v1, `kind = "increment"`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Increment {
-    pub uuid: Uuid,
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
-    pub host: String,
-    pub window_start_ms: i64,
-    pub window_end_ms: i64,
-    pub emitted_at_ms: i64,
-    pub count: u64,
-    pub bytes: u64,
-    pub no_time_count: u64,
-    pub malformed_count: u64,
-    pub out_of_bounds_count: u64,
-    /// Wrapping (mod 2^64) sum of per-message hashes.
-    pub checksum: u64,
-    pub latency: Latency,
-    pub offsets: Vec<OffsetRange>,
-}
-
-/// Progress of one audited partition as reported by an auditor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionProgress {
-    pub partition: i32,
-    pub next_offset: i64,
-    pub record_time_ms: Option<i64>,
-    pub lag: Option<i64>,
-}
-
-/// A progress report (audit message v1, `kind = "progress"`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Progress {
-    pub uuid: Uuid,
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
-    pub host: String,
-    pub emitted_at_ms: i64,
-    pub partitions: Vec<PartitionProgress>,
-}
-
-/// An audit message as the store sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Message {
-    Increment(Increment),
-    Progress(Progress),
-}
-
-impl Message {
-    pub fn uuid(&self) -> Uuid {
-        match self {
-            Message::Increment(i) => i.uuid,
-            Message::Progress(p) => p.uuid,
-        }
-    }
-}
+/// An audit message as the store takes it: audit-lib's own type (message format v1),
+/// an increment of window statistics or a progress report. The store keeps no copy
+/// of the domain; only its SQL row types (rows.rs) are its own.
+pub use audit_lib::{
+    AuditBody, AuditMessage as Message, Increment, LatencyHistogram, OffsetSpan, PartitionProgress,
+    WindowStats,
+};
 
 /// A message that failed validation: kept with its reason, never counted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,7 +98,7 @@ pub struct WindowRow {
     pub out_of_bounds_count: u64,
     pub checksum: u64,
     /// Merged latency histogram of all increments.
-    pub latency: Latency,
+    pub latency: LatencyHistogram,
     /// How many increments were added into this row.
     pub increments: u64,
     pub first_received_at_ms: i64,
@@ -365,77 +295,60 @@ fn not_negative(field: &str, value: i64) -> Result<(), String> {
 /// Window sums in the store saturate at `i64::MAX` rather than fail.
 pub fn validate_message(message: &Message) -> Result<(), String> {
     const MAX: u64 = i64::MAX as u64;
-    match message {
-        Message::Increment(i) => {
-            names(&i.topic, &i.tier, &i.datacenter, &i.host)?;
-            not_negative("emitted_at", i.emitted_at_ms)?;
-            not_negative("window_start", i.window_start_ms)?;
-            let size = i.window_end_ms.saturating_sub(i.window_start_ms);
+    let m = message;
+    names(&m.topic, &m.tier, &m.datacenter, &m.host)?;
+    not_negative("emitted_at", m.emitted_at)?;
+    match &m.body {
+        AuditBody::Increment(i) => {
+            let s = &i.stats;
+            not_negative("window_start", i.window_start)?;
+            let size = i.window_end.saturating_sub(i.window_start);
             if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&size) {
                 return Err(format!(
                     "window [{}, {}) is {size} ms long; allowed are {MIN_WINDOW_MS} to {MAX_WINDOW_MS} ms",
-                    i.window_start_ms, i.window_end_ms
+                    i.window_start, i.window_end
                 ));
             }
-            if i.window_start_ms % size != 0 {
+            if i.window_start % size != 0 {
                 return Err(format!(
                     "window_start {} is not a multiple of the window size {size} ms",
-                    i.window_start_ms
+                    i.window_start
                 ));
             }
-            at_most("count", i.count, MAX)?;
-            at_most("bytes", i.bytes, MAX)?;
-            at_most("latency.zero_count", i.latency.zero_count, MAX)?;
-            at_most("latency.max_ms", i.latency.max_ms, MAX)?;
+            at_most("count", s.count, MAX)?;
+            at_most("bytes", s.bytes, MAX)?;
+            at_most("latency.zero_count", s.latency.zero_count(), MAX)?;
             for (name, part) in [
-                ("no_time_count", i.no_time_count),
-                ("malformed_count", i.malformed_count),
-                ("out_of_bounds_count", i.out_of_bounds_count),
+                ("no_time_count", s.no_time_count),
+                ("malformed_count", s.malformed_count),
+                ("out_of_bounds_count", s.out_of_bounds_count),
             ] {
-                if part > i.count {
-                    return Err(format!("{name} = {part} exceeds count = {}", i.count));
+                if part > s.count {
+                    return Err(format!("{name} = {part} exceeds count = {}", s.count));
                 }
             }
-            if i.latency.negative_count > i.latency.zero_count {
-                return Err(format!(
-                    "latency.negative_count = {} exceeds latency.zero_count = {}",
-                    i.latency.negative_count, i.latency.zero_count
-                ));
-            }
-            let mut previous: Option<i32> = None;
-            let mut total = i.latency.zero_count;
-            for &(index, count) in &i.latency.buckets {
-                if !(0..=MAX_BUCKET_INDEX).contains(&index) {
-                    return Err(format!(
-                        "latency bucket index {index} outside 0..={MAX_BUCKET_INDEX}"
-                    ));
-                }
-                if previous.is_some_and(|p| p >= index) {
-                    return Err(format!(
-                        "latency.buckets not strictly sorted at index {index}"
-                    ));
-                }
-                if count == 0 {
-                    return Err(format!("latency bucket {index} has count 0"));
-                }
+            // The histogram's own invariants (bucket indexes at most
+            // MAX_BUCKET_INDEX, negative_count <= zero_count, max_ms >= 0, buckets
+            // sorted and non-empty) hold by construction of `LatencyHistogram`.
+            let mut total = s.latency.zero_count();
+            for (_, count) in s.latency.buckets() {
                 at_most("latency bucket count", count, MAX)?;
                 total = total.saturating_add(count);
-                previous = Some(index);
             }
-            if total > i.count {
+            if total > s.count {
                 return Err(format!(
                     "latency histogram holds {total} values, more than count = {}",
-                    i.count
+                    s.count
                 ));
             }
-            if i.offsets.len() > MAX_PARTITIONS {
+            if s.offsets.len() > MAX_PARTITIONS {
                 return Err(format!(
                     "{} offset ranges; at most {MAX_PARTITIONS} partitions allowed",
-                    i.offsets.len()
+                    s.offsets.len()
                 ));
             }
             let mut partitions = std::collections::HashSet::new();
-            for o in &i.offsets {
+            for o in &s.offsets {
                 if o.partition < 0 || o.min < 0 || o.max < o.min {
                     return Err(format!(
                         "offset range of partition {} is invalid: min {} max {}",
@@ -448,17 +361,15 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
             }
             Ok(())
         }
-        Message::Progress(p) => {
-            names(&p.topic, &p.tier, &p.datacenter, &p.host)?;
-            not_negative("emitted_at", p.emitted_at_ms)?;
-            if p.partitions.len() > MAX_PARTITIONS {
+        AuditBody::Progress(parts) => {
+            if parts.len() > MAX_PARTITIONS {
                 return Err(format!(
                     "{} partitions in progress; at most {MAX_PARTITIONS} allowed",
-                    p.partitions.len()
+                    parts.len()
                 ));
             }
             let mut partitions = std::collections::HashSet::new();
-            for part in &p.partitions {
+            for part in parts {
                 not_negative("partition", i64::from(part.partition))?;
                 if part.next_offset < 0 {
                     return Err(format!(
@@ -466,7 +377,7 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                         part.next_offset, part.partition
                     ));
                 }
-                if let Some(t) = part.record_time_ms {
+                if let Some(t) = part.record_time {
                     not_negative("record_time", t)?;
                 }
                 if let Some(lag) = part.lag {
@@ -500,25 +411,25 @@ pub fn validate_ingest(message: &Message, received_at_ms: i64) -> Result<(), Str
             Ok(())
         }
     };
-    match message {
-        Message::Increment(i) => {
-            not_future("emitted_at", i.emitted_at_ms)?;
-            not_future("window_start", i.window_start_ms)?;
+    not_future("emitted_at", message.emitted_at)?;
+    match &message.body {
+        AuditBody::Increment(i) => {
+            let s = &i.stats;
+            not_future("window_start", i.window_start)?;
             for (field, v) in [
-                ("count", i.count),
-                ("latency.zero_count", i.latency.zero_count),
+                ("count", s.count),
+                ("latency.zero_count", s.latency.zero_count()),
             ] {
                 at_most(field, v, MAX_COUNT)?;
             }
-            at_most("bytes", i.bytes, MAX_BYTES)?;
-            for &(_, count) in &i.latency.buckets {
+            at_most("bytes", s.bytes, MAX_BYTES)?;
+            for (_, count) in s.latency.buckets() {
                 at_most("latency bucket count", count, MAX_COUNT)?;
             }
         }
-        Message::Progress(p) => {
-            not_future("emitted_at", p.emitted_at_ms)?;
-            for part in &p.partitions {
-                if let Some(t) = part.record_time_ms {
+        AuditBody::Progress(parts) => {
+            for part in parts {
+                if let Some(t) = part.record_time {
                     not_future("record_time", t)?;
                 }
             }
@@ -530,65 +441,79 @@ pub fn validate_ingest(message: &Message, received_at_ms: i64) -> Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
-    fn increment() -> Increment {
-        Increment {
+    fn increment() -> Message {
+        Message {
+            version: audit_lib::AUDIT_MESSAGE_VERSION,
             uuid: Uuid::nil(),
             topic: "orders".into(),
             tier: "regional".into(),
             datacenter: "dc1".into(),
             host: "auditor-0.ns:1".into(),
-            window_start_ms: 600_000,
-            window_end_ms: 1_200_000,
-            emitted_at_ms: 1_200_001,
-            count: 10,
-            bytes: 10,
-            no_time_count: 0,
-            malformed_count: 0,
-            out_of_bounds_count: 0,
-            checksum: 0,
-            latency: Latency::default(),
-            offsets: vec![],
+            emitted_at: 1_200_001,
+            body: AuditBody::Increment(Increment {
+                window_start: 600_000,
+                window_end: 1_200_000,
+                stats: WindowStats {
+                    count: 10,
+                    bytes: 10,
+                    ..WindowStats::default()
+                },
+            }),
         }
     }
 
-    fn check(f: impl Fn(&mut Increment)) -> Result<(), String> {
-        let mut i = increment();
-        f(&mut i);
-        validate_ingest(&Message::Increment(i), 2_000_000)
+    fn inc(m: &mut Message) -> &mut Increment {
+        match &mut m.body {
+            AuditBody::Increment(i) => i,
+            AuditBody::Progress(_) => unreachable!("an increment"),
+        }
+    }
+
+    fn check(f: impl Fn(&mut Message)) -> Result<(), String> {
+        let mut m = increment();
+        f(&mut m);
+        validate_ingest(&m, 2_000_000)
     }
 
     #[test]
     fn names_are_bounded_to_a_safe_set() {
         assert_eq!(check(|_| {}), Ok(()));
         for bad in ["a\0b", "a b", "a\"b", "a\nb", "<!channel>", "x}", "é", ""] {
-            assert!(check(|i| i.topic = bad.into()).is_err(), "{bad:?}");
-            assert!(check(|i| i.host = bad.into()).is_err(), "{bad:?}");
+            assert!(check(|m| m.topic = bad.into()).is_err(), "{bad:?}");
+            assert!(check(|m| m.host = bad.into()).is_err(), "{bad:?}");
         }
-        assert!(check(|i| i.topic = "a:b".into()).is_err(), "Kafka's rule");
-        assert!(check(|i| i.topic = "t".repeat(249)).is_ok());
-        assert!(check(|i| i.topic = "t".repeat(250)).is_err());
-        assert!(check(|i| i.tier = "t".repeat(256)).is_err());
+        assert!(check(|m| m.topic = "a:b".into()).is_err(), "Kafka's rule");
+        assert!(check(|m| m.topic = "t".repeat(249)).is_ok());
+        assert!(check(|m| m.topic = "t".repeat(250)).is_err());
+        assert!(check(|m| m.tier = "t".repeat(256)).is_err());
     }
 
     #[test]
     fn numbers_windows_and_times_are_bounded() {
-        assert!(check(|i| i.count = MAX_COUNT + 1).is_err());
-        assert!(check(|i| i.count = MAX_COUNT).is_ok());
-        assert!(check(|i| i.bytes = MAX_BYTES + 1).is_err());
-        assert!(check(|i| i.window_start_ms = 600_001).is_err(), "unaligned");
-        assert!(check(|i| i.window_end_ms = 600_500).is_err(), "too short");
-        assert!(check(|i| {
-            i.window_start_ms = 0;
-            i.window_end_ms = 2 * MAX_WINDOW_MS
+        assert!(check(|m| inc(m).stats.count = MAX_COUNT + 1).is_err());
+        assert!(check(|m| inc(m).stats.count = MAX_COUNT).is_ok());
+        assert!(check(|m| inc(m).stats.bytes = MAX_BYTES + 1).is_err());
+        assert!(
+            check(|m| inc(m).window_start = 600_001).is_err(),
+            "unaligned"
+        );
+        assert!(check(|m| inc(m).window_end = 600_500).is_err(), "too short");
+        assert!(check(|m| {
+            inc(m).window_start = 0;
+            inc(m).window_end = 2 * MAX_WINDOW_MS
         })
         .is_err());
-        assert!(check(|i| i.emitted_at_ms = 2_000_000 + MAX_CLOCK_SKEW_MS + 1).is_err());
-        assert!(check(|i| i.emitted_at_ms = -1).is_err());
-        assert!(check(|i| i.latency.buckets = vec![(MAX_BUCKET_INDEX + 1, 1)]).is_err());
-        assert!(check(|i| {
-            i.offsets = (0..=MAX_PARTITIONS as i32)
-                .map(|partition| OffsetRange {
+        assert!(check(|m| m.emitted_at = 2_000_000 + MAX_CLOCK_SKEW_MS + 1).is_err());
+        assert!(check(|m| m.emitted_at = -1).is_err());
+        assert!(
+            check(|m| inc(m).stats.latency.record_n(5, 11)).is_err(),
+            "more latencies than count"
+        );
+        assert!(check(|m| {
+            inc(m).stats.offsets = (0..=MAX_PARTITIONS as i32)
+                .map(|partition| OffsetSpan {
                     partition,
                     min: 0,
                     max: 0,
@@ -596,23 +521,24 @@ mod tests {
                 .collect()
         })
         .is_err());
-        let progress = |n: usize| {
-            Message::Progress(Progress {
-                uuid: Uuid::nil(),
-                topic: "orders".into(),
-                tier: "regional".into(),
-                datacenter: "dc1".into(),
-                host: "h".into(),
-                emitted_at_ms: 1,
-                partitions: (0..n as i32)
+        let progress = |n: usize| Message {
+            version: audit_lib::AUDIT_MESSAGE_VERSION,
+            uuid: Uuid::nil(),
+            topic: "orders".into(),
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            host: "h".into(),
+            emitted_at: 1,
+            body: AuditBody::Progress(
+                (0..n as i32)
                     .map(|partition| PartitionProgress {
                         partition,
                         next_offset: 0,
-                        record_time_ms: Some(1),
+                        record_time: Some(1),
                         lag: Some(0),
                     })
                     .collect(),
-            })
+            ),
         };
         assert!(validate_ingest(&progress(MAX_PARTITIONS), 0).is_ok());
         let reason = validate_ingest(&progress(100_001), 0).unwrap_err();

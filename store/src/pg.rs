@@ -111,26 +111,22 @@ impl PgStore {
         let mut checksums: Vec<Option<i64>> = Vec::with_capacity(n);
         for &(uuid, index) in &firsts {
             uuids.push(uuid);
-            match &batch.messages[index] {
-                Message::Increment(i) => {
+            let m = &batch.messages[index];
+            topics.push(m.topic.as_str());
+            tiers.push(m.tier.as_str());
+            dcs.push(m.datacenter.as_str());
+            hosts.push(m.host.as_str());
+            emitted.push(m.emitted_at);
+            match &m.body {
+                AuditBody::Increment(i) => {
                     kinds.push(0i16);
-                    topics.push(i.topic.as_str());
-                    tiers.push(i.tier.as_str());
-                    dcs.push(i.datacenter.as_str());
-                    hosts.push(i.host.as_str());
-                    starts.push(Some(i.window_start_ms));
-                    emitted.push(i.emitted_at_ms);
-                    counts.push(Some(i.count as i64));
-                    checksums.push(Some(i.checksum as i64));
+                    starts.push(Some(i.window_start));
+                    counts.push(Some(i.stats.count as i64));
+                    checksums.push(Some(i.stats.checksum.0 as i64));
                 }
-                Message::Progress(p) => {
+                AuditBody::Progress(_) => {
                     kinds.push(1i16);
-                    topics.push(p.topic.as_str());
-                    tiers.push(p.tier.as_str());
-                    dcs.push(p.datacenter.as_str());
-                    hosts.push(p.host.as_str());
                     starts.push(None);
-                    emitted.push(p.emitted_at_ms);
                     counts.push(None);
                     checksums.push(None);
                 }
@@ -478,7 +474,7 @@ impl PgStore {
                 outcomes[index] = WriteOutcome::Accepted;
                 let message = &batch.messages[index];
                 accepted.push(message);
-                if matches!(message, Message::Increment(_)) {
+                if matches!(message.body, AuditBody::Increment(_)) {
                     pending.push(uuid);
                 }
             }
@@ -505,7 +501,7 @@ impl PgStore {
             accepted
                 .iter()
                 .copied()
-                .filter(|m| matches!(m, Message::Progress(_))),
+                .filter(|m| matches!(m.body, AuditBody::Progress(_))),
         );
         Self::keep_progress(tx, &rollup, received).await?;
         let everyone = Rollup::of(accepted);
@@ -549,7 +545,6 @@ impl PgStore {
         let increments: Vec<Message> = rows
             .into_iter()
             .filter_map(StagedDb::into_increment)
-            .map(Message::Increment)
             .collect();
         Ok((taken.len() as u64, increments))
     }
@@ -592,9 +587,10 @@ impl PgStore {
                         parts.push(left);
                         continue;
                     }
-                    let Message::Increment(i) = &part[0] else {
+                    let i = &part[0];
+                    if !matches!(i.body, AuditBody::Increment(_)) {
                         continue;
-                    };
+                    }
                     tracing::error!(uuid = %i.uuid, topic = %i.topic, error = %e,
                         "roll-up: the database refused an increment; quarantined as a reject");
                     quarantined.push(Reject {
@@ -638,47 +634,54 @@ struct StagedDb {
 }
 
 impl StagedDb {
-    fn into_increment(self) -> Option<Increment> {
+    fn into_increment(self) -> Option<Message> {
         let u = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
-        let (buckets, offsets) = (
-            self.bucket_index?
-                .into_iter()
-                .zip(self.bucket_count?)
-                .map(|(b, c)| (b, c.max(0) as u64))
-                .collect(),
-            self.offset_partition?
-                .into_iter()
-                .zip(self.offset_min?)
-                .zip(self.offset_max?)
-                .map(|((partition, min), max)| OffsetRange {
-                    partition,
-                    min,
-                    max,
-                })
-                .collect(),
-        );
-        Some(Increment {
+        let buckets: Vec<(u32, u64)> = self
+            .bucket_index?
+            .into_iter()
+            .zip(self.bucket_count?)
+            .map(|(b, c)| Some((u32::try_from(b).ok()?, c.max(0) as u64)))
+            .collect::<Option<_>>()?;
+        let offsets = self
+            .offset_partition?
+            .into_iter()
+            .zip(self.offset_min?)
+            .zip(self.offset_max?)
+            .map(|((partition, min), max)| OffsetSpan {
+                partition,
+                min,
+                max,
+            })
+            .collect();
+        let latency = LatencyHistogram::from_buckets(
+            u(self.latency_zero_count)?,
+            u(self.latency_negative_count)?,
+            self.latency_max_ms?,
+            buckets,
+        )
+        .ok()?;
+        Some(Message {
+            version: audit_lib::AUDIT_MESSAGE_VERSION,
             uuid: self.uuid,
             topic: self.topic,
             tier: self.tier,
             datacenter: self.datacenter,
             host: self.host,
-            window_start_ms: self.window_start_ms?,
-            window_end_ms: self.window_end_ms?,
-            emitted_at_ms: self.emitted_at_ms,
-            count: u(self.count)?,
-            bytes: u(self.bytes)?,
-            no_time_count: u(self.no_time_count)?,
-            malformed_count: u(self.malformed_count)?,
-            out_of_bounds_count: u(self.out_of_bounds_count)?,
-            checksum: self.checksum? as u64,
-            latency: Latency {
-                zero_count: u(self.latency_zero_count)?,
-                negative_count: u(self.latency_negative_count)?,
-                max_ms: u(self.latency_max_ms)?,
-                buckets,
-            },
-            offsets,
+            emitted_at: self.emitted_at_ms,
+            body: AuditBody::Increment(Increment {
+                window_start: self.window_start_ms?,
+                window_end: self.window_end_ms?,
+                stats: WindowStats {
+                    count: u(self.count)?,
+                    bytes: u(self.bytes)?,
+                    no_time_count: u(self.no_time_count)?,
+                    malformed_count: u(self.malformed_count)?,
+                    out_of_bounds_count: u(self.out_of_bounds_count)?,
+                    checksum: audit_lib::Checksum(self.checksum? as u64),
+                    latency,
+                    offsets,
+                },
+            }),
         })
     }
 }

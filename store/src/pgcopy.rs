@@ -1,7 +1,7 @@
 //! PostgreSQL binary COPY encoding of `audit_message` rows: the collector's bulk path
 //! (and the baseline of the ingest benchmark, which copies the very same bytes).
 
-use crate::model::{Increment, Message};
+use crate::model::{AuditBody, Message};
 
 /// The statement the rows of [`encode_messages`] are written with.
 pub const COPY_MESSAGES: &str = "COPY audit_message (uuid, kind, topic, tier, datacenter, host,
@@ -91,50 +91,45 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
     for message in messages {
         out.extend_from_slice(&COLUMNS.to_be_bytes());
         let mut row = Row(&mut out);
-        match message {
-            Message::Increment(inc) => {
-                let Increment {
-                    uuid,
-                    topic,
-                    tier,
-                    datacenter,
-                    host,
-                    ..
-                } = inc;
-                row.field(uuid.as_bytes());
+        let m = message;
+        match &m.body {
+            AuditBody::Increment(inc) => {
+                let s = &inc.stats;
+                row.field(m.uuid.as_bytes());
                 row.int2(0);
-                row.text(topic);
-                row.text(tier);
-                row.text(datacenter);
-                row.text(host);
-                row.int8(inc.window_start_ms);
-                row.int8(inc.emitted_at_ms);
+                row.text(&m.topic);
+                row.text(&m.tier);
+                row.text(&m.datacenter);
+                row.text(&m.host);
+                row.int8(inc.window_start);
+                row.int8(m.emitted_at);
                 row.int8(received_at_ms);
-                row.int8(i(inc.count));
-                row.int8(inc.checksum as i64);
-                row.int8(inc.window_end_ms);
-                row.int8(i(inc.bytes));
-                row.int8(i(inc.no_time_count));
-                row.int8(i(inc.malformed_count));
-                row.int8(i(inc.out_of_bounds_count));
-                row.int8(i(inc.latency.zero_count));
-                row.int8(i(inc.latency.negative_count));
-                row.int8(i(inc.latency.max_ms));
-                row.int4_array(inc.latency.buckets.iter().map(|b| b.0));
-                row.int8_array(inc.latency.buckets.iter().map(|b| i(b.1)));
-                row.int4_array(inc.offsets.iter().map(|o| o.partition));
-                row.int8_array(inc.offsets.iter().map(|o| o.min));
-                row.int8_array(inc.offsets.iter().map(|o| o.max));
+                row.int8(i(s.count));
+                row.int8(s.checksum.0 as i64);
+                row.int8(inc.window_end);
+                row.int8(i(s.bytes));
+                row.int8(i(s.no_time_count));
+                row.int8(i(s.malformed_count));
+                row.int8(i(s.out_of_bounds_count));
+                row.int8(i(s.latency.zero_count()));
+                row.int8(i(s.latency.negative_count()));
+                row.int8(s.latency.max_ms());
+                let buckets: Vec<(u32, u64)> = s.latency.buckets().collect();
+                row.int4_array(buckets.iter().map(|b| b.0 as i32));
+                row.int8_array(buckets.iter().map(|b| i(b.1)));
+                row.int4_array(s.offsets.iter().map(|o| o.partition));
+                row.int8_array(s.offsets.iter().map(|o| o.min));
+                row.int8_array(s.offsets.iter().map(|o| o.max));
             }
-            Message::Progress(p) => {
-                row.field(p.uuid.as_bytes());
+            AuditBody::Progress(_) => {
+                row.field(m.uuid.as_bytes());
                 row.int2(1);
-                row.text(&p.topic);
-                row.text(&p.tier);
-                row.text(&p.datacenter);
-                row.text(&p.host);
+                row.text(&m.topic);
+                row.text(&m.tier);
+                row.text(&m.datacenter);
+                row.text(&m.host);
                 row.null();
-                row.int8(p.emitted_at_ms);
+                row.int8(m.emitted_at);
                 row.int8(received_at_ms);
                 for _ in 0..15 {
                     row.opt_int8(None);

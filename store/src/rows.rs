@@ -33,15 +33,28 @@ fn u(v: i64) -> u64 {
 
 /// Attaches `(window_id, bucket, count)` rows (any order) to their windows.
 pub(crate) fn join_buckets(rows: Vec<WindowDb>, buckets: Vec<(i64, i32, i64)>) -> Vec<WindowRow> {
-    let mut by_window: std::collections::HashMap<i64, Vec<(i32, u64)>> =
+    let mut by_window: std::collections::HashMap<i64, Vec<(u32, u64)>> =
         std::collections::HashMap::new();
     for (id, bucket, count) in buckets {
-        by_window.entry(id).or_default().push((bucket, u(count)));
+        // Stored indexes were validated (0 to MAX_BUCKET_INDEX); one outside can only
+        // come from outside the store and is left out like a negative count.
+        if let Ok(bucket) = u32::try_from(bucket) {
+            by_window.entry(id).or_default().push((bucket, u(count)));
+        }
     }
     rows.into_iter()
         .map(|r| {
-            let mut buckets = by_window.remove(&r.id).unwrap_or_default();
-            buckets.sort_unstable();
+            let buckets = by_window.remove(&r.id).unwrap_or_default();
+            let latency = LatencyHistogram::from_buckets(
+                u(r.latency_zero_count),
+                u(r.latency_negative_count),
+                r.latency_max_ms.max(0),
+                buckets.iter().copied(),
+            )
+            .unwrap_or_else(|e| {
+                tracing::error!(window = r.id, error = %e, "stored latency histogram unreadable; read as empty");
+                LatencyHistogram::new()
+            });
             WindowRow {
                 topic: r.topic,
                 tier: r.tier,
@@ -54,12 +67,7 @@ pub(crate) fn join_buckets(rows: Vec<WindowDb>, buckets: Vec<(i64, i32, i64)>) -
                 malformed_count: u(r.malformed_count),
                 out_of_bounds_count: u(r.out_of_bounds_count),
                 checksum: r.checksum as u64,
-                latency: Latency {
-                    zero_count: u(r.latency_zero_count),
-                    negative_count: u(r.latency_negative_count),
-                    max_ms: u(r.latency_max_ms),
-                    buckets,
-                },
+                latency,
                 increments: u(r.increments),
                 first_received_at_ms: r.first_received_at_ms,
                 last_received_at_ms: r.last_received_at_ms,
@@ -139,9 +147,9 @@ pub(crate) struct OffsetDb {
     pub max_offset: i64,
 }
 
-impl From<OffsetDb> for OffsetRange {
+impl From<OffsetDb> for OffsetSpan {
     fn from(o: OffsetDb) -> Self {
-        OffsetRange {
+        OffsetSpan {
             partition: o.partition_id,
             min: o.min_offset,
             max: o.max_offset,

@@ -108,7 +108,7 @@ macro_rules! shared_methods {
                 .await
         }
 
-        async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetRange>> {
+        async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetSpan>> {
             let rows: Vec<crate::rows::OffsetDb> = sqlx::query_as(&crate::shared::WINDOW_OFFSETS)
                 .bind(&key.topic)
                 .bind(&key.tier)

@@ -79,29 +79,21 @@ impl SqliteStore {
         let mut accepted_idx = HashSet::new();
         for &(uuid, index) in &firsts {
             let message = &batch.messages[index];
-            let (kind, topic, tier, dc, host, start, emitted, count, checksum) = match message {
-                Message::Increment(i) => (
+            let (topic, tier, dc, host, emitted) = (
+                &message.topic,
+                &message.tier,
+                &message.datacenter,
+                &message.host,
+                message.emitted_at,
+            );
+            let (kind, start, count, checksum) = match &message.body {
+                AuditBody::Increment(i) => (
                     0i64,
-                    &i.topic,
-                    &i.tier,
-                    &i.datacenter,
-                    &i.host,
-                    Some(i.window_start_ms),
-                    i.emitted_at_ms,
-                    Some(i.count as i64),
-                    Some(i.checksum as i64),
+                    Some(i.window_start),
+                    Some(i.stats.count as i64),
+                    Some(i.stats.checksum.0 as i64),
                 ),
-                Message::Progress(p) => (
-                    1,
-                    &p.topic,
-                    &p.tier,
-                    &p.datacenter,
-                    &p.host,
-                    None,
-                    p.emitted_at_ms,
-                    None,
-                    None,
-                ),
+                AuditBody::Progress(_) => (1, None, None, None),
             };
             let inserted = sqlx::query(
                 "INSERT INTO audit_message (uuid, kind, topic, tier, datacenter, host, window_start_ms,

@@ -8,12 +8,12 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use store::{AuditStore, OffsetRange, TimeRange, WindowKey};
+use store::{AuditStore, OffsetSpan, TimeRange, WindowKey};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, topic_progress, CycleStats};
+use crate::eval::{topic_progress, CycleStats};
 use crate::openapi::{PartitionOffsets, TimeParam, TimeValue};
 use crate::AppState;
 use common::now_ms;
@@ -170,7 +170,7 @@ pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
     let t = &state.topology;
     let c = &t.config;
     Json(TopologyView {
-        window_ms: t.window_ms,
+        window_ms: t.window.as_millis(),
         grace_ms: c.grace.as_millis() as i64,
         stall_after_ms: t.stall_after_ms,
         thresholds: c.thresholds.clone(),
@@ -477,12 +477,10 @@ pub async fn windows(
                 .is_none_or(|d| d.is_empty() || &r.datacenter == d)
         })
         .collect();
-    let engine_rows: Vec<_> = rows.iter().map(engine_row).collect();
-    let tiers = engine::tier_latency(&engine_rows);
+    let tiers = engine::tier_latency(&rows);
     let windows = rows
         .iter()
-        .zip(&engine_rows)
-        .map(|(r, e)| TierWindowView {
+        .map(|r| TierWindowView {
             window_start: r.window_start_ms,
             window_end: r.window_end_ms,
             tier: r.tier.clone(),
@@ -494,14 +492,14 @@ pub async fn windows(
             out_of_bounds_count: r.out_of_bounds_count,
             checksum: format!("{:016x}", r.checksum),
             increments: r.increments,
-            latency: e.latency.percentiles(),
+            latency: engine::percentiles(&r.latency),
         })
         .collect();
     Ok(Json(WindowsResponse {
         topic,
         from,
         to,
-        window_ms: state.topology.window_ms,
+        window_ms: state.topology.window.as_millis(),
         windows,
         tiers,
     }))
@@ -532,7 +530,7 @@ pub async fn compare(
     let Query(q) = query?;
     let (from, to) = q.resolve(&state)?;
     let topo = &state.topology;
-    let first = topo.window_start(from);
+    let first = topo.window.window_of(from).start_ms;
     // Progress, then staged increments, then window rows (see `AuditStore::staged_windows`).
     let progress = topic_progress(&state.store, &topic).await?;
     let staged: crate::engine::Staged = state
@@ -545,11 +543,12 @@ pub async fn compare(
     let rows: Vec<_> = state
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
-        .await?
-        .iter()
-        .map(engine_row)
-        .collect();
-    let windows = topo.window_starts(first, to);
+        .await?;
+    let windows = topo
+        .window
+        .windows_between(first, to)
+        .map(|w| w.start_ms)
+        .collect::<Vec<_>>();
     let now = now_ms();
     let edges = topo.evaluate_topic_staged(&topic, &windows, &rows, &progress, &staged, now);
     Ok(Json(CompareResponse {
@@ -576,7 +575,7 @@ pub struct TierOffsets {
     pub tier: String,
     pub datacenter: String,
     #[schema(value_type = Vec<PartitionOffsets>)]
-    pub partitions: Vec<OffsetRange>,
+    pub partitions: Vec<OffsetSpan>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -610,10 +609,10 @@ pub async fn offsets(
     let Query(q) = query?;
     let window_start = parse_time("window_start", &start)?;
     let topo = &state.topology;
-    if topo.window_start(window_start) != window_start {
+    if topo.window.window_of(window_start).start_ms != window_start {
         return Err(AppError::bad_request(format!(
             "window_start {window_start} is not a multiple of the window size ({} ms)",
-            topo.window_ms
+            topo.window.as_millis()
         )));
     }
     let rows = state
@@ -650,7 +649,7 @@ pub async fn offsets(
     Ok(Json(OffsetsResponse {
         topic,
         window_start,
-        window_end: window_start + topo.window_ms,
+        window_end: window_start + topo.window.as_millis(),
         offsets,
     }))
 }

@@ -22,7 +22,7 @@ use store::{AuditStore, TimeRange};
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{engine_row, topic_progress};
+use crate::eval::topic_progress;
 use crate::openapi::TimeParam;
 use crate::AppState;
 use common::now_ms;
@@ -294,7 +294,7 @@ pub async fn completeness(
     }
     let threshold = threshold(&state, q.threshold.as_deref())?;
     let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
-    let first = topo.window_start(from);
+    let first = topo.window.window_of(from).start_ms;
     // Progress, then staged increments, then window rows: increments that came with
     // the progress read first are then either still staged (seen by the second read)
     // or already added up (seen by the third).
@@ -318,9 +318,8 @@ pub async fn completeness(
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
         .await?
-        .iter()
+        .into_iter()
         .filter(|r| r.tier == edge.upstream || r.tier == edge.downstream)
-        .map(engine_row)
         .collect();
     // A misspelt topic or datacenter would otherwise wait forever (an auditor that
     // never reported is `stalled`, never final) or, between tiers that report no
@@ -335,7 +334,11 @@ pub async fn completeness(
             up_dcs.join("+")
         )));
     }
-    let starts = topo.window_starts(first, to);
+    let starts = topo
+        .window
+        .windows_between(first, to)
+        .map(|w| w.start_ms)
+        .collect::<Vec<_>>();
     let now = now_ms();
     let windows: Vec<WindowCompleteness> = topo
         .evaluate_edge_datacenter(
@@ -372,7 +375,7 @@ pub async fn completeness(
         from,
         to,
         now,
-        window_ms: topo.window_ms,
+        window_ms: topo.window.as_millis(),
         threshold,
         complete: status == GateStatus::Complete,
         status,

@@ -16,20 +16,51 @@ use std::time::Instant;
 
 use store::{AuditStore, Store, StoreError, TimeRange};
 
-use crate::engine::{self, EdgeWindow, PartitionProgress, Topology, Verdict, WindowRow};
-use crate::metrics::{AuditorLabels, EdgeLabels, KindLabels, Metrics, TopicKindLabels};
+use crate::engine::{self, EdgeWindow, ProgressRow, Topology, Verdict, WindowRow};
+use crate::metrics::{AuditorLabels, EdgeLabels, KindLabels, Metrics, TierLabels, TopicKindLabels};
 
-/// (window_start, topic, upstream, downstream, datacenter)
-pub type VerdictKey = (i64, String, String, String, String);
+/// Where a verdict of the index belongs; ordered by window start first, so a range of
+/// windows is a range of keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VerdictKey {
+    pub window_start: i64,
+    pub topic: String,
+    pub upstream: String,
+    pub downstream: String,
+    pub datacenter: String,
+}
+
+impl VerdictKey {
+    /// The smallest key of `topic`'s window `window_start` (`None`: of any topic).
+    fn first_of(window_start: i64, topic: Option<&str>) -> VerdictKey {
+        VerdictKey {
+            window_start,
+            topic: topic.unwrap_or_default().to_string(),
+            ..VerdictKey::default()
+        }
+    }
+}
 
 pub fn key_of(e: &EdgeWindow) -> VerdictKey {
-    (
-        e.window_start,
-        e.topic.clone(),
-        e.upstream.clone(),
-        e.downstream.clone(),
-        e.datacenter.clone(),
-    )
+    VerdictKey {
+        window_start: e.window_start,
+        topic: e.topic.clone(),
+        upstream: e.upstream.clone(),
+        downstream: e.downstream.clone(),
+        datacenter: e.datacenter.clone(),
+    }
+}
+
+/// Stored windows of one tier and datacenter whose length is not the topology's
+/// window: that tier's auditors count in another window size than web judges in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowMismatch {
+    /// A topic where it was seen (the most recent window).
+    pub topic: String,
+    /// The length of its stored windows (ms).
+    pub window_ms: i64,
+    /// Start of the most recent such window.
+    pub window_start: i64,
 }
 
 /// Verdicts of the horizon other than `ok`, by window start.
@@ -43,22 +74,19 @@ pub struct VerdictIndex {
     pub horizon_start: i64,
     /// When the last successful cycle ran (epoch ms); `None` before the first.
     pub evaluated_at: Option<i64>,
+    /// By (tier, datacenter): stored windows in the horizon whose length is not the
+    /// topology's window (a misconfigured auditor); `/readyz` lists them.
+    pub window_mismatches: BTreeMap<(String, String), WindowMismatch>,
 }
 
 impl VerdictIndex {
     /// Replaces every verdict of `topic`'s window `window_start`.
     fn replace(&mut self, topic: &str, window_start: i64, verdicts: Vec<EdgeWindow>) {
-        let lo = (
-            window_start,
-            topic.to_string(),
-            String::new(),
-            String::new(),
-            String::new(),
-        );
+        let lo = VerdictKey::first_of(window_start, Some(topic));
         let stale: Vec<VerdictKey> = self
             .entries
             .range((Bound::Included(lo), Bound::Unbounded))
-            .take_while(|(k, _)| k.0 == window_start && k.1 == topic)
+            .take_while(|(k, _)| k.window_start == window_start && k.topic == topic)
             .map(|(k, _)| k.clone())
             .collect();
         for k in stale {
@@ -72,77 +100,23 @@ impl VerdictIndex {
     }
 
     fn drop_before(&mut self, start: i64) {
-        let keep = self.entries.split_off(&(
-            start,
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-        ));
+        let keep = self.entries.split_off(&VerdictKey::first_of(start, None));
         self.entries = keep;
     }
 
     /// Verdicts whose window starts in `[from, to)`.
     pub fn in_range(&self, from: i64, to: i64) -> impl Iterator<Item = &EdgeWindow> {
-        let lo = (
-            from,
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-        );
+        let lo = VerdictKey::first_of(from, None);
         self.entries
             .range((Bound::Included(lo), Bound::Unbounded))
-            .take_while(move |(k, _)| k.0 < to)
+            .take_while(move |(k, _)| k.window_start < to)
             .map(|(_, v)| v)
     }
 }
 
-/// Converts the store's rows into the engine's.
-pub fn engine_row(r: &store::WindowRow) -> WindowRow {
-    WindowRow {
-        topic: r.topic.clone(),
-        tier: r.tier.clone(),
-        datacenter: r.datacenter.clone(),
-        window_start: r.window_start_ms,
-        count: r.count,
-        checksum: r.checksum,
-        latency: engine::Histogram {
-            zero_count: r.latency.zero_count,
-            negative_count: r.latency.negative_count,
-            buckets: r.latency.buckets.iter().copied().collect(),
-            max_ms: r.latency.max_ms,
-        },
-    }
-}
-
 /// Every auditor's progress on `topic`, as the engine takes it.
-pub async fn topic_progress(
-    store: &Store,
-    topic: &str,
-) -> Result<Vec<PartitionProgress>, StoreError> {
-    Ok(store
-        .progress(Some(topic))
-        .await?
-        .iter()
-        .map(engine_progress)
-        .collect())
-}
-
-pub fn engine_progress(p: &store::ProgressRow) -> PartitionProgress {
-    PartitionProgress {
-        tier: p.tier.clone(),
-        datacenter: p.datacenter.clone(),
-        partition: p.partition,
-        record_time: p.record_time_ms,
-        lag: p.lag,
-        // The collector's clock: an auditor whose clock is off is still judged by
-        // when we last heard from it.
-        reported_at: p.received_at_ms,
-        // The auditor's clock: when its lag was measured (see the engine's lag-0 rule).
-        emitted_at: p.emitted_at_ms,
-        host: p.host.clone(),
-    }
+pub async fn topic_progress(store: &Store, topic: &str) -> Result<Vec<ProgressRow>, StoreError> {
+    store.progress(Some(topic)).await
 }
 
 /// Upper bound of window keys read per query; a cycle with more work continues at
@@ -174,6 +148,47 @@ pub struct Evaluator {
     newest_window: HashMap<String, i64>,
     /// The `auditor_stalled` series set by the last cycle.
     auditor_series: HashSet<AuditorLabels>,
+    /// The `window_size_mismatch` series set by the last cycle.
+    mismatch_series: HashSet<TierLabels>,
+}
+
+/// Records in `mismatches` the rows of `topic` whose window is not `window_ms` long,
+/// with a log line the first time a tier and datacenter is seen to mismatch.
+fn note_window_mismatches(
+    mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
+    topic: &str,
+    rows: &[store::WindowRow],
+    window_ms: i64,
+) {
+    for r in rows {
+        let length = r.window_end_ms.saturating_sub(r.window_start_ms);
+        if length == window_ms {
+            continue;
+        }
+        let m = WindowMismatch {
+            topic: topic.to_string(),
+            window_ms: length,
+            window_start: r.window_start_ms,
+        };
+        match mismatches.entry((r.tier.clone(), r.datacenter.clone())) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                tracing::error!(
+                    tier = %r.tier,
+                    datacenter = %r.datacenter,
+                    topic,
+                    stored_window_ms = length,
+                    topology_window_ms = window_ms,
+                    "window size mismatch: this tier's auditors count in windows of another size than [topology] window; its verdicts are wrong until audit.event_time.window_size and topology.window agree"
+                );
+                v.insert(m);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                if o.get().window_start <= m.window_start {
+                    o.insert(m);
+                }
+            }
+        }
+    }
 }
 
 type AuditorKey = (String, String, String);
@@ -199,6 +214,7 @@ impl Evaluator {
             gauge_windows: HashMap::new(),
             newest_window: HashMap::new(),
             auditor_series: HashSet::new(),
+            mismatch_series: HashSet::new(),
         }
     }
 
@@ -236,19 +252,20 @@ impl Evaluator {
 
     async fn cycle_inner(&mut self, now: i64) -> Result<CycleStats, StoreError> {
         let topo = self.topology.clone();
-        let horizon_start = topo.window_start(now.saturating_sub(self.horizon_ms));
-        let range_end = now + topo.window_ms;
+        let window_ms = topo.window.as_millis();
+        let horizon_start = topo
+            .window
+            .window_of(now.saturating_sub(self.horizon_ms))
+            .start_ms;
+        let range_end = now + window_ms;
 
         // Every topic's auditors, also of idle topics (no windows to judge), so that
         // an auditor that stops reporting is flagged even when its topic is quiet.
         let all_progress = self.store.progress(None).await?;
         let progress_capped = all_progress.len() >= store::MAX_READ_ROWS;
-        let mut progress: HashMap<String, Vec<PartitionProgress>> = HashMap::new();
+        let mut progress: HashMap<String, Vec<ProgressRow>> = HashMap::new();
         for p in &all_progress {
-            progress
-                .entry(p.topic.clone())
-                .or_default()
-                .push(engine_progress(p));
+            progress.entry(p.topic.clone()).or_default().push(p.clone());
         }
         // Auditor status from one row per auditor, not from the per-partition rows
         // above: those are capped, and a capped read must not freeze stall alerts.
@@ -304,8 +321,7 @@ impl Evaluator {
             Some(last) => {
                 let mut keys = Vec::new();
                 // Windows whose settle time (end + grace) passed since the last cycle.
-                let from =
-                    last.saturating_sub(topo.window_ms + self.max_grace_ms() + LATE_MARGIN_MS);
+                let from = last.saturating_sub(window_ms + self.max_grace_ms() + LATE_MARGIN_MS);
                 keys.extend(
                     self.store
                         .window_keys(from.max(horizon_start), range_end, KEY_LIMIT)
@@ -339,11 +355,13 @@ impl Evaluator {
             }
         }
 
-        {
+        let mut mismatches = {
             let mut index = self.index.write().expect("verdict index lock");
             index.horizon_start = horizon_start;
             index.drop_before(horizon_start);
-        }
+            std::mem::take(&mut index.window_mismatches)
+        };
+        mismatches.retain(|_, m| m.window_start >= horizon_start);
         let mut stats = CycleStats::default();
         for (topic, windows) in work {
             let range = match &windows {
@@ -353,18 +371,14 @@ impl Evaluator {
                 },
                 None => TimeRange::new(horizon_start, range_end),
             };
-            let rows: Vec<WindowRow> = self
-                .store
-                .topic_windows(&topic, range)
-                .await?
-                .iter()
-                .map(engine_row)
-                .collect();
+            let stored = self.store.topic_windows(&topic, range).await?;
+            note_window_mismatches(&mut mismatches, &topic, &stored, window_ms);
+            let rows: Vec<WindowRow> = stored;
             let windows: Vec<i64> = match windows {
                 Some(ws) => ws.into_iter().collect(),
                 None => rows
                     .iter()
-                    .map(|r| r.window_start)
+                    .map(|r| r.window_start_ms)
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect(),
@@ -390,8 +404,10 @@ impl Evaluator {
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);
         self.drop_topics_before(horizon_start);
 
+        self.update_mismatch_metrics(&mismatches);
         let mut index = self.index.write().expect("verdict index lock");
         index.evaluated_at = Some(now);
+        index.window_mismatches = mismatches;
         let mut by_kind: BTreeMap<Verdict, i64> = BTreeMap::new();
         let mut by_topic: HashMap<(&str, Verdict), i64> = HashMap::new();
         for e in index.entries.values() {
@@ -426,6 +442,29 @@ impl Evaluator {
         }
         self.last_cycle = Some(now);
         Ok(stats)
+    }
+
+    /// One `window_size_mismatch` series per (tier, datacenter) with mismatched
+    /// windows in the horizon; series of the previous cycle that are gone are removed.
+    fn update_mismatch_metrics(&mut self, mismatches: &BTreeMap<(String, String), WindowMismatch>) {
+        let now: HashSet<TierLabels> = mismatches
+            .iter()
+            .map(|((tier, datacenter), m)| {
+                let labels = TierLabels {
+                    tier: tier.as_str().into(),
+                    datacenter: datacenter.as_str().into(),
+                };
+                self.metrics
+                    .window_size_mismatch
+                    .get_or_create(&labels)
+                    .set(m.window_ms);
+                labels
+            })
+            .collect();
+        for gone in self.mismatch_series.difference(&now) {
+            self.metrics.window_size_mismatch.remove(gone);
+        }
+        self.mismatch_series = now;
     }
 
     /// Forgets topics with no window in the horizon: out of `/topics`, and their

@@ -252,6 +252,25 @@ pub struct ReadyView {
     pub status: &'static str,
     /// `ok` or `unavailable`.
     pub store: &'static str,
+    /// Tiers and datacenters whose stored windows in the horizon are not
+    /// `[topology] window` long (their auditors count in another window size; see
+    /// docs/web.md). Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub window_size_mismatch: Vec<WindowSizeMismatchView>,
+}
+
+/// One tier and datacenter of [`ReadyView::window_size_mismatch`].
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = WindowSizeMismatch)]
+pub struct WindowSizeMismatchView {
+    pub datacenter: String,
+    pub tier: String,
+    /// A topic where it was seen (the most recent such window).
+    pub topic: String,
+    /// `[topology] window` in ms.
+    pub topology_window_ms: i64,
+    /// The length of the stored windows in ms.
+    pub window_ms: i64,
 }
 
 /// Liveness
@@ -268,7 +287,10 @@ async fn healthz() -> Json<HealthView> {
         (status = 503, description = "Not ready", body = ReadyView),
     ))]
 async fn readyz(State(state): State<AppState>) -> Response {
-    let evaluated_at = state.index.read().expect("verdict index lock").evaluated_at;
+    let (evaluated_at, mismatches) = {
+        let index = state.index.read().expect("verdict index lock");
+        (index.evaluated_at, index.window_mismatches.clone())
+    };
     let db = state.store.ping().await;
     let ready = db.is_ok() && evaluated_at.is_some();
     // Open by default: the store's error text (host names, user names) goes to the
@@ -280,6 +302,19 @@ async fn readyz(State(state): State<AppState>) -> Response {
         evaluated_at,
         status: if ready { "ready" } else { "not ready" },
         store: if db.is_ok() { "ok" } else { "unavailable" },
+        // Ready all the same (the API serves), but an on-call reading /readyz sees why
+        // the verdicts of a tier cannot be trusted: its auditors count in windows of
+        // another size than [topology] window.
+        window_size_mismatch: mismatches
+            .iter()
+            .map(|((tier, datacenter), m)| WindowSizeMismatchView {
+                datacenter: datacenter.clone(),
+                tier: tier.clone(),
+                topic: m.topic.clone(),
+                topology_window_ms: state.topology.window.as_millis(),
+                window_ms: m.window_ms,
+            })
+            .collect(),
     };
     let status = if ready {
         StatusCode::OK

@@ -40,6 +40,12 @@ pub struct AuditorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabels {
+    pub tier: LabelValue,
+    pub datacenter: LabelValue,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub method: LabelValue,
     pub route: LabelValue,
@@ -70,6 +76,7 @@ pub struct Metrics {
     pub anomalies_detected: Family<KindLabels, Counter>,
     pub topic_anomalies: Family<TopicKindLabels, Gauge>,
     pub auditor_stalled: Family<AuditorLabels, Gauge>,
+    pub window_size_mismatch: Family<TierLabels, Gauge>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
     pub evaluations: Counter,
@@ -128,6 +135,12 @@ impl Metrics {
             "auditor_stalled",
             "1 when an auditor has not reported progress for longer than stall_after",
             auditor_stalled.clone(),
+        );
+        let window_size_mismatch = Family::<TierLabels, Gauge>::default();
+        registry.register(
+            "window_size_mismatch",
+            "Length (ms) of stored windows of this tier and datacenter within the horizon that are not [topology] window long (its auditors count in another window size; its verdicts are wrong); no series when they agree",
+            window_size_mismatch.clone(),
         );
         let http_requests = Family::<HttpLabels, Counter>::default();
         registry.register(
@@ -207,6 +220,7 @@ impl Metrics {
             anomalies_detected,
             topic_anomalies,
             auditor_stalled,
+            window_size_mismatch,
             http_requests,
             http_duration,
             evaluations,

@@ -67,7 +67,7 @@ pub struct TimeParam(pub String);
 pub struct TimeValue(pub String);
 
 /// The offsets one tier saw of one partition in a window: the shape of
-/// `store::OffsetRange`, which is the store's type and has no schema of its own
+/// `store::OffsetSpan` (audit-lib's), which has no schema of its own
 /// (`/offsets` answers are compared with it in web/tests/api.rs).
 #[derive(ToSchema)]
 #[allow(dead_code)]

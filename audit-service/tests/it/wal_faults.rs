@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use audit_lib::{Aggregator, Identity, Limits, Observation};
-use audit_service::wal::{OffsetRange, Wal, WalMessage, WalOptions};
+use audit_service::wal::{CommittedRange, Wal, WalMessage, WalOptions};
 use support::*;
 
 const PARTITIONS: i32 = 4;
@@ -28,7 +28,7 @@ fn crafted_entry(
     n: u64,
     base: i64,
     start: i64,
-) -> (Vec<OffsetRange>, Vec<WalMessage>, HashSet<uuid::Uuid>) {
+) -> (Vec<CommittedRange>, Vec<WalMessage>, HashSet<uuid::Uuid>) {
     let a = &cfg.audit;
     let mut agg = Aggregator::new(
         Identity::new(&a.tier, &a.datacenter, &a.instance_id),
@@ -54,7 +54,7 @@ fn crafted_entry(
     let msgs = agg.drain(now);
     let uuids = msgs.iter().map(|m| m.uuid).collect();
     let ranges = (0..PARTITIONS)
-        .map(|p| OffsetRange {
+        .map(|p| CommittedRange {
             topic: topic.to_string(),
             partition: p,
             start: Some(start),

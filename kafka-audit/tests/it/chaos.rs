@@ -10,7 +10,7 @@
 //! both occur. After draining, the per-window counts and checksums equal the ground
 //! truth: 0 lost, 0 counted twice.
 
-use crate::audit_service_support as support;
+use crate::support;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -3,20 +3,26 @@
 //! binary (`CARGO_BIN_EXE_kafka-audit` is set for this crate's integration tests only);
 //! `deploy` checks the deploy kit against the code.
 
-// The helpers of the audit-service and collector tests, shared with those crates.
-#[path = "../../../audit-service/tests/it/support/mod.rs"]
-mod audit_service_support;
+// The helpers of the audit-service and collector tests, shared with those crates
+// (`support` is audit-service's; `e2e` builds on it).
 #[path = "../../../collector/tests/it/support/mod.rs"]
 mod collector_support;
+mod e2e;
+#[path = "../../../audit-service/tests/it/support/mod.rs"]
+mod support;
 // The git revision in `--version` (used by build.rs, not compiled into the binary).
 #[path = "../../src/revision.rs"]
 mod revision;
 
 mod chaos;
 mod collect_sigkill;
+mod collector_outage;
 mod demo;
 mod deploy;
 mod inspect;
+mod late_auditor;
 mod region_only_topic;
+mod stuck_instance;
+mod transactional;
 mod version;
 mod wait;

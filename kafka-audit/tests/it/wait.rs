@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::now_ms;
 use store::{
-    AuditStore, Batch, Increment, Latency, Message, OffsetRange, PartitionProgress, Progress, Store,
+    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, OffsetSpan,
+    PartitionProgress, Store, WindowStats,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -41,53 +42,52 @@ tokens = [{ name = "airflow", token = "airflow-reader-token-0123456789abcdef", s
 "#;
 
 fn increment(topic: &str, tier: &str, window_start: i64, count: u64) -> Message {
-    Message::Increment(Increment {
+    Message {
+        version: audit_lib::AUDIT_MESSAGE_VERSION,
         uuid: Uuid::new_v4(),
         topic: topic.into(),
         tier: tier.into(),
         datacenter: "dc1".into(),
         host: format!("{tier}-0"),
-        window_start_ms: window_start,
-        window_end_ms: window_start + WINDOW,
-        emitted_at_ms: now_ms(),
-        count,
-        bytes: count * 100,
-        no_time_count: 0,
-        malformed_count: 0,
-        out_of_bounds_count: 0,
-        checksum: count,
-        latency: Latency {
-            zero_count: 0,
-            negative_count: 0,
-            max_ms: 50,
-            buckets: vec![(190, count)],
-        },
-        offsets: vec![OffsetRange {
-            partition: 0,
-            min: 0,
-            max: count as i64 - 1,
-        }],
-    })
+        emitted_at: now_ms(),
+        body: AuditBody::Increment(Increment {
+            window_start,
+            window_end: window_start + WINDOW,
+            stats: WindowStats {
+                count,
+                bytes: count * 100,
+                checksum: audit_lib::Checksum(count),
+                latency: LatencyHistogram::from_buckets(0, 0, 50, [(190, count)]).unwrap(),
+                offsets: vec![OffsetSpan {
+                    partition: 0,
+                    min: 0,
+                    max: count as i64 - 1,
+                }],
+                ..WindowStats::default()
+            },
+        }),
+    }
 }
 
 /// The regional auditor has read `topic` up to `record_time` (lag 0 only when it has
 /// caught up to now).
 fn progress(topic: &str, record_time: i64) -> Message {
     let caught_up = record_time >= now_ms();
-    Message::Progress(Progress {
+    Message {
+        version: audit_lib::AUDIT_MESSAGE_VERSION,
         uuid: Uuid::new_v4(),
         topic: topic.into(),
         tier: "regional".into(),
         datacenter: "dc1".into(),
         host: "regional-0".into(),
-        emitted_at_ms: now_ms(),
-        partitions: vec![PartitionProgress {
+        emitted_at: now_ms(),
+        body: AuditBody::Progress(vec![PartitionProgress {
             partition: 0,
             next_offset: 1000,
-            record_time_ms: Some(record_time),
+            record_time: Some(record_time),
             lag: Some(if caught_up { 0 } else { 3 }),
-        }],
-    })
+        }]),
+    }
 }
 
 async fn write(store: &Store, messages: Vec<Message>) {

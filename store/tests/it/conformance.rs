@@ -110,7 +110,7 @@ async fn staged_increments_add_up_exactly_after_rollup(store: &Store) {
     let increments: Vec<Increment> = (0..500).map(|_| random_increment(&mut rng)).collect();
     let mut progress_msg = progress("topic-0", "auditor-9", T0 + 5, &[(3, 77)]);
     progress_msg.tier = "regional".into();
-    let mut first = batch(vec![Message::Progress(progress_msg.clone())]);
+    let mut first = batch(vec![Message::from(progress_msg.clone())]);
     first.rejects = vec![Reject {
         source: "s".into(),
         reason: "r".into(),
@@ -122,18 +122,14 @@ async fn staged_increments_add_up_exactly_after_rollup(store: &Store) {
     );
     for chunk in increments.chunks(64) {
         let out = store
-            .stage_batch(&batch(
-                chunk.iter().cloned().map(Message::Increment).collect(),
-            ))
+            .stage_batch(&batch(chunk.iter().cloned().map(Message::from).collect()))
             .await
             .unwrap();
         assert_eq!(out.accepted(), chunk.len());
     }
     for chunk in increments.chunks(100) {
         let out = store
-            .stage_batch(&batch(
-                chunk.iter().cloned().map(Message::Increment).collect(),
-            ))
+            .stage_batch(&batch(chunk.iter().cloned().map(Message::from).collect()))
             .await
             .unwrap();
         assert_eq!(
@@ -152,9 +148,9 @@ async fn staged_increments_add_up_exactly_after_rollup(store: &Store) {
     let expected: Vec<&WindowRow> = truth.values().map(|(r, _)| r).collect();
     assert_rows_match(&all_rows(store).await, &expected);
     for (key, (_, offsets)) in &truth {
-        let expected: Vec<OffsetRange> = offsets
+        let expected: Vec<OffsetSpan> = offsets
             .iter()
-            .map(|(&partition, &(min, max))| OffsetRange {
+            .map(|(&partition, &(min, max))| OffsetSpan {
                 partition,
                 min,
                 max,
@@ -179,7 +175,7 @@ async fn staged_and_direct_writes_deduplicate_each_other(store: &Store) {
     let b = increment("orders", "regional", "dc1", 0, 20);
     assert_eq!(
         store
-            .write_batch(&batch(vec![Message::Increment(a.clone())]))
+            .write_batch(&batch(vec![Message::from(a.clone())]))
             .await
             .unwrap()
             .accepted(),
@@ -187,7 +183,7 @@ async fn staged_and_direct_writes_deduplicate_each_other(store: &Store) {
     );
     assert_eq!(
         store
-            .stage_batch(&batch(vec![Message::Increment(b.clone())]))
+            .stage_batch(&batch(vec![Message::from(b.clone())]))
             .await
             .unwrap()
             .accepted(),
@@ -195,8 +191,8 @@ async fn staged_and_direct_writes_deduplicate_each_other(store: &Store) {
     );
     let out = store
         .stage_batch(&batch(vec![
-            Message::Increment(a.clone()),
-            Message::Increment(b.clone()),
+            Message::from(a.clone()),
+            Message::from(b.clone()),
         ]))
         .await
         .unwrap();
@@ -205,7 +201,7 @@ async fn staged_and_direct_writes_deduplicate_each_other(store: &Store) {
         vec![WriteOutcome::Duplicate, WriteOutcome::Duplicate]
     );
     let out = store
-        .write_batch(&batch(vec![Message::Increment(b), Message::Increment(a)]))
+        .write_batch(&batch(vec![Message::from(b), Message::from(a)]))
         .await
         .unwrap();
     assert_eq!(
@@ -229,7 +225,7 @@ async fn concurrent_staging_and_rollups_count_each_increment_once(store: &Store)
         tasks.push(tokio::spawn(async move {
             let mut accepted = 0;
             for chunk in mine.chunks(size) {
-                let b = batch(chunk.iter().cloned().map(Message::Increment).collect());
+                let b = batch(chunk.iter().cloned().map(Message::from).collect());
                 accepted += store.stage_batch(&b).await.unwrap().accepted();
                 // Roll up concurrently with the other writers' staging.
                 store.rollup(50).await.unwrap();
@@ -265,6 +261,113 @@ impl Rng {
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// The flat shape these tests write increments in; the store takes audit-lib's
+/// `AuditMessage`, which `Message::from` builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Increment {
+    uuid: Uuid,
+    topic: String,
+    tier: String,
+    datacenter: String,
+    host: String,
+    window_start_ms: i64,
+    window_end_ms: i64,
+    emitted_at_ms: i64,
+    count: u64,
+    bytes: u64,
+    no_time_count: u64,
+    malformed_count: u64,
+    out_of_bounds_count: u64,
+    checksum: u64,
+    latency: Latency,
+    offsets: Vec<OffsetSpan>,
+}
+
+/// A latency histogram by its parts, as the tests write and compare them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Latency {
+    zero_count: u64,
+    negative_count: u64,
+    max_ms: u64,
+    buckets: Vec<(i32, u64)>,
+}
+
+impl Latency {
+    fn histogram(&self) -> LatencyHistogram {
+        LatencyHistogram::from_buckets(
+            self.zero_count,
+            self.negative_count,
+            self.max_ms as i64,
+            self.buckets.iter().map(|&(i, c)| (i as u32, c)),
+        )
+        .expect("a valid test histogram")
+    }
+
+    fn of(h: &LatencyHistogram) -> Latency {
+        Latency {
+            zero_count: h.zero_count(),
+            negative_count: h.negative_count(),
+            max_ms: h.max_ms() as u64,
+            buckets: h.buckets().map(|(i, c)| (i as i32, c)).collect(),
+        }
+    }
+}
+
+impl From<Increment> for Message {
+    fn from(i: Increment) -> Message {
+        Message {
+            version: audit_lib::AUDIT_MESSAGE_VERSION,
+            uuid: i.uuid,
+            topic: i.topic,
+            tier: i.tier,
+            datacenter: i.datacenter,
+            host: i.host,
+            emitted_at: i.emitted_at_ms,
+            body: AuditBody::Increment(store::Increment {
+                window_start: i.window_start_ms,
+                window_end: i.window_end_ms,
+                stats: WindowStats {
+                    count: i.count,
+                    bytes: i.bytes,
+                    no_time_count: i.no_time_count,
+                    malformed_count: i.malformed_count,
+                    out_of_bounds_count: i.out_of_bounds_count,
+                    checksum: audit_lib::Checksum(i.checksum),
+                    latency: i.latency.histogram(),
+                    offsets: i.offsets,
+                },
+            }),
+        }
+    }
+}
+
+/// A progress report as the tests write it.
+#[derive(Debug, Clone)]
+struct Progress {
+    uuid: Uuid,
+    topic: String,
+    tier: String,
+    datacenter: String,
+    host: String,
+    emitted_at_ms: i64,
+    partitions: Vec<PartitionProgress>,
+}
+
+impl From<Progress> for Message {
+    fn from(p: Progress) -> Message {
+        Message {
+            version: audit_lib::AUDIT_MESSAGE_VERSION,
+            uuid: p.uuid,
+            topic: p.topic,
+            tier: p.tier,
+            datacenter: p.datacenter,
+            host: p.host,
+            emitted_at: p.emitted_at_ms,
+            body: AuditBody::Progress(p.partitions),
+        }
     }
 }
 
@@ -324,7 +427,7 @@ fn random_increment(rng: &mut Rng) -> Increment {
     };
     let p = rng.below(4) as i32;
     let min = rng.below(1_000_000) as i64;
-    i.offsets = vec![OffsetRange {
+    i.offsets = vec![OffsetSpan {
         partition: p,
         min,
         max: min + rng.below(10_000) as i64,
@@ -371,7 +474,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
                     malformed_count: 0,
                     out_of_bounds_count: 0,
                     checksum: 0,
-                    latency: Latency::default(),
+                    latency: LatencyHistogram::new(),
                     increments: 0,
                     first_received_at_ms: 0,
                     last_received_at_ms: 0,
@@ -385,14 +488,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
         row.malformed_count += i.malformed_count;
         row.out_of_bounds_count += i.out_of_bounds_count;
         row.checksum = row.checksum.wrapping_add(i.checksum);
-        row.latency.zero_count += i.latency.zero_count;
-        row.latency.negative_count += i.latency.negative_count;
-        row.latency.max_ms = row.latency.max_ms.max(i.latency.max_ms);
-        let mut merged: BTreeMap<i32, u64> = row.latency.buckets.iter().copied().collect();
-        for &(b, c) in &i.latency.buckets {
-            *merged.entry(b).or_default() += c;
-        }
-        row.latency.buckets = merged.into_iter().collect();
+        row.latency.merge(&i.latency.histogram());
         row.increments += 1;
         for o in &i.offsets {
             let e = offsets.entry(o.partition).or_insert((o.min, o.max));
@@ -418,8 +514,8 @@ async fn a_message_written_twice_is_stored_once(store: &Store) {
     let i = increment("orders", "regional", "dc1", 0, 1000);
     let out = store
         .write_batch(&batch(vec![
-            Message::Increment(i.clone()),
-            Message::Increment(i.clone()),
+            Message::from(i.clone()),
+            Message::from(i.clone()),
         ]))
         .await
         .unwrap();
@@ -428,7 +524,7 @@ async fn a_message_written_twice_is_stored_once(store: &Store) {
         vec![WriteOutcome::Accepted, WriteOutcome::Duplicate]
     );
     let again = store
-        .write_batch(&batch(vec![Message::Increment(i.clone())]))
+        .write_batch(&batch(vec![Message::from(i.clone())]))
         .await
         .unwrap();
     assert_eq!(again.outcomes, vec![WriteOutcome::Duplicate]);
@@ -444,9 +540,7 @@ async fn increments_add_up_exactly_against_ground_truth(store: &Store) {
     let increments: Vec<Increment> = (0..600).map(|_| random_increment(&mut rng)).collect();
     for chunk in increments.chunks(70) {
         let out = store
-            .write_batch(&batch(
-                chunk.iter().cloned().map(Message::Increment).collect(),
-            ))
+            .write_batch(&batch(chunk.iter().cloned().map(Message::from).collect()))
             .await
             .unwrap();
         assert_eq!(out.accepted(), chunk.len());
@@ -454,9 +548,7 @@ async fn increments_add_up_exactly_against_ground_truth(store: &Store) {
     // Replaying everything (in other batch boundaries) changes nothing.
     for chunk in increments.chunks(111) {
         let out = store
-            .write_batch(&batch(
-                chunk.iter().cloned().map(Message::Increment).collect(),
-            ))
+            .write_batch(&batch(chunk.iter().cloned().map(Message::from).collect()))
             .await
             .unwrap();
         assert_eq!(out.duplicates(), chunk.len());
@@ -487,10 +579,10 @@ async fn increments_add_up_exactly_against_ground_truth(store: &Store) {
         assert_rows_match(&stored, &expected);
         for row in &stored {
             let offsets = store.window_offsets(&row.key()).await.unwrap();
-            let expected: Vec<OffsetRange> = truth[&row.key()]
+            let expected: Vec<OffsetSpan> = truth[&row.key()]
                 .1
                 .iter()
-                .map(|(&partition, &(min, max))| OffsetRange {
+                .map(|(&partition, &(min, max))| OffsetSpan {
                     partition,
                     min,
                     max,
@@ -525,7 +617,7 @@ async fn checksums_add_modulo_2_pow_64(store: &Store) {
         i.checksum = v;
         expected = expected.wrapping_add(v);
         store
-            .write_batch(&batch(vec![Message::Increment(i)]))
+            .write_batch(&batch(vec![Message::from(i)]))
             .await
             .unwrap();
         let rows = store.topic_windows("sums", all()).await.unwrap();
@@ -550,7 +642,7 @@ fn progress(topic: &str, host: &str, emitted: i64, parts: &[(i32, i64)]) -> Prog
             .map(|&(partition, next_offset)| PartitionProgress {
                 partition,
                 next_offset,
-                record_time_ms: Some(emitted - 100),
+                record_time: Some(emitted - 100),
                 lag: Some(0),
             })
             .collect(),
@@ -561,16 +653,16 @@ async fn progress_keeps_the_latest_watermark_per_partition(store: &Store) {
     let newer = progress("orders", "auditor-1", T0 + 2000, &[(0, 500), (1, 700)]);
     let older = progress("orders", "auditor-0", T0 + 1000, &[(0, 100), (2, 50)]);
     store
-        .write_batch(&batch(vec![Message::Progress(newer)]))
+        .write_batch(&batch(vec![Message::from(newer)]))
         .await
         .unwrap();
     store
-        .write_batch(&batch(vec![Message::Progress(older)]))
+        .write_batch(&batch(vec![Message::from(older)]))
         .await
         .unwrap();
     let other = progress("payments", "auditor-0", T0, &[(0, 9)]);
     store
-        .write_batch(&batch(vec![Message::Progress(other)]))
+        .write_batch(&batch(vec![Message::from(other)]))
         .await
         .unwrap();
     let rows = store.progress(Some("orders")).await.unwrap();
@@ -598,10 +690,10 @@ async fn emitters_record_last_seen_times(store: &Store) {
     b.host = "auditor-0".into();
     b.emitted_at_ms = T0 + 3000;
     let p = progress("orders", "auditor-1", T0 + 7000, &[(0, 1)]);
-    let mut first = batch(vec![Message::Increment(a), Message::Progress(p)]);
+    let mut first = batch(vec![Message::from(a), Message::from(p)]);
     first.received_at_ms = T0 + 10_000;
     store.write_batch(&first).await.unwrap();
-    let mut second = batch(vec![Message::Increment(b)]);
+    let mut second = batch(vec![Message::from(b)]);
     second.received_at_ms = T0 + 20_000;
     store.write_batch(&second).await.unwrap();
     let rows = store.emitters().await.unwrap();
@@ -629,14 +721,14 @@ async fn windows_in_range_pages_by_topic(store: &Store) {
     let mut messages = vec![];
     for t in 0..5 {
         for w in 0..3 {
-            messages.push(Message::Increment(increment(
+            messages.push(Message::from(increment(
                 &format!("t{t}"),
                 "regional",
                 "dc1",
                 w,
                 10,
             )));
-            messages.push(Message::Increment(increment(
+            messages.push(Message::from(increment(
                 &format!("t{t}"),
                 "aggregate",
                 "dc1",
@@ -680,35 +772,35 @@ async fn windows_in_range_pages_by_topic(store: &Store) {
 async fn offset_ranges_widen(store: &Store) {
     let mut a = increment("orders", "regional", "dc1", 0, 1);
     a.offsets = vec![
-        OffsetRange {
+        OffsetSpan {
             partition: 0,
             min: 100,
             max: 200,
         },
-        OffsetRange {
+        OffsetSpan {
             partition: 1,
             min: 5,
             max: 5,
         },
     ];
     let mut b = increment("orders", "regional", "dc1", 0, 1);
-    b.offsets = vec![OffsetRange {
+    b.offsets = vec![OffsetSpan {
         partition: 0,
         min: 50,
         max: 150,
     }];
     let mut c = increment("orders", "regional", "dc1", 0, 1);
-    c.offsets = vec![OffsetRange {
+    c.offsets = vec![OffsetSpan {
         partition: 0,
         min: 180,
         max: 400,
     }];
     store
-        .write_batch(&batch(vec![Message::Increment(a), Message::Increment(b)]))
+        .write_batch(&batch(vec![Message::from(a), Message::from(b)]))
         .await
         .unwrap();
     store
-        .write_batch(&batch(vec![Message::Increment(c)]))
+        .write_batch(&batch(vec![Message::from(c)]))
         .await
         .unwrap();
     let key = WindowKey {
@@ -720,12 +812,12 @@ async fn offset_ranges_widen(store: &Store) {
     assert_eq!(
         store.window_offsets(&key).await.unwrap(),
         vec![
-            OffsetRange {
+            OffsetSpan {
                 partition: 0,
                 min: 50,
                 max: 400
             },
-            OffsetRange {
+            OffsetSpan {
                 partition: 1,
                 min: 5,
                 max: 5
@@ -740,7 +832,7 @@ async fn offset_ranges_widen(store: &Store) {
 }
 
 async fn rejects_are_kept_with_their_reason(store: &Store) {
-    let mut b = batch(vec![Message::Increment(increment(
+    let mut b = batch(vec![Message::from(increment(
         "orders", "regional", "dc1", 0, 1,
     ))]);
     b.rejects = vec![
@@ -770,18 +862,18 @@ async fn retention_removes_old_windows_and_uuids_in_batches(store: &Store) {
         let mut i = increment("orders", "regional", "dc1", w, 1);
         i.latency.buckets = vec![(10, 1)];
         i.latency.zero_count = 0;
-        i.offsets = vec![OffsetRange {
+        i.offsets = vec![OffsetSpan {
             partition: 0,
             min: 1,
             max: 2,
         }];
         old.push(i);
     }
-    let mut b = batch(old.iter().cloned().map(Message::Increment).collect());
+    let mut b = batch(old.iter().cloned().map(Message::from).collect());
     b.received_at_ms = T0;
     store.write_batch(&b).await.unwrap();
     let recent = increment("orders", "regional", "dc1", 50, 7);
-    let mut b = batch(vec![Message::Increment(recent.clone())]);
+    let mut b = batch(vec![Message::from(recent.clone())]);
     b.received_at_ms = T0 + 100 * W;
     store.write_batch(&b).await.unwrap();
 
@@ -808,12 +900,12 @@ async fn retention_removes_old_windows_and_uuids_in_batches(store: &Store) {
     // The recent UUID is still known; an old one is forgotten (and would count again,
     // which is why UUID retention must outlast any replay).
     let again = store
-        .write_batch(&batch(vec![Message::Increment(recent)]))
+        .write_batch(&batch(vec![Message::from(recent)]))
         .await
         .unwrap();
     assert_eq!(again.outcomes, vec![WriteOutcome::Duplicate]);
     let replay = store
-        .write_batch(&batch(vec![Message::Increment(old[0].clone())]))
+        .write_batch(&batch(vec![Message::from(old[0].clone())]))
         .await
         .unwrap();
     assert_eq!(replay.outcomes, vec![WriteOutcome::Accepted]);
@@ -822,12 +914,12 @@ async fn retention_removes_old_windows_and_uuids_in_batches(store: &Store) {
         .topic_windows("orders", TimeRange::new(T0, T0 + W))
         .await
         .unwrap();
-    assert_eq!(rows[0].latency.buckets, vec![(10, 1)]);
+    assert_eq!(Latency::of(&rows[0].latency).buckets, vec![(10, 1)]);
     assert_eq!(rows[0].increments, 1);
     let key = rows[0].key();
     assert_eq!(
         store.window_offsets(&key).await.unwrap(),
-        vec![OffsetRange {
+        vec![OffsetSpan {
             partition: 0,
             min: 1,
             max: 2
@@ -839,11 +931,11 @@ async fn an_invalid_message_fails_the_batch_and_writes_nothing(store: &Store) {
     let good = increment("orders", "regional", "dc1", 0, 10);
     let mut bad = increment("orders", "regional", "dc1", 0, 10);
     bad.count = u64::MAX;
-    assert!(validate_message(&Message::Increment(bad.clone())).is_err());
+    assert!(validate_message(&Message::from(bad.clone())).is_err());
     let err = store
         .write_batch(&batch(vec![
-            Message::Increment(good.clone()),
-            Message::Increment(bad),
+            Message::from(good.clone()),
+            Message::from(bad),
         ]))
         .await
         .unwrap_err();
@@ -857,7 +949,7 @@ async fn an_invalid_message_fails_the_batch_and_writes_nothing(store: &Store) {
         .unwrap()
         .is_empty());
     let out = store
-        .write_batch(&batch(vec![Message::Increment(good)]))
+        .write_batch(&batch(vec![Message::from(good)]))
         .await
         .unwrap();
     assert_eq!(out.outcomes, vec![WriteOutcome::Accepted]);
@@ -876,7 +968,7 @@ async fn concurrent_writers_of_the_same_messages_count_them_once(store: &Store) 
         tasks.push(tokio::spawn(async move {
             let mut accepted = 0;
             for chunk in mine.chunks(size) {
-                let b = batch(chunk.iter().cloned().map(Message::Increment).collect());
+                let b = batch(chunk.iter().cloned().map(Message::from).collect());
                 // A deadlock or serialization failure is retryable by contract.
                 let mut attempts = 0;
                 loop {
@@ -919,7 +1011,7 @@ async fn migrating_twice_is_harmless(store: &Store) {
     store.migrate().await.unwrap();
     store.ping().await.unwrap();
     store
-        .write_batch(&batch(vec![Message::Increment(increment(
+        .write_batch(&batch(vec![Message::from(increment(
             "x", "regional", "dc1", 0, 1,
         ))]))
         .await
@@ -952,31 +1044,31 @@ async fn sums_saturate_at_i64_max_instead_of_failing(store: &Store) {
     huge_bucket.latency.buckets = vec![(100, max)];
     // Staged path (the collector's), then the direct path, each with a roll-up between.
     store
-        .stage_batch(&batch(vec![Message::Increment(small)]))
+        .stage_batch(&batch(vec![Message::from(small)]))
         .await
         .unwrap();
     rollup_all(store).await;
     for m in [huge(0), huge_bucket] {
         store
-            .stage_batch(&batch(vec![Message::Increment(m)]))
+            .stage_batch(&batch(vec![Message::from(m)]))
             .await
             .unwrap();
         rollup_all(store).await;
     }
     store
         .write_batch(&batch(vec![
-            Message::Increment(increment("orders", "regional", "dc1", 1, 5)),
-            Message::Increment(huge(1)),
+            Message::from(increment("orders", "regional", "dc1", 1, 5)),
+            Message::from(huge(1)),
         ]))
         .await
         .unwrap();
     store
-        .write_batch(&batch(vec![Message::Increment(huge(1))]))
+        .write_batch(&batch(vec![Message::from(huge(1))]))
         .await
         .unwrap();
     let honest = increment("payments", "regional", "dc1", 0, 7);
     store
-        .stage_batch(&batch(vec![Message::Increment(honest)]))
+        .stage_batch(&batch(vec![Message::from(honest)]))
         .await
         .unwrap();
     rollup_all(store).await;
@@ -990,12 +1082,12 @@ async fn sums_saturate_at_i64_max_instead_of_failing(store: &Store) {
             "saturated at i64::MAX: {row:?}"
         );
         assert_eq!(
-            (row.latency.zero_count, row.latency.negative_count),
+            (row.latency.zero_count(), row.latency.negative_count()),
             (max, max)
         );
     }
     assert_eq!(rows[0].increments, 3);
-    assert_eq!(rows[0].latency.buckets, vec![(100, max)]);
+    assert_eq!(Latency::of(&rows[0].latency).buckets, vec![(100, max)]);
     let other = store.topic_windows("payments", all()).await.unwrap();
     assert_eq!(
         other.iter().map(|r| r.count).collect::<Vec<_>>(),
@@ -1009,22 +1101,22 @@ async fn sums_saturate_at_i64_max_instead_of_failing(store: &Store) {
 /// reject's reason or source must be stored (replaced), never fail the transaction.
 async fn nul_in_a_name_or_a_reject_is_never_a_database_error(store: &Store) {
     let mut poisoned = increment("a\0b", "regional", "dc1", 0, 1);
-    assert!(validate_message(&Message::Increment(poisoned.clone())).is_err());
+    assert!(validate_message(&Message::from(poisoned.clone())).is_err());
     poisoned.topic = "orders".into();
     poisoned.host = "h\0".into();
     for bad in [increment("a\0b", "regional", "dc1", 0, 1), poisoned] {
         for result in [
             store
-                .stage_batch(&batch(vec![Message::Increment(bad.clone())]))
+                .stage_batch(&batch(vec![Message::from(bad.clone())]))
                 .await,
             store
-                .write_batch(&batch(vec![Message::Increment(bad.clone())]))
+                .write_batch(&batch(vec![Message::from(bad.clone())]))
                 .await,
         ] {
             assert!(matches!(result, Err(StoreError::Invalid(_))), "{result:?}");
         }
     }
-    let mut b = batch(vec![Message::Increment(increment(
+    let mut b = batch(vec![Message::from(increment(
         "orders", "regional", "dc1", 0, 3,
     ))]);
     b.rejects = vec![Reject {
@@ -1072,12 +1164,11 @@ async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
     let poison = increment("poison", "regional", "dc1", 0, 7);
     // Many others around it, in windows of their own: the poison is found by bisection.
     let mut messages = vec![
-        Message::Increment(honest),
-        Message::Increment(poison.clone()),
-        Message::Increment(other),
+        Message::from(honest),
+        Message::from(poison.clone()),
+        Message::from(other),
     ];
-    messages
-        .extend((1..40).map(|w| Message::Increment(increment("orders", "regional", "dc1", w, 1))));
+    messages.extend((1..40).map(|w| Message::from(increment("orders", "regional", "dc1", w, 1))));
     store.stage_batch(&batch(messages)).await.unwrap();
     let mut rolled = 0;
     for _ in 0..10 {
@@ -1114,7 +1205,7 @@ async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
     );
     // A replay of the quarantined message is a duplicate, not counted again.
     let out = store
-        .stage_batch(&batch(vec![Message::Increment(poison)]))
+        .stage_batch(&batch(vec![Message::from(poison)]))
         .await
         .unwrap();
     assert_eq!(out.duplicates(), 1);
@@ -1159,13 +1250,13 @@ async fn bucket_reads_are_capped_and_never_truncate_a_histogram(store: &Store) {
             i.latency.zero_count = 3;
             i.latency.negative_count = 1;
             i.latency.max_ms = 50;
-            Message::Increment(i)
+            Message::from(i)
         })
         .collect();
     store.write_batch(&batch(messages)).await.unwrap();
     // Another topic in the range, so the range read pages over more than "orders".
     store
-        .write_batch(&batch(vec![Message::Increment(increment(
+        .write_batch(&batch(vec![Message::from(increment(
             "payments", "regional", "dc1", 0, 1,
         ))]))
         .await
@@ -1178,27 +1269,23 @@ async fn bucket_reads_are_capped_and_never_truncate_a_histogram(store: &Store) {
     let check = |rows: Vec<WindowRow>, cap: usize, what: &str| {
         let rows: Vec<WindowRow> = rows.into_iter().filter(|r| r.topic == "orders").collect();
         assert_eq!(rows.len(), WINDOWS, "{what}: every window is returned");
-        let read: usize = rows.iter().map(|r| r.latency.buckets.len()).sum();
+        let read: usize = rows.iter().map(|r| r.latency.buckets().count()).sum();
         assert!(read <= cap, "{what}: {read} bucket rows over the cap {cap}");
         let whole = Latency {
             zero_count: 3,
             negative_count: 1,
             max_ms: 50,
             buckets: full.clone(),
-        };
-        let none = Latency {
-            zero_count: 0,
-            negative_count: 0,
-            max_ms: 0,
-            buckets: vec![],
-        };
+        }
+        .histogram();
+        let none = LatencyHistogram::new();
         for r in &rows {
             assert!(
                 r.latency == whole || r.latency == none,
                 "{what}: window {} has a partial latency: {} buckets, {} zero",
                 r.window_start_ms,
-                r.latency.buckets.len(),
-                r.latency.zero_count
+                r.latency.buckets().count(),
+                r.latency.zero_count()
             );
             assert_eq!(r.count, 1000, "{what}: counts are never capped");
         }
@@ -1243,7 +1330,7 @@ async fn window_keys_list_each_topic_window_once_in_order(store: &Store) {
             ("a", "regional", "dc2"),
             ("a", "aggregate", "dc1"),
         ] {
-            messages.push(Message::Increment(increment(topic, tier, dc, window, 1)));
+            messages.push(Message::from(increment(topic, tier, dc, window, 1)));
         }
     }
     store.write_batch(&batch(messages)).await.unwrap();
@@ -1273,8 +1360,8 @@ async fn changed_windows_are_those_with_recent_increments(store: &Store) {
         (0..3)
             .flat_map(|w| {
                 [
-                    Message::Increment(increment("a", "regional", "dc1", w, 1)),
-                    Message::Increment(increment("b", "regional", "dc1", w, 1)),
+                    Message::from(increment("a", "regional", "dc1", w, 1)),
+                    Message::from(increment("b", "regional", "dc1", w, 1)),
                 ]
             })
             .collect(),
@@ -1283,10 +1370,10 @@ async fn changed_windows_are_those_with_recent_increments(store: &Store) {
     store.write_batch(&first).await.unwrap();
     // Later increments for a's windows 0 and 2 (two tiers) and b's window 1.
     let mut second = batch(vec![
-        Message::Increment(increment("a", "regional", "dc1", 0, 1)),
-        Message::Increment(increment("a", "regional", "dc1", 2, 1)),
-        Message::Increment(increment("a", "aggregate", "dc1", 2, 1)),
-        Message::Increment(increment("b", "regional", "dc1", 1, 1)),
+        Message::from(increment("a", "regional", "dc1", 0, 1)),
+        Message::from(increment("a", "regional", "dc1", 2, 1)),
+        Message::from(increment("a", "aggregate", "dc1", 2, 1)),
+        Message::from(increment("b", "regional", "dc1", 1, 1)),
     ]);
     second.received_at_ms = late;
     store.write_batch(&second).await.unwrap();
@@ -1320,7 +1407,7 @@ async fn changed_windows_are_those_with_recent_increments(store: &Store) {
 /// over all its partitions, one row per auditor, ordered, at most `limit`.
 async fn auditor_reports_give_one_row_per_auditor(store: &Store) {
     let at = |received: i64, p: Progress| {
-        let mut b = batch(vec![Message::Progress(p)]);
+        let mut b = batch(vec![Message::from(p)]);
         b.received_at_ms = received;
         b
     };
@@ -1359,10 +1446,10 @@ async fn auditor_reports_give_one_row_per_auditor(store: &Store) {
 /// increments up as it stores them and never has any.
 async fn staged_windows_are_increments_not_yet_rolled_up(store: &Store) {
     let messages = vec![
-        Message::Increment(increment("a", "regional", "dc1", 0, 1)),
-        Message::Increment(increment("a", "regional", "dc1", 0, 2)),
-        Message::Increment(increment("a", "aggregate", "dc2", 1, 1)),
-        Message::Increment(increment("b", "regional", "dc1", 1, 1)),
+        Message::from(increment("a", "regional", "dc1", 0, 1)),
+        Message::from(increment("a", "regional", "dc1", 0, 2)),
+        Message::from(increment("a", "aggregate", "dc2", 1, 1)),
+        Message::from(increment("b", "regional", "dc1", 1, 1)),
     ];
     store.stage_batch(&batch(messages)).await.unwrap();
     let sorted = |mut v: Vec<(String, String, String, i64)>| {

@@ -9,7 +9,8 @@
 
 use common::now_ms;
 use store::{
-    AuditStore, Batch, Increment, Latency, Message, OffsetRange, PartitionProgress, Progress,
+    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, OffsetSpan,
+    PartitionProgress, WindowStats,
 };
 
 const WINDOW: i64 = 600_000;
@@ -24,33 +25,39 @@ fn inc(
     checksum: u64,
     offset: i64,
 ) -> Message {
-    Message::Increment(Increment {
+    Message {
+        version: audit_lib::AUDIT_MESSAGE_VERSION,
         uuid: uuid::Uuid::new_v4(),
         topic: topic.into(),
         tier: tier.into(),
         datacenter: dc.into(),
         host: format!("{tier}-{dc}-0"),
-        window_start_ms: w,
-        window_end_ms: w + WINDOW,
-        emitted_at_ms: now_ms(),
-        count,
-        bytes: count * 120,
-        no_time_count: count / 100,
-        malformed_count: 0,
-        out_of_bounds_count: 0,
-        checksum,
-        latency: Latency {
-            zero_count: 1,
-            negative_count: 0,
-            max_ms: 2_100,
-            buckets: vec![(230, count.saturating_sub(3)), (300, 1), (386, 1)],
-        },
-        offsets: vec![OffsetRange {
-            partition: 0,
-            min: offset,
-            max: offset + count as i64 - 1,
-        }],
-    })
+        emitted_at: now_ms(),
+        body: AuditBody::Increment(Increment {
+            window_start: w,
+            window_end: w + WINDOW,
+            stats: WindowStats {
+                count,
+                bytes: count * 120,
+                no_time_count: count / 100,
+                malformed_count: 0,
+                out_of_bounds_count: 0,
+                checksum: audit_lib::Checksum(checksum),
+                latency: LatencyHistogram::from_buckets(
+                    1,
+                    0,
+                    2_100,
+                    [(230, count.saturating_sub(3)), (300, 1), (386, 1)],
+                )
+                .expect("a valid histogram"),
+                offsets: vec![OffsetSpan {
+                    partition: 0,
+                    min: offset,
+                    max: offset + count as i64 - 1,
+                }],
+            },
+        }),
+    }
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -108,20 +115,21 @@ async fn main() -> anyhow::Result<()> {
             ("regional", "dc2"),
             ("aggregate", "agg"),
         ] {
-            messages.push(Message::Progress(Progress {
+            messages.push(Message {
+                version: audit_lib::AUDIT_MESSAGE_VERSION,
                 uuid: uuid::Uuid::new_v4(),
                 topic: topic.to_string(),
                 tier: tier.into(),
                 datacenter: dc.into(),
                 host: format!("{tier}-{dc}-0"),
-                emitted_at_ms: now,
-                partitions: vec![PartitionProgress {
+                emitted_at: now,
+                body: AuditBody::Progress(vec![PartitionProgress {
                     partition: 0,
                     next_offset: n * 20_000,
-                    record_time_ms: Some(now),
+                    record_time: Some(now),
                     lag: Some(0),
-                }],
-            }));
+                }]),
+            });
         }
     }
     let total = messages.len();

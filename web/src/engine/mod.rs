@@ -28,7 +28,6 @@
 //! Late data is just more increments in the same rows: evaluating again after it
 //! arrived yields the new verdict (a `loss` becomes `ok`), which is how alerts resolve.
 
-pub mod latency;
 pub mod topology;
 
 #[cfg(test)]
@@ -36,43 +35,45 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use audit_lib::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-pub use latency::{Histogram, Percentiles};
 pub use topology::{Edge, Policy, Thresholds, Topology, TopologyConfig, TopologyError};
 
-/// Stored statistics of one (topic, tier, datacenter, window); several rows for the
-/// same key (increments) are summed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WindowRow {
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
-    pub window_start: i64,
+/// Stored statistics of one (topic, tier, datacenter, window), as the store reads
+/// them: the engine judges the store's rows as they are.
+pub use store::WindowRow;
+
+/// Latency summary of one tier in one window.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Percentiles {
     pub count: u64,
-    pub checksum: u64,
-    pub latency: Histogram,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: u64,
+}
+
+/// p50, p95 and p99 of `h` (audit-lib's quantiles: within 1 % of the latency of rank
+/// `floor(q * (n - 1))`), never above the largest latency seen, which a bucket's
+/// midpoint may overshoot. `None` for an empty histogram.
+pub fn percentiles(h: &LatencyHistogram) -> Option<Percentiles> {
+    let max_ms = h.max_ms();
+    let q = |q: f64| h.quantile(q).map(|v| v.min(max_ms as f64));
+    Some(Percentiles {
+        count: h.count(),
+        p50_ms: q(0.50)?,
+        p95_ms: q(0.95)?,
+        p99_ms: q(0.99)?,
+        max_ms: max_ms.max(0) as u64,
+    })
 }
 
 /// Latest progress of one partition as reported by the auditor of one tier in one
-/// datacenter, for one topic.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PartitionProgress {
-    pub tier: String,
-    pub datacenter: String,
-    pub partition: i32,
-    /// Kafka record minimum record timestamp of recent records (the auditor's watermark) (epoch ms).
-    pub record_time: Option<i64>,
-    pub lag: Option<i64>,
-    /// When the collector received this report (epoch ms, its clock): staleness.
-    pub reported_at: i64,
-    /// When the auditor measured and emitted it (epoch ms, its clock): what "lag 0"
-    /// is true as of.
-    pub emitted_at: i64,
-    /// The auditor instance that reported it.
-    pub host: String,
-}
+/// datacenter, as the store reads it. `received_at_ms` (the collector's clock) dates
+/// staleness; `emitted_at_ms` (the auditor's clock) is what "lag 0" is true as of.
+pub use store::ProgressRow;
 
 /// Window starts per (tier, datacenter) with increments the store holds but has not
 /// yet added to its window rows (PostgreSQL stages increments and rolls them up
@@ -187,7 +188,7 @@ pub struct AuditorStatus {
 struct Side {
     count: u64,
     checksum: u64,
-    latency: Histogram,
+    latency: LatencyHistogram,
 }
 
 impl Side {
@@ -250,7 +251,7 @@ impl Auditor<'_> {
 fn rows_by_window<'r>(topic: &str, rows: &'r [WindowRow]) -> BTreeMap<i64, Vec<&'r WindowRow>> {
     let mut by_window: BTreeMap<i64, Vec<&WindowRow>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.topic == topic) {
-        by_window.entry(r.window_start).or_default().push(r);
+        by_window.entry(r.window_start_ms).or_default().push(r);
     }
     by_window
 }
@@ -258,13 +259,13 @@ fn rows_by_window<'r>(topic: &str, rows: &'r [WindowRow]) -> BTreeMap<i64, Vec<&
 /// Progress by (tier, datacenter); partitions not reported for longer than
 /// `forget_after` are dropped (their topic was deleted or is no longer audited).
 fn auditors<'a>(
-    progress: &'a [PartitionProgress],
+    progress: &'a [ProgressRow],
     now: i64,
     forget_after_ms: i64,
 ) -> BTreeMap<(&'a str, &'a str), Auditor<'a>> {
     let mut map: BTreeMap<(&str, &str), Auditor> = BTreeMap::new();
     for p in progress {
-        if now.saturating_sub(p.reported_at) > forget_after_ms {
+        if now.saturating_sub(p.received_at_ms) > forget_after_ms {
             continue;
         }
         let a = map
@@ -273,13 +274,13 @@ fn auditors<'a>(
                 last_report: i64::MIN,
                 partitions: Vec::new(),
             });
-        a.last_report = a.last_report.max(p.reported_at);
+        a.last_report = a.last_report.max(p.received_at_ms);
         a.partitions.push(Part {
             partition: p.partition,
-            record_time: p.record_time,
+            record_time: p.record_time_ms,
             lag: p.lag,
-            reported_at: p.reported_at,
-            emitted_at: p.emitted_at,
+            reported_at: p.received_at_ms,
+            emitted_at: p.emitted_at_ms,
             host: &p.host,
         });
     }
@@ -289,7 +290,7 @@ fn auditors<'a>(
 /// Status of every auditor that reported progress for a topic.
 pub fn auditor_status(
     topology: &Topology,
-    progress: &[PartitionProgress],
+    progress: &[ProgressRow],
     now: i64,
 ) -> Vec<AuditorStatus> {
     auditors(progress, now, topology.forget_after_ms)
@@ -315,13 +316,13 @@ pub fn auditor_status(
 
 /// Latency percentiles per tier (all datacenters merged) for the given rows.
 pub fn tier_latency(rows: &[WindowRow]) -> BTreeMap<String, Percentiles> {
-    let mut merged: BTreeMap<&str, Histogram> = BTreeMap::new();
+    let mut merged: BTreeMap<&str, LatencyHistogram> = BTreeMap::new();
     for r in rows {
         merged.entry(r.tier.as_str()).or_default().merge(&r.latency);
     }
     merged
         .into_iter()
-        .filter_map(|(t, h)| Some((t.to_string(), h.percentiles()?)))
+        .filter_map(|(t, h)| Some((t.to_string(), percentiles(&h)?)))
         .collect()
 }
 
@@ -337,7 +338,7 @@ impl Topology {
         topic: &str,
         windows: &[i64],
         rows: &[WindowRow],
-        progress: &[PartitionProgress],
+        progress: &[ProgressRow],
         now: i64,
     ) -> Vec<EdgeWindow> {
         self.evaluate_topic_staged(topic, windows, rows, progress, &Staged::new(), now)
@@ -352,7 +353,7 @@ impl Topology {
         topic: &str,
         windows: &[i64],
         rows: &[WindowRow],
-        progress: &[PartitionProgress],
+        progress: &[ProgressRow],
         staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {
@@ -434,7 +435,7 @@ impl Topology {
         datacenter: &str,
         windows: &[i64],
         rows: &[WindowRow],
-        progress: &[PartitionProgress],
+        progress: &[ProgressRow],
         staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {
@@ -473,7 +474,7 @@ impl Topology {
         policy: &Policy,
         now: i64,
     ) -> EdgeWindow {
-        let window_end = window_start.saturating_add(self.window_ms);
+        let window_end = window_start.saturating_add(self.window.as_millis());
         let settle_at = window_end.saturating_add(policy.grace_ms);
         let up_dcs = edge.upstream_datacenters(&dc);
         let mut up = Side::default();
@@ -493,7 +494,7 @@ impl Topology {
             (e, o) => Some(o as f64 / e as f64),
         };
         let checksums_match = up.checksum == down.checksum;
-        let down_latency = down.latency.percentiles();
+        let down_latency = percentiles(&down.latency);
         let (lifecycle, verdict, reason) = if now < window_end {
             (Lifecycle::Open, Verdict::Pending, "window is open".into())
         } else if now < settle_at {
@@ -544,7 +545,7 @@ impl Topology {
             lifecycle,
             verdict,
             reason,
-            upstream_latency: up.latency.percentiles(),
+            upstream_latency: percentiles(&up.latency),
             downstream_latency: down_latency,
         }
     }

@@ -37,33 +37,52 @@ fn pipeline() -> Topology {
     )
 }
 
+/// Histogram of the given latencies in ms.
+fn histogram(values: &[i64]) -> audit_lib::LatencyHistogram {
+    let mut h = audit_lib::LatencyHistogram::new();
+    for v in values {
+        h.record(*v);
+    }
+    h
+}
+
 fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
     WindowRow {
         topic: "orders".into(),
         tier: tier.into(),
         datacenter: dc.into(),
-        window_start: W,
+        window_start_ms: W,
+        window_end_ms: END,
         count,
+        bytes: 0,
+        no_time_count: 0,
+        malformed_count: 0,
+        out_of_bounds_count: 0,
         checksum,
-        latency: Histogram::from_values(&[100, 200, 300]),
+        latency: histogram(&[100, 200, 300]),
+        increments: 1,
+        first_received_at_ms: 0,
+        last_received_at_ms: 0,
     }
 }
 
-fn progress(tier: &str, dc: &str, record_time: i64, reported_at: i64) -> PartitionProgress {
-    PartitionProgress {
+fn progress(tier: &str, dc: &str, record_time: i64, reported_at: i64) -> ProgressRow {
+    ProgressRow {
+        topic: "orders".into(),
         tier: tier.into(),
         datacenter: dc.into(),
         partition: 0,
-        record_time: Some(record_time),
-        lag: Some(5),
-        reported_at,
-        emitted_at: reported_at,
         host: format!("{tier}-{dc}-0"),
+        next_offset: 0,
+        record_time_ms: Some(record_time),
+        lag: Some(5),
+        emitted_at_ms: reported_at,
+        received_at_ms: reported_at,
     }
 }
 
 /// Every auditor of the pipeline has read past the window's settle time.
-fn all_caught_up(now: i64) -> Vec<PartitionProgress> {
+fn all_caught_up(now: i64) -> Vec<ProgressRow> {
     ["dc1", "dc2"]
         .iter()
         .map(|dc| progress("regional", dc, CAUGHT_UP, now))
@@ -72,7 +91,7 @@ fn all_caught_up(now: i64) -> Vec<PartitionProgress> {
 }
 
 /// Like `all_caught_up`, but regional/dc2 has read only up to the window's end.
-fn dc2_lagging(now: i64) -> Vec<PartitionProgress> {
+fn dc2_lagging(now: i64) -> Vec<ProgressRow> {
     vec![
         progress("regional", "dc1", CAUGHT_UP, now),
         progress("regional", "dc2", END, now),
@@ -90,7 +109,7 @@ struct Case {
     name: &'static str,
     topic: &'static str,
     rows: Vec<WindowRow>,
-    progress: Vec<PartitionProgress>,
+    progress: Vec<ProgressRow>,
     now: i64,
     edge_upstream: &'static str,
     datacenter: &'static str,
@@ -183,9 +202,9 @@ fn verdicts_table() {
         },
         Case {
             rows: one_to_one((100, 7), (100, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
-                record_time: Some(W),
+                record_time_ms: Some(W),
                 ..progress("regional", "dc1", W, SETTLED + MIN)
             }],
             expect: (Verdict::Ok, Lifecycle::Final, 100, 100),
@@ -196,7 +215,7 @@ fn verdicts_table() {
             // watermark (lag null): its partition is mid-backlog, and the CreateTime
             // of the last record read says nothing about records not read yet.
             rows: one_to_one((100, 7), (60, 4)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: None,
                 ..progress("regional", "dc1", CAUGHT_UP, now)
             }],
@@ -207,10 +226,10 @@ fn verdicts_table() {
             // B4: measured before the settle time, delivered after it (an audit-topic
             // or database backlog): says nothing about data written in between.
             rows: one_to_one((100, 7), (90, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
-                record_time: Some(W),
-                emitted_at: END,
+                record_time_ms: Some(W),
+                emitted_at_ms: END,
                 ..progress("regional", "dc1", W, SETTLED + MIN)
             }],
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
@@ -220,10 +239,10 @@ fn verdicts_table() {
             // B4: an auditor clock running ahead cannot date its lag 0 past the time
             // the collector received it.
             rows: one_to_one((100, 7), (90, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
-                record_time: Some(W),
-                emitted_at: SETTLED + 60 * MIN,
+                record_time_ms: Some(W),
+                emitted_at_ms: SETTLED + 60 * MIN,
                 ..progress("regional", "dc1", W, END)
             }],
             expect: (Verdict::Pending, Lifecycle::Settling, 100, 90),
@@ -284,12 +303,12 @@ fn verdicts_table() {
             // the group); partition 0 of the other instance reports fresh progress.
             rows: one_to_one((100, 7), (90, 7)),
             progress: vec![
-                PartitionProgress {
-                    record_time: Some(CAUGHT_UP),
+                ProgressRow {
+                    record_time_ms: Some(CAUGHT_UP),
                     host: "regional-a".into(),
                     ..progress("regional", "dc1", CAUGHT_UP, now)
                 },
-                PartitionProgress {
+                ProgressRow {
                     partition: 1,
                     host: "regional-b".into(),
                     ..progress("regional", "dc1", END, now - 120 * MIN)
@@ -304,7 +323,7 @@ fn verdicts_table() {
             rows: one_to_one((100, 7), (100, 7)),
             progress: vec![
                 progress("regional", "dc1", CAUGHT_UP, now),
-                PartitionProgress {
+                ProgressRow {
                     partition: 1,
                     ..progress("regional", "dc1", CAUGHT_UP, now - 120 * MIN)
                 },
@@ -314,7 +333,7 @@ fn verdicts_table() {
         },
         Case {
             rows: one_to_one((100, 7), (100, 7)),
-            progress: vec![PartitionProgress {
+            progress: vec![ProgressRow {
                 lag: Some(0),
                 ..progress("regional", "dc1", W, END)
             }],
@@ -415,7 +434,7 @@ fn verdicts_table() {
             rows: vec![
                 row("regional", "dc1", 3, 1),
                 WindowRow {
-                    latency: Histogram::from_values(&[1_000, 90_000, 120_000]),
+                    latency: histogram(&[1_000, 90_000, 120_000]),
                     ..row("aggregate", "agg", 3, 1)
                 },
             ],
@@ -502,7 +521,8 @@ fn rows_of_other_topics_and_windows_are_ignored() {
             ..row("regional", "dc1", 50, 7)
         },
         WindowRow {
-            window_start: W + 10 * MIN,
+            window_start_ms: W + 10 * MIN,
+            window_end_ms: W + 20 * MIN,
             ..row("regional", "dc1", 50, 7)
         },
     ];
@@ -514,8 +534,8 @@ fn rows_of_other_topics_and_windows_are_ignored() {
 fn latency_percentiles_come_from_merged_histograms() {
     // Two datacenters with different distributions: merging histograms gives the true
     // p99 of the union, where max-of-p99s or mean-of-p99s would not.
-    let a = Histogram::from_values(&(1..=990).collect::<Vec<_>>());
-    let b = Histogram::from_values(&(1..=10).map(|i| 10_000 + i).collect::<Vec<_>>());
+    let a = histogram(&(1..=990).collect::<Vec<_>>());
+    let b = histogram(&(1..=10).map(|i| 10_000 + i).collect::<Vec<_>>());
     let rows = vec![
         WindowRow {
             latency: a,
@@ -557,11 +577,11 @@ fn auditor_status_flags_a_stuck_instance_next_to_a_fresh_one() {
     let topo = pipeline();
     let now = SETTLED;
     let progress = vec![
-        PartitionProgress {
+        ProgressRow {
             host: "regional-a".into(),
             ..progress("regional", "dc1", END, now - MIN)
         },
-        PartitionProgress {
+        ProgressRow {
             partition: 1,
             host: "regional-b".into(),
             ..progress("regional", "dc1", END, now - 120 * MIN)
@@ -689,20 +709,76 @@ fn config_errors_are_clear() {
     }
 }
 
+/// A topic pattern means the same in web's overrides as in the auditor's event-time
+/// rules: both are audit-lib's `TopicGlob` (web's own glob read `{eu,us}` literally).
 #[test]
-fn glob_patterns() {
-    use topology::glob_match;
-    for (p, t, m) in [
-        ("noisy.*", "noisy.clicks", true),
-        ("noisy.*", "noisy", false),
-        ("*", "", true),
-        ("a?c", "abc", true),
-        ("a?c", "ac", false),
-        ("*.logs.*", "eu.logs.web", true),
-        ("orders", "orders2", false),
-    ] {
-        assert_eq!(glob_match(p, t), m, "{p} vs {t}");
+fn override_patterns_match_like_the_auditors_rules() {
+    let patterns = [
+        "orders.{eu,us}",
+        "noisy.*",
+        "a?c",
+        "*.logs.*",
+        "orders",
+        "logs-[0-9]",
+    ];
+    let topics = [
+        "orders.eu",
+        "orders.us",
+        "orders.asia",
+        "orders.{eu,us}",
+        "noisy.clicks",
+        "noisy",
+        "abc",
+        "ac",
+        "eu.logs.web",
+        "orders",
+        "orders2",
+        "logs-7",
+        "",
+    ];
+    for pattern in patterns {
+        let topo = Topology::new(TopologyConfig {
+            overrides: vec![topology::OverrideConfig {
+                topics: pattern.into(),
+                grace: None,
+                absolute: Some(777),
+                ratio: None,
+            }],
+            ..TopologyConfig::default()
+        })
+        .unwrap();
+        let auditor = audit_lib::EventTimeConfig::from_toml(&format!(
+            "[[rules]]\ntopic = {pattern:?}\nrecord_timestamp = false\n"
+        ))
+        .unwrap()
+        .compile()
+        .unwrap();
+        for topic in topics {
+            let web = topo.policy_for(topic).thresholds.absolute == 777;
+            let auditor = !auditor.rule_for(topic).record_timestamp;
+            assert_eq!(web, auditor, "{pattern} vs {topic:?}");
+        }
     }
+    let topo = |p: &str| {
+        Topology::new(TopologyConfig {
+            overrides: vec![topology::OverrideConfig {
+                topics: p.into(),
+                grace: None,
+                absolute: Some(777),
+                ratio: None,
+            }],
+            ..TopologyConfig::default()
+        })
+    };
+    assert!(
+        topo("orders.{eu,us}")
+            .unwrap()
+            .policy_for("orders.us")
+            .thresholds
+            .absolute
+            == 777
+    );
+    assert!(topo("orders.{eu").is_err());
 }
 
 #[test]

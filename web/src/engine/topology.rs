@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use audit_lib::{TopicGlob, WindowSize};
 use serde::{Deserialize, Serialize};
 
 /// `[topology]` as written in the configuration file.
@@ -130,7 +131,9 @@ pub struct EdgeConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverrideConfig {
-    /// Glob over topic names: `*` any run of characters, `?` one character.
+    /// Glob over topic names, the same as the auditor's `[[audit.event_time.rules]]`
+    /// `topic`: `*` any run of characters, `?` one character, `[a-z]` a class,
+    /// `{eu,us}` alternatives.
     pub topics: String,
     #[serde(with = "humantime_serde", default)]
     pub grace: Option<Duration>,
@@ -189,10 +192,14 @@ pub struct Policy {
 #[derive(Debug, Clone)]
 pub struct Topology {
     pub config: TopologyConfig,
-    pub window_ms: i64,
+    /// The window size of the deployment: every auditor must count in it (a stored
+    /// window of another size is reported by the evaluator).
+    pub window: WindowSize,
     pub stall_after_ms: i64,
     pub forget_after_ms: i64,
     pub edges: Vec<Edge>,
+    /// `config.overrides` patterns, in order.
+    overrides: Vec<TopicGlob>,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -272,16 +279,26 @@ impl Topology {
                 datacenters: e.datacenters.clone(),
             });
         }
+        let mut overrides = Vec::with_capacity(config.overrides.len());
         for o in &config.overrides {
             if o.topics.is_empty() {
                 return Err(invalid("an override has an empty topics pattern"));
             }
+            overrides.push(TopicGlob::new(&o.topics).map_err(|e| {
+                invalid(format!(
+                    "override {:?}: invalid topics pattern: {e}",
+                    o.topics
+                ))
+            })?);
             if let Some(r) = o.ratio {
                 check_ratio(r, &format!("override {:?}", o.topics))?;
             }
         }
+        let window = WindowSize::from_duration(config.window)
+            .map_err(|e| invalid(format!("window: {e}")))?;
         Ok(Self {
-            window_ms: ms(config.window),
+            window,
+            overrides,
             stall_after_ms: ms(config.stall_after),
             forget_after_ms: ms(config.forget_after),
             edges,
@@ -299,10 +316,10 @@ impl Topology {
             thresholds: self.config.thresholds.clone(),
         };
         if let Some(o) = self
-            .config
             .overrides
             .iter()
-            .find(|o| glob_match(&o.topics, topic))
+            .position(|g| g.is_match(topic))
+            .map(|i| &self.config.overrides[i])
         {
             if let Some(g) = o.grace {
                 policy.grace_ms = ms(g);
@@ -316,46 +333,4 @@ impl Topology {
         }
         policy
     }
-
-    /// The start of the window containing `t` (epoch ms).
-    pub fn window_start(&self, t: i64) -> i64 {
-        t.div_euclid(self.window_ms) * self.window_ms
-    }
-
-    /// The starts of the windows from `first` (a window start) up to, not including, `to`.
-    pub fn window_starts(&self, first: i64, to: i64) -> Vec<i64> {
-        (0..)
-            .map(|i| first + i * self.window_ms)
-            .take_while(|w| *w < to)
-            .collect()
-    }
-}
-
-/// Glob match with `*` (any run, also empty) and `?` (one character); everything
-/// else literal. Iterative with single backtracking point: linear enough for topic
-/// names and no dependency.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    while pi < p.len() && p[pi] == '*' {
-        pi += 1;
-    }
-    pi == p.len()
 }

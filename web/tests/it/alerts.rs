@@ -400,9 +400,9 @@ async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
     }
     // It had read up to two hours ago (behind these windows' settle time)...
     let mut progress = caught_up("orders", "regional", "dc1");
-    if let store::Message::Progress(p) = &mut progress {
-        p.partitions[0].record_time_ms = Some(last_report);
-        p.partitions[0].lag = Some(5);
+    if let store::AuditBody::Progress(p) = &mut progress.body {
+        p[0].record_time = Some(last_report);
+        p[0].lag = Some(5);
     }
     messages.push(progress);
     // ...and was received two hours ago, nothing since: stalled (stall_after = 30 min).

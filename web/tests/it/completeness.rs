@@ -5,9 +5,8 @@ use crate::support;
 
 use axum::http::StatusCode;
 use serde_json::{json, Value};
-use store::{Message, PartitionProgress, Progress};
+use store::Message;
 use support::*;
-use uuid::Uuid;
 use web::{AppState, Config};
 
 on_both_backends!(
@@ -50,20 +49,18 @@ async fn state(backend: Backend) -> (AppState, Db) {
 /// The auditor of `tier`/`dc` has read `topic` up to `record_time` and is still
 /// behind (lag 3), reporting now.
 fn read_up_to(topic: &str, tier: &str, dc: &str, record_time: i64) -> Message {
-    Message::Progress(Progress {
-        uuid: Uuid::new_v4(),
-        topic: topic.into(),
-        tier: tier.into(),
-        datacenter: dc.into(),
-        host: format!("{tier}-{dc}-0"),
-        emitted_at_ms: now_ms(),
-        partitions: vec![PartitionProgress {
-            partition: 0,
-            next_offset: 4000,
-            record_time_ms: Some(record_time),
-            lag: Some(3),
-        }],
-    })
+    let host = format!("{tier}-{dc}-0");
+    progress_of(
+        topic,
+        tier,
+        dc,
+        &host,
+        now_ms(),
+        0,
+        4000,
+        Some(record_time),
+        Some(3),
+    )
 }
 
 fn rfc3339(ms: i64) -> String {

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use store::{Latency, Message};
+use store::Message;
 use support::*;
 use tokio_util::sync::CancellationToken;
 use web::AppState;
@@ -43,7 +43,7 @@ fn produced(i: i64) -> u64 {
 /// pipeline's: tens of milliseconds at the producer, up to seconds after replication.
 fn observed(topic: &str, tier: &str, start: i64, count: u64, checksum: u64) -> Message {
     let mut m = increment(topic, tier, "dc1", start, count, checksum);
-    if let Message::Increment(inc) = &mut m {
+    if let store::AuditBody::Increment(inc) = &mut m.body {
         // Bucket i holds latencies of about 1.02^i ms: 105 ≈ 8 ms, 151 ≈ 20 ms,
         // 207 ≈ 60 ms, 279 ≈ 250 ms, 331 ≈ 700 ms, 379 ≈ 1.8 s.
         let (buckets, max_ms) = if tier == "producer" {
@@ -53,16 +53,17 @@ fn observed(topic: &str, tier: &str, start: i64, count: u64, checksum: u64) -> M
         };
         let half = count / 2;
         let most = count * 45 / 100;
-        inc.latency = Latency {
-            zero_count: 0,
-            negative_count: 0,
+        inc.stats.latency = store::LatencyHistogram::from_buckets(
+            0,
+            0,
             max_ms,
-            buckets: vec![
+            [
                 (buckets[0], half),
                 (buckets[1], most),
                 (buckets[2], count - half - most),
             ],
-        };
+        )
+        .unwrap();
     }
     m
 }
@@ -730,8 +731,8 @@ async fn fresh_topic_on_short_windows_starts_where_its_data_starts() {
         if w != gap {
             for tier in ["producer", "regional"] {
                 let mut m = increment(topic, tier, "dc1", w, 500, 500);
-                if let Message::Increment(inc) = &mut m {
-                    inc.window_end_ms = w + SHORT;
+                if let store::AuditBody::Increment(inc) = &mut m.body {
+                    inc.window_end = w + SHORT;
                 }
                 messages.push(m);
             }

@@ -33,7 +33,8 @@ datacenters = { dc1 = "agg", dc2 = "agg" }
 
 on_both_backends!(
     many_to_one_region_only_topic,
-    lag_zero_is_dated_by_emitted_at
+    lag_zero_is_dated_by_emitted_at,
+    window_size_mismatch_is_reported
 );
 
 async fn write_at(store: &store::Store, messages: Vec<Message>, received_at_ms: i64) {
@@ -83,20 +84,17 @@ fn progress(
     lag: i64,
     emitted_at: i64,
 ) -> Message {
-    Message::Progress(store::Progress {
-        uuid: uuid::Uuid::new_v4(),
-        topic: topic.into(),
-        tier: tier.into(),
-        datacenter: dc.into(),
-        host: host.into(),
-        emitted_at_ms: emitted_at,
-        partitions: vec![store::PartitionProgress {
-            partition,
-            next_offset: 5000,
-            record_time_ms: Some(record_time),
-            lag: Some(lag),
-        }],
-    })
+    progress_of(
+        topic,
+        tier,
+        dc,
+        host,
+        emitted_at,
+        partition,
+        5000,
+        Some(record_time),
+        Some(lag),
+    )
 }
 
 /// B2: a topic produced only in dc1 (dc2 has neither rows nor progress for it) with 5 %
@@ -382,20 +380,17 @@ async fn late_auditor_catching_up_pages_nothing_postgres() {
         &state.store,
         vec![
             increment("orders", "regional", "dc1", w, 60, 6),
-            Message::Progress(store::Progress {
-                uuid: uuid::Uuid::new_v4(),
-                topic: "orders".into(),
-                tier: "regional".into(),
-                datacenter: "dc1".into(),
-                host: "regional-dc1-0".into(),
-                emitted_at_ms: now,
-                partitions: vec![store::PartitionProgress {
-                    partition: 0,
-                    next_offset: 6832,
-                    record_time_ms: Some(now - 1000),
-                    lag: None,
-                }],
-            }),
+            progress_of(
+                "orders",
+                "regional",
+                "dc1",
+                "regional-dc1-0",
+                now,
+                0,
+                6832,
+                Some(now - 1000),
+                None,
+            ),
         ],
     )
     .await;
@@ -456,4 +451,72 @@ fn seed_control(w: i64) -> Vec<Message> {
         increment("control", "regional", "dc1", w, 90, 900),
         caught_up("control", "regional", "dc1"),
     ]
+}
+
+/// The window size is configured in two processes (the auditor's
+/// `audit.event_time.window_size`, web's `[topology] window`). When they disagree, the
+/// evaluator says so at run time: a log line, the `kafka_audit_window_size_mismatch`
+/// gauge per tier and datacenter, and `/readyz` naming the tier. When the mismatched
+/// windows leave the horizon, all three go away.
+async fn window_size_mismatch_is_reported(backend: Backend) {
+    let (state, _db) = state(backend, "").await;
+    let w = settled_window();
+    let mut short = increment("orders", "regional", "dc1", w, 100, 1000);
+    if let store::AuditBody::Increment(i) = &mut short.body {
+        // An auditor configured with window_size = "5m" under a 10-minute topology.
+        i.window_end = w + 5 * MIN;
+    }
+    write(
+        &state.store,
+        vec![
+            increment("orders", "producer", "dc1", w, 100, 1000),
+            short,
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("cycle");
+
+    let metrics = state.metrics.encode();
+    assert!(
+        metrics.contains(
+            "kafka_audit_window_size_mismatch{tier=\"regional\",datacenter=\"dc1\"} 300000"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("kafka_audit_window_size_mismatch{tier=\"producer\""),
+        "{metrics}"
+    );
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK);
+    assert_eq!(
+        ready.body["window_size_mismatch"],
+        serde_json::json!([{
+            "tier": "regional",
+            "datacenter": "dc1",
+            "topic": "orders",
+            "window_ms": 300_000,
+            "topology_window_ms": WINDOW,
+        }]),
+        "{}",
+        ready.body
+    );
+
+    // Eight days later (horizon: 7 days) the window has left it: nothing is reported any more.
+    state
+        .evaluate(now_ms() + 8 * 24 * 60 * MIN)
+        .await
+        .expect("cycle");
+    let metrics = state.metrics.encode();
+    assert!(
+        !metrics.contains("kafka_audit_window_size_mismatch{"),
+        "{metrics}"
+    );
+    let ready = get(&state, "/readyz").await;
+    assert!(
+        ready.body.get("window_size_mismatch").is_none(),
+        "{}",
+        ready.body
+    );
 }

@@ -11,4 +11,3 @@ mod completeness;
 mod dashboard_browser;
 mod edges;
 mod golden;
-mod histogram;

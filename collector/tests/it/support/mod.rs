@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use audit_lib::{
-    AuditMessage, Checksum, Identity, LatencyHistogram, OffsetRange, Window, WindowStats,
+    AuditMessage, Checksum, Identity, LatencyHistogram, OffsetSpan, Window, WindowStats,
 };
 use collector::config::{
     CollectConfig, HttpConfig, KafkaSourceConfig, RetentionConfig, StoreConfig,
@@ -36,7 +36,7 @@ pub fn increment(topic: &str, window: i64, count: u64, seed: u64) -> AuditMessag
         out_of_bounds_count: 0,
         checksum: Checksum(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (seed << 7)),
         latency,
-        offsets: vec![OffsetRange {
+        offsets: vec![OffsetSpan {
             partition: (seed % 4) as i32,
             min: seed as i64,
             max: seed as i64 + count as i64,

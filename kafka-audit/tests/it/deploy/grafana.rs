@@ -131,7 +131,7 @@ fn seeded_latency(tier_index: usize, count: u64) -> audit_lib::LatencyHistogram 
 /// Six settled windows starting three hours ago, every tier of the example topology,
 /// progress of the auditors, one rejected message. Returns the first window's start.
 async fn seed(store: &store::Store, now: i64) -> i64 {
-    use store::{AuditStore, Batch, Increment, Latency, Message, OffsetRange, Progress};
+    use store::{AuditBody, AuditStore, Batch, Increment, Message, OffsetSpan, WindowStats};
     let first = (now - 3 * 3_600_000) / WINDOW_MS * WINDOW_MS;
     let mut messages = Vec::new();
     for k in 0..6 {
@@ -139,52 +139,55 @@ async fn seed(store: &store::Store, now: i64) -> i64 {
         for (t, (tier, dc, host)) in TIERS.iter().enumerate() {
             let count = seeded_count(tier, dc, k);
             let h = seeded_latency(t, count);
-            messages.push(Message::Increment(Increment {
+            messages.push(Message {
+                version: audit_lib::AUDIT_MESSAGE_VERSION,
                 uuid: uuid::Uuid::new_v4(),
                 topic: TOPIC.into(),
                 tier: tier.to_string(),
                 datacenter: dc.to_string(),
                 host: host.to_string(),
-                window_start_ms: start,
-                window_end_ms: start + WINDOW_MS,
-                emitted_at_ms: start + WINDOW_MS + 60_000,
-                count,
-                bytes: count * 120,
-                no_time_count: 2,
-                malformed_count: 1,
-                out_of_bounds_count: 0,
-                checksum: count.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                latency: Latency {
-                    zero_count: h.zero_count(),
-                    negative_count: h.negative_count(),
-                    max_ms: h.max_ms() as u64,
-                    buckets: h.buckets().map(|(i, c)| (i as i32, c)).collect(),
-                },
-                offsets: vec![OffsetRange {
-                    partition: 0,
-                    min: k * 1000,
-                    max: k * 1000 + count as i64 - 1,
-                }],
-            }));
+                emitted_at: start + WINDOW_MS + 60_000,
+                body: AuditBody::Increment(Increment {
+                    window_start: start,
+                    window_end: start + WINDOW_MS,
+                    stats: WindowStats {
+                        count,
+                        bytes: count * 120,
+                        no_time_count: 2,
+                        malformed_count: 1,
+                        out_of_bounds_count: 0,
+                        checksum: audit_lib::Checksum(count.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                        latency: h,
+                        offsets: vec![OffsetSpan {
+                            partition: 0,
+                            min: k * 1000,
+                            max: k * 1000 + count as i64 - 1,
+                        }],
+                    },
+                }),
+            });
         }
     }
     for (tier, dc, host) in &TIERS[2..5] {
-        messages.push(Message::Progress(Progress {
+        messages.push(Message {
+            version: audit_lib::AUDIT_MESSAGE_VERSION,
             uuid: uuid::Uuid::new_v4(),
             topic: TOPIC.into(),
             tier: tier.to_string(),
             datacenter: dc.to_string(),
             host: host.to_string(),
-            emitted_at_ms: now - 5_000,
-            partitions: (0..2)
-                .map(|p| store::PartitionProgress {
-                    partition: p,
-                    next_offset: 6_000,
-                    record_time_ms: Some(now - 6_000),
-                    lag: Some(5 + i64::from(p)),
-                })
-                .collect(),
-        }));
+            emitted_at: now - 5_000,
+            body: AuditBody::Progress(
+                (0..2)
+                    .map(|p| store::PartitionProgress {
+                        partition: p,
+                        next_offset: 6_000,
+                        record_time: Some(now - 6_000),
+                        lag: Some(5 + i64::from(p)),
+                    })
+                    .collect(),
+            ),
+        });
     }
     let batch = Batch {
         messages,
@@ -348,8 +351,6 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
         let rows = store.topic_windows(TOPIC, range).await.unwrap();
         (rows, store.progress(Some(TOPIC)).await.unwrap())
     };
-    let rows: Vec<_> = rows.iter().map(web::eval::engine_row).collect();
-    let progress: Vec<_> = progress.iter().map(web::eval::engine_progress).collect();
     let windows: Vec<i64> = (0..6).map(|k| first + k * WINDOW_MS).collect();
     let mut judged = 0;
     let mut engine_anomalies = BTreeSet::new();
@@ -381,17 +382,17 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
     // The SQL percentiles are the API's: web's engine merges the histograms of a
     // tier's datacenters and reads p50 / p95 / p99 from them.
     let latency = series("Latency per tier").await;
-    let mut merged: BTreeMap<(String, i64), web::engine::Histogram> = BTreeMap::new();
+    let mut merged: BTreeMap<(String, i64), audit_lib::LatencyHistogram> = BTreeMap::new();
     for r in &rows {
         merged
-            .entry((r.tier.clone(), (r.window_start - first) / WINDOW_MS))
+            .entry((r.tier.clone(), (r.window_start_ms - first) / WINDOW_MS))
             .or_default()
             .merge(&r.latency);
     }
     assert_eq!(merged.len(), 4 * 6, "4 tiers x 6 windows");
     for ((tier, k), h) in &merged {
-        for (q, name) in [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")] {
-            let want = h.quantile(q).unwrap();
+        let p = web::engine::percentiles(h).unwrap();
+        for (want, name) in [(p.p50_ms, "p50"), (p.p95_ms, "p95"), (p.p99_ms, "p99")] {
             let got = latency[&(format!("{tier} {name}"), *k)];
             assert!(
                 (got - want).abs() <= want * 1e-9,

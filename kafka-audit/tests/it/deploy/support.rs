@@ -98,7 +98,7 @@ pub fn check_one_deployment(
         );
         assert_eq!(
             a.audit.event_time.window_size.as_millis(),
-            topo.window_ms,
+            topo.window.as_millis(),
             "{id}: window size differs from [topology].window"
         );
         let bootstrap = a.kafka.bootstrap().unwrap();

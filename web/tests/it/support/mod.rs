@@ -6,7 +6,10 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::Value;
-use store::{AuditStore, Batch, Increment, Latency, Message, PartitionProgress, Progress, Store};
+use store::{
+    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, PartitionProgress, Store,
+    WindowStats,
+};
 use tower::ServiceExt;
 use uuid::Uuid;
 use web::{AppState, Config};
@@ -132,58 +135,85 @@ pub fn increment(
     count: u64,
     checksum: u64,
 ) -> Message {
-    Message::Increment(Increment {
+    // latencies 1.02^200 ≈ 52 ms (count - 1 of them) and one at 1.02^300 ≈ 380 ms
+    let buckets = if count == 0 {
+        vec![]
+    } else if count == 1 {
+        vec![(300, 1)]
+    } else {
+        vec![(200, count - 1), (300, 1)]
+    };
+    Message {
+        version: audit_lib::AUDIT_MESSAGE_VERSION,
         uuid: Uuid::new_v4(),
         topic: topic.into(),
         tier: tier.into(),
         datacenter: dc.into(),
         host: format!("{tier}-{dc}-0"),
-        window_start_ms: window_start,
-        window_end_ms: window_start + WINDOW,
-        emitted_at_ms: now_ms(),
-        count,
-        bytes: count * 100,
-        no_time_count: 0,
-        malformed_count: 0,
-        out_of_bounds_count: 0,
-        checksum,
-        // latencies 1.02^200 ≈ 52 ms (count - 1 of them) and one at 1.02^300 ≈ 380 ms
-        latency: Latency {
-            zero_count: 0,
-            negative_count: 0,
-            max_ms: 380,
-            buckets: if count == 0 {
-                vec![]
-            } else if count == 1 {
-                vec![(300, 1)]
-            } else {
-                vec![(200, count - 1), (300, 1)]
+        emitted_at: now_ms(),
+        body: AuditBody::Increment(Increment {
+            window_start,
+            window_end: window_start + WINDOW,
+            stats: WindowStats {
+                count,
+                bytes: count * 100,
+                checksum: audit_lib::Checksum(checksum),
+                latency: LatencyHistogram::from_buckets(0, 0, 380, buckets).unwrap(),
+                offsets: vec![store::OffsetSpan {
+                    partition: 0,
+                    min: 1000,
+                    max: 1000 + count as i64 - 1,
+                }],
+                ..WindowStats::default()
             },
-        },
-        offsets: vec![store::OffsetRange {
-            partition: 0,
-            min: 1000,
-            max: 1000 + count as i64 - 1,
-        }],
-    })
+        }),
+    }
+}
+
+/// A progress report of one partition by the auditor `host` of `tier`/`dc`.
+#[allow(clippy::too_many_arguments)]
+pub fn progress_of(
+    topic: &str,
+    tier: &str,
+    dc: &str,
+    host: &str,
+    emitted_at: i64,
+    partition: i32,
+    next_offset: i64,
+    record_time: Option<i64>,
+    lag: Option<i64>,
+) -> Message {
+    Message {
+        version: audit_lib::AUDIT_MESSAGE_VERSION,
+        uuid: Uuid::new_v4(),
+        topic: topic.into(),
+        tier: tier.into(),
+        datacenter: dc.into(),
+        host: host.into(),
+        emitted_at,
+        body: AuditBody::Progress(vec![PartitionProgress {
+            partition,
+            next_offset,
+            record_time,
+            lag,
+        }]),
+    }
 }
 
 /// The auditor of `tier`/`dc` has read `topic` up to now.
 pub fn caught_up(topic: &str, tier: &str, dc: &str) -> Message {
-    Message::Progress(Progress {
-        uuid: Uuid::new_v4(),
-        topic: topic.into(),
-        tier: tier.into(),
-        datacenter: dc.into(),
-        host: format!("{tier}-{dc}-0"),
-        emitted_at_ms: now_ms(),
-        partitions: vec![PartitionProgress {
-            partition: 0,
-            next_offset: 5000,
-            record_time_ms: Some(now_ms()),
-            lag: Some(0),
-        }],
-    })
+    let host = format!("{tier}-{dc}-0");
+    progress_of(
+        topic,
+        tier,
+        dc,
+        &host,
+        now_ms(),
+        0,
+        5000,
+        Some(now_ms()),
+        Some(0),
+    )
 }
 
 pub async fn write(store: &Store, messages: Vec<Message>) {
