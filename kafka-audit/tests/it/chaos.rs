@@ -189,6 +189,7 @@ impl Rng {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_survive_20_sigkills_and_a_rolling_restart_with_exact_counts() {
+    let _alone = crate::ALONE.lock().await;
     let bootstrap = testkit::kafka_a();
     let topic = testkit::create_unique_topic(&bootstrap, "chaos", PARTITIONS).await;
     let audit_topic = testkit::create_unique_topic(&bootstrap, "chaos-audit", 3).await;

@@ -98,6 +98,7 @@ fn spawn_collector(config: &Path, log: &Path) -> Running {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_ingestion_then_restart_counts_every_increment_exactly_once() {
+    let _alone = crate::ALONE.lock().await;
     let bootstrap = testkit::kafka_a();
     let db = testkit::fresh_database("collect_sigkill").await;
     let audit_topic = testkit::create_unique_topic(&bootstrap, "audit-sigkill", PARTITIONS).await;

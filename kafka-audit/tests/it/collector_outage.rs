@@ -21,6 +21,7 @@ const PARTITIONS: i32 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
+    let _alone = crate::ALONE.lock().await;
     let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
     let clean = testkit::unique("outage-clean");
     let lossy = testkit::unique("outage-lossy");

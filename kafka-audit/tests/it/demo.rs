@@ -83,6 +83,7 @@ fn final_windows<'a>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_detects_injected_loss_and_duplication_in_the_right_windows() {
+    let _alone = crate::ALONE.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let injections = dir.path().join("injections.json");
     let port = free_port();

@@ -22,6 +22,7 @@ const PARTITIONS: i32 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
+    let _alone = crate::ALONE.lock().await;
     let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
     let topic = testkit::unique("late-e2e");
     testkit::create_topic(&a, &topic, PARTITIONS).await;

@@ -14,6 +14,11 @@ mod support;
 #[path = "../../src/revision.rs"]
 mod revision;
 
+/// The end-to-end tests that ran alone when each file was a test binary of its own
+/// (several services and a bounded wait each: under the load of another one, their
+/// waits ran out) take this lock first, so that no two of them run at once.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 mod chaos;
 mod collect_sigkill;
 mod collector_outage;

@@ -23,6 +23,7 @@ const WINDOWS: i64 = 6;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn topic_of_one_upstream_datacenter_reports_its_loss() {
+    let _alone = crate::ALONE.lock().await;
     let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
     let topic = testkit::unique("payments-eu");
     testkit::create_topic(&a, &topic, PARTITIONS).await;

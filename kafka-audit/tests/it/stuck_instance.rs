@@ -72,6 +72,7 @@ async fn owners_when(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_instance_is_alerted_stalled_while_the_other_reports() {
+    let _alone = crate::ALONE.lock().await;
     let a = testkit::kafka_a();
     let topic = testkit::create_unique_topic(&a, "stuck-e2e", PARTITIONS).await;
     let audit_topic = testkit::create_unique_topic(&a, "stuck-e2e-audit", 3).await;

@@ -62,6 +62,7 @@ fn produce_transaction(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn windows_of_an_idle_transactional_partition_settle() {
+    let _alone = crate::ALONE.lock().await;
     let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
     let topic = testkit::unique("txn-e2e");
     testkit::create_topic(&a, &topic, 2).await;
@@ -165,6 +166,7 @@ async fn windows_of_an_idle_transactional_partition_settle() {
 /// windows were judged final loss — a page for a topic that lost nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partition_not_read_yet_holds_its_windows_back() {
+    let _alone = crate::ALONE.lock().await;
     const N: u64 = 200;
     let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
     let topic = testkit::unique("unread-e2e");
