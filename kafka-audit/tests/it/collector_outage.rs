@@ -124,7 +124,7 @@ async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
             (s.first(), s.end()),
             &[("regional", up), ("aggregate", down)],
             false,
-            Duration::from_secs(90),
+            Duration::from_secs(240),
         )
         .await;
     }

@@ -90,7 +90,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
         (sent.first(), sent.end()),
         &[("regional", up), ("aggregate", down)],
         false,
-        Duration::from_secs(90),
+        Duration::from_secs(240),
     )
     .await;
     let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);

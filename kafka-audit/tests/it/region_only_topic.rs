@@ -125,7 +125,7 @@ datacenters = { dc1 = "agg", dc2 = "agg" }
         (windows[0], windows[windows.len() - 1] + 1),
         &[("regional", MESSAGES), ("aggregate", MESSAGES - drop_n)],
         true,
-        Duration::from_secs(60),
+        Duration::from_secs(180),
     )
     .await;
     let anomalies: Vec<_> = state

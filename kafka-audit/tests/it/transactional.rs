@@ -117,7 +117,7 @@ async fn windows_of_an_idle_transactional_partition_settle() {
         range,
         &counts,
         false,
-        Duration::from_secs(90),
+        Duration::from_secs(180),
     )
     .await;
     let loss_paged = testkit::wait_until_async(Duration::from_secs(20), || {
@@ -266,7 +266,7 @@ async fn a_partition_not_read_yet_holds_its_windows_back() {
         range,
         &[("regional", N), ("aggregate", N)],
         false,
-        Duration::from_secs(60),
+        Duration::from_secs(180),
     )
     .await;
     let judged = anomalies(&state, &topic, range.0, range.1);
