@@ -12,7 +12,6 @@ use crate::support;
 use std::time::Duration;
 
 use e2e::*;
-use store::AuditStore;
 use support::*;
 use tokio_util::sync::CancellationToken;
 use web::engine::{Lifecycle, Verdict};
@@ -22,41 +21,22 @@ const PARTITIONS: i32 = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
     let _alone = crate::ALONE.lock().await;
-    let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+    let rig = TwoTiers::new("outage-e2e").await;
+    let (a, b) = (&rig.a, &rig.b);
     let clean = testkit::unique("outage-clean");
     let lossy = testkit::unique("outage-lossy");
     for t in [&clean, &lossy] {
-        testkit::create_topic(&a, t, PARTITIONS).await;
-        testkit::create_topic(&b, t, PARTITIONS).await;
+        testkit::create_topic(a, t, PARTITIONS).await;
+        testkit::create_topic(b, t, PARTITIONS).await;
     }
-    let audit_a = testkit::create_unique_topic(&a, "outage-e2e-audit", 3).await;
-    let audit_b = testkit::create_unique_topic(&b, "outage-e2e-audit", 3).await;
-
-    let (pages, hook) = start_receiver().await;
-    let db = testkit::fresh_database("outage_e2e").await;
-    let store = store::Store::connect(db.url()).await.expect("connect");
-    store.migrate().await.expect("migrate");
-    let stop = CancellationToken::new();
-    let _stop_on_panic = stop.clone().drop_guard();
-    let (wal_a, wal_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let topics = vec![clean.clone(), lossy.clone()];
-    let mut cfg_a = tier_config(&a, &clean, &audit_a, "regional", "dc1", wal_a.path());
-    cfg_a.audit.topics = topics.clone();
-    let mut cfg_b = tier_config(&b, &clean, &audit_b, "aggregate", "agg", wal_b.path());
-    cfg_b.audit.topics = topics;
+    let topics = [clean.as_str(), lossy.as_str()];
     let auditors = [
-        tokio::spawn(audit_service::run(cfg_a, stop.clone())),
-        tokio::spawn(audit_service::run(cfg_b, stop.clone())),
+        rig.spawn_auditor(rig.regional(&topics)),
+        rig.spawn_auditor(rig.aggregate(&topics)),
     ];
-    let sources = [("a", a.as_str(), audit_a.as_str()), ("b", &b, &audit_b)];
     let first_run = CancellationToken::new();
-    let collector = tokio::spawn(collector::run(
-        collect_config(db.url(), &sources, 500),
-        first_run.clone(),
-    ));
-    let state =
-        web::AppState::new(serve_config(r#"{ dc1 = "agg" }"#, "30m", &hook), store).expect("state");
-    let jobs = state.spawn_jobs(&stop);
+    let collector = rig.spawn_collector(rig.collect(500, ""), &first_run);
+    let (state, jobs) = rig.serve("30m").await;
 
     // 45 s of traffic at 50 messages/s per topic; window 1 of `lossy` loses 37.
     let live = |topic: &str, faults: Faults| {
@@ -99,17 +79,15 @@ async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
     // The drain: one message per batch, and each partition fetched again only 300 ms
     // after its fetched messages were taken (about three auditor reports a second
     // against two written), so the backlog takes tens of seconds.
-    let collector = tokio::spawn(collector::run(
-        collect_config_with(
-            db.url(),
-            &sources,
+    let collector = rig.spawn_collector(
+        rig.collect(
             1,
             r#""queued.min.messages" = 1
 "fetch.queue.backoff.ms" = 300
 "max.partition.fetch.bytes" = 1"#,
         ),
-        stop.clone(),
-    ));
+        &rig.stop,
+    );
 
     let mut sent = Vec::new();
     for t in traffic {
@@ -130,19 +108,14 @@ async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
     }
     let loss_window = sent[1].first() + WINDOW_MS;
     let paged = testkit::wait_until_async(Duration::from_secs(20), || {
-        let n = pages.of(&lossy).len();
+        let n = rig.pages.of(&lossy).len();
         async move { n >= 1 }
     })
     .await;
     let judged_clean = anomalies(&state, &clean, sent[0].first(), sent[0].end());
     let judged_lossy = anomalies(&state, &lossy, sent[1].first(), sent[1].end());
-    stop.cancel();
-    for t in auditors.into_iter().chain([collector]) {
-        t.await.expect("service task").expect("service result");
-    }
-    for j in jobs {
-        j.await.expect("job");
-    }
+    rig.shutdown(auditors.into_iter().chain([collector]), jobs)
+        .await;
     assert!(
         all_final,
         "windows not all final with all counts in: clean {judged_clean:?}, lossy {judged_lossy:?}"
@@ -155,12 +128,12 @@ async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
         "sent {:?}",
         sent[1]
     );
-    assert!(paged, "no page: {:?}", pages.all());
-    assert_eq!(pages.of(&clean), vec![], "{:#?}", pages.all());
+    assert!(paged, "no page: {:?}", rig.pages.all());
+    assert_eq!(rig.pages.of(&clean), vec![], "{:#?}", rig.pages.all());
     assert_eq!(
-        pages.of(&lossy),
+        rig.pages.of(&lossy),
         vec![("trigger".into(), "loss".into(), Some(loss_window))],
         "{:#?}",
-        pages.all()
+        rig.pages.all()
     );
 }

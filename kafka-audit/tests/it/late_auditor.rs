@@ -13,9 +13,7 @@ use crate::support;
 use std::time::Duration;
 
 use e2e::*;
-use store::AuditStore;
 use support::*;
-use tokio_util::sync::CancellationToken;
 use web::engine::{Lifecycle, Verdict};
 
 const PARTITIONS: i32 = 3;
@@ -23,31 +21,14 @@ const PARTITIONS: i32 = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     let _alone = crate::ALONE.lock().await;
-    let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+    let rig = TwoTiers::new("late-e2e").await;
+    let (a, b) = (&rig.a, &rig.b);
     let topic = testkit::unique("late-e2e");
-    testkit::create_topic(&a, &topic, PARTITIONS).await;
-    testkit::create_topic(&b, &topic, PARTITIONS).await;
-    let audit_a = testkit::create_unique_topic(&a, "late-e2e-audit", 3).await;
-    let audit_b = testkit::create_unique_topic(&b, "late-e2e-audit", 3).await;
-
-    let (pages, hook) = start_receiver().await;
-    let db = testkit::fresh_database("late_e2e").await;
-    let store = store::Store::connect(db.url()).await.expect("connect");
-    store.migrate().await.expect("migrate");
-    let stop = CancellationToken::new();
-    let _stop_on_panic = stop.clone().drop_guard();
-    let (wal_a, wal_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let upstream = tokio::spawn(audit_service::run(
-        tier_config(&a, &topic, &audit_a, "regional", "dc1", wal_a.path()),
-        stop.clone(),
-    ));
-    let collector = tokio::spawn(collector::run(
-        collect_config(db.url(), &[("a", &a, &audit_a), ("b", &b, &audit_b)], 500),
-        stop.clone(),
-    ));
-    let state =
-        web::AppState::new(serve_config(r#"{ dc1 = "agg" }"#, "30m", &hook), store).expect("state");
-    let jobs = state.spawn_jobs(&stop);
+    testkit::create_topic(a, &topic, PARTITIONS).await;
+    testkit::create_topic(b, &topic, PARTITIONS).await;
+    let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
+    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+    let (state, jobs) = rig.serve("30m").await;
 
     // 45 s of traffic at 100 messages/s: window 1 loses 37, window 2 gets 11 twice.
     let faults = Faults {
@@ -73,7 +54,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
     // It catches up over several reports: each partition is fetched again only 100 ms
     // after its fetched messages were taken, a few KB at a time.
-    let mut late = tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path());
+    let mut late = rig.aggregate(&[&topic]);
     for (k, v) in [
         ("queued.min.messages", "1"),
         ("fetch.queue.backoff.ms", "100"),
@@ -81,7 +62,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     ] {
         late.kafka.consumer.insert(k.into(), v.into());
     }
-    let downstream = tokio::spawn(audit_service::run(late, stop.clone()));
+    let downstream = rig.spawn_auditor(late);
     let sent = traffic.await.expect("traffic");
     let (up, down) = sent.total();
     let all_final = wait_final(
@@ -95,18 +76,12 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     .await;
     let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
     let both_paged = testkit::wait_until_async(Duration::from_secs(20), || {
-        let n = pages.of(&topic).len();
+        let n = rig.pages.of(&topic).len();
         async move { n >= 2 }
     })
     .await;
     let judged = anomalies(&state, &topic, sent.first(), sent.end());
-    stop.cancel();
-    for t in [upstream, downstream, collector] {
-        t.await.expect("service task").expect("service result");
-    }
-    for j in jobs {
-        j.await.expect("job");
-    }
+    rig.shutdown([upstream, downstream, collector], jobs).await;
     assert!(
         all_final,
         "windows not all final with all counts in: {judged:?} (sent {sent:?})"
@@ -120,8 +95,8 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
         ],
         "sent {sent:?}"
     );
-    assert!(both_paged, "pages: {:?}", pages.all());
-    let mut got = pages.of(&topic);
+    assert!(both_paged, "pages: {:?}", rig.pages.all());
+    let mut got = rig.pages.of(&topic);
     got.sort();
     assert_eq!(
         got,
@@ -130,6 +105,6 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
             ("trigger".into(), "loss".into(), Some(lossy)),
         ],
         "every page of the run: {:#?}",
-        pages.all()
+        rig.pages.all()
     );
 }

@@ -17,7 +17,6 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use store::AuditStore;
 use support::*;
-use tokio_util::sync::CancellationToken;
 use web::engine::{Lifecycle, Verdict};
 
 const MESSAGES: u64 = 600;
@@ -63,51 +62,32 @@ fn produce_transaction(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn windows_of_an_idle_transactional_partition_settle() {
     let _alone = crate::ALONE.lock().await;
-    let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+    let rig = TwoTiers::new("txn-e2e").await;
+    let (a, b) = (&rig.a, &rig.b);
     let topic = testkit::unique("txn-e2e");
-    testkit::create_topic(&a, &topic, 2).await;
-    testkit::create_topic(&b, &topic, 2).await;
-    let audit_a = testkit::create_unique_topic(&a, "txn-e2e-audit", 3).await;
-    let audit_b = testkit::create_unique_topic(&b, "txn-e2e-audit", 3).await;
+    testkit::create_topic(a, &topic, 2).await;
+    testkit::create_topic(b, &topic, 2).await;
 
     let base = base_time();
     let lossy = base + WINDOW_MS;
     let mut in_lossy = 0;
-    produce_transaction(&a, &topic, base, |_, w| {
+    produce_transaction(a, &topic, base, |_, w| {
         in_lossy += u64::from(w == lossy);
         false
     });
     let mut dropped = 0;
-    produce_transaction(&b, &topic, base, |_, w| {
+    produce_transaction(b, &topic, base, |_, w| {
         let drop = w == lossy && dropped < LOST;
         dropped += u64::from(drop);
         drop
     });
 
-    let (pages, hook) = start_receiver().await;
-    let db = testkit::fresh_database("txn_e2e").await;
-    let store = store::Store::connect(db.url()).await.expect("connect");
-    store.migrate().await.expect("migrate");
-    let stop = CancellationToken::new();
-    let _stop_on_panic = stop.clone().drop_guard();
-    let (wal_a, wal_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let auditors = [
-        tokio::spawn(audit_service::run(
-            tier_config(&a, &topic, &audit_a, "regional", "dc1", wal_a.path()),
-            stop.clone(),
-        )),
-        tokio::spawn(audit_service::run(
-            tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path()),
-            stop.clone(),
-        )),
+    let services = [
+        rig.spawn_auditor(rig.regional(&[&topic])),
+        rig.spawn_auditor(rig.aggregate(&[&topic])),
+        rig.spawn_collector(rig.collect(500, ""), &rig.stop),
     ];
-    let collector = tokio::spawn(collector::run(
-        collect_config(db.url(), &[("a", &a, &audit_a), ("b", &b, &audit_b)], 500),
-        stop.clone(),
-    ));
-    let state =
-        web::AppState::new(serve_config(r#"{ dc1 = "agg" }"#, "30m", &hook), store).expect("state");
-    let jobs = state.spawn_jobs(&stop);
+    let (state, jobs) = rig.serve("30m").await;
 
     let range = (base, base + WINDOWS * WINDOW_MS);
     let counts = [("regional", MESSAGES), ("aggregate", MESSAGES - LOST)];
@@ -121,22 +101,12 @@ async fn windows_of_an_idle_transactional_partition_settle() {
     )
     .await;
     let loss_paged = testkit::wait_until_async(Duration::from_secs(20), || {
-        let n = pages.of(&topic).len();
+        let n = rig.pages.of(&topic).len();
         async move { n >= 1 }
     })
     .await;
     let judged = anomalies(&state, &topic, range.0, range.1);
-    stop.cancel();
-    for a in auditors {
-        a.await.expect("auditor task").expect("auditor result");
-    }
-    collector
-        .await
-        .expect("collector task")
-        .expect("collector result");
-    for j in jobs {
-        j.await.expect("job");
-    }
+    rig.shutdown(services, jobs).await;
     assert!(
         all_final,
         "windows not all final with all counts in: {judged:?}"
@@ -151,9 +121,9 @@ async fn windows_of_an_idle_transactional_partition_settle() {
             in_lossy - LOST
         )]
     );
-    assert!(loss_paged, "no page: {:?}", pages.all());
+    assert!(loss_paged, "no page: {:?}", rig.pages.all());
     assert_eq!(
-        pages.of(&topic),
+        rig.pages.of(&topic),
         vec![("trigger".into(), "loss".into(), Some(lossy))]
     );
 }
@@ -168,19 +138,18 @@ async fn windows_of_an_idle_transactional_partition_settle() {
 async fn a_partition_not_read_yet_holds_its_windows_back() {
     let _alone = crate::ALONE.lock().await;
     const N: u64 = 200;
-    let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+    let rig = TwoTiers::new("unread-e2e").await;
+    let (a, b) = (&rig.a, &rig.b);
     let topic = testkit::unique("unread-e2e");
-    testkit::create_topic(&a, &topic, 2).await;
-    testkit::create_topic(&b, &topic, 2).await;
-    let audit_a = testkit::create_unique_topic(&a, "unread-e2e-audit", 3).await;
-    let audit_b = testkit::create_unique_topic(&b, "unread-e2e-audit", 3).await;
+    testkit::create_topic(a, &topic, 2).await;
+    testkit::create_topic(b, &topic, 2).await;
 
     // Upstream: every message, committed. Downstream: partition 1 committed, partition
     // 0 in an open transaction.
     let base = base_time();
-    let (pa, pb) = (producer(&a), producer(&b));
+    let (pa, pb) = (producer(a), producer(b));
     let txn: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &b)
+        .set("bootstrap.servers", b)
         .set("transactional.id", testkit::unique("unread-e2e-txn"))
         .create()
         .expect("transactional producer");
@@ -204,30 +173,12 @@ async fn a_partition_not_read_yet_holds_its_windows_back() {
         p.flush(Duration::from_secs(30)).unwrap();
     }
 
-    let (pages, hook) = start_receiver().await;
-    let db = testkit::fresh_database("unread_e2e").await;
-    let store = store::Store::connect(db.url()).await.expect("connect");
-    store.migrate().await.expect("migrate");
-    let stop = CancellationToken::new();
-    let _stop_on_panic = stop.clone().drop_guard();
-    let (wal_a, wal_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let auditors = [
-        tokio::spawn(audit_service::run(
-            tier_config(&a, &topic, &audit_a, "regional", "dc1", wal_a.path()),
-            stop.clone(),
-        )),
-        tokio::spawn(audit_service::run(
-            tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path()),
-            stop.clone(),
-        )),
+    let services = [
+        rig.spawn_auditor(rig.regional(&[&topic])),
+        rig.spawn_auditor(rig.aggregate(&[&topic])),
+        rig.spawn_collector(rig.collect(500, ""), &rig.stop),
     ];
-    let collector = tokio::spawn(collector::run(
-        collect_config(db.url(), &[("a", &a, &audit_a), ("b", &b, &audit_b)], 500),
-        stop.clone(),
-    ));
-    let state =
-        web::AppState::new(serve_config(r#"{ dc1 = "agg" }"#, "30m", &hook), store).expect("state");
-    let jobs = state.spawn_jobs(&stop);
+    let (state, jobs) = rig.serve("30m").await;
 
     // Partition 1 downstream is counted and caught up...
     let range = (base, base + 2 * WINDOW_MS);
@@ -258,7 +209,7 @@ async fn a_partition_not_read_yet_holds_its_windows_back() {
     // ...and over several evaluation cycles (every 500 ms) no window is judged.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let before_commit = anomalies(&state, &topic, range.0, range.1);
-    let paged_before = pages.of(&topic);
+    let paged_before = rig.pages.of(&topic);
     txn.commit_transaction(Duration::from_secs(30)).unwrap();
     let all_final = wait_final(
         &state,
@@ -270,23 +221,13 @@ async fn a_partition_not_read_yet_holds_its_windows_back() {
     )
     .await;
     let judged = anomalies(&state, &topic, range.0, range.1);
-    stop.cancel();
-    for a in auditors {
-        a.await.expect("auditor task").expect("auditor result");
-    }
-    collector
-        .await
-        .expect("collector task")
-        .expect("collector result");
-    for j in jobs {
-        j.await.expect("job");
-    }
+    rig.shutdown(services, jobs).await;
     assert!(
         before_commit.iter().all(|j| j.2 != Lifecycle::Final),
         "judged while a partition was unread: {before_commit:?}"
     );
-    assert_eq!(paged_before, vec![], "{:#?}", pages.all());
+    assert_eq!(paged_before, vec![], "{:#?}", rig.pages.all());
     assert!(all_final, "not final after the commit: {judged:?}");
     assert_eq!(judged, vec![]);
-    assert_eq!(pages.of(&topic), vec![], "{:#?}", pages.all());
+    assert_eq!(rig.pages.of(&topic), vec![], "{:#?}", rig.pages.all());
 }

@@ -347,3 +347,134 @@ pub async fn sleep_until_ms(t: i64) {
         tokio::time::sleep(Duration::from_millis(d as u64)).await;
     }
 }
+
+/// The two-cluster rig of most end-to-end tests: tier regional/dc1 audits cluster A,
+/// tier aggregate/agg audits cluster B, each with its own audit topic and WAL
+/// directory; a fresh PostgreSQL database for the collector and serve; a local
+/// webhook receiver; one stop token, cancelled when the rig is dropped (a failing test
+/// stops its services).
+pub struct TwoTiers {
+    pub a: String,
+    pub b: String,
+    pub audit_a: String,
+    pub audit_b: String,
+    pub pages: Pages,
+    pub hook: String,
+    pub db: testkit::TestDatabase,
+    pub stop: tokio_util::sync::CancellationToken,
+    _stop_on_drop: tokio_util::sync::DropGuard,
+    wal_a: tempfile::TempDir,
+    wal_b: tempfile::TempDir,
+}
+
+impl TwoTiers {
+    /// Audit topics `{name}-audit` on both clusters and a database `{name}`.
+    pub async fn new(name: &str) -> TwoTiers {
+        let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+        let audit_a = testkit::create_unique_topic(&a, &format!("{name}-audit"), 3).await;
+        let audit_b = testkit::create_unique_topic(&b, &format!("{name}-audit"), 3).await;
+        let (pages, hook) = start_receiver().await;
+        let db = testkit::fresh_database(&name.replace('-', "_")).await;
+        let stop = tokio_util::sync::CancellationToken::new();
+        TwoTiers {
+            _stop_on_drop: stop.clone().drop_guard(),
+            stop,
+            a,
+            b,
+            audit_a,
+            audit_b,
+            pages,
+            hook,
+            db,
+            wal_a: tempfile::tempdir().unwrap(),
+            wal_b: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The regional/dc1 auditor's config for `topics` on cluster A.
+    pub fn regional(&self, topics: &[&str]) -> audit_service::Config {
+        let mut cfg = tier_config(
+            &self.a,
+            topics[0],
+            &self.audit_a,
+            "regional",
+            "dc1",
+            self.wal_a.path(),
+        );
+        cfg.audit.topics = topics.iter().map(|t| t.to_string()).collect();
+        cfg
+    }
+
+    /// The aggregate/agg auditor's config for `topics` on cluster B.
+    pub fn aggregate(&self, topics: &[&str]) -> audit_service::Config {
+        let mut cfg = tier_config(
+            &self.b,
+            topics[0],
+            &self.audit_b,
+            "aggregate",
+            "agg",
+            self.wal_b.path(),
+        );
+        cfg.audit.topics = topics.iter().map(|t| t.to_string()).collect();
+        cfg
+    }
+
+    /// Runs an auditor until the rig stops.
+    pub fn spawn_auditor(&self, cfg: audit_service::Config) -> Service {
+        tokio::spawn(audit_service::run(cfg, self.stop.clone()))
+    }
+
+    /// Both audit topics as collector sources.
+    pub fn sources(&self) -> [(&str, &str, &str); 2] {
+        [("a", &self.a, &self.audit_a), ("b", &self.b, &self.audit_b)]
+    }
+
+    /// A collector config for both sources into the rig's database: `max_messages` per
+    /// batch, librdkafka `consumer` properties (TOML lines, may be empty).
+    pub fn collect(&self, max_messages: usize, consumer: &str) -> collector::CollectConfig {
+        collect_config_with(self.db.url(), &self.sources(), max_messages, consumer)
+    }
+
+    /// Runs a collector until `until` is cancelled.
+    pub fn spawn_collector(
+        &self,
+        cfg: collector::CollectConfig,
+        until: &tokio_util::sync::CancellationToken,
+    ) -> Service {
+        tokio::spawn(collector::run(cfg, until.clone()))
+    }
+
+    /// serve's state on the rig's database (regional dc1 → aggregate agg, alerts to the
+    /// rig's receiver) and its running jobs.
+    pub async fn serve(&self, stall_after: &str) -> (AppState, Vec<tokio::task::JoinHandle<()>>) {
+        let store = store::Store::connect(self.db.url()).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        let state = AppState::new(
+            serve_config(r#"{ dc1 = "agg" }"#, stall_after, &self.hook),
+            store,
+        )
+        .expect("state");
+        let jobs = state.spawn_jobs(&self.stop);
+        (state, jobs)
+    }
+
+    /// Stops every service and job and waits for them; a service that failed fails the
+    /// test. Call it before asserting, so a failed assertion does not leave the test
+    /// waiting on service threads.
+    pub async fn shutdown(
+        &self,
+        services: impl IntoIterator<Item = Service>,
+        jobs: Vec<tokio::task::JoinHandle<()>>,
+    ) {
+        self.stop.cancel();
+        for s in services {
+            s.await.expect("service task").expect("service result");
+        }
+        for j in jobs {
+            j.await.expect("job");
+        }
+    }
+}
+
+/// A running auditor or collector.
+pub type Service = tokio::task::JoinHandle<anyhow::Result<()>>;
