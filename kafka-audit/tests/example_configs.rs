@@ -166,7 +166,11 @@ fn example_configs_load_with_the_loaders_of_their_subcommands() {
 #[test]
 fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
     let ex = load_examples();
-    let topo = web::engine::Topology::new(ex.serve.topology.clone()).unwrap();
+    let topo = web::engine::Topology::learned(
+        ex.serve.topology.clone(),
+        ex.audits[0].audit.event_time.window_size,
+    )
+    .unwrap();
     check_one_deployment(&ex.audits, &ex.collect, &ex.serve, "deploy/config");
     // The many-to-one edge sends both regions to the aggregate auditor's datacenter.
     let agg = ex
@@ -194,15 +198,29 @@ fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
 
 /// The auditors, the collector and the web service of one deployment fit together:
 /// every auditor's tier is in the topology (with progress watermarks, which auditors
-/// publish), all use the topology's window size, every audit topic is collected from
-/// the auditor's own cluster, instance ids are unique.
+/// publish), the window size has one source of truth (the auditors' `window_size`, all
+/// equal; serve's `[topology] window` unset, so serve learns it from the stored
+/// windows), every audit topic is collected from the auditor's own cluster, instance
+/// ids are unique.
 fn check_one_deployment(
     audits: &[audit_service::Config],
     collect: &collector::CollectConfig,
     serve: &web::Config,
     context: &str,
 ) {
-    let topo = web::engine::Topology::new(serve.topology.clone()).unwrap();
+    assert_eq!(
+        serve.topology.window, None,
+        "{context}: [topology] window repeats the auditors' audit.event_time.window_size; leave it unset so theirs is the one source of truth"
+    );
+    let sizes: BTreeSet<i64> = audits
+        .iter()
+        .map(|a| a.audit.event_time.window_size.as_millis())
+        .collect();
+    assert_eq!(
+        sizes.len(),
+        1,
+        "{context}: auditors' window sizes {sizes:?}"
+    );
     for a in audits {
         let id = format!("{context}: auditor {}", a.audit.instance_id);
         let tier = serve
@@ -216,11 +234,6 @@ fn check_one_deployment(
             tier.progress,
             "{id}: tier {} has progress = false",
             tier.name
-        );
-        assert_eq!(
-            a.audit.event_time.window_size.as_millis(),
-            topo.window.as_millis(),
-            "{id}: window size differs from [topology].window"
         );
         let bootstrap = a.kafka.bootstrap().unwrap();
         assert!(
@@ -838,7 +851,8 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
     // every edge and the same anomalies.
     let mut serve = web::Config::load(Some(&config_dir().join("serve.toml"))).unwrap();
     serve.topology.thresholds = Default::default();
-    let topology = web::engine::Topology::new(serve.topology).unwrap();
+    let window = audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap();
+    let topology = web::engine::Topology::learned(serve.topology, window).unwrap();
     let (rows, progress) = {
         use store::AuditStore;
         let range = store::TimeRange::new(first, first + 6 * WINDOW_MS);
@@ -911,7 +925,8 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
 fn grafana_edges_mirror_the_example_topology() {
     let d = dashboard();
     let serve = web::Config::load(Some(&config_dir().join("serve.toml"))).unwrap();
-    let topo = web::engine::Topology::new(serve.topology).unwrap();
+    let window = audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap();
+    let topo = web::engine::Topology::learned(serve.topology, window).unwrap();
     let row = regex::Regex::new(r"\('([^']+)', '([^']+)', '([^']+)', '([^']+)'\)").unwrap();
     let mut checked = 0;
     for (title, sql, _) in sql_queries(&d) {
@@ -1983,12 +1998,7 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
     );
 
     // The health checks of the compose file and the Kubernetes probes answer 200.
-    for (port, path) in [
-        (ops, "/healthz"),
-        (ingest, "/healthz"),
-        (api, "/healthz"),
-        (api, "/readyz"),
-    ] {
+    for (port, path) in [(ops, "/healthz"), (ingest, "/healthz"), (api, "/healthz")] {
         let url = format!("http://127.0.0.1:{port}{path}");
         eventually(
             60,
@@ -2002,6 +2012,21 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
         let (_, m) = http_get(&format!("http://127.0.0.1:{ops}/metrics")).await?;
         (sample_sum(&m, "kafka_audit_assigned_partitions", "") >= 3.0).then_some(())
     })
+    .await;
+
+    // No [topology] window in the compose config: before the first audit window is
+    // stored, serve is not ready and says what it waits for.
+    let readyz = format!("http://127.0.0.1:{api}/readyz");
+    eventually(
+        60,
+        "/readyz waiting for a window",
+        &mut [&mut serve],
+        || async {
+            http_get(&readyz)
+                .await
+                .filter(|(s, body)| *s == 503 && body.contains("\"waiting_for\""))
+        },
+    )
     .await;
 
     const N: usize = 300;
@@ -2037,6 +2062,12 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
     assert!(rows
         .iter()
         .all(|r| r.tier == "regional" && r.datacenter == "dc1"));
+    // The health check of the compose file and the Kubernetes probe answer 200 once
+    // serve has learned the window size from a stored window.
+    eventually(60, "/readyz ready", &mut [&mut serve], || async {
+        http_get(&readyz).await.filter(|(s, _)| *s == 200)
+    })
+    .await;
 
     // The metrics the alert rules and dashboards use are exposed with values.
     let (_, m) = http_get(&format!("http://127.0.0.1:{ops}/metrics"))

@@ -187,7 +187,7 @@ fn note_window_mismatches(
                     topic,
                     stored_window_ms = length,
                     topology_window_ms = window_ms,
-                    "window size mismatch: this tier's auditors count in windows of another size than [topology] window; its verdicts are wrong until audit.event_time.window_size and topology.window agree"
+                    "window size mismatch: this tier's auditors count in windows of another size than serve judges in ([topology] window, or learned from the newest stored window); its verdicts are wrong until every auditor's audit.event_time.window_size agrees"
                 );
                 v.insert(m);
             }

@@ -265,8 +265,8 @@ pub struct ReadyView {
     pub status: &'static str,
     /// `ok` or `unavailable`.
     pub store: &'static str,
-    /// Tiers and datacenters whose stored windows in the horizon are not
-    /// `[topology] window` long (their auditors count in another window size; see
+    /// Tiers and datacenters whose stored windows in the horizon are not the
+    /// topology's window long (`[topology] window`, or the learned size) (their auditors count in another window size; see
     /// docs/web.md). Absent when there are none.
     /// What serve waits for before it judges anything: set while `[topology] window`
     /// is not set and no audit window is stored to learn the window size from.
@@ -285,7 +285,8 @@ pub struct WindowSizeMismatchView {
     pub tier: String,
     /// A topic where it was seen (the most recent such window).
     pub topic: String,
-    /// `[topology] window` in ms.
+    /// The window size judged in, in ms: `[topology] window`, or when unset, the one
+    /// learned from the newest stored window.
     pub topology_window_ms: i64,
     /// The length of the stored windows in ms.
     pub window_ms: i64,
@@ -298,7 +299,7 @@ async fn healthz() -> Json<HealthView> {
     Json(HealthView { status: "ok" })
 }
 
-/// Readiness: store reachable and first evaluation done
+/// Readiness: store reachable and first evaluation done (with no `[topology] window`, after the window size is learned from a stored window)
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", security(()),
     responses(
         (status = 200, description = "OK", body = ReadyView),
