@@ -1,7 +1,8 @@
 //! Progress as the engine reads it (issue 14): lag reaches 0 once a partition is read
 //! to its end, also when the end is a transaction marker (B5) and when the partition
 //! is empty (B2); the watermark is not pushed forward by one record with a far-future
-//! CreateTime (B8).
+//! CreateTime (B8); a partition a new consumer group has not read anything of yet is
+//! reported behind, not left out.
 
 mod support;
 
@@ -206,5 +207,53 @@ async fn an_open_transaction_is_not_caught_up_until_it_commits() {
         40,
         Duration::from_secs(60)
     )));
+    svc.stop().await;
+}
+
+/// A new consumer group (no committed offsets) and a partition with records of which
+/// nothing could be read yet — an open transaction from its first offset, so a
+/// `read_committed` fetch returns nothing: the partition is in every report with its
+/// lag, not left out until its first record is read. Left out, it could not hold a
+/// window back: the engine judges an auditor by the partitions it reports, and the
+/// other partition is caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_not_read_yet_by_a_new_group_is_reported_behind() {
+    init_tracing();
+    let s = Setup::new("unread", 2).await;
+    let base = base_time();
+    let txn = open_transaction(&s, "unread-producer", base);
+    txn.flush(Duration::from_secs(30)).unwrap();
+    send_flushed(&s, 1, 100, base, 20);
+
+    let svc = spawn_service(s.cfg.clone());
+    let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
+    assert!(tokio::task::block_in_place(|| wait_lag_zero(
+        &mut reader,
+        &s.topic,
+        &[1]
+    )));
+    // From the report that has partition 1 caught up on, partition 0 is there, behind.
+    let ok = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(30), || {
+            reader.poll_for(Duration::from_millis(200));
+            latest(&reader, &s.topic)
+                .get(&0)
+                .is_some_and(|p| p.lag.is_some())
+        })
+    });
+    let l = latest(&reader, &s.topic);
+    assert!(ok, "partition 0 left out of the reports: {l:?}");
+    assert_eq!(l[&0].next_offset, 0, "{l:?}");
+    assert_eq!(l[&0].lag, Some(20), "{l:?}");
+    assert_eq!(l[&0].record_time, None, "{l:?}");
+    for m in reader.progress.iter().filter(|m| m.topic == s.topic) {
+        let parts = m.as_progress().unwrap_or_default();
+        let p1_caught_up = parts.iter().any(|p| p.partition == 1 && p.lag == Some(0));
+        assert!(
+            !p1_caught_up || parts.iter().any(|p| p.partition == 0),
+            "a report with partition 1 caught up and without partition 0: {parts:?}"
+        );
+    }
+    txn.abort_transaction(Duration::from_secs(30)).unwrap();
     svc.stop().await;
 }

@@ -6,6 +6,7 @@
 //! the fix every window waited for dc2 (pending, then stalled), and the loss was never
 //! reported.
 
+mod e2e;
 #[path = "../../audit-service/tests/support/mod.rs"]
 mod support;
 
@@ -20,36 +21,6 @@ use web::engine::{Lifecycle, Verdict};
 const PARTITIONS: i32 = 3;
 const MESSAGES: u64 = 3000;
 const WINDOWS: i64 = 6;
-
-fn collect_config(db_url: &str, sources: &[(&str, &str, &str)]) -> collector::CollectConfig {
-    let mut toml = format!(
-        r#"
-[store]
-url = "{db_url}"
-[http]
-listen = "127.0.0.1:0"
-[batch]
-max_messages = 500
-max_wait = "50ms"
-[retention]
-enabled = false
-"#
-    );
-    for (name, bootstrap, topic) in sources {
-        toml.push_str(&format!(
-            r#"
-[[sources]]
-name = "{name}"
-topics = ["{topic}"]
-group_id = "{group}"
-[sources.kafka]
-bootstrap_servers = "{bootstrap}"
-"#,
-            group = testkit::unique("region-only-collector")
-        ));
-    }
-    toml::from_str(&toml).expect("collector config parses")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn topic_of_one_upstream_datacenter_reports_its_loss() {
@@ -128,7 +99,7 @@ async fn topic_of_one_upstream_datacenter_reports_its_loss() {
     let store = store::Store::connect(db.url()).await.expect("connect");
     store.migrate().await.expect("migrate");
     let collector = tokio::spawn(collector::run(
-        collect_config(db.url(), &[("a", &a, &audit_a), ("b", &b, &audit_b)]),
+        e2e::collect_config(db.url(), &[("a", &a, &audit_a), ("b", &b, &audit_b)], 500),
         stop.clone(),
     ));
 
@@ -148,43 +119,14 @@ datacenters = { dc1 = "agg", dc2 = "agg" }
     .expect("serve config parses");
     let state = web::AppState::new(config, store).expect("state");
     let windows: Vec<i64> = (0..WINDOWS).map(|i| base + i * WINDOW_MS).collect();
-    let all_final = testkit::wait_until_async(Duration::from_secs(60), || {
-        let state = state.clone();
-        let windows = windows.clone();
-        let topic = topic.clone();
-        async move {
-            state.evaluate(common::now_ms()).await.expect("cycle");
-            // Every non-ok verdict is kept: all final means none pending or stalled,
-            // and the counts of every window are in.
-            let waiting = state
-                .index
-                .read()
-                .unwrap()
-                .in_range(windows[0], windows[windows.len() - 1] + 1)
-                .any(|e| e.topic == topic && e.lifecycle != Lifecycle::Final);
-            // One evaluation per 200 ms is plenty (the condition is polled every 20 ms).
-            if waiting {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            !waiting && {
-                let rows = state
-                    .store
-                    .topic_windows(
-                        &topic,
-                        store::TimeRange::new(windows[0], windows[windows.len() - 1] + 1),
-                    )
-                    .await
-                    .expect("rows");
-                let sum = |tier: &str| {
-                    rows.iter()
-                        .filter(|r| r.tier == tier)
-                        .map(|r| r.count)
-                        .sum::<u64>()
-                };
-                sum("regional") == MESSAGES && sum("aggregate") == MESSAGES - drop_n
-            }
-        }
-    })
+    let all_final = e2e::wait_final(
+        &state,
+        &topic,
+        (windows[0], windows[windows.len() - 1] + 1),
+        &[("regional", MESSAGES), ("aggregate", MESSAGES - drop_n)],
+        true,
+        Duration::from_secs(60),
+    )
     .await;
     let anomalies: Vec<_> = state
         .index

@@ -1,0 +1,166 @@
+//! Issue 14, B4 end to end: the collector is down for two windows (longer than the
+//! 5 s grace) while live traffic goes on, then restarted with one message per batch
+//! and a fetch back-off, so the audit-topic backlog drains over tens of seconds. Two topics replicated from cluster A to
+//! cluster B: one loses nothing, the other loses 37 messages in one window. Over the
+//! whole run the webhook receiver gets no page for the clean topic and exactly one
+//! for the loss, in its window: progress measured before the outage and delivered
+//! after it does not make a window final before its increments are in.
+
+mod e2e;
+#[path = "../../audit-service/tests/support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use e2e::*;
+use store::AuditStore;
+use support::*;
+use tokio_util::sync::CancellationToken;
+use web::engine::{Lifecycle, Verdict};
+
+const PARTITIONS: i32 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
+    let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+    let clean = testkit::unique("outage-clean");
+    let lossy = testkit::unique("outage-lossy");
+    for t in [&clean, &lossy] {
+        testkit::create_topic(&a, t, PARTITIONS).await;
+        testkit::create_topic(&b, t, PARTITIONS).await;
+    }
+    let audit_a = testkit::create_unique_topic(&a, "outage-e2e-audit", 3).await;
+    let audit_b = testkit::create_unique_topic(&b, "outage-e2e-audit", 3).await;
+
+    let (pages, hook) = start_receiver().await;
+    let db = testkit::fresh_database("outage_e2e").await;
+    let store = store::Store::connect(db.url()).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let stop = CancellationToken::new();
+    let _stop_on_panic = stop.clone().drop_guard();
+    let (wal_a, wal_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let topics = vec![clean.clone(), lossy.clone()];
+    let mut cfg_a = tier_config(&a, &clean, &audit_a, "regional", "dc1", wal_a.path());
+    cfg_a.audit.topics = topics.clone();
+    let mut cfg_b = tier_config(&b, &clean, &audit_b, "aggregate", "agg", wal_b.path());
+    cfg_b.audit.topics = topics;
+    let auditors = [
+        tokio::spawn(audit_service::run(cfg_a, stop.clone())),
+        tokio::spawn(audit_service::run(cfg_b, stop.clone())),
+    ];
+    let sources = [("a", a.as_str(), audit_a.as_str()), ("b", &b, &audit_b)];
+    let first_run = CancellationToken::new();
+    let collector = tokio::spawn(collector::run(
+        collect_config(db.url(), &sources, 500),
+        first_run.clone(),
+    ));
+    let state =
+        web::AppState::new(serve_config(r#"{ dc1 = "agg" }"#, "30m", &hook), store).expect("state");
+    let jobs = state.spawn_jobs(&stop);
+
+    // 45 s of traffic at 50 messages/s per topic; window 1 of `lossy` loses 37.
+    let live = |topic: &str, faults: Faults| {
+        let (a, b, topic) = (a.clone(), b.clone(), topic.to_string());
+        tokio::task::spawn_blocking(move || {
+            replicate_live(
+                &a,
+                &b,
+                &topic,
+                PARTITIONS,
+                50,
+                Duration::from_secs(45),
+                faults,
+            )
+        })
+    };
+    let no_faults = Faults {
+        loss: None,
+        dup: None,
+    };
+    let traffic = [
+        live(&clean, no_faults),
+        live(
+            &lossy,
+            Faults {
+                loss: Some((1, 37)),
+                ..no_faults
+            },
+        ),
+    ];
+    // Down from one window after the traffic started until three windows after.
+    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
+    sleep_until_ms(started + WINDOW_MS).await;
+    first_run.cancel();
+    collector
+        .await
+        .expect("collector task")
+        .expect("collector result");
+    sleep_until_ms(started + 3 * WINDOW_MS).await;
+    // The drain: one message per batch, and each partition fetched again only 300 ms
+    // after its fetched messages were taken (about three auditor reports a second
+    // against two written), so the backlog takes tens of seconds.
+    let collector = tokio::spawn(collector::run(
+        collect_config_with(
+            db.url(),
+            &sources,
+            1,
+            r#""queued.min.messages" = 1
+"fetch.queue.backoff.ms" = 300
+"max.partition.fetch.bytes" = 1"#,
+        ),
+        stop.clone(),
+    ));
+
+    let mut sent = Vec::new();
+    for t in traffic {
+        sent.push(t.await.expect("traffic"));
+    }
+    let mut all_final = true;
+    for (topic, s) in [&clean, &lossy].into_iter().zip(&sent) {
+        let (up, down) = s.total();
+        all_final &= wait_final(
+            &state,
+            topic,
+            (s.first(), s.end()),
+            &[("regional", up), ("aggregate", down)],
+            false,
+            Duration::from_secs(90),
+        )
+        .await;
+    }
+    let loss_window = sent[1].first() + WINDOW_MS;
+    let paged = testkit::wait_until_async(Duration::from_secs(20), || {
+        let n = pages.of(&lossy).len();
+        async move { n >= 1 }
+    })
+    .await;
+    let judged_clean = anomalies(&state, &clean, sent[0].first(), sent[0].end());
+    let judged_lossy = anomalies(&state, &lossy, sent[1].first(), sent[1].end());
+    stop.cancel();
+    for t in auditors.into_iter().chain([collector]) {
+        t.await.expect("service task").expect("service result");
+    }
+    for j in jobs {
+        j.await.expect("job");
+    }
+    assert!(
+        all_final,
+        "windows not all final with all counts in: clean {judged_clean:?}, lossy {judged_lossy:?}"
+    );
+    assert_eq!(judged_clean, vec![]);
+    let l = sent[1].windows[&loss_window];
+    assert_eq!(
+        judged_lossy,
+        vec![(loss_window, Verdict::Loss, Lifecycle::Final, l.0, l.1)],
+        "sent {:?}",
+        sent[1]
+    );
+    assert!(paged, "no page: {:?}", pages.all());
+    assert_eq!(pages.of(&clean), vec![], "{:#?}", pages.all());
+    assert_eq!(
+        pages.of(&lossy),
+        vec![("trigger".into(), "loss".into(), Some(loss_window))],
+        "{:#?}",
+        pages.all()
+    );
+}
