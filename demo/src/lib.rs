@@ -213,7 +213,8 @@ migrate = false
 evaluate_every = "2s"
 
 [topology]
-window = "{window}"
+# No `window`: learned from the auditors' audit.event_time.window_size (the stored
+# windows), the one source of truth.
 grace = "{grace}"
 stall_after = "2m"
 
@@ -240,7 +241,6 @@ dc1 = "agg"
 "#,
         listen = args.listen,
         db = toml_str(db),
-        window = humantime_str(args.window),
         grace = humantime_str(args.grace),
     );
     // Keep the file readable when printed.

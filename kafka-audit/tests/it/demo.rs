@@ -135,7 +135,9 @@ async fn demo_detects_injected_loss_and_duplication_in_the_right_windows() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
         let to = from + 600_000;
-        let Ok(resp) = client.get(format!("{base}/healthz")).send().await else {
+        // Ready: serve has learned the window size from the first stored window (the
+        // demo's serve.toml leaves [topology] window to the auditors) and evaluated.
+        let Ok(resp) = client.get(format!("{base}/readyz")).send().await else {
             continue;
         };
         if !resp.status().is_success() {

@@ -82,6 +82,7 @@ conformance!(
     auditor_reports_give_one_row_per_auditor,
     staged_windows_are_increments_not_yet_rolled_up,
     open_alerts_are_saved_replaced_listed_and_deleted,
+    latest_window_ms_is_the_length_of_the_newest_window,
 );
 
 /// Rolls up everything staged.
@@ -1520,4 +1521,23 @@ async fn open_alerts_are_saved_replaced_listed_and_deleted(store: &Store) {
         store.open_alerts("pager").await.unwrap(),
         vec![pair("k1", r#"{"v":4}"#)]
     );
+}
+
+/// serve learns the deployment's window size from the store: the length of the window
+/// that starts last (none on an empty store).
+async fn latest_window_ms_is_the_length_of_the_newest_window(store: &Store) {
+    assert_eq!(store.latest_window_ms().await.unwrap(), None);
+    let mut messages: Vec<Message> = (0..3)
+        .map(|w| Message::from(increment("a", "regional", "dc1", w, 1)))
+        .collect();
+    // The auditors were reconfigured to 5-minute windows: the newest window is short.
+    let mut short = increment("b", "regional", "dc1", 5, 1);
+    short.window_end_ms = short.window_start_ms + 300_000;
+    messages.push(Message::from(short));
+    // An older window of another size does not count.
+    let mut long = increment("c", "regional", "dc1", 0, 1);
+    long.window_end_ms = long.window_start_ms + 3_600_000;
+    messages.push(Message::from(long));
+    store.write_batch(&batch(messages)).await.unwrap();
+    assert_eq!(store.latest_window_ms().await.unwrap(), Some(300_000));
 }

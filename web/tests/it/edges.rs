@@ -34,7 +34,9 @@ datacenters = { dc1 = "agg", dc2 = "agg" }
 on_both_backends!(
     many_to_one_region_only_topic,
     lag_zero_is_dated_by_emitted_at,
-    window_size_mismatch_is_reported
+    window_size_mismatch_is_reported,
+    window_size_is_learned_from_the_store,
+    learned_window_reports_older_sizes_as_mismatch
 );
 
 async fn write_at(store: &store::Store, messages: Vec<Message>, received_at_ms: i64) {
@@ -261,7 +263,7 @@ async fn deleted_topic_is_forgotten_after_forget_after_postgres() {
     let alerts = web::alert::desired(
         &index,
         &state.config.alerting,
-        state.topology.stall_after_ms,
+        state.topology.get().expect("window set").stall_after_ms,
     );
     assert!(alerts.is_empty(), "{alerts:#?}");
 }
@@ -361,7 +363,7 @@ async fn late_auditor_catching_up_pages_nothing_postgres() {
         web::alert::desired(
             &index,
             &state.config.alerting,
-            state.topology.stall_after_ms,
+            state.topology.get().expect("window set").stall_after_ms,
         )
     };
     let w = settled_window();
@@ -516,6 +518,143 @@ async fn window_size_mismatch_is_reported(backend: Backend) {
     let ready = get(&state, "/readyz").await;
     assert!(
         ready.body.get("window_size_mismatch").is_none(),
+        "{}",
+        ready.body
+    );
+}
+
+/// A 5-minute window: the auditors' `window_size = "5m"`.
+fn five_minute(topic: &str, tier: &str, w: i64, count: u64) -> Message {
+    let mut m = increment(topic, tier, "dc1", w, count, count * 10);
+    if let store::AuditBody::Increment(i) = &mut m.body {
+        i.window_end = w + 5 * MIN;
+    }
+    m
+}
+
+/// `[topology]` without `window`: serve learns the size from the auditors' windows.
+async fn state_without_window(backend: Backend) -> (AppState, Db) {
+    let (store, db) = store(backend).await;
+    let topology = TOPOLOGY.replace("window = \"10m\"\n", "");
+    assert!(!topology.contains("window ="), "{topology}");
+    let config: Config = toml::from_str(&topology).expect("config parses");
+    config.validate().expect("config without window is valid");
+    (AppState::new(config, store).expect("state"), db)
+}
+
+/// With no `[topology] window`, the auditors' `audit.event_time.window_size` is the
+/// one source of truth: until the store holds a window, serve is not ready and says
+/// why; then it judges in the stored windows' size (5 minutes here, not the old 10-minute
+/// default), with no mismatch reported.
+async fn window_size_is_learned_from_the_store(backend: Backend) {
+    let (state, _db) = state_without_window(backend).await;
+    state
+        .evaluate(now_ms())
+        .await
+        .expect("cycle on an empty store");
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(
+        ready.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        ready.body
+    );
+    assert_eq!(ready.body["status"], "not ready", "{}", ready.body);
+    assert!(
+        ready.body["waiting_for"]
+            .as_str()
+            .is_some_and(|s| s.contains("window size")),
+        "{}",
+        ready.body
+    );
+    // The API that needs the window size answers 503 until it is known.
+    let topology = get(&state, "/api/v1/topology").await;
+    assert_eq!(
+        topology.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        topology.body
+    );
+
+    // Two 5-minute windows, the second not aligned on 10 minutes; 10 % loss in each.
+    let w = settled_window();
+    let w2 = w + 5 * MIN;
+    write(
+        &state.store,
+        vec![
+            five_minute("orders", "producer", w, 100),
+            five_minute("orders", "regional", w, 90),
+            five_minute("orders", "producer", w2, 100),
+            five_minute("orders", "regional", w2, 90),
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("cycle");
+
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+    assert!(ready.body.get("waiting_for").is_none(), "{}", ready.body);
+    assert!(
+        ready.body.get("window_size_mismatch").is_none(),
+        "{}",
+        ready.body
+    );
+    let metrics = state.metrics.encode();
+    assert!(
+        !metrics.contains("kafka_audit_window_size_mismatch{"),
+        "{metrics}"
+    );
+    let topology = get(&state, "/api/v1/topology").await;
+    assert_eq!(topology.status, StatusCode::OK, "{}", topology.body);
+    assert_eq!(topology.body["window_ms"], 5 * MIN, "{}", topology.body);
+    for start in [w, w2] {
+        let v = verdicts(&state, "orders", start);
+        assert_eq!(v.len(), 1, "window {start}: {v:?}");
+        assert_eq!(v[0].2, Verdict::Loss, "window {start}: {v:?}");
+    }
+}
+
+/// Stored windows of two sizes when serve learns (the auditors were reconfigured): the
+/// most recent size rules and the other is reported as a mismatch.
+async fn learned_window_reports_older_sizes_as_mismatch(backend: Backend) {
+    let (state, _db) = state_without_window(backend).await;
+    let old = settled_window() - 60 * MIN;
+    let w = settled_window();
+    write(
+        &state.store,
+        vec![
+            // Before: 10-minute windows at both tiers.
+            increment("orders", "producer", "dc1", old, 100, 1000),
+            increment("orders", "regional", "dc1", old, 100, 1000),
+            // Now: 5-minute windows.
+            five_minute("orders", "producer", w, 100),
+            five_minute("orders", "regional", w, 100),
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("cycle");
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+    let reported: Vec<(String, i64, i64)> = ready.body["window_size_mismatch"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", ready.body))
+        .iter()
+        .map(|m| {
+            (
+                m["tier"].as_str().unwrap().to_string(),
+                m["window_ms"].as_i64().unwrap(),
+                m["topology_window_ms"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reported,
+        vec![
+            ("producer".to_string(), WINDOW, 5 * MIN),
+            ("regional".to_string(), WINDOW, 5 * MIN),
+        ],
         "{}",
         ready.body
     );

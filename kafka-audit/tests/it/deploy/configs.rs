@@ -83,7 +83,11 @@ fn example_configs_load_with_the_loaders_of_their_subcommands() {
 #[test]
 fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
     let ex = load_examples();
-    let topo = web::engine::Topology::new(ex.serve.topology.clone()).unwrap();
+    let topo = web::engine::Topology::learned(
+        ex.serve.topology.clone(),
+        ex.audits[0].audit.event_time.window_size,
+    )
+    .unwrap();
     check_one_deployment(&ex.audits, &ex.collect, &ex.serve, "deploy/config");
     // The many-to-one edge sends both regions to the aggregate auditor's datacenter.
     let agg = ex

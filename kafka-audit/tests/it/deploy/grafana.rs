@@ -344,7 +344,8 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
     // every edge and the same anomalies.
     let mut serve = web::Config::load(Some(&config_dir().join("serve.toml"))).unwrap();
     serve.topology.thresholds = Default::default();
-    let topology = web::engine::Topology::new(serve.topology).unwrap();
+    let window = audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap();
+    let topology = web::engine::Topology::learned(serve.topology, window).unwrap();
     let (rows, progress) = {
         use store::AuditStore;
         let range = store::TimeRange::new(first, first + 6 * WINDOW_MS);
@@ -417,7 +418,8 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
 fn grafana_edges_mirror_the_example_topology() {
     let d = dashboard();
     let serve = web::Config::load(Some(&config_dir().join("serve.toml"))).unwrap();
-    let topo = web::engine::Topology::new(serve.topology).unwrap();
+    let window = audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap();
+    let topo = web::engine::Topology::learned(serve.topology, window).unwrap();
     let row = regex::Regex::new(r"\('([^']+)', '([^']+)', '([^']+)', '([^']+)'\)").unwrap();
     let mut checked = 0;
     for (title, sql, _) in sql_queries(&d) {

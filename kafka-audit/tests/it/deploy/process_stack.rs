@@ -235,12 +235,7 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
     );
 
     // The health checks of the compose file and the Kubernetes probes answer 200.
-    for (port, path) in [
-        (ops, "/healthz"),
-        (ingest, "/healthz"),
-        (api, "/healthz"),
-        (api, "/readyz"),
-    ] {
+    for (port, path) in [(ops, "/healthz"), (ingest, "/healthz"), (api, "/healthz")] {
         let url = format!("http://127.0.0.1:{port}{path}");
         eventually(
             60,
@@ -254,6 +249,21 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
         let (_, m) = http_get(&format!("http://127.0.0.1:{ops}/metrics")).await?;
         (sample_sum(&m, "kafka_audit_assigned_partitions", "") >= 3.0).then_some(())
     })
+    .await;
+
+    // No [topology] window in the compose config: before the first audit window is
+    // stored, serve is not ready and says what it waits for.
+    let readyz = format!("http://127.0.0.1:{api}/readyz");
+    eventually(
+        60,
+        "/readyz waiting for a window",
+        &mut [&mut serve],
+        || async {
+            http_get(&readyz)
+                .await
+                .filter(|(s, body)| *s == 503 && body.contains("\"waiting_for\""))
+        },
+    )
     .await;
 
     const N: usize = 300;
@@ -289,6 +299,12 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
     assert!(rows
         .iter()
         .all(|r| r.tier == "regional" && r.datacenter == "dc1"));
+    // The health check of the compose file and the Kubernetes probe answer 200 once
+    // serve has learned the window size from a stored window.
+    eventually(60, "/readyz ready", &mut [&mut serve], || async {
+        http_get(&readyz).await.filter(|(s, _)| *s == 200)
+    })
+    .await;
 
     // The metrics the alert rules and dashboards use are exposed with values.
     let (_, m) = http_get(&format!("http://127.0.0.1:{ops}/metrics"))

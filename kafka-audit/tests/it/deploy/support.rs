@@ -73,15 +73,29 @@ pub fn config_dir() -> PathBuf {
 
 /// The auditors, the collector and the web service of one deployment fit together:
 /// every auditor's tier is in the topology (with progress watermarks, which auditors
-/// publish), all use the topology's window size, every audit topic is collected from
-/// the auditor's own cluster, instance ids are unique.
+/// publish), the window size has one source of truth (the auditors' `window_size`, all
+/// equal; serve's `[topology] window` unset, so serve learns it from the stored
+/// windows), every audit topic is collected from the auditor's own cluster, instance
+/// ids are unique.
 pub fn check_one_deployment(
     audits: &[audit_service::Config],
     collect: &collector::CollectConfig,
     serve: &web::Config,
     context: &str,
 ) {
-    let topo = web::engine::Topology::new(serve.topology.clone()).unwrap();
+    assert_eq!(
+        serve.topology.window, None,
+        "{context}: [topology] window repeats the auditors' audit.event_time.window_size; leave it unset so theirs is the one source of truth"
+    );
+    let sizes: BTreeSet<i64> = audits
+        .iter()
+        .map(|a| a.audit.event_time.window_size.as_millis())
+        .collect();
+    assert_eq!(
+        sizes.len(),
+        1,
+        "{context}: auditors' window sizes {sizes:?}"
+    );
     for a in audits {
         let id = format!("{context}: auditor {}", a.audit.instance_id);
         let tier = serve
@@ -95,11 +109,6 @@ pub fn check_one_deployment(
             tier.progress,
             "{id}: tier {} has progress = false",
             tier.name
-        );
-        assert_eq!(
-            a.audit.event_time.window_size.as_millis(),
-            topo.window.as_millis(),
-            "{id}: window size differs from [topology].window"
         );
         let bootstrap = a.kafka.bootstrap().unwrap();
         assert!(
