@@ -75,7 +75,14 @@ impl PartState {
     /// position, so a trailing commit/abort marker does not count as unread (B5);
     /// for a partition with nothing readable at all (log start = end) and no
     /// position yet, its end (B2: an empty partition is "read", not "never read").
-    pub(crate) fn read_up_to(&self) -> Option<i64> {
+    ///
+    /// Nothing read and no committed offset known (a new consumer group, or the
+    /// committed offset could not be read): when consumption starts at the log start
+    /// (`from_log_start`, `auto.offset.reset` earliest), the log start, else 0 — never
+    /// nothing. A partition left out of the report could not hold a window back (the
+    /// engine judges an auditor by the partitions it reports) and a negative offset
+    /// would get the whole report rejected; reported behind, it blocks until read.
+    pub(crate) fn read_up_to(&self, from_log_start: bool) -> Option<i64> {
         let data = self.next.or(self.start).filter(|&o| o >= 0);
         let read = match (data, self.position) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -83,10 +90,20 @@ impl PartState {
         };
         read.or(match self.ends {
             Some(e) if e.low == e.end => Some(e.end),
+            Some(e) if from_log_start => Some(e.low.max(0)),
+            _ if from_log_start => Some(0),
             _ => None,
         })
-        .or(self.next.or(self.start))
     }
+}
+
+/// Whether a partition without a committed offset is read from its log start
+/// (`auto.offset.reset` earliest, the auditor's default).
+fn starts_at_log_start(cfg: &crate::config::Config) -> bool {
+    matches!(
+        crate::service::consumer_client_config(cfg).get("auto.offset.reset"),
+        None | Some("earliest" | "smallest" | "beginning")
+    )
 }
 
 /// Why a report is made.
@@ -160,6 +177,7 @@ impl Core {
                 st.record_time = record_time;
             }
         }
+        let from_log_start = starts_at_log_start(&self.cfg);
         let mut ranges = Vec::new();
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();
@@ -178,7 +196,7 @@ impl Core {
                         end,
                     });
                 }
-                if let Some(next) = st.read_up_to() {
+                if let Some(next) = st.read_up_to(from_log_start) {
                     let lag = st.ends.map(|e| (e.end - next).max(0));
                     if let Some(lag) = lag {
                         self.metrics

@@ -8,6 +8,7 @@
 //! test binary (one test, so no other test's allocations are counted).
 #![allow(unsafe_code)]
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -4,6 +4,7 @@
 //! increments produced, exactly. Its own test binary: the restart would disturb
 //! other tests of the same process.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::path::Path;

@@ -1,10 +1,10 @@
-//! The `kafka-audit` binary: one thin dispatcher over the service crates.
+//! The `kafka-audit` binary: one thin dispatcher over the service crates (the demo is
+//! the `demo` crate).
 
 use clap::{Parser, Subcommand};
 
 mod audit;
 mod collect;
-mod demo;
 mod inspect;
 mod migrate;
 mod serve;

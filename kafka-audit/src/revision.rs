@@ -1,5 +1,5 @@
 //! The git revision in `kafka-audit --version`. Used by `build.rs` (not by the binary
-//! at run time) and tested by `tests/version.rs`.
+//! at run time) and tested by `tests/it/version.rs`.
 
 use std::path::Path;
 use std::process::Command;

@@ -244,6 +244,12 @@ pub trait AuditStore: Send + Sync {
         from_window_ms: i64,
     ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send;
 
+    /// The length (ms) of the stored window that starts last (of the longest when
+    /// several start then), `None` when no window is stored. serve learns the
+    /// deployment's window size from it when `[topology] window` is not set: the
+    /// auditors' `audit.event_time.window_size` is the one source of truth.
+    fn latest_window_ms(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
+
     /// Alerts a channel has delivered and not resolved: `(dedup_key, alert JSON)`.
     fn open_alerts(
         &self,
@@ -444,6 +450,9 @@ impl AuditStore for Store {
         from_window_ms: i64,
     ) -> Result<Vec<(String, String, String, i64)>> {
         dispatch!(self, s => s.staged_windows(topic, from_window_ms).await)
+    }
+    async fn latest_window_ms(&self) -> Result<Option<i64>> {
+        dispatch!(self, s => s.latest_window_ms().await)
     }
     async fn open_alerts(&self, channel: &str) -> Result<Vec<(String, String)>> {
         dispatch!(self, s => s.open_alerts(channel).await)

@@ -76,6 +76,10 @@ pub(crate) const AUDITOR_REPORTS: &str =
     "SELECT topic, tier, datacenter, max(received_at_ms) FROM audit_progress
      GROUP BY topic, tier, datacenter ORDER BY topic, tier, datacenter LIMIT $1";
 
+/// Uses `audit_window_range` (window_start_ms, topic) backwards: one index probe.
+pub(crate) const LATEST_WINDOW_MS: &str = "SELECT window_end_ms - window_start_ms FROM audit_window
+     ORDER BY window_start_ms DESC, window_end_ms DESC LIMIT 1";
+
 pub(crate) const OPEN_ALERTS: &str =
     "SELECT dedup_key, alert FROM web_alert_open WHERE channel = $1";
 
@@ -183,6 +187,13 @@ macro_rules! shared_methods {
                 .fetch_all(&self.pool)
                 .await
                 .context("reading auditors' last reports")
+        }
+
+        async fn latest_window_ms(&self) -> Result<Option<i64>> {
+            sqlx::query_scalar(crate::shared::LATEST_WINDOW_MS)
+                .fetch_optional(&self.pool)
+                .await
+                .context("reading the newest window's length")
         }
 
         async fn open_alerts(&self, channel: &str) -> Result<Vec<(String, String)>> {

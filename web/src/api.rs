@@ -165,11 +165,14 @@ pub struct OverrideView {
 
 /// Tiers, edges (with datacenter mapping), thresholds, grace period, overrides
 #[utoipa::path(get, path = "/api/v1/topology", operation_id = "topology",
-    responses((status = 200, description = "OK", body = TopologyView)))]
-pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
-    let t = &state.topology;
+    responses(
+        (status = 200, description = "OK", body = TopologyView),
+        (status = 503, description = "Window size not known yet", body = crate::openapi::ErrorBody),
+    ))]
+pub async fn topology(State(state): State<AppState>) -> ApiResult<Json<TopologyView>> {
+    let t = state.topology()?;
     let c = &t.config;
-    Json(TopologyView {
+    Ok(Json(TopologyView {
         window_ms: t.window.as_millis(),
         grace_ms: c.grace.as_millis() as i64,
         stall_after_ms: t.stall_after_ms,
@@ -208,7 +211,7 @@ pub async fn topology(State(state): State<AppState>) -> Json<TopologyView> {
                 ratio: o.ratio,
             })
             .collect(),
-    })
+    }))
 }
 
 // ---------- /topics
@@ -499,7 +502,7 @@ pub async fn windows(
         topic,
         from,
         to,
-        window_ms: state.topology.window.as_millis(),
+        window_ms: state.topology()?.window.as_millis(),
         windows,
         tiers,
     }))
@@ -529,7 +532,7 @@ pub async fn compare(
     let Path(topic) = path?;
     let Query(q) = query?;
     let (from, to) = q.resolve(&state)?;
-    let topo = &state.topology;
+    let topo = state.topology()?;
     let first = topo.window.window_of(from).start_ms;
     // Progress, then staged increments, then window rows (see `AuditStore::staged_windows`).
     let progress = topic_progress(&state.store, &topic).await?;
@@ -608,7 +611,7 @@ pub async fn offsets(
     let Path((topic, start)) = path?;
     let Query(q) = query?;
     let window_start = parse_time("window_start", &start)?;
-    let topo = &state.topology;
+    let topo = state.topology()?;
     if topo.window.window_of(window_start).start_ms != window_start {
         return Err(AppError::bad_request(format!(
             "window_start {window_start} is not a multiple of the window size ({} ms)",

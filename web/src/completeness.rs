@@ -20,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use store::{AuditStore, TimeRange};
 
 use crate::api::resolve_range;
-use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Verdict};
+use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Topology, Verdict};
 use crate::error::{ApiResult, AppError};
 use crate::eval::topic_progress;
 use crate::openapi::TimeParam;
@@ -135,11 +135,10 @@ fn names<'a>(it: impl Iterator<Item = &'a str>) -> String {
 
 /// The edge whose downstream is `tier`, or a 400 that says what the reference is.
 fn upstream_edge<'t>(
-    state: &'t AppState,
+    topo: &'t Topology,
     tier: &str,
     upstream: Option<&str>,
 ) -> ApiResult<&'t Edge> {
-    let topo = &state.topology;
     if topo.tier(tier).is_none() {
         return Err(AppError::bad_request(format!(
             "tier {tier:?} is not in the topology (tiers: {})",
@@ -183,7 +182,7 @@ fn upstream_edge<'t>(
 
 fn threshold(state: &AppState, value: Option<&str>) -> ApiResult<f64> {
     match value.filter(|v| !v.is_empty()) {
-        None => Ok(state.topology.config.completeness),
+        None => Ok(state.topology.config().completeness),
         Some(v) => v
             .parse::<f64>()
             .ok()
@@ -262,7 +261,7 @@ pub async fn completeness(
 ) -> ApiResult<Json<CompletenessResponse>> {
     let Path(topic) = path?;
     let Query(q) = query?;
-    let topo = &state.topology;
+    let topo = state.topology()?;
     let mut downstream: Vec<&str> = topo.edges.iter().map(|e| e.downstream.as_str()).collect();
     downstream.sort_unstable();
     downstream.dedup();
@@ -270,11 +269,7 @@ pub async fn completeness(
         &q.tier,
         &format!("tier is required (one of: {})", downstream.join(", ")),
     )?;
-    let edge = upstream_edge(
-        &state,
-        tier,
-        q.upstream.as_deref().filter(|u| !u.is_empty()),
-    )?;
+    let edge = upstream_edge(&topo, tier, q.upstream.as_deref().filter(|u| !u.is_empty()))?;
     let datacenter = required(&q.datacenter, "datacenter is required")?;
     if !edge.is_one_to_one() && !edge.datacenters.values().any(|d| d == datacenter) {
         let mut targets: Vec<&str> = edge.datacenters.values().map(String::as_str).collect();

@@ -250,7 +250,7 @@ impl Config {
 
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
-        crate::engine::Topology::new(self.topology.clone())?;
+        crate::engine::Topology::check(&self.topology)?;
         let s = &self.serve;
         anyhow::ensure!(
             s.max_page_size >= 1,

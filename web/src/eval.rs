@@ -14,8 +14,10 @@ use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use audit_lib::WindowSize;
 use store::{AuditStore, Store, StoreError, TimeRange};
 
+use crate::engine::topology::TopologyCell;
 use crate::engine::{self, EdgeWindow, ProgressRow, Topology, Verdict, WindowRow};
 use crate::metrics::{AuditorLabels, EdgeLabels, KindLabels, Metrics, TierLabels, TopicKindLabels};
 
@@ -77,6 +79,9 @@ pub struct VerdictIndex {
     /// By (tier, datacenter): stored windows in the horizon whose length is not the
     /// topology's window (a misconfigured auditor); `/readyz` lists them.
     pub window_mismatches: BTreeMap<(String, String), WindowMismatch>,
+    /// Why nothing is judged yet, when `[topology] window` is not set and the window
+    /// size is not learned yet (no window stored); `/readyz` says it.
+    pub waiting_for: Option<String>,
 }
 
 impl VerdictIndex {
@@ -122,6 +127,10 @@ pub async fn topic_progress(store: &Store, topic: &str) -> Result<Vec<ProgressRo
 /// Upper bound of window keys read per query; a cycle with more work continues at
 /// the next cycle.
 const KEY_LIMIT: u32 = 500_000;
+/// `/readyz`'s `waiting_for` while no window is stored and `[topology] window` is not set.
+pub const WAITING_FOR_WINDOW: &str =
+    "the first audit window, to learn the window size (the auditors' audit.event_time.window_size; [topology] window is not set)";
+
 /// Late increments are looked for from a little before the previous cycle: a batch
 /// stamped before that cycle may have committed after it.
 const LATE_MARGIN_MS: i64 = 5 * 60_000;
@@ -135,7 +144,7 @@ pub struct CycleStats {
 
 pub struct Evaluator {
     pub store: Store,
-    pub topology: Arc<Topology>,
+    pub topology: Arc<TopologyCell>,
     pub index: Arc<RwLock<VerdictIndex>>,
     pub metrics: Arc<Metrics>,
     pub horizon_ms: i64,
@@ -178,7 +187,7 @@ fn note_window_mismatches(
                     topic,
                     stored_window_ms = length,
                     topology_window_ms = window_ms,
-                    "window size mismatch: this tier's auditors count in windows of another size than [topology] window; its verdicts are wrong until audit.event_time.window_size and topology.window agree"
+                    "window size mismatch: this tier's auditors count in windows of another size than serve judges in ([topology] window, or learned from the newest stored window); its verdicts are wrong until every auditor's audit.event_time.window_size agrees"
                 );
                 v.insert(m);
             }
@@ -199,7 +208,7 @@ const AUDITOR_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 impl Evaluator {
     pub fn new(
         store: Store,
-        topology: Arc<Topology>,
+        topology: Arc<TopologyCell>,
         index: Arc<RwLock<VerdictIndex>>,
         metrics: Arc<Metrics>,
         horizon_ms: i64,
@@ -220,7 +229,7 @@ impl Evaluator {
 
     /// Longest grace of any topic: how long a window can stay unsettled by time.
     fn max_grace_ms(&self) -> i64 {
-        let cfg = &self.topology.config;
+        let cfg = self.topology.config();
         cfg.overrides
             .iter()
             .filter_map(|o| o.grace)
@@ -250,8 +259,44 @@ impl Evaluator {
         result
     }
 
+    /// The topology, learning the window size from the newest stored window when
+    /// `[topology] window` is not set; `None` (and why in the index) while it cannot.
+    async fn known_topology(&self) -> Result<Option<Arc<Topology>>, StoreError> {
+        if let Some(t) = self.topology.get() {
+            return Ok(Some(t));
+        }
+        let waiting = match self.store.latest_window_ms().await? {
+            None => WAITING_FOR_WINDOW.to_string(),
+            Some(ms) => match WindowSize::from_millis(ms)
+                .map_err(|e| e.to_string())
+                .and_then(|w| self.topology.learn(w).map_err(|e| e.to_string()))
+            {
+                Ok(t) => {
+                    tracing::info!(
+                        window_ms = t.window.as_millis(),
+                        "window size learned from the newest stored window (the auditors' audit.event_time.window_size; [topology] window is not set)"
+                    );
+                    self.index.write().expect("verdict index lock").waiting_for = None;
+                    return Ok(Some(t));
+                }
+                // Stored rows are validated on the way in; this only guards the loop.
+                Err(e) => format!(
+                    "the newest stored window is {ms} ms long, which is no window size ({e}); set [topology] window"
+                ),
+            },
+        };
+        let mut index = self.index.write().expect("verdict index lock");
+        if index.waiting_for.as_deref() != Some(waiting.as_str()) {
+            tracing::info!(waiting_for = %waiting, "not evaluating yet");
+        }
+        index.waiting_for = Some(waiting);
+        Ok(None)
+    }
+
     async fn cycle_inner(&mut self, now: i64) -> Result<CycleStats, StoreError> {
-        let topo = self.topology.clone();
+        let Some(topo) = self.known_topology().await? else {
+            return Ok(CycleStats::default());
+        };
         let window_ms = topo.window.as_millis();
         let horizon_start = topo
             .window

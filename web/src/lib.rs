@@ -29,6 +29,7 @@ use tower::ServiceBuilder;
 
 pub use config::Config;
 use config::Scope;
+use engine::topology::TopologyCell;
 use engine::Topology;
 use error::AppError;
 use eval::{CycleStats, Evaluator, VerdictIndex};
@@ -38,7 +39,9 @@ use metrics::{HttpLabels, Metrics, RouteLabels};
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Config>,
-    pub topology: Arc<Topology>,
+    /// The topology; its window size is learned by the first evaluation when
+    /// `[topology] window` is not set (see [`AppState::topology`]).
+    pub topology: Arc<TopologyCell>,
     pub store: Store,
     pub index: Arc<RwLock<VerdictIndex>>,
     pub metrics: Arc<Metrics>,
@@ -54,7 +57,7 @@ impl AppState {
     pub fn new(config: Config, store: Store) -> anyhow::Result<Self> {
         config.validate()?;
         let tokens = Arc::new(common::Tokens::load(&config.auth.tokens, config::SCOPES)?);
-        let topology = Arc::new(Topology::new(config.topology.clone())?);
+        let topology = Arc::new(TopologyCell::new(config.topology.clone())?);
         let index = Arc::new(RwLock::new(VerdictIndex::default()));
         let metrics = Arc::new(Metrics::new());
         let evaluator = Evaluator::new(
@@ -81,13 +84,23 @@ impl AppState {
         })
     }
 
+    /// The topology, or 503 while its window size is not known yet (`[topology]
+    /// window` not set and no window stored).
+    pub fn topology(&self) -> Result<Arc<Topology>, AppError> {
+        self.topology.get().ok_or_else(|| {
+            AppError::unavailable(format!("waiting for {}", eval::WAITING_FOR_WINDOW))
+        })
+    }
+
     /// Runs one evaluation cycle at `now` (epoch ms) and publishes the anomalies to
     /// the alert channels.
     pub async fn evaluate(&self, now: i64) -> Result<CycleStats, StoreError> {
         let stats = self.evaluator.lock().await.cycle(now).await?;
         let desired = {
             let index = self.index.read().expect("verdict index lock");
-            alert::desired(&index, &self.config.alerting, self.topology.stall_after_ms)
+            let stall_after_ms =
+                i64::try_from(self.config.topology.stall_after.as_millis()).unwrap_or(i64::MAX);
+            alert::desired(&index, &self.config.alerting, stall_after_ms)
         };
         self.alerts.send_replace(Some(Arc::new(desired)));
         Ok(stats)
@@ -252,9 +265,14 @@ pub struct ReadyView {
     pub status: &'static str,
     /// `ok` or `unavailable`.
     pub store: &'static str,
-    /// Tiers and datacenters whose stored windows in the horizon are not
-    /// `[topology] window` long (their auditors count in another window size; see
+    /// Tiers and datacenters whose stored windows in the horizon are not the
+    /// topology's window long (`[topology] window`, or the learned size) (their auditors count in another window size; see
     /// docs/web.md). Absent when there are none.
+    /// What serve waits for before it judges anything: set while `[topology] window`
+    /// is not set and no audit window is stored to learn the window size from.
+    /// Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub window_size_mismatch: Vec<WindowSizeMismatchView>,
 }
@@ -267,7 +285,8 @@ pub struct WindowSizeMismatchView {
     pub tier: String,
     /// A topic where it was seen (the most recent such window).
     pub topic: String,
-    /// `[topology] window` in ms.
+    /// The window size judged in, in ms: `[topology] window`, or when unset, the one
+    /// learned from the newest stored window.
     pub topology_window_ms: i64,
     /// The length of the stored windows in ms.
     pub window_ms: i64,
@@ -280,17 +299,23 @@ async fn healthz() -> Json<HealthView> {
     Json(HealthView { status: "ok" })
 }
 
-/// Readiness: store reachable and first evaluation done
+/// Readiness: store reachable and first evaluation done (with no `[topology] window`, after the window size is learned from a stored window)
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", security(()),
     responses(
         (status = 200, description = "OK", body = ReadyView),
         (status = 503, description = "Not ready", body = ReadyView),
     ))]
 async fn readyz(State(state): State<AppState>) -> Response {
-    let (evaluated_at, mismatches) = {
+    let (evaluated_at, mismatches, waiting_for) = {
         let index = state.index.read().expect("verdict index lock");
-        (index.evaluated_at, index.window_mismatches.clone())
+        (
+            index.evaluated_at,
+            index.window_mismatches.clone(),
+            index.waiting_for.clone(),
+        )
     };
+    // Mismatches are only found once the window size is known.
+    let topology_window_ms = state.topology.get().map_or(0, |t| t.window.as_millis());
     let db = state.store.ping().await;
     let ready = db.is_ok() && evaluated_at.is_some();
     // Open by default: the store's error text (host names, user names) goes to the
@@ -302,6 +327,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         evaluated_at,
         status: if ready { "ready" } else { "not ready" },
         store: if db.is_ok() { "ok" } else { "unavailable" },
+        waiting_for,
         // Ready all the same (the API serves), but an on-call reading /readyz sees why
         // the verdicts of a tier cannot be trusted: its auditors count in windows of
         // another size than [topology] window.
@@ -311,7 +337,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
                 datacenter: datacenter.clone(),
                 tier: tier.clone(),
                 topic: m.topic.clone(),
-                topology_window_ms: state.topology.window.as_millis(),
+                topology_window_ms,
                 window_ms: m.window_ms,
             })
             .collect(),

@@ -8,9 +8,37 @@ const END: i64 = W + 10 * MIN;
 const SETTLED: i64 = END + 20 * MIN; // default grace 20 min
 const CAUGHT_UP: i64 = SETTLED + MIN; // record time past end + grace
 
+/// The topology of `cfg` judging in 10-minute windows: `[topology] window` when set,
+/// otherwise as if 10 minutes had been learned from the store.
+fn ten_minutes(cfg: TopologyConfig) -> Result<Topology, TopologyError> {
+    Topology::learned(cfg, audit_lib::WindowSize::DEFAULT)
+}
+
+/// `[topology] window`, when set, rules; unset, `Topology::new` refuses (serve learns
+/// it from the store) and `Topology::learned` takes the learned size.
+#[test]
+fn explicit_window_rules_and_an_unset_one_is_learned() {
+    let five = audit_lib::WindowSize::from_millis(5 * MIN).unwrap();
+    let unset = TopologyConfig::default();
+    assert!(unset.window.is_none());
+    let err = Topology::new(unset.clone()).unwrap_err().to_string();
+    assert!(err.contains("window is not set"), "{err}");
+    let learned = Topology::learned(unset.clone(), five).unwrap();
+    assert_eq!((learned.window, learned.window_learned), (five, true));
+    assert!(Topology::check(&unset).is_ok());
+    let set = TopologyConfig {
+        window: Some(std::time::Duration::from_secs(600)),
+        ..unset
+    };
+    let explicit = Topology::learned(set.clone(), five).unwrap();
+    assert_eq!(explicit.window.as_millis(), 10 * MIN);
+    assert!(!explicit.window_learned);
+    assert_eq!(Topology::new(set).unwrap().window.as_millis(), 10 * MIN);
+}
+
 fn topology(toml_src: &str) -> Topology {
     let cfg: TopologyConfig = toml::from_str(toml_src).expect("topology parses");
-    Topology::new(cfg).expect("topology is valid")
+    ten_minutes(cfg).expect("topology is valid")
 }
 
 /// producer → regional one-to-one; regional dc1+dc2 → aggregate "agg".
@@ -700,7 +728,7 @@ fn config_errors_are_clear() {
     for (src, want) in cases {
         let err = match toml::from_str::<TopologyConfig>(src) {
             Err(e) => e.to_string(),
-            Ok(cfg) => match Topology::new(cfg) {
+            Ok(cfg) => match ten_minutes(cfg) {
                 Err(e) => e.to_string(),
                 Ok(_) => panic!("accepted invalid topology {src:?}"),
             },
@@ -737,7 +765,7 @@ fn override_patterns_match_like_the_auditors_rules() {
         "",
     ];
     for pattern in patterns {
-        let topo = Topology::new(TopologyConfig {
+        let topo = ten_minutes(TopologyConfig {
             overrides: vec![topology::OverrideConfig {
                 topics: pattern.into(),
                 grace: None,
@@ -760,7 +788,7 @@ fn override_patterns_match_like_the_auditors_rules() {
         }
     }
     let topo = |p: &str| {
-        Topology::new(TopologyConfig {
+        ten_minutes(TopologyConfig {
             overrides: vec![topology::OverrideConfig {
                 topics: p.into(),
                 grace: None,
@@ -870,7 +898,7 @@ fn completeness_threshold_must_be_a_ratio() {
         "completeness = nan",
     ] {
         let cfg: TopologyConfig = toml::from_str(bad).expect("parses");
-        let err = Topology::new(cfg).unwrap_err().to_string();
+        let err = ten_minutes(cfg).unwrap_err().to_string();
         assert!(err.contains("completeness"), "{bad}: {err}");
     }
     assert_eq!(TopologyConfig::default().completeness, 0.999);

@@ -12,9 +12,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopologyConfig {
-    /// Window size; all tiers of one deployment use the same size.
-    #[serde(with = "humantime_serde", default = "default_window")]
-    pub window: Duration,
+    /// Window size; all tiers of one deployment use the same size. Best left unset:
+    /// then the auditors' `audit.event_time.window_size` is the one source of truth and
+    /// serve learns it from the stored windows at its first evaluation (not ready until
+    /// the store holds one). When set, stored windows of another size are reported.
+    #[serde(with = "humantime_serde", default)]
+    pub window: Option<Duration>,
     /// How long after a window's end late data is still waited for before judging it.
     #[serde(with = "humantime_serde", default = "default_grace")]
     pub grace: Duration,
@@ -47,7 +50,7 @@ pub struct TopologyConfig {
 impl Default for TopologyConfig {
     fn default() -> Self {
         Self {
-            window: default_window(),
+            window: None,
             grace: default_grace(),
             stall_after: default_stall_after(),
             forget_after: default_forget_after(),
@@ -60,9 +63,6 @@ impl Default for TopologyConfig {
     }
 }
 
-fn default_window() -> Duration {
-    Duration::from_secs(600)
-}
 fn default_grace() -> Duration {
     Duration::from_secs(1200)
 }
@@ -193,8 +193,11 @@ pub struct Policy {
 pub struct Topology {
     pub config: TopologyConfig,
     /// The window size of the deployment: every auditor must count in it (a stored
-    /// window of another size is reported by the evaluator).
+    /// window of another size is reported by the evaluator). `config.window`, or when
+    /// that is not set, the size learned from the stored windows.
     pub window: WindowSize,
+    /// Whether `window` was learned from the stored windows (`config.window` unset).
+    pub window_learned: bool,
     pub stall_after_ms: i64,
     pub forget_after_ms: i64,
     pub edges: Vec<Edge>,
@@ -214,13 +217,44 @@ fn check_ratio(r: f64, what: &str) -> Result<(), TopologyError> {
 }
 
 impl Topology {
+    /// The topology of a `[topology]` with `window` set; without it, an error (use
+    /// [`Topology::learned`] once the window size is known).
     pub fn new(config: TopologyConfig) -> Result<Self, TopologyError> {
-        if config.window.is_zero() {
-            return Err(invalid("window must be longer than 0"));
-        }
-        if config.window.as_millis() % 1000 != 0 {
-            return Err(invalid("window must be a whole number of seconds"));
-        }
+        Self::build(config, None)
+    }
+
+    /// The topology of a `[topology]` without `window`, judging in `window`: the size
+    /// learned from the stored windows (the auditors' `audit.event_time.window_size`).
+    /// When `config.window` is set, it is used and `window` is ignored.
+    pub fn learned(config: TopologyConfig, window: WindowSize) -> Result<Self, TopologyError> {
+        Self::build(config, Some(window))
+    }
+
+    /// Checks `config` as [`Topology::new`] does, except that `window` may be unset.
+    pub fn check(config: &TopologyConfig) -> Result<(), TopologyError> {
+        Self::build(config.clone(), Some(WindowSize::DEFAULT)).map(|_| ())
+    }
+
+    fn build(config: TopologyConfig, learned: Option<WindowSize>) -> Result<Self, TopologyError> {
+        let (window, window_learned) = match (config.window, learned) {
+            (Some(w), _) => {
+                if w.is_zero() {
+                    return Err(invalid("window must be longer than 0"));
+                }
+                if w.as_millis() % 1000 != 0 {
+                    return Err(invalid("window must be a whole number of seconds"));
+                }
+                let w =
+                    WindowSize::from_duration(w).map_err(|e| invalid(format!("window: {e}")))?;
+                (w, false)
+            }
+            (None, Some(w)) => (w, true),
+            (None, None) => {
+                return Err(invalid(
+                    "window is not set: it is learned from the stored windows at run time",
+                ))
+            }
+        };
         if config.stall_after.is_zero() {
             return Err(invalid("stall_after must be longer than 0"));
         }
@@ -294,10 +328,9 @@ impl Topology {
                 check_ratio(r, &format!("override {:?}", o.topics))?;
             }
         }
-        let window = WindowSize::from_duration(config.window)
-            .map_err(|e| invalid(format!("window: {e}")))?;
         Ok(Self {
             window,
+            window_learned,
             overrides,
             stall_after_ms: ms(config.stall_after),
             forget_after_ms: ms(config.forget_after),
@@ -332,5 +365,47 @@ impl Topology {
             }
         }
         policy
+    }
+}
+
+/// The topology shared by the handlers and the evaluator: known from the start when
+/// `[topology] window` is set, otherwise once the evaluator has learned the window size
+/// from the stored windows ([`TopologyCell::learn`], once: a later change of the
+/// auditors' size is reported as a mismatch until serve restarts).
+#[derive(Debug)]
+pub struct TopologyCell {
+    config: TopologyConfig,
+    known: std::sync::OnceLock<std::sync::Arc<Topology>>,
+}
+
+impl TopologyCell {
+    pub fn new(config: TopologyConfig) -> Result<Self, TopologyError> {
+        let known = std::sync::OnceLock::new();
+        if config.window.is_some() {
+            let _ = known.set(std::sync::Arc::new(Topology::new(config.clone())?));
+        } else {
+            Topology::check(&config)?;
+        }
+        Ok(Self { config, known })
+    }
+
+    /// The topology once its window size is known.
+    pub fn get(&self) -> Option<std::sync::Arc<Topology>> {
+        self.known.get().cloned()
+    }
+
+    /// The topology judging in `window` (the length of the newest stored window) when
+    /// the size was not known yet; the known one otherwise.
+    pub fn learn(&self, window: WindowSize) -> Result<std::sync::Arc<Topology>, TopologyError> {
+        if let Some(t) = self.known.get() {
+            return Ok(t.clone());
+        }
+        let t = std::sync::Arc::new(Topology::learned(self.config.clone(), window)?);
+        Ok(self.known.get_or_init(|| t).clone())
+    }
+
+    /// `[topology]` as configured (`window` may be unset).
+    pub fn config(&self) -> &TopologyConfig {
+        &self.config
     }
 }

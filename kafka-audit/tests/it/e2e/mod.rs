@@ -1,0 +1,480 @@
+//! Shared by the end-to-end tests of issue 14 (region_only_topic.rs, transactional.rs,
+//! late_auditor.rs, collector_outage.rs, stuck_instance.rs): real auditors on cluster A
+//! and B, the collector into PostgreSQL, the web evaluator and its alerting to a local
+//! webhook receiver. It uses the audit-service test support, which `main.rs` declares
+//! as `support`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
+use serde_json::Value;
+use store::AuditStore;
+use web::engine::{Lifecycle, Verdict};
+use web::AppState;
+
+use crate::support::{audit_config, producer, send_queued, WINDOW_MS};
+
+/// An auditor config of `tier`/`dc` for `topic` on `bootstrap` (its own group).
+pub fn tier_config(
+    bootstrap: &str,
+    topic: &str,
+    audit_topic: &str,
+    tier: &str,
+    dc: &str,
+    wal: &Path,
+) -> audit_service::Config {
+    let mut cfg = audit_config(
+        bootstrap,
+        &[topic.to_string()],
+        audit_topic,
+        &testkit::unique(&format!("e2e-{tier}-{dc}")),
+        &format!("{tier}-{dc}-0"),
+        wal,
+    );
+    cfg.audit.tier = tier.into();
+    cfg.audit.datacenter = dc.into();
+    cfg
+}
+
+/// A collector config reading each `(name, bootstrap, audit topic)` into `db_url`,
+/// `max_messages` per batch.
+pub fn collect_config(
+    db_url: &str,
+    sources: &[(&str, &str, &str)],
+    max_messages: usize,
+) -> collector::CollectConfig {
+    collect_config_with(db_url, sources, max_messages, "")
+}
+
+/// [`collect_config`] with librdkafka consumer properties for every source (TOML
+/// lines of `[sources.kafka.consumer]`).
+pub fn collect_config_with(
+    db_url: &str,
+    sources: &[(&str, &str, &str)],
+    max_messages: usize,
+    consumer: &str,
+) -> collector::CollectConfig {
+    let mut toml = format!(
+        r#"
+[store]
+url = "{db_url}"
+[http]
+listen = "127.0.0.1:0"
+[batch]
+max_messages = {max_messages}
+max_wait = "50ms"
+[retention]
+enabled = false
+"#
+    );
+    for (name, bootstrap, topic) in sources {
+        toml.push_str(&format!(
+            r#"
+[[sources]]
+name = "{name}"
+topics = ["{topic}"]
+group_id = "{group}"
+[sources.kafka]
+bootstrap_servers = "{bootstrap}"
+[sources.kafka.consumer]
+{consumer}
+"#,
+            group = testkit::unique("e2e-collector")
+        ));
+    }
+    toml::from_str(&toml).expect("collector config parses")
+}
+
+/// Tiers regional and aggregate, one edge with `datacenters` (a TOML inline table),
+/// 10 s windows, 5 s grace, `stall_after`; evaluation every 500 ms; alerts to a
+/// webhook at `hook`.
+pub fn serve_config(datacenters: &str, stall_after: &str, hook: &str) -> web::Config {
+    toml::from_str(&format!(
+        r#"
+[serve]
+evaluate_every = "500ms"
+[topology]
+window = "10s"
+grace = "5s"
+stall_after = "{stall_after}"
+tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = {datacenters}
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{hook}"
+"#
+    ))
+    .expect("serve config parses")
+}
+
+/// What a local webhook receiver got: every page (trigger or resolve), in order.
+#[derive(Clone, Default)]
+pub struct Pages(Arc<Mutex<Vec<Value>>>);
+
+impl Pages {
+    pub fn all(&self) -> Vec<Value> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// `(action, verdict, window_start)` of every page about `topic` (window_start
+    /// null for an auditor page).
+    pub fn of(&self, topic: &str) -> Vec<(String, String, Option<i64>)> {
+        self.all()
+            .iter()
+            .filter(|b| b["topic"] == topic)
+            .map(|b| {
+                (
+                    b["action"].as_str().unwrap_or_default().to_string(),
+                    b["verdict"].as_str().unwrap_or_default().to_string(),
+                    b["window_start"].as_i64(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// A webhook receiver on 127.0.0.1: its pages and its URL.
+pub async fn start_receiver() -> (Pages, String) {
+    use axum::extract::State;
+    use axum::routing::post;
+    use axum::Json;
+    async fn handle(State(p): State<Pages>, Json(body): Json<Value>) -> axum::http::StatusCode {
+        p.0.lock().unwrap().push(body);
+        axum::http::StatusCode::ACCEPTED
+    }
+    let pages = Pages::default();
+    let app = axum::Router::new()
+        .route("/hook", post(handle))
+        .with_state(pages.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (pages, url)
+}
+
+/// One window's verdict as the evaluator holds it.
+pub type Judged = (i64, Verdict, Lifecycle, u64, u64);
+
+/// The non-ok verdicts of `topic` in `[from, to)`.
+pub fn anomalies(state: &AppState, topic: &str, from: i64, to: i64) -> Vec<Judged> {
+    state
+        .index
+        .read()
+        .unwrap()
+        .in_range(from, to)
+        .filter(|e| e.topic == topic)
+        .map(|e| {
+            (
+                e.window_start,
+                e.verdict,
+                e.lifecycle,
+                e.expected,
+                e.observed,
+            )
+        })
+        .collect()
+}
+
+/// Waits (bounded by `timeout`) until every window of `topic` in `[from, to)` is final
+/// and the stored counts of each tier add up to `counts`, then runs one more
+/// evaluation cycle, so the verdicts read next are of the complete counts (a cycle of
+/// the job loop may have started before the last increments were in). With
+/// `evaluate`, runs an evaluation cycle per poll (for a state whose jobs are not
+/// running).
+pub async fn wait_final(
+    state: &AppState,
+    topic: &str,
+    (from, to): (i64, i64),
+    counts: &[(&str, u64)],
+    evaluate: bool,
+    timeout: Duration,
+) -> bool {
+    testkit::wait_until_async(timeout, || async move {
+        if evaluate {
+            state.evaluate(common::now_ms()).await.expect("cycle");
+        }
+        let waiting = state
+            .index
+            .read()
+            .unwrap()
+            .in_range(from, to)
+            .any(|e| e.topic == topic && e.lifecycle != Lifecycle::Final);
+        if waiting {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return false;
+        }
+        let rows = state
+            .store
+            .topic_windows(topic, store::TimeRange::new(from, to))
+            .await
+            .expect("rows");
+        let all_in = counts.iter().all(|(tier, n)| {
+            rows.iter()
+                .filter(|r| r.tier == *tier)
+                .map(|r| r.count)
+                .sum::<u64>()
+                == *n
+        });
+        if !all_in {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        all_in
+    })
+    .await
+        && {
+            state.evaluate(common::now_ms()).await.expect("cycle");
+            true
+        }
+}
+
+/// Messages per window at each end of a live replication.
+#[derive(Debug, Default, Clone)]
+pub struct Replicated {
+    /// window start → (upstream count, downstream count)
+    pub windows: BTreeMap<i64, (u64, u64)>,
+}
+
+impl Replicated {
+    pub fn first(&self) -> i64 {
+        *self.windows.keys().next().expect("traffic")
+    }
+    /// The end of the last window.
+    pub fn end(&self) -> i64 {
+        self.windows.keys().last().expect("traffic") + WINDOW_MS
+    }
+    pub fn total(&self) -> (u64, u64) {
+        self.windows
+            .values()
+            .fold((0, 0), |(u, d), (a, b)| (u + a, d + b))
+    }
+}
+
+/// What a live replicator does to the windows of its traffic, counted from the window
+/// the traffic starts in (0): drop the first `n` messages of window `loss.0`, send the
+/// first `n` of window `dup.0` twice.
+#[derive(Debug, Clone, Copy)]
+pub struct Faults {
+    pub loss: Option<(i64, u64)>,
+    pub dup: Option<(i64, u64)>,
+}
+
+fn now_ms() -> i64 {
+    common::now_ms()
+}
+
+/// Traffic now: `rate` JSON messages per second with event time = the time of
+/// sending (also the record timestamp) for `duration`, round-robin over `partitions`,
+/// each to `topic` on `a` and, as a replicator would with `faults`, on `b`. Runs on the
+/// calling thread (call it from `spawn_blocking`).
+pub fn replicate_live(
+    a: &str,
+    b: &str,
+    topic: &str,
+    partitions: i32,
+    rate: u64,
+    duration: Duration,
+    faults: Faults,
+) -> Replicated {
+    let (pa, pb) = (producer(a), producer(b));
+    let started = Instant::now();
+    let first = now_ms() / WINDOW_MS * WINDOW_MS;
+    let mut out = Replicated::default();
+    let mut seen: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut i: u64 = 0;
+    while started.elapsed() < duration {
+        // Pace: message i goes out at i / rate seconds.
+        let due = started + Duration::from_micros(i * 1_000_000 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let ts = now_ms();
+        let window = ts / WINDOW_MS * WINDOW_MS;
+        let nth = seen.entry(window).or_default();
+        *nth += 1;
+        let index = (window - first) / WINDOW_MS;
+        let copies = match faults {
+            Faults {
+                loss: Some((w, n)), ..
+            } if w == index && *nth <= n => 0,
+            Faults {
+                dup: Some((w, n)), ..
+            } if w == index && *nth <= n => 2,
+            _ => 1,
+        };
+        let key = format!("k{i}");
+        let value = format!("{{\"id\":{i},\"ts\":{ts}}}");
+        let partition = (i % partitions as u64) as i32;
+        let rec = || {
+            BaseRecord::to(topic)
+                .key(&key)
+                .payload(&value)
+                .partition(partition)
+                .timestamp(ts)
+        };
+        send_queued(&pa, rec());
+        for _ in 0..copies {
+            send_queued(&pb, rec());
+        }
+        let w = out.windows.entry(window).or_default();
+        w.0 += 1;
+        w.1 += copies;
+        i += 1;
+    }
+    flush(&pa);
+    flush(&pb);
+    out
+}
+
+fn flush(p: &ThreadedProducer<DefaultProducerContext>) {
+    use rdkafka::producer::Producer;
+    p.flush(Duration::from_secs(60))
+        .expect("flush test producer");
+}
+
+/// Waits until the wall clock reaches `t` (epoch ms): a point of a scenario's timeline
+/// (e.g. "two windows after the traffic started"), not a condition to poll for.
+pub async fn sleep_until_ms(t: i64) {
+    let d = t - now_ms();
+    if d > 0 {
+        tokio::time::sleep(Duration::from_millis(d as u64)).await;
+    }
+}
+
+/// The two-cluster rig of most end-to-end tests: tier regional/dc1 audits cluster A,
+/// tier aggregate/agg audits cluster B, each with its own audit topic and WAL
+/// directory; a fresh PostgreSQL database for the collector and serve; a local
+/// webhook receiver; one stop token, cancelled when the rig is dropped (a failing test
+/// stops its services).
+pub struct TwoTiers {
+    pub a: String,
+    pub b: String,
+    pub audit_a: String,
+    pub audit_b: String,
+    pub pages: Pages,
+    pub hook: String,
+    pub db: testkit::TestDatabase,
+    pub stop: tokio_util::sync::CancellationToken,
+    _stop_on_drop: tokio_util::sync::DropGuard,
+    wal_a: tempfile::TempDir,
+    wal_b: tempfile::TempDir,
+}
+
+impl TwoTiers {
+    /// Audit topics `{name}-audit` on both clusters and a database `{name}`.
+    pub async fn new(name: &str) -> TwoTiers {
+        let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
+        let audit_a = testkit::create_unique_topic(&a, &format!("{name}-audit"), 3).await;
+        let audit_b = testkit::create_unique_topic(&b, &format!("{name}-audit"), 3).await;
+        let (pages, hook) = start_receiver().await;
+        let db = testkit::fresh_database(&name.replace('-', "_")).await;
+        let stop = tokio_util::sync::CancellationToken::new();
+        TwoTiers {
+            _stop_on_drop: stop.clone().drop_guard(),
+            stop,
+            a,
+            b,
+            audit_a,
+            audit_b,
+            pages,
+            hook,
+            db,
+            wal_a: tempfile::tempdir().unwrap(),
+            wal_b: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The regional/dc1 auditor's config for `topics` on cluster A.
+    pub fn regional(&self, topics: &[&str]) -> audit_service::Config {
+        let mut cfg = tier_config(
+            &self.a,
+            topics[0],
+            &self.audit_a,
+            "regional",
+            "dc1",
+            self.wal_a.path(),
+        );
+        cfg.audit.topics = topics.iter().map(|t| t.to_string()).collect();
+        cfg
+    }
+
+    /// The aggregate/agg auditor's config for `topics` on cluster B.
+    pub fn aggregate(&self, topics: &[&str]) -> audit_service::Config {
+        let mut cfg = tier_config(
+            &self.b,
+            topics[0],
+            &self.audit_b,
+            "aggregate",
+            "agg",
+            self.wal_b.path(),
+        );
+        cfg.audit.topics = topics.iter().map(|t| t.to_string()).collect();
+        cfg
+    }
+
+    /// Runs an auditor until the rig stops.
+    pub fn spawn_auditor(&self, cfg: audit_service::Config) -> Service {
+        tokio::spawn(audit_service::run(cfg, self.stop.clone()))
+    }
+
+    /// Both audit topics as collector sources.
+    pub fn sources(&self) -> [(&str, &str, &str); 2] {
+        [("a", &self.a, &self.audit_a), ("b", &self.b, &self.audit_b)]
+    }
+
+    /// A collector config for both sources into the rig's database: `max_messages` per
+    /// batch, librdkafka `consumer` properties (TOML lines, may be empty).
+    pub fn collect(&self, max_messages: usize, consumer: &str) -> collector::CollectConfig {
+        collect_config_with(self.db.url(), &self.sources(), max_messages, consumer)
+    }
+
+    /// Runs a collector until `until` is cancelled.
+    pub fn spawn_collector(
+        &self,
+        cfg: collector::CollectConfig,
+        until: &tokio_util::sync::CancellationToken,
+    ) -> Service {
+        tokio::spawn(collector::run(cfg, until.clone()))
+    }
+
+    /// serve's state on the rig's database (regional dc1 → aggregate agg, alerts to the
+    /// rig's receiver) and its running jobs.
+    pub async fn serve(&self, stall_after: &str) -> (AppState, Vec<tokio::task::JoinHandle<()>>) {
+        let store = store::Store::connect(self.db.url()).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        let state = AppState::new(
+            serve_config(r#"{ dc1 = "agg" }"#, stall_after, &self.hook),
+            store,
+        )
+        .expect("state");
+        let jobs = state.spawn_jobs(&self.stop);
+        (state, jobs)
+    }
+
+    /// Stops every service and job and waits for them; a service that failed fails the
+    /// test. Call it before asserting, so a failed assertion does not leave the test
+    /// waiting on service threads.
+    pub async fn shutdown(
+        &self,
+        services: impl IntoIterator<Item = Service>,
+        jobs: Vec<tokio::task::JoinHandle<()>>,
+    ) {
+        self.stop.cancel();
+        for s in services {
+            s.await.expect("service task").expect("service result");
+        }
+        for j in jobs {
+            j.await.expect("job");
+        }
+    }
+}
+
+/// A running auditor or collector.
+pub type Service = tokio::task::JoinHandle<anyhow::Result<()>>;

@@ -1,0 +1,33 @@
+//! The `kafka-audit` binary's integration tests, one test binary with a module per
+//! concern (one binary links once; see the workspace's Cargo.toml). Most run the built
+//! binary (`CARGO_BIN_EXE_kafka-audit` is set for this crate's integration tests only);
+//! `deploy` checks the deploy kit against the code.
+
+// The helpers of the audit-service and collector tests, shared with those crates
+// (`support` is audit-service's; `e2e` builds on it).
+#[path = "../../../collector/tests/it/support/mod.rs"]
+mod collector_support;
+mod e2e;
+#[path = "../../../audit-service/tests/it/support/mod.rs"]
+mod support;
+// The git revision in `--version` (used by build.rs, not compiled into the binary).
+#[path = "../../src/revision.rs"]
+mod revision;
+
+/// The end-to-end tests that ran alone when each file was a test binary of its own
+/// (several services and a bounded wait each: under the load of another one, their
+/// waits ran out) take this lock first, so that no two of them run at once.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+mod chaos;
+mod collect_sigkill;
+mod collector_outage;
+mod demo;
+mod deploy;
+mod inspect;
+mod late_auditor;
+mod region_only_topic;
+mod stuck_instance;
+mod transactional;
+mod version;
+mod wait;

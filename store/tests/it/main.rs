@@ -1,0 +1,4 @@
+//! The store's integration tests, one test binary with a module per concern.
+
+mod conformance;
+mod postgres_tls;

@@ -1,0 +1,742 @@
+//! Alert delivery against a local HTTP receiver (an axum server on 127.0.0.1:0):
+//! exact payloads of trigger and resolve for each channel kind, rate limiting, retry
+//! with backoff, and the alerting job running alone.
+
+use crate::support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use support::*;
+use web::metrics::ChannelLabels;
+use web::AppState;
+
+#[derive(Clone, Default)]
+struct Receiver {
+    /// (path, body) of every request answered with success.
+    got: Arc<Mutex<Vec<(String, Value)>>>,
+    /// Requests of any outcome, per path.
+    attempts: Arc<Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    fn got(&self) -> Vec<(String, Value)> {
+        self.got.lock().unwrap().clone()
+    }
+    fn attempts(&self, path: &str) -> usize {
+        self.attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| *p == path)
+            .count()
+    }
+}
+
+/// `/ok/{name}` accepts; `/flaky/{name}` answers 503 twice, then accepts;
+/// `/reject/{name}` answers 400; `/echo/{name}` answers 400 with the body it got;
+/// `/redirect/{name}` answers 307 to `/ok/{name}`.
+async fn start_receiver() -> (Receiver, String) {
+    async fn handle(
+        State(r): State<Receiver>,
+        Path((mode, name)): Path<(String, String)>,
+        Json(body): Json<Value>,
+    ) -> axum::response::Response {
+        let path = format!("/{mode}/{name}");
+        let n = {
+            let mut a = r.attempts.lock().unwrap();
+            a.push(path.clone());
+            a.iter().filter(|p| **p == path).count()
+        };
+        let status = match mode.as_str() {
+            "redirect" => StatusCode::TEMPORARY_REDIRECT,
+            "flaky" if n <= 2 => StatusCode::SERVICE_UNAVAILABLE,
+            "reject" | "echo" => StatusCode::BAD_REQUEST,
+            _ => StatusCode::ACCEPTED,
+        };
+        // `echo` answers 400 with the request body, as some receivers quote it.
+        let answer = if mode == "echo" {
+            body.to_string()
+        } else {
+            String::new()
+        };
+        if status.is_success() {
+            r.got.lock().unwrap().push((path, body));
+        }
+        if status == StatusCode::TEMPORARY_REDIRECT {
+            let to = format!("/ok/{name}");
+            return (status, [(axum::http::header::LOCATION, to)], answer).into_response();
+        }
+        (status, answer).into_response()
+    }
+    let receiver = Receiver::default();
+    let app = Router::new()
+        .route("/{mode}/{name}", post(handle))
+        .with_state(receiver.clone());
+    let base = serve_local(app).await;
+    (receiver, base)
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let ok = testkit::wait_until_async(Duration::from_secs(20), || {
+        let v = cond();
+        async move { v }
+    })
+    .await;
+    assert!(ok, "timed out waiting for {what}");
+}
+
+fn channels(base: &str, extra: &str) -> String {
+    format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[alerting]
+initial_backoff = "10ms"
+max_backoff = "50ms"
+{extra}
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "{base}/ok/slack"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+url = "{base}/ok/pagerduty"
+routing_key = "R0UT1NGKEY"
+"#
+    )
+}
+
+fn rfc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn body_of<'a>(got: &'a [(String, Value)], path: &str, action: &str) -> &'a Value {
+    got.iter()
+        .map(|(p, b)| (p, b))
+        .find(|(p, b)| {
+            p.as_str() == path
+                && (b["action"] == action
+                    || b["event_action"] == action
+                    || b["text"]
+                        .as_str()
+                        .is_some_and(|t| (action == "resolve") == t.contains("resolved")))
+        })
+        .map(|(_, b)| b)
+        .unwrap_or_else(|| panic!("no {action} on {path} in {got:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_then_resolve_when_late_data_completes_the_window() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Postgres).await;
+    let w = settled_window();
+    seed_loss(&store, "orders", w).await;
+    let state = AppState::new(config(&channels(&base, "")), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+
+    wait_for("three triggers", || receiver.got().len() == 3).await;
+    let got = receiver.got();
+    let key = format!("kafka-audit:orders:producer->regional:dc1:{w}");
+    let summary = format!(
+        "loss on orders producer -> regional (dc1), window {}: 90 of 100 messages (90.00 %): 10 of 100 messages missing",
+        rfc(w)
+    );
+    assert_eq!(
+        body_of(&got, "/ok/webhook", "trigger"),
+        &json!({
+            "source": "kafka-audit",
+            "action": "trigger",
+            "summary": summary,
+            "dedup_key": key,
+            "verdict": "loss",
+            "topic": "orders",
+            "upstream": "producer",
+            "downstream": "regional",
+            "datacenter": "dc1",
+            "window_start": w,
+            "window_end": w + WINDOW,
+            "expected": 100,
+            "observed": 90,
+            "difference": -10,
+            "completeness": 0.9,
+            "reason": "10 of 100 messages missing",
+        })
+    );
+    assert_eq!(
+        body_of(&got, "/ok/slack", "trigger"),
+        &json!({ "text": format!(":rotating_light: kafka-audit: {summary}") })
+    );
+    assert_eq!(
+        body_of(&got, "/ok/pagerduty", "trigger"),
+        &json!({
+            "routing_key": "R0UT1NGKEY",
+            "event_action": "trigger",
+            "dedup_key": key,
+            "payload": {
+                "summary": summary,
+                "source": "kafka-audit",
+                "severity": "error",
+                "component": "orders",
+                "group": "producer->regional",
+                "class": "loss",
+                "custom_details": {
+                    "upstream": "producer",
+                    "downstream": "regional",
+                    "datacenter": "dc1",
+                    "window_start": w,
+                    "window_end": w + WINDOW,
+                    "expected": 100,
+                    "observed": 90,
+                    "difference": -10,
+                    "completeness": 0.9,
+                    "reason": "10 of 100 messages missing",
+                }
+            }
+        })
+    );
+
+    // Evaluating again without change sends nothing more (deduplicated).
+    state.evaluate(now_ms()).await.unwrap();
+    // The late 10 messages complete the window: every channel resolves.
+    write(
+        &state.store,
+        vec![increment("orders", "regional", "dc1", w, 10, 100)],
+    )
+    .await;
+    state.evaluate(now_ms()).await.unwrap();
+    wait_for("three resolves", || receiver.got().len() == 6).await;
+    let got = receiver.got();
+    let mut webhook_resolve = body_of(&got, "/ok/webhook", "resolve").clone();
+    assert_eq!(webhook_resolve["dedup_key"], key);
+    assert_eq!(webhook_resolve["verdict"], "loss");
+    webhook_resolve
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k == "action" || k == "source");
+    assert_eq!(
+        webhook_resolve,
+        json!({"action": "resolve", "source": "kafka-audit"})
+    );
+    assert_eq!(
+        body_of(&got, "/ok/slack", "resolve"),
+        &json!({ "text": format!(
+            ":white_check_mark: kafka-audit: resolved loss on orders producer -> regional (dc1), window {}",
+            rfc(w)
+        )})
+    );
+    assert_eq!(
+        body_of(&got, "/ok/pagerduty", "resolve"),
+        &json!({ "routing_key": "R0UT1NGKEY", "event_action": "resolve", "dedup_key": key })
+    );
+    for c in ["hook", "chat", "pager"] {
+        let open = state
+            .metrics
+            .alerts_open
+            .get_or_create(&ChannelLabels { channel: c.into() })
+            .get();
+        assert_eq!(open, 0, "{c}");
+    }
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+    assert_eq!(
+        receiver.got().len(),
+        6,
+        "nothing beyond one trigger and one resolve per channel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_defers_alerts_beyond_the_limit() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Sqlite).await;
+    let w = settled_window();
+    for t in ["t1", "t2", "t3", "t4", "t5"] {
+        seed_loss(&store, t, w).await;
+    }
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[alerting]
+rate_limit = 2
+rate_period = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    );
+    let state = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+    let limited = || {
+        state
+            .metrics
+            .alerts_rate_limited
+            .get_or_create(&ChannelLabels {
+                channel: "hook".into(),
+            })
+            .get()
+    };
+    // The pass ends by counting what it deferred.
+    wait_for("the rate-limited pass", || limited() == 3).await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 2, "{got:#?}");
+    // In dedup-key order (topic first): t1 and t2 go out, t3..t5 wait.
+    let topics: Vec<&str> = got
+        .iter()
+        .map(|(_, b)| b["topic"].as_str().unwrap())
+        .collect();
+    assert_eq!(topics, vec!["t1", "t2"]);
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_channel_is_retried_with_backoff_and_failures_are_counted() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Sqlite).await;
+    seed_loss(&store, "orders", settled_window()).await;
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[alerting]
+initial_backoff = "10ms"
+max_backoff = "40ms"
+attempts = 3
+[[alerting.channels]]
+name = "flaky"
+kind = "webhook"
+url = "{base}/flaky/webhook"
+[[alerting.channels]]
+name = "broken"
+kind = "slack"
+url = "{base}/reject/slack"
+"#
+    );
+    let state = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+    let m = |f: &dyn Fn(&ChannelLabels) -> u64, c: &str| f(&ChannelLabels { channel: c.into() });
+    let retries = |l: &ChannelLabels| state.metrics.alert_retries.get_or_create(l).get();
+    let failures = |l: &ChannelLabels| state.metrics.alert_failures.get_or_create(l).get();
+    wait_for("the flaky delivery", || receiver.got().len() == 1).await;
+    assert_eq!(
+        receiver.attempts("/flaky/webhook"),
+        3,
+        "two 503s, then success"
+    );
+    assert_eq!(m(&retries, "flaky"), 2);
+    assert_eq!(m(&failures, "flaky"), 0);
+    wait_for("the rejected delivery to count", || {
+        m(&failures, "broken") == 1
+    })
+    .await;
+    // A 400 is not retried: the payload will not get better.
+    assert_eq!(receiver.attempts("/reject/slack"), 1);
+    assert_eq!(m(&retries, "broken"), 0);
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+}
+
+/// `kafka-audit serve --alerts-only`: evaluation and alerting without HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerting_job_runs_alone() {
+    let (receiver, base) = start_receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("audit.db").display());
+    let store = store::Store::connect(&url).await.unwrap();
+    store::AuditStore::migrate(&store).await.unwrap();
+    seed_loss(&store, "orders", settled_window()).await;
+    let mut cfg = config(&channels(&base, ""));
+    cfg.serve.database_url = url;
+    cfg.serve.listen = "127.0.0.1:1".parse().unwrap(); // never bound in this mode
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let job = tokio::spawn(web::run(cfg, web::Mode::AlertsOnly, shutdown.clone()));
+    wait_for("three triggers", || receiver.got().len() == 3).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), job)
+        .await
+        .expect("stops on shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+/// An auditor that stops reporting is one alert ("audit stalled"), not one per window,
+/// and resolves when it reports again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Sqlite).await;
+    let w = settled_window();
+    let last_report = now_ms() - 120 * MIN;
+    let mut messages = Vec::new();
+    for i in 0..3 {
+        let wi = w + i * WINDOW;
+        messages.push(increment("orders", "producer", "dc1", wi, 100, 7));
+        messages.push(increment("orders", "regional", "dc1", wi, 100, 7));
+    }
+    // It had read up to two hours ago (behind these windows' settle time)...
+    let mut progress = caught_up("orders", "regional", "dc1");
+    if let store::AuditBody::Progress(p) = &mut progress.body {
+        p[0].record_time = Some(last_report);
+        p[0].lag = Some(5);
+    }
+    messages.push(progress);
+    // ...and was received two hours ago, nothing since: stalled (stall_after = 30 min).
+    store::AuditStore::write_batch(
+        &store,
+        &store::Batch {
+            messages,
+            rejects: vec![],
+            received_at_ms: last_report,
+        },
+    )
+    .await
+    .unwrap();
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
+    let state = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = state.spawn_jobs(&shutdown);
+    wait_for("the stalled trigger", || receiver.got().len() == 1).await;
+    // The windows themselves are listed as stalled by the API...
+    let r = get(
+        &state,
+        &format!(
+            "/api/v1/anomalies?from={w}&to={}&kind=stalled",
+            w + 3 * WINDOW
+        ),
+    )
+    .await;
+    assert_eq!(r.body["total"], 3, "{}", r.body);
+    // ...but alerted once, for the auditor.
+    assert_eq!(
+        receiver.got()[0].1,
+        json!({
+            "source": "kafka-audit",
+            "action": "trigger",
+            "summary": format!(
+                "audit stalled: orders auditor regional/dc1, last report {}: no progress report for longer than 1800 s",
+                rfc(last_report)
+            ),
+            "dedup_key": "kafka-audit:orders:auditor:regional:dc1",
+            "verdict": "stalled",
+            "topic": "orders",
+            "tier": "regional",
+            "datacenter": "dc1",
+            "last_report": last_report,
+            "reason": "no progress report for longer than 1800 s",
+        })
+    );
+    // The auditor reports again, caught up: the alert resolves and the windows are judged.
+    write(&state.store, vec![caught_up("orders", "regional", "dc1")]).await;
+    state.evaluate(now_ms()).await.unwrap();
+    wait_for("the resolve", || receiver.got().len() == 2).await;
+    let resolve = &receiver.got()[1].1;
+    assert_eq!(resolve["action"], "resolve");
+    assert_eq!(
+        resolve["dedup_key"],
+        "kafka-audit:orders:auditor:regional:dc1"
+    );
+    let r = get(
+        &state,
+        &format!("/api/v1/anomalies?from={w}&to={}", w + 3 * WINDOW),
+    )
+    .await;
+    assert_eq!(r.body["total"], 0, "{}", r.body);
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+}
+
+on_both_backends!(open_alerts_survive_a_restart);
+
+/// The alerts a channel delivered are stored: a restarted process does not trigger
+/// them again, and resolves them when late data completes the window.
+async fn open_alerts_survive_a_restart(backend: Backend) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let w = settled_window();
+    seed_loss(&store, "orders", w).await;
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
+    let first = AppState::new(config(&cfg), store.clone()).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = first.spawn_jobs(&shutdown);
+    wait_for("the trigger", || receiver.got().len() == 1).await;
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+
+    // A new process on the same database: its first pass finds the alert open.
+    let second = AppState::new(config(&cfg), store).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = second.spawn_jobs(&shutdown);
+    let open = || {
+        second
+            .metrics
+            .alerts_open
+            .get_or_create(&ChannelLabels {
+                channel: "hook".into(),
+            })
+            .get()
+    };
+    let passed = || second.metrics.evaluations.get() >= 1;
+    wait_for("the second process's first pass", || {
+        passed() && open() == 1
+    })
+    .await;
+    assert_eq!(
+        receiver.got().len(),
+        1,
+        "not triggered again after the restart: {:#?}",
+        receiver.got()
+    );
+
+    write(
+        &second.store,
+        vec![increment("orders", "regional", "dc1", w, 10, 100)],
+    )
+    .await;
+    second.evaluate(now_ms()).await.unwrap();
+    wait_for("the resolve", || receiver.got().len() == 2).await;
+    let got = receiver.got();
+    assert_eq!(got[1].1["action"], "resolve");
+    assert_eq!(got[1].1["dedup_key"], got[0].1["dedup_key"]);
+    wait_for("the open alert to be forgotten", || open() == 0).await;
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+}
+
+fn loss_alert(topic: &str, window_start: i64) -> web::alert::Alert {
+    let subject = web::alert::Subject::Window {
+        upstream: "producer".into(),
+        downstream: "regional".into(),
+        datacenter: "dc1".into(),
+        window_start,
+        window_end: window_start + WINDOW,
+        expected: 100,
+        observed: 90,
+        difference: -10,
+        completeness: Some(0.9),
+    };
+    web::alert::Alert {
+        dedup_key: format!("kafka-audit:{topic}:producer->regional:dc1:{window_start}"),
+        verdict: web::engine::Verdict::Loss,
+        topic: topic.into(),
+        subject,
+        reason: "10 of 100 messages missing".into(),
+    }
+}
+
+/// A flood of (forged) anomalies on one topic that sorts first must not hold back
+/// another topic's page: with 5 notifications per period, `payments` goes out in
+/// the first pass, not after the 100 of `!x` (about 20 periods later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_on_one_topic_cannot_delay_another_topics_page() {
+    let (receiver, base) = start_receiver().await;
+    let w = settled_window();
+    let mut desired = std::collections::BTreeMap::new();
+    for i in 0..100 {
+        let a = loss_alert("!x", w - i * WINDOW);
+        desired.insert(a.dedup_key.clone(), a);
+    }
+    let a = loss_alert("payments", w);
+    desired.insert(a.dedup_key.clone(), a);
+    let cfg = config(&format!(
+        r#"
+[alerting]
+rate_limit = 5
+rate_period = "1h"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    ));
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut worker = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics,
+        None,
+    );
+    worker.sync(&desired, now_ms()).await;
+    let topics: Vec<String> = receiver
+        .got()
+        .iter()
+        .map(|(_, b)| b["topic"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(topics.len(), 5, "{topics:?}");
+    assert!(topics.iter().any(|t| t == "payments"), "{topics:?}");
+    // Within a topic, the newest window first.
+    let first_x = receiver
+        .got()
+        .iter()
+        .find(|(_, b)| b["topic"] == "!x")
+        .map(|(_, b)| b["window_start"].as_i64().unwrap());
+    assert_eq!(first_x, Some(w));
+}
+
+/// Topic, tier and datacenter names are data: in Slack text, `<!channel>` would ping
+/// the whole channel and `<https://…|label>` would post a disguised link as the
+/// trusted bot. Slack's rule: escape `&`, `<` and `>`.
+#[test]
+fn slack_text_escapes_mentions_links_and_entities() {
+    let hostile = "<!channel> act now: <https://sso-reset.example|reset SSO> &amp; <@U123>";
+    let cfg = config(
+        r#"
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "http://127.0.0.1:9/slack"
+"#,
+    );
+    let channel = &cfg.alerting.channels[0];
+    let alert = loss_alert(hostile, settled_window());
+    for action in [web::alert::Action::Trigger, web::alert::Action::Resolve] {
+        let body = web::alert::payload(channel, action, &alert);
+        let text = body["text"].as_str().unwrap();
+        // No `<` at all: Slack's controls all start with one.
+        assert!(!text.contains('<'), "{text}");
+        assert!(
+            text.contains(
+                "&lt;!channel&gt; act now: &lt;https://sso-reset.example|reset SSO&gt; \
+                 &amp;amp; &lt;@U123&gt;"
+            ),
+            "{text}"
+        );
+    }
+}
+
+/// PagerDuty refuses a `payload.summary` over 1024 characters with a 400, which is
+/// not retried: a long (512-byte) topic name must not lose the page.
+#[test]
+fn pagerduty_summary_fits_its_limit() {
+    let cfg = config(
+        r#"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+routing_key = "R0UT1NGKEY"
+"#,
+    );
+    let topic = "é".repeat(600);
+    let alert = loss_alert(&topic, settled_window());
+    let body = web::alert::payload(
+        &cfg.alerting.channels[0],
+        web::alert::Action::Trigger,
+        &alert,
+    );
+    let summary = body["payload"]["summary"].as_str().unwrap();
+    assert!(summary.len() <= 1024, "{} bytes", summary.len());
+    assert!(summary.starts_with("loss on éé"), "{summary}");
+}
+
+/// A Slack or webhook URL is the credential (`/services/T…/B…/secret`) and the
+/// routing key is PagerDuty's: a failed delivery logs the channel and host only.
+/// (Current-thread runtime: the subscriber set here sees the worker's logs.)
+#[tokio::test]
+async fn failed_deliveries_log_neither_url_paths_nor_keys() {
+    let (_receiver, base) = start_receiver().await;
+    let (logs, _guard) = Logs::capture();
+    let cfg = config(&format!(
+        r#"
+[alerting]
+attempts = 1
+[[alerting.channels]]
+name = "chat"
+kind = "slack"
+url = "{base}/reject/T000-B000-XXXXSECRET"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "http://127.0.0.1:1/services/T000/B000/XXXXSECRET"
+[[alerting.channels]]
+name = "pager"
+kind = "pagerduty"
+url = "{base}/echo/pagerduty"
+routing_key = "R0UT1NGKEYSECRET"
+"#
+    ));
+    let alert = loss_alert("orders", settled_window());
+    let desired = std::collections::BTreeMap::from([(alert.dedup_key.clone(), alert)]);
+    for channel in &cfg.alerting.channels {
+        let mut worker = web::alert::ChannelWorker::new(
+            channel.clone(),
+            cfg.alerting.clone(),
+            Arc::new(web::metrics::Metrics::new()),
+            None,
+        );
+        worker.sync(&desired, now_ms()).await;
+    }
+    let text = logs.text();
+    assert_eq!(text.matches("alert delivery failed").count(), 3, "{text}");
+    for secret in ["SECRET", "/services/", "/reject/", "/echo/"] {
+        assert!(!text.contains(secret), "{secret:?} in the log:\n{text}");
+    }
+    for host in ["channel \"chat\"", "channel \"hook\"", "host 127.0.0.1"] {
+        assert!(text.contains(host), "{host:?} not in the log:\n{text}");
+    }
+}
+
+/// A receiver that answers with a redirect does not get to send the alert (and its
+/// routing key) on to another address: redirects are not followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_not_followed() {
+    let (receiver, base) = start_receiver().await;
+    let cfg = config(&format!(
+        r#"
+[alerting]
+attempts = 1
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/redirect/elsewhere"
+"#
+    ));
+    let alert = loss_alert("orders", settled_window());
+    let desired = std::collections::BTreeMap::from([(alert.dedup_key.clone(), alert)]);
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut worker = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics.clone(),
+        None,
+    );
+    worker.sync(&desired, now_ms()).await;
+    assert_eq!(receiver.attempts("/redirect/elsewhere"), 1);
+    assert!(receiver.got().is_empty(), "{:?}", receiver.got());
+    let failures = metrics
+        .alert_failures
+        .get_or_create(&ChannelLabels {
+            channel: "hook".into(),
+        })
+        .get();
+    assert_eq!(failures, 1);
+}

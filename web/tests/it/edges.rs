@@ -1,0 +1,661 @@
+//! Detection at the edges (issue 14) against real stores: the evaluator's verdicts and
+//! auditor status after seeding through the store's own write paths. PostgreSQL-only
+//! where the rule is about PostgreSQL (staged roll-up).
+
+use crate::support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::Value;
+use store::{AuditStore, Batch, Message};
+use support::*;
+use web::alert::ChannelWorker;
+use web::engine::{Lifecycle, Verdict};
+use web::{AppState, Config};
+
+/// regional dc1 + dc2 → aggregate `agg` (many-to-one), progress at both tiers.
+const MANY_TO_ONE: &str = r#"
+[topology]
+window = "10m"
+grace = "20m"
+stall_after = "30m"
+tiers = [{ name = "regional" }, { name = "aggregate" }]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = { dc1 = "agg", dc2 = "agg" }
+"#;
+
+on_both_backends!(
+    many_to_one_region_only_topic,
+    lag_zero_is_dated_by_emitted_at,
+    window_size_mismatch_is_reported,
+    window_size_is_learned_from_the_store,
+    learned_window_reports_older_sizes_as_mismatch
+);
+
+async fn write_at(store: &store::Store, messages: Vec<Message>, received_at_ms: i64) {
+    store
+        .write_batch(&Batch {
+            messages,
+            rejects: vec![],
+            received_at_ms,
+        })
+        .await
+        .expect("seed batch");
+}
+
+/// Verdicts of the index for `topic`'s window `w` as (upstream, datacenter, verdict,
+/// lifecycle, reason); `ok` verdicts are not kept, so an empty list is all-ok.
+fn verdicts(
+    state: &AppState,
+    topic: &str,
+    w: i64,
+) -> Vec<(String, String, Verdict, Lifecycle, String)> {
+    let index = state.index.read().unwrap();
+    index
+        .in_range(w, w + 1)
+        .filter(|e| e.topic == topic)
+        .map(|e| {
+            (
+                e.upstream.clone(),
+                e.datacenter.clone(),
+                e.verdict,
+                e.lifecycle,
+                e.reason.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Progress of one partition of `tier`/`dc` by `host`: read up to `record_time`,
+/// `lag`, emitted at `emitted_at`.
+#[allow(clippy::too_many_arguments)]
+fn progress(
+    topic: &str,
+    tier: &str,
+    dc: &str,
+    host: &str,
+    partition: i32,
+    record_time: i64,
+    lag: i64,
+    emitted_at: i64,
+) -> Message {
+    progress_of(
+        topic,
+        tier,
+        dc,
+        host,
+        emitted_at,
+        partition,
+        5000,
+        Some(record_time),
+        Some(lag),
+    )
+}
+
+/// B2: a topic produced only in dc1 (dc2 has neither rows nor progress for it) with 5 %
+/// lost on the way to the aggregate: loss, final. A topic in both datacenters: ok.
+async fn many_to_one_region_only_topic(backend: Backend) {
+    let (store, _db) = store(backend).await;
+    let config: Config = toml::from_str(MANY_TO_ONE).expect("config parses");
+    let state = AppState::new(config, store).expect("state");
+    let w = settled_window();
+    write(
+        &state.store,
+        vec![
+            increment("payments-eu", "regional", "dc1", w, 100, 7),
+            increment("payments-eu", "aggregate", "agg", w, 95, 6),
+            caught_up("payments-eu", "regional", "dc1"),
+            caught_up("payments-eu", "aggregate", "agg"),
+            increment("orders", "regional", "dc1", w, 100, 7),
+            increment("orders", "regional", "dc2", w, 50, 3),
+            increment("orders", "aggregate", "agg", w, 150, 10),
+            caught_up("orders", "regional", "dc1"),
+            caught_up("orders", "regional", "dc2"),
+            caught_up("orders", "aggregate", "agg"),
+        ],
+    )
+    .await;
+    // Long after the stall timeout: before the fix, dc2 "never reported progress" and
+    // the window was stalled instead of loss.
+    state.evaluate(now_ms() + 60 * MIN).await.expect("cycle");
+    assert_eq!(
+        verdicts(&state, "payments-eu", w),
+        vec![(
+            "regional".into(),
+            "agg".into(),
+            Verdict::Loss,
+            Lifecycle::Final,
+            "5 of 100 messages missing".into()
+        )]
+    );
+    assert_eq!(verdicts(&state, "orders", w), vec![]);
+}
+
+/// B3: an auditor catching up publishes its last increments of `w` with progress past
+/// `w`'s settle time. The collector staged both; the roll-up is held back by a lock on
+/// `audit_window` from another connection. No final verdict until the increments are
+/// added up; then ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roll_up_held_back_gives_no_final_verdict_postgres() {
+    let (state, db) = state(Backend::Postgres, "").await;
+    let Db::Pg(db) = db else { unreachable!() };
+    let w = settled_window();
+    write(
+        &state.store,
+        vec![increment("orders", "producer", "dc1", w, 100, 7)],
+    )
+    .await;
+    // Hold the roll-up: reads of audit_window are still allowed.
+    let locker = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    let mut lock = locker.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE audit_window IN EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let staged = Batch {
+        messages: vec![
+            increment("orders", "regional", "dc1", w, 60, 4),
+            increment("orders", "regional", "dc1", w, 40, 3),
+            caught_up("orders", "regional", "dc1"),
+        ],
+        rejects: vec![],
+        received_at_ms: now_ms(),
+    };
+    state.store.stage_batch(&staged).await.expect("stage");
+    let rollup = {
+        let store = state.store.clone();
+        tokio::spawn(async move { while store.rollup(1).await.expect("roll-up") > 0 {} })
+    };
+    for _ in 0..3 {
+        state.evaluate(now_ms()).await.expect("cycle");
+        let v = verdicts(&state, "orders", w);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(
+            (v[0].2, v[0].3),
+            (Verdict::Pending, Lifecycle::Settling),
+            "{v:?}"
+        );
+        assert!(v[0].4.contains("roll-up"), "{v:?}");
+        assert!(
+            !rollup.is_finished(),
+            "the lock should hold the roll-up back"
+        );
+    }
+    lock.commit().await.expect("release");
+    tokio::time::timeout(Duration::from_secs(60), rollup)
+        .await
+        .expect("roll-up finishes once the lock is released")
+        .expect("roll-up task");
+    state.evaluate(now_ms()).await.expect("cycle");
+    assert_eq!(verdicts(&state, "orders", w), vec![]);
+}
+
+/// B4: lag 0 measured before `w` settled, delivered after a backlog (received now):
+/// it says nothing about data written since it was measured. Pending, not loss.
+async fn lag_zero_is_dated_by_emitted_at(backend: Backend) {
+    let (state, _db) = state(backend, "").await;
+    let w = settled_window();
+    write(
+        &state.store,
+        vec![
+            increment("orders", "producer", "dc1", w, 100, 7),
+            increment("orders", "regional", "dc1", w, 90, 6),
+            progress("orders", "regional", "dc1", "r0", 0, w, 0, w + WINDOW),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("cycle");
+    let v = verdicts(&state, "orders", w);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(
+        (v[0].2, v[0].3),
+        (Verdict::Pending, Lifecycle::Settling),
+        "{v:?}"
+    );
+    // A measurement after the settle time: final, and the loss is real.
+    write(&state.store, vec![caught_up("orders", "regional", "dc1")]).await;
+    state.evaluate(now_ms()).await.expect("cycle");
+    let v = verdicts(&state, "orders", w);
+    assert_eq!((v[0].2, v[0].3), (Verdict::Loss, Lifecycle::Final), "{v:?}");
+}
+
+/// B6: a deleted topic's auditor is stalled after `stall_after`, and forgotten (no
+/// auditor status, so no stalled alert) after `forget_after` (24 h by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_topic_is_forgotten_after_forget_after_postgres() {
+    let (state, _db) = state(Backend::Postgres, "").await;
+    let w = settled_window();
+    let last = now_ms() - 60 * MIN;
+    write_at(
+        &state.store,
+        vec![
+            increment("deleted", "producer", "dc1", w, 100, 7),
+            increment("deleted", "regional", "dc1", w, 100, 7),
+            progress("deleted", "regional", "dc1", "r0", 0, w + WINDOW, 0, last),
+        ],
+        last,
+    )
+    .await;
+    let key = (
+        "deleted".to_string(),
+        "regional".to_string(),
+        "dc1".to_string(),
+    );
+    state.evaluate(now_ms()).await.expect("cycle");
+    assert!(state.index.read().unwrap().auditors[&key].stalled);
+    state
+        .evaluate(last + 24 * 60 * MIN + MIN)
+        .await
+        .expect("cycle");
+    let index = state.index.read().unwrap();
+    assert!(
+        !index.auditors.contains_key(&key),
+        "{:?}",
+        index.auditors.get(&key)
+    );
+    let alerts = web::alert::desired(
+        &index,
+        &state.config.alerting,
+        state.topology.get().expect("window set").stall_after_ms,
+    );
+    assert!(alerts.is_empty(), "{alerts:#?}");
+}
+
+/// B7: two instances of the regional auditor; b stopped publishing two hours ago while
+/// a keeps reporting: the auditor is stalled, b is named, and the window waiting on b's
+/// partition is stalled rather than pending forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stuck_instance_is_stalled_postgres() {
+    let (state, _db) = state(Backend::Postgres, "").await;
+    let w = settled_window();
+    let now = now_ms();
+    let before = now - 120 * MIN;
+    write_at(
+        &state.store,
+        vec![
+            increment("orders", "producer", "dc1", w, 100, 7),
+            increment("orders", "regional", "dc1", w, 90, 6),
+            progress("orders", "regional", "dc1", "regional-b", 1, w, 3, before),
+        ],
+        before,
+    )
+    .await;
+    write_at(
+        &state.store,
+        vec![progress(
+            "orders",
+            "regional",
+            "dc1",
+            "regional-a",
+            0,
+            now,
+            0,
+            now,
+        )],
+        now,
+    )
+    .await;
+    state.evaluate(now).await.expect("cycle");
+    let key = (
+        "orders".to_string(),
+        "regional".to_string(),
+        "dc1".to_string(),
+    );
+    let status = state.index.read().unwrap().auditors[&key].clone();
+    assert!(status.stalled, "{status:?}");
+    assert_eq!(status.stalled_instances, vec!["regional-b"]);
+    assert_eq!(status.stalled_partitions, vec![1]);
+    let v = verdicts(&state, "orders", w);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].2, Verdict::Stalled, "{v:?}");
+    assert!(
+        v[0].4.contains("partition 1 (instance regional-b)"),
+        "{v:?}"
+    );
+}
+
+/// A local webhook receiver: every request body, in order.
+async fn start_receiver() -> (Arc<Mutex<Vec<Value>>>, String) {
+    async fn handle(
+        State(got): State<Arc<Mutex<Vec<Value>>>>,
+        Json(body): Json<Value>,
+    ) -> StatusCode {
+        got.lock().unwrap().push(body);
+        StatusCode::ACCEPTED
+    }
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let app = Router::new()
+        .route("/hook", post(handle))
+        .with_state(got.clone());
+    let base = serve_local(app).await;
+    (got, base)
+}
+
+/// The downstream auditor starts late (a restart or a deploy) and catches up. Its
+/// first report comes before librdkafka knows the partition's high watermark: it is in
+/// the middle of its backlog (60 of 100 messages of `w` read), lag null, and the last
+/// record it read has a CreateTime past `w`'s settle time. (Seen on the real broker:
+/// an auditor started after 60 000 messages reported partition 0 at offset 6 832 of
+/// 10 000 with `lag: null` and the record time of that record.) Every evaluation and
+/// every page a webhook receiver gets over the whole run is checked, not only the final
+/// verdict: a page that later resolves has still woken someone. A control topic with
+/// real loss shows the channel delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_auditor_catching_up_pages_nothing_postgres() {
+    let (got, base) = start_receiver().await;
+    let cfg = one_webhook(&format!("{base}/hook"));
+    let (state, _db) = state(Backend::Postgres, &cfg).await;
+    let mut hook = ChannelWorker::new(
+        state.config.alerting.channels[0].clone(),
+        state.config.alerting.clone(),
+        state.metrics.clone(),
+        None,
+    );
+    let step = |state: &AppState| {
+        let index = state.index.read().unwrap();
+        web::alert::desired(
+            &index,
+            &state.config.alerting,
+            state.topology.get().expect("window set").stall_after_ms,
+        )
+    };
+    let w = settled_window();
+    let now = now_ms();
+    write(
+        &state.store,
+        [
+            vec![increment("orders", "producer", "dc1", w, 100, 10)],
+            seed_control(w),
+        ]
+        .concat(),
+    )
+    .await;
+    // The first report of the late auditor.
+    write(
+        &state.store,
+        vec![
+            increment("orders", "regional", "dc1", w, 60, 6),
+            progress_of(
+                "orders",
+                "regional",
+                "dc1",
+                "regional-dc1-0",
+                now,
+                0,
+                6832,
+                Some(now - 1000),
+                None,
+            ),
+        ],
+    )
+    .await;
+    state.evaluate(now).await.expect("cycle");
+    hook.sync(&step(&state), now).await;
+    let first = verdicts(&state, "orders", w);
+    // The next report: the rest of the backlog, lag 0.
+    write(
+        &state.store,
+        vec![
+            increment("orders", "regional", "dc1", w, 40, 4),
+            progress(
+                "orders",
+                "regional",
+                "dc1",
+                "regional-dc1-0",
+                0,
+                now_ms(),
+                0,
+                now_ms(),
+            ),
+        ],
+    )
+    .await;
+    let later = now_ms();
+    state.evaluate(later).await.expect("cycle");
+    hook.sync(&step(&state), later).await;
+    assert_eq!(verdicts(&state, "orders", w), vec![]);
+    let pages = got.lock().unwrap().clone();
+    let keys: Vec<(&str, &str)> = pages
+        .iter()
+        .map(|p| {
+            (
+                p["action"].as_str().unwrap(),
+                p["dedup_key"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        vec![(
+            "trigger",
+            format!("kafka-audit:control:producer->regional:dc1:{w}").as_str()
+        )],
+        "{pages:#?}"
+    );
+    assert_eq!(
+        (first[0].2, first[0].3),
+        (Verdict::Pending, Lifecycle::Settling),
+        "{first:?}"
+    );
+}
+
+/// `control` lost 10 of 100 between producer and regional in `w`, caught up.
+fn seed_control(w: i64) -> Vec<Message> {
+    vec![
+        increment("control", "producer", "dc1", w, 100, 1000),
+        increment("control", "regional", "dc1", w, 90, 900),
+        caught_up("control", "regional", "dc1"),
+    ]
+}
+
+/// The window size is configured in two processes (the auditor's
+/// `audit.event_time.window_size`, web's `[topology] window`). When they disagree, the
+/// evaluator says so at run time: a log line, the `kafka_audit_window_size_mismatch`
+/// gauge per tier and datacenter, and `/readyz` naming the tier. When the mismatched
+/// windows leave the horizon, all three go away.
+async fn window_size_mismatch_is_reported(backend: Backend) {
+    let (state, _db) = state(backend, "").await;
+    let w = settled_window();
+    let mut short = increment("orders", "regional", "dc1", w, 100, 1000);
+    if let store::AuditBody::Increment(i) = &mut short.body {
+        // An auditor configured with window_size = "5m" under a 10-minute topology.
+        i.window_end = w + 5 * MIN;
+    }
+    write(
+        &state.store,
+        vec![
+            increment("orders", "producer", "dc1", w, 100, 1000),
+            short,
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("cycle");
+
+    let metrics = state.metrics.encode();
+    assert!(
+        metrics.contains(
+            "kafka_audit_window_size_mismatch{tier=\"regional\",datacenter=\"dc1\"} 300000"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("kafka_audit_window_size_mismatch{tier=\"producer\""),
+        "{metrics}"
+    );
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK);
+    assert_eq!(
+        ready.body["window_size_mismatch"],
+        serde_json::json!([{
+            "tier": "regional",
+            "datacenter": "dc1",
+            "topic": "orders",
+            "window_ms": 300_000,
+            "topology_window_ms": WINDOW,
+        }]),
+        "{}",
+        ready.body
+    );
+
+    // Eight days later (horizon: 7 days) the window has left it: nothing is reported any more.
+    state
+        .evaluate(now_ms() + 8 * 24 * 60 * MIN)
+        .await
+        .expect("cycle");
+    let metrics = state.metrics.encode();
+    assert!(
+        !metrics.contains("kafka_audit_window_size_mismatch{"),
+        "{metrics}"
+    );
+    let ready = get(&state, "/readyz").await;
+    assert!(
+        ready.body.get("window_size_mismatch").is_none(),
+        "{}",
+        ready.body
+    );
+}
+
+/// A 5-minute window: the auditors' `window_size = "5m"`.
+fn five_minute(topic: &str, tier: &str, w: i64, count: u64) -> Message {
+    let mut m = increment(topic, tier, "dc1", w, count, count * 10);
+    if let store::AuditBody::Increment(i) = &mut m.body {
+        i.window_end = w + 5 * MIN;
+    }
+    m
+}
+
+/// `[topology]` without `window`: serve learns the size from the auditors' windows.
+async fn state_without_window(backend: Backend) -> (AppState, Db) {
+    let (store, db) = store(backend).await;
+    let topology = TOPOLOGY.replace("window = \"10m\"\n", "");
+    assert!(!topology.contains("window ="), "{topology}");
+    let config: Config = toml::from_str(&topology).expect("config parses");
+    config.validate().expect("config without window is valid");
+    (AppState::new(config, store).expect("state"), db)
+}
+
+/// With no `[topology] window`, the auditors' `audit.event_time.window_size` is the
+/// one source of truth: until the store holds a window, serve is not ready and says
+/// why; then it judges in the stored windows' size (5 minutes here, not the old 10-minute
+/// default), with no mismatch reported.
+async fn window_size_is_learned_from_the_store(backend: Backend) {
+    let (state, _db) = state_without_window(backend).await;
+    state
+        .evaluate(now_ms())
+        .await
+        .expect("cycle on an empty store");
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(
+        ready.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        ready.body
+    );
+    assert_eq!(ready.body["status"], "not ready", "{}", ready.body);
+    assert!(
+        ready.body["waiting_for"]
+            .as_str()
+            .is_some_and(|s| s.contains("window size")),
+        "{}",
+        ready.body
+    );
+    // The API that needs the window size answers 503 until it is known.
+    let topology = get(&state, "/api/v1/topology").await;
+    assert_eq!(
+        topology.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        topology.body
+    );
+
+    // Two 5-minute windows, the second not aligned on 10 minutes; 10 % loss in each.
+    let w = settled_window();
+    let w2 = w + 5 * MIN;
+    write(
+        &state.store,
+        vec![
+            five_minute("orders", "producer", w, 100),
+            five_minute("orders", "regional", w, 90),
+            five_minute("orders", "producer", w2, 100),
+            five_minute("orders", "regional", w2, 90),
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("cycle");
+
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+    assert!(ready.body.get("waiting_for").is_none(), "{}", ready.body);
+    assert!(
+        ready.body.get("window_size_mismatch").is_none(),
+        "{}",
+        ready.body
+    );
+    let metrics = state.metrics.encode();
+    assert!(
+        !metrics.contains("kafka_audit_window_size_mismatch{"),
+        "{metrics}"
+    );
+    let topology = get(&state, "/api/v1/topology").await;
+    assert_eq!(topology.status, StatusCode::OK, "{}", topology.body);
+    assert_eq!(topology.body["window_ms"], 5 * MIN, "{}", topology.body);
+    for start in [w, w2] {
+        let v = verdicts(&state, "orders", start);
+        assert_eq!(v.len(), 1, "window {start}: {v:?}");
+        assert_eq!(v[0].2, Verdict::Loss, "window {start}: {v:?}");
+    }
+}
+
+/// Stored windows of two sizes when serve learns (the auditors were reconfigured): the
+/// most recent size rules and the other is reported as a mismatch.
+async fn learned_window_reports_older_sizes_as_mismatch(backend: Backend) {
+    let (state, _db) = state_without_window(backend).await;
+    let old = settled_window() - 60 * MIN;
+    let w = settled_window();
+    write(
+        &state.store,
+        vec![
+            // Before: 10-minute windows at both tiers.
+            increment("orders", "producer", "dc1", old, 100, 1000),
+            increment("orders", "regional", "dc1", old, 100, 1000),
+            // Now: 5-minute windows.
+            five_minute("orders", "producer", w, 100),
+            five_minute("orders", "regional", w, 100),
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("cycle");
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+    let reported: Vec<(String, i64, i64)> = ready.body["window_size_mismatch"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", ready.body))
+        .iter()
+        .map(|m| {
+            (
+                m["tier"].as_str().unwrap().to_string(),
+                m["window_ms"].as_i64().unwrap(),
+                m["topology_window_ms"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reported,
+        vec![
+            ("producer".to_string(), WINDOW, 5 * MIN),
+            ("regional".to_string(), WINDOW, 5 * MIN),
+        ],
+        "{}",
+        ready.body
+    );
+}
