@@ -263,3 +263,148 @@ async fn bad_input_is_counted_in_its_own_columns_and_the_service_keeps_running()
         .unwrap_or_default();
     assert!(w.count >= 2 && w.bytes > 10 * 1024 * 1024, "{w:?}");
 }
+
+/// `headers` plus one header whose *name* is the bytes `[0xff, 0xfe]` (not UTF-8).
+/// rdkafka's safe API only takes `&str` names, but any producer can write raw bytes
+/// (`rd_kafka_header_add` takes a length), so the test does what such a producer does.
+#[allow(unsafe_code)]
+fn with_non_utf8_header_name(
+    headers: rdkafka::message::OwnedHeaders,
+) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::bindings::{rd_kafka_header_add, rd_kafka_headers_t};
+    let name = [0xffu8, 0xfe];
+    let value = b"x";
+    // `as_borrowed` is rdkafka's own cast of the native `rd_kafka_headers_t` pointer to
+    // a `&BorrowedHeaders` (a zero-sized type), so its address is that pointer.
+    let native = headers.as_borrowed() as *const rdkafka::message::BorrowedHeaders
+        as *mut rd_kafka_headers_t;
+    // SAFETY: `native` is the live, writable header list owned by `headers` (an
+    // `OwnedHeaders` always is, see `OwnedHeaders::insert`); librdkafka copies `name`
+    // and `value` (explicit lengths, no NUL needed) before returning, and nothing reads
+    // `headers` concurrently.
+    let err = unsafe {
+        rd_kafka_header_add(
+            native,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            value.as_ptr() as *const std::ffi::c_void,
+            value.len() as isize,
+        )
+    };
+    assert_eq!(
+        err,
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+    );
+    headers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_name_that_is_not_utf8_is_ignored_and_its_record_counted_once() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    init_tracing();
+    let Setup {
+        bootstrap,
+        topic,
+        audit_topic,
+        wal: _wal,
+        mut cfg,
+        ..
+    } = Setup::new("hdr", 1).await;
+    // The event time is read from the payload's `ts`, else from the `et` header;
+    // never from the broker, so a record without either is `no_time`.
+    cfg.audit.event_time.default.header = Some("et".into());
+    cfg.audit.event_time.default.record_timestamp = false;
+    let ops_port = free_port();
+    enable_ops(&mut cfg, ops_port);
+    let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    let good_ts = base_time();
+    let with_time = format!("{{\"ts\":{good_ts}}}");
+    let et = good_ts.to_string();
+    // (payload, headers, expected no_time)
+    let inputs: Vec<(&str, OwnedHeaders, bool)> = vec![
+        // Plain record, no headers.
+        (&with_time, OwnedHeaders::new(), false),
+        // Time in the payload; the bad header is irrelevant.
+        (
+            &with_time,
+            with_non_utf8_header_name(OwnedHeaders::new()),
+            false,
+        ),
+        // Time in the good header beside the bad one.
+        (
+            "{}",
+            with_non_utf8_header_name(OwnedHeaders::new().insert(Header {
+                key: "et",
+                value: Some(&et),
+            })),
+            false,
+        ),
+        // Only the bad header: like a missing header, no time.
+        ("{}", with_non_utf8_header_name(OwnedHeaders::new()), true),
+        // Plain record after the bad ones.
+        (&with_time, OwnedHeaders::new(), false),
+    ];
+    let mut expected = WindowTotals::default();
+    for (i, (payload, headers, no_time)) in inputs.iter().enumerate() {
+        let key = format!("h{i}");
+        tokio::task::block_in_place(|| {
+            p.send(
+                BaseRecord::to(&topic)
+                    .key(&key)
+                    .payload(*payload)
+                    .headers(headers.clone()),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+        });
+        expected.count += 1;
+        expected.bytes += (key.len() + payload.len()) as u64;
+        expected.checksum = expected
+            .checksum
+            .wrapping_add(message_hash(Some(key.as_bytes()), payload.as_bytes()));
+        expected.no_time += u64::from(*no_time);
+    }
+    tokio::task::block_in_place(|| p.flush(Duration::from_secs(60))).unwrap();
+
+    let svc = spawn_service(cfg);
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+    let ok = tokio::task::block_in_place(|| {
+        reader.wait_for_count(&topic, inputs.len() as u64, Duration::from_secs(90))
+    });
+    assert!(
+        ok,
+        "only {} of {} counted",
+        reader.total_count(&topic),
+        inputs.len()
+    );
+    assert!(!svc.is_finished(), "service exited on a bad header name");
+    let ignored = tokio::task::block_in_place(|| metric(ops_port, "unreadable_headers"));
+    svc.stop().await;
+    // Exactly once: nothing more arrives.
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(2)));
+    let mut seen = WindowTotals::default();
+    for w in reader.topic_totals(&topic).values() {
+        seen.count += w.count;
+        seen.bytes += w.bytes;
+        seen.malformed += w.malformed;
+        seen.out_of_bounds += w.out_of_bounds;
+        seen.no_time += w.no_time;
+        seen.checksum = seen.checksum.wrapping_add(w.checksum);
+    }
+    assert_eq!(seen, expected);
+    // The four records with a time are in its window (none fell back to no time
+    // because of the bad header beside the good one).
+    let w = reader
+        .topic_totals(&topic)
+        .get(&(topic.clone(), good_ts))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(w.count - w.no_time, 4, "{w:?}");
+    assert_eq!(
+        ignored, 3.0,
+        "headers with a non-UTF-8 name, counted by reason"
+    );
+}
