@@ -19,7 +19,7 @@ use audit_lib::{
     RecordTimestamp, TimestampType,
 };
 use prometheus_client::metrics::counter::Counter;
-use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 
 use crate::config::Config;
 use crate::metrics::{KindLabel, Metrics};
@@ -80,6 +80,8 @@ enum Work {
 pub(crate) struct Feeder {
     tx: SyncSender<Work>,
     needs_headers: bool,
+    /// Headers left out because their name is not UTF-8.
+    unreadable_headers: Counter,
     windows: Arc<AtomicUsize>,
 }
 
@@ -112,12 +114,19 @@ impl Feeder {
             let value = b.put(m.payload());
             let h0 = b.headers.len() as u32;
             if self.needs_headers {
-                if let Some(hs) = m.headers() {
-                    for h in hs.iter() {
-                        let v = b.put(h.value);
-                        b.headers.push((h.key.to_string(), v));
+                // Not `m.headers()`: rdkafka unwraps the name's UTF-8 (see
+                // `raw_headers`). A name that is not UTF-8 matches no rule, so the
+                // header is left out, as if absent: the record is still counted and
+                // the rule falls back to its next source of time.
+                crate::raw_headers::for_each(m, |name, value| match std::str::from_utf8(name) {
+                    Ok(name) => {
+                        let v = b.put(value);
+                        b.headers.push((name.to_string(), v));
                     }
-                }
+                    Err(_) => {
+                        self.unreadable_headers.inc();
+                    }
+                });
             }
             let headers = (h0, b.headers.len() as u32);
             b.recs.push(Rec {
@@ -378,6 +387,7 @@ impl Counting {
             feeder: Feeder {
                 tx,
                 needs_headers,
+                unreadable_headers: metrics.unreadable_headers.clone(),
                 windows,
             },
         })

@@ -12,6 +12,7 @@ pub mod counting;
 pub mod metrics;
 mod offsets_seen;
 mod publish;
+mod raw_headers;
 mod report;
 mod restart;
 mod service;

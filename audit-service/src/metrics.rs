@@ -51,6 +51,9 @@ pub struct Metrics {
     pub revoke_waits: Counter,
     /// Assigned partitions without a committed offset although one existed before.
     pub committed_offsets_missing: Counter,
+    /// Record headers left out because their name is not UTF-8 (the record is counted;
+    /// event-time rules see the header as absent).
+    pub unreadable_headers: Counter,
 }
 
 impl Metrics {
@@ -74,6 +77,7 @@ impl Metrics {
             assigned_partitions: Gauge::default(),
             revoke_waits: Counter::default(),
             committed_offsets_missing: Counter::default(),
+            unreadable_headers: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit");
         r.register(
@@ -161,6 +165,11 @@ impl Metrics {
             "assigned_partitions",
             "Partitions assigned to this instance",
             m.assigned_partitions.clone(),
+        );
+        r.register(
+            "unreadable_headers",
+            "Record headers ignored because their name is not UTF-8 (the record is still counted; an event-time rule reading headers sees the header as absent)",
+            m.unreadable_headers.clone(),
         );
         m
     }
