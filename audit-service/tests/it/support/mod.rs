@@ -28,6 +28,18 @@ pub struct WindowTotals {
     pub bytes: u64,
 }
 
+impl WindowTotals {
+    /// Adds `w` (counts and bytes summed, checksums added as the checksum is).
+    pub fn add(&mut self, w: &WindowTotals) {
+        self.count += w.count;
+        self.bytes += w.bytes;
+        self.malformed += w.malformed;
+        self.out_of_bounds += w.out_of_bounds;
+        self.no_time += w.no_time;
+        self.checksum = self.checksum.wrapping_add(w.checksum);
+    }
+}
+
 pub type Totals = BTreeMap<(String, i64), WindowTotals>;
 
 /// An audit config for one instance against `bootstrap`.
@@ -280,6 +292,15 @@ impl AuditReader {
                 return false;
             }
         }
+    }
+
+    /// Every window of `topic` summed into one.
+    pub fn topic_sum(&self, topic: &str) -> WindowTotals {
+        let mut sum = WindowTotals::default();
+        for w in self.topic_totals(topic).values() {
+            sum.add(w);
+        }
+        sum
     }
 
     /// The totals restricted to `topic`.
