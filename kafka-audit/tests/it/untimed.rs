@@ -160,6 +160,18 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
     let judged = anomalies(&state, &topic, sent.first(), sent.end());
     rig.shutdown([upstream, downstream, collector], jobs).await;
 
+    // Pages first: what woke someone over the whole run.
+    assert!(both_paged, "pages: {:?}", rig.pages.all());
+    let mut got = rig.pages.of(&topic);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("trigger".into(), "duplication".into(), Some(duplicated)),
+            ("trigger".into(), "loss".into(), Some(lossy)),
+        ],
+        "every page of the run (verdicts {judged:?}, sent {sent:?})"
+    );
     assert!(
         all_final,
         "windows not all final with all counts in: {judged:?} (sent {sent:?})"
@@ -172,18 +184,6 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
             (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
         ],
         "sent {sent:?}"
-    );
-    assert!(both_paged, "pages: {:?}", rig.pages.all());
-    let mut got = rig.pages.of(&topic);
-    got.sort();
-    assert_eq!(
-        got,
-        vec![
-            ("trigger".into(), "duplication".into(), Some(duplicated)),
-            ("trigger".into(), "loss".into(), Some(lossy)),
-        ],
-        "every page of the run: {:#?}",
-        rig.pages.all()
     );
 
     // The untimed counts per window and tier in the API: every message in `count` of
