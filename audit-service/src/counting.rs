@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
+use audit_lib::checksum::{key_len_prefix, prefixed_message_hash};
 use audit_lib::{
     Aggregator, AuditMessage, Classification, HeaderLookup, Identity, Limits, Observation,
     RecordTimestamp, TimestampType,
@@ -48,6 +49,8 @@ struct Rec {
     timestamp: Option<RecordTimestamp>,
     key: Option<Range>,
     value: Option<Range>,
+    /// Key-length prefix, key and value, contiguous: what the checksum hashes.
+    hashed: Range,
     headers: Range,
     observed_at_ms: i64,
 }
@@ -129,8 +132,15 @@ impl Feeder {
                 }),
                 _ => None,
             };
-            let key = b.put(m.key());
-            let value = b.put(m.payload());
+            // Laid out as the checksum hashes them (length prefix, key, value), so
+            // the worker hashes in one pass instead of copying the parts together.
+            let (key, value) = (m.key(), m.payload());
+            let p0 = b.data.len() as u32;
+            b.data
+                .extend_from_slice(&key_len_prefix(key.map_or(0, <[u8]>::len)));
+            let key = b.put(key);
+            let value = b.put(value);
+            let hashed = (p0, b.data.len() as u32);
             let h0 = b.headers.len() as u32;
             if self.needs_headers {
                 // Not `m.headers()`: rdkafka unwraps the name's UTF-8 (see
@@ -155,6 +165,7 @@ impl Feeder {
                 timestamp,
                 key,
                 value,
+                hashed,
                 headers,
                 observed_at_ms,
             });
@@ -337,7 +348,9 @@ impl Worker {
                 observed_at_ms: rec.observed_at_ms,
             };
             bytes += obs.byte_len();
-            let i = match self.aggregator.record(&obs) {
+            let hash =
+                prefixed_message_hash(&batch.data[rec.hashed.0 as usize..rec.hashed.1 as usize]);
+            let i = match self.aggregator.record_hashed(&obs, hash) {
                 Classification::EventTime { .. } => 0,
                 Classification::NoTime => 1,
                 Classification::Malformed(_) => 2,
