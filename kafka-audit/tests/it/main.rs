@@ -22,6 +22,7 @@ static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 mod chaos;
 mod collect_sigkill;
 mod collector_outage;
+mod deleted_topic;
 mod demo;
 mod deploy;
 mod inspect;
