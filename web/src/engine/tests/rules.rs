@@ -1,9 +1,10 @@
-//! One table per rule of issue 14 (B2–B8 and the lagging auditor): each row is
-//! (what, inputs, expected verdict and lifecycle). Each table was run with its rule
-//! reverted in `mod.rs`; the rows that failed then are marked `// reverted: …`, so a
-//! table that stops discriminating shows here. Rules that live in audit-service (empty
-//! partitions, lag from the position, the watermark) have their tables there
-//! (`report.rs`, `counting.rs`).
+//! One table per engine rule of issue 14 (B2, B3, B4, B6, B7 and the lagging
+//! auditor): each row is (what, inputs, expected verdict and lifecycle). Each table was
+//! run with its rule reverted in `mod.rs`; the rows that failed then are marked
+//! `// reverted: …`, so a table that stops discriminating shows here. The rules that
+//! live in audit-service have their tables there: B2's empty partitions at lag 0, B5's
+//! lag from the position and the unread-partition report in `report.rs`, B8's
+//! watermark in `counting.rs`.
 
 use super::*;
 
