@@ -473,6 +473,66 @@ mod tests {
     const NOW: i64 = 1_764_410_400_000;
     const HOUR: i64 = 3_600_000;
 
+    /// B8 of issue 14, one table: each row is a sequence of report intervals, each a
+    /// list of (record time, observed at) read in it, and the watermark each interval's
+    /// report gives.
+    #[test]
+    fn watermark_table() {
+        type Interval = Vec<(i64, i64)>;
+        let run = |n: i64, from: i64| -> Interval { (0..n).map(|i| (from + i, NOW)).collect() };
+        // (what, intervals, watermark of each interval's report)
+        type Row = (&'static str, Vec<Interval>, Vec<Option<i64>>);
+        let rows: Vec<Row> = vec![
+            (
+                "lagging backlog, then one record an hour fast last: not pushed forward",
+                vec![[run(100, NOW - HOUR), vec![(NOW + HOUR, NOW)]].concat()],
+                // reverted (last record's time): [Some(NOW + HOUR)]
+                vec![Some(NOW - HOUR)],
+            ),
+            (
+                "a fast record alone in its interval is outvoted by the recent records",
+                vec![run(40, NOW - HOUR), vec![(NOW + HOUR, NOW + 5)]],
+                // reverted: [Some(NOW - HOUR + 39), Some(NOW + HOUR)]
+                vec![Some(NOW - HOUR), Some(NOW - HOUR + 9)],
+            ),
+            (
+                "a whole interval from a fast producer: capped at the auditor's clock",
+                vec![run(40, NOW + HOUR)],
+                // reverted: [Some(NOW + HOUR + 39)]
+                vec![Some(NOW)],
+            ),
+            (
+                "a late auditor reading its backlog: the oldest record of the interval",
+                vec![run(500, NOW - 1000), run(500, NOW - 500)],
+                // reverted: [Some(NOW - 501), Some(NOW - 1)]
+                vec![Some(NOW - 1000), Some(NOW - 500)],
+            ),
+            (
+                "nothing read in an interval: no new watermark (the last one is kept)",
+                vec![run(3, NOW - 10), vec![]],
+                // reverted: [Some(NOW - 8), None]
+                vec![Some(NOW - 10), None],
+            ),
+        ];
+        let mut failures = Vec::new();
+        for (what, intervals, want) in rows {
+            let mut w = Watermark::default();
+            let got: Vec<Option<i64>> = intervals
+                .iter()
+                .map(|recs| {
+                    for &(ms, obs) in recs {
+                        w.push(ms, obs);
+                    }
+                    w.take()
+                })
+                .collect();
+            if got != want {
+                failures.push(format!("{what}: expected {want:?}, got {got:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "B8:\n{}", failures.join("\n"));
+    }
+
     #[test]
     fn one_fast_producer_does_not_push_the_watermark() {
         // A lagging backlog (an hour old), then a whole batch from a producer whose
