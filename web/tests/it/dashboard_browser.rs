@@ -32,6 +32,9 @@ const DUPLICATION_AT: i64 = -5;
 const NO_DATA_AT: i64 = -3;
 const LOST: u64 = 37;
 const DUPLICATED: u64 = 12;
+/// Messages of the loss window that only had an observation time (shown beside the
+/// verdict in the Untimed column, never compared), upstream and downstream.
+const UNTIMED: (u64, u64) = (5, 3);
 
 /// Messages `orders` produced in window `w + i * WINDOW`: varying, so the chart has a
 /// shape.
@@ -98,8 +101,17 @@ async fn seed(state: &AppState) -> Seeded {
                 DUPLICATION_AT => (base + DUPLICATED, base + DUPLICATED),
                 _ => (base, base),
             };
-            messages.push(observed(LOSSY, "producer", start, base, base));
-            messages.push(observed(LOSSY, "regional", start, regional, regional_sum));
+            let mut up = observed(LOSSY, "producer", start, base, base);
+            let mut down = observed(LOSSY, "regional", start, regional, regional_sum);
+            if i == 0 {
+                for (m, n) in [(&mut up, UNTIMED.0), (&mut down, UNTIMED.1)] {
+                    if let store::AuditBody::Increment(inc) = &mut m.body {
+                        inc.stats.observation_time_count = n;
+                    }
+                }
+            }
+            messages.push(up);
+            messages.push(down);
             orders_windows += 1;
         }
         for (k, topic) in HEALTHY.iter().enumerate() {
@@ -478,6 +490,26 @@ async fn dashboard_renders_topics_chart_and_highlighted_loss() {
         tags(&dom, "tr", &["data-latency-tier="]).len(),
         2,
         "latency percentiles for both tiers"
+    );
+    // The Untimed column: the loss window shows its observation-time counts of both
+    // sides, every other window 0 / 0.
+    let untimed: Vec<&str> = tags(&dom, "td", &["data-untimed="])
+        .iter()
+        .filter_map(|t| t.rsplit("data-untimed=").next())
+        .collect();
+    let expected_untimed = format!(r#""{}|{}""#, UNTIMED.0, UNTIMED.1);
+    assert_eq!(
+        untimed
+            .iter()
+            .filter(|t| t.contains(&expected_untimed))
+            .count(),
+        1,
+        "one verdict row (the loss window's) shows its untimed counts: {untimed:?}"
+    );
+    assert_eq!(
+        untimed.iter().filter(|t| !t.contains(r#""0|0""#)).count(),
+        1,
+        "no other window shows untimed counts: {untimed:?}"
     );
     screenshot(&topic_url, &dir.join("topic-orders.png")).await;
 
