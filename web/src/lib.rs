@@ -43,6 +43,9 @@ pub struct AppState {
     /// `[topology] window` is not set (see [`AppState::topology`]).
     pub topology: Arc<TopologyCell>,
     pub store: Store,
+    /// Where the open alerts are kept: `serve.alert_database_url` when `store` is a
+    /// read replica, else `store` itself.
+    pub alert_store: Store,
     pub index: Arc<RwLock<VerdictIndex>>,
     pub metrics: Arc<Metrics>,
     evaluator: Arc<tokio::sync::Mutex<Evaluator>>,
@@ -55,6 +58,17 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config, store: Store) -> anyhow::Result<Self> {
+        let alert_store = store.clone();
+        Self::with_alert_store(config, store, alert_store)
+    }
+
+    /// A state that reads from `store` (a read replica may do) and keeps the open
+    /// alerts in `alert_store` (a writer).
+    pub fn with_alert_store(
+        config: Config,
+        store: Store,
+        alert_store: Store,
+    ) -> anyhow::Result<Self> {
         config.validate()?;
         let tokens = Arc::new(common::Tokens::load(&config.auth.tokens, config::SCOPES)?);
         let topology = Arc::new(TopologyCell::new(config.topology.clone())?);
@@ -76,6 +90,7 @@ impl AppState {
             config: Arc::new(config),
             topology,
             store,
+            alert_store,
             index,
             metrics,
             evaluator: Arc::new(tokio::sync::Mutex::new(evaluator)),
@@ -160,7 +175,7 @@ impl AppState {
                     c.clone(),
                     self.config.alerting.clone(),
                     self.metrics.clone(),
-                    Some(self.store.clone()),
+                    Some(self.alert_store.clone()),
                 );
                 handles.push(tokio::spawn(
                     worker.run(self.alerts.subscribe(), shutdown.child_token()),
@@ -551,18 +566,24 @@ pub enum Mode {
 /// Connects the store, starts the jobs and serves until `shutdown` is cancelled.
 pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> anyhow::Result<()> {
     use anyhow::Context;
-    let store = Store::connect(&config.serve.database_url)
-        .await
-        .with_context(|| {
-            format!(
-                "connecting to the store at {}",
-                store::redact_url(&config.serve.database_url)
-            )
-        })?;
+    let connect = |url: &str| {
+        let url = url.to_string();
+        async move {
+            Store::connect(&url)
+                .await
+                .with_context(|| format!("connecting to the store at {}", store::redact_url(&url)))
+        }
+    };
+    let store = connect(&config.serve.database_url).await?;
+    // A read replica cannot be migrated nor keep alerts: the writer does both.
+    let alert_store = match &config.serve.alert_database_url {
+        Some(url) => connect(url).await?,
+        None => store.clone(),
+    };
     if config.serve.migrate {
-        store.migrate().await.context("migrating the store")?;
+        alert_store.migrate().await.context("migrating the store")?;
     }
-    let state = AppState::new(config, store)?;
+    let state = AppState::with_alert_store(config, store, alert_store)?;
     let jobs = state.spawn_jobs(&shutdown);
     if mode == Mode::All {
         let listen = state.config.serve.listen;
