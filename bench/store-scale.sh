@@ -10,11 +10,14 @@
 #     with /healthz as the baseline of the same run;
 #   - the collector's ingest rate into this store and its ratio to a raw COPY
 #     (bench/collector-store.sh --url);
-#   - retention of the oldest day: time and WAL volume of the store's retention
-#     (bench/store-retention.sh instead when it exists).
+#   - retention of one day: time and WAL volume (bench/store-retention.sh, partitions
+#     dropped vs the old batched DELETE, when it exists; else the store's batched
+#     retention of the oldest day of this database).
 #
 #   bench/store-scale.sh                   # 60 M window rows
 #   TOPICS=1000 bench/store-scale.sh       # 6 M (development)
+#   DAYS=1 bench/store-scale.sh            # 8.6 M: the recent windows of the 60 M store
+#                                          # (what the cold start to /readyz reads), 1 day
 #   KEEP=1 ... / SEED=0 ...                # keep the database / reuse a kept one
 #
 # Needs the dev PostgreSQL (deploy/dev/postgres start), wrk, bc. Refuses to seed when
@@ -25,6 +28,7 @@ cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:55432}
 DB=${DB:-kafka_audit_scale}
 TOPICS=${TOPICS:-10000}
+DAYS=${DAYS:-7}
 ADDR=127.0.0.1:18482
 DURATION=${DURATION:-15s}
 CONNECTIONS=${CONNECTIONS:-8}
@@ -35,7 +39,7 @@ INGEST=${INGEST:---increments 200000 --rounds 3}
 TARGET=${BENCH_TARGET_DIR:-/tmp/kafka-audit-bench-target}
 OUT=${OUT:-/tmp/kafka-audit-scale}
 mkdir -p "$OUT"
-rows=$(( TOPICS * 6 * 7 * 144 ))
+rows=$(( TOPICS * 6 * DAYS * 144 ))
 bench_started=$(date +%s)
 
 . bench/web-lib.sh
@@ -55,8 +59,8 @@ if [ "$SEED" = 1 ]; then
 fi
 build_web_bench
 
-echo "== store: $TOPICS topics x 3 tiers x 2 dcs x 7 days = $rows window rows"
-seed_times 7
+echo "== store: $TOPICS topics x 3 tiers x 2 dcs x $DAYS days = $rows window rows"
+seed_times "$DAYS"
 if [ "$SEED" = 1 ]; then
     seed_windows "$PG" "$DB" "$TOPICS"
     echo "  seed rate: $(echo "$rows / $SEED_SECONDS" | bc) window rows/s (+ one bucket row each)"
@@ -97,7 +101,9 @@ bench/collector-store.sh --url "$PG/$DB" $INGEST | sed 's/^/  /'
 
 echo "== retention of the oldest day"
 if [ -x bench/store-retention.sh ]; then
-    bench/store-retention.sh "$PG/$DB" | sed 's/^/  /'
+    # One day of the same fleet (TOPICS x 6 x 144 windows) on a private PostgreSQL of its
+    # own, so that the WAL it measures is its own: DROP of partitions vs batched DELETE.
+    TOPICS=$TOPICS bench/store-retention.sh | sed 's/^/  /'
 else
     cutoff=$(psql "$PG/$DB" -Atc "SELECT min(window_start_ms) + 86400000 FROM audit_window")
     lsn=$(psql "$PG/$DB" -Atc "SELECT pg_current_wal_lsn()")

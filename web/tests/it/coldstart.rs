@@ -11,7 +11,10 @@ use axum::http::StatusCode;
 use support::*;
 use web::AppState;
 
-on_both_backends!(cold_start_loads_recent_windows_first_then_equals_a_full_evaluation);
+on_both_backends!(
+    cold_start_loads_recent_windows_first_then_equals_a_full_evaluation,
+    the_evaluation_job_loads_the_horizon_in_the_background,
+);
 
 const HOUR: i64 = 60 * MIN;
 
@@ -151,4 +154,42 @@ async fn cold_start_loads_recent_windows_first_then_equals_a_full_evaluation(bac
         expected.keys().collect::<Vec<_>>()
     );
     assert!(!desired.is_empty());
+}
+
+/// The evaluation job (what `serve` runs) on a seeded store: its first cycle makes serve
+/// ready, its load steps judge the rest, and its answers then equal a full evaluation's.
+async fn the_evaluation_job_loads_the_horizon_in_the_background(backend: Backend) {
+    let (full, _db) = state(backend, HORIZON).await;
+    let now = now_ms();
+    seed(&full, now).await;
+    let served = AppState::new(config(HORIZON), full.store.clone()).expect("state");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let jobs = served.spawn_jobs(&shutdown);
+    let loaded = testkit::wait_until_async(std::time::Duration::from_secs(60), || async {
+        let r = get(&served, "/readyz").await;
+        r.status == StatusCode::OK && r.body.get("loading").is_none()
+    })
+    .await;
+    assert!(loaded, "the job loads the whole horizon");
+    assert!(
+        served.published_alerts().is_some(),
+        "alerts published once loaded"
+    );
+    shutdown.cancel();
+    for j in jobs {
+        j.await.unwrap();
+    }
+    // The job's cycle ran at its own clock: compare with a full evaluation at that time.
+    let at = served
+        .index
+        .read()
+        .unwrap()
+        .evaluated_at
+        .expect("evaluated");
+    full.evaluate(at).await.expect("full evaluation");
+    let uri = anomalies_uri(now - 48 * HOUR + WINDOW, now);
+    let (a, b) = (get(&full, &uri).await, get(&served, &uri).await);
+    assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
+    assert_eq!(a.body, b.body);
+    assert_eq!(a.body["total"], 12, "{:?}", a.body);
 }
