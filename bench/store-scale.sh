@@ -19,6 +19,7 @@
 #   DAYS=1 bench/store-scale.sh            # 8.6 M: the recent windows of the 60 M store
 #                                          # (what the cold start to /readyz reads), 1 day
 #   KEEP=1 ... / SEED=0 ...                # keep the database / reuse a kept one
+#   INGEST= ... / RETENTION=0 ...          # leave out the collector ingest / retention
 #
 # Needs the dev PostgreSQL (deploy/dev/postgres start), wrk, bc. Refuses to seed when
 # less than 15 GB of disk would stay free (about 0.4 GB per million window rows).
@@ -35,7 +36,7 @@ CONNECTIONS=${CONNECTIONS:-8}
 THREADS=${THREADS:-2}
 SEED=${SEED:-1}
 KEEP=${KEEP:-0}
-INGEST=${INGEST:---increments 200000 --rounds 3}
+INGEST=${INGEST---increments 200000 --rounds 3}
 TARGET=${BENCH_TARGET_DIR:-/tmp/kafka-audit-bench-target}
 OUT=${OUT:-/tmp/kafka-audit-scale}
 mkdir -p "$OUT"
@@ -60,7 +61,9 @@ fi
 build_web_bench
 
 echo "== store: $TOPICS topics x 3 tiers x 2 dcs x $DAYS days = $rows window rows"
-seed_times "$DAYS"
+# Windows up to the one before the current: a store being written to, so that the cold
+# start reads as many recent windows as it would live.
+seed_times "$DAYS" 10
 if [ "$SEED" = 1 ]; then
     seed_windows "$PG" "$DB" "$TOPICS"
     echo "  seed rate: $(echo "$rows / $SEED_SECONDS" | bc) window rows/s (+ one bucket row each)"
@@ -96,9 +99,13 @@ wrk_run compare-1h "http://$ADDR/api/v1/topics/topic-00042/compare?from=$(( to -
 echo "  serve RSS after the load: $(ps -o rss= -p "$SERVER") KB"
 stop_serve
 
+if [ -n "$INGEST" ]; then
 echo "== collector ingest into this store (bench/collector-store.sh --url, $INGEST)"
 bench/collector-store.sh --url "$PG/$DB" $INGEST | sed 's/^/  /'
+fi
 
+RETENTION=${RETENTION:-1}
+if [ "$RETENTION" = 1 ]; then
 echo "== retention of the oldest day"
 if [ -x bench/store-retention.sh ]; then
     # One day of the same fleet (TOPICS x 6 x 144 windows) on a private PostgreSQL of its
@@ -109,6 +116,7 @@ else
     lsn=$(psql "$PG/$DB" -Atc "SELECT pg_current_wal_lsn()")
     "$BIN/web-bench-seed" --retention "$PG/$DB" "$cutoff" 10000 | sed 's/^/  batched DELETE (the store'"'"'s retention, batches of 10 000): /'
     psql "$PG/$DB" -Atc "SELECT '  WAL written meanwhile (whole server: other databases too): ' || pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn'))"
+fi
 fi
 psql "$PG/$DB" -Atc "SELECT '  database after: ' || pg_size_pretty(pg_database_size(current_database()))"
 echo "== total $(( $(date +%s) - bench_started )) s"
