@@ -646,19 +646,39 @@ impl Evaluator {
         mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
         stats: &mut CycleStats,
     ) -> Result<(), StoreError> {
-        let mut after: Option<String> = None;
-        loop {
-            let page = self
-                .store
-                .windows_in_range(range, after.as_deref(), self.page_topics)
-                .await?;
+        let store = self.store.clone();
+        let fetch = move |after: Option<String>, limit: u32| {
+            let store = store.clone();
+            tokio::spawn(
+                async move { store.windows_in_range(range, after.as_deref(), limit).await },
+            )
+        };
+        // `requested`: the `after_topic` of the page in flight.
+        let mut requested: Option<String> = None;
+        let mut next = Some(fetch(None, self.page_topics));
+        while let Some(read) = next.take() {
+            let page = read.await.expect("a page read does not panic")?;
             // A capped page may have cut a topic short: read fewer topics at a time.
             if page.rows.len() >= store::MAX_READ_ROWS && self.page_topics > 1 {
                 self.page_topics = (self.page_topics / 2).max(1);
+                next = Some(fetch(requested.clone(), self.page_topics));
                 continue;
             }
             let rows_read = page.rows.len();
-            let mut topics = 0usize;
+            let topics = page
+                .rows
+                .windows(2)
+                .filter(|p| p[0].topic != p[1].topic)
+                .count()
+                + usize::from(!page.rows.is_empty());
+            if let Some(per_topic) = rows_read.checked_div(topics) {
+                self.page_topics = (PAGE_ROWS / per_topic.max(1)).clamp(1, 10_000) as u32;
+            }
+            // The next page is read while this one is judged.
+            requested = page.next_after_topic;
+            if let Some(after) = &requested {
+                next = Some(fetch(Some(after.clone()), self.page_topics));
+            }
             let mut rows = page.rows.into_iter().peekable();
             while let Some(first) = rows.next() {
                 let topic = first.topic.clone();
@@ -666,18 +686,11 @@ impl Evaluator {
                 while let Some(r) = rows.next_if(|r| r.topic == topic) {
                     group.push(r);
                 }
-                topics += 1;
                 self.judge_topic(topo, &topic, None, group, staged, now, mismatches, stats)
                     .await?;
             }
-            if let Some(per_topic) = rows_read.checked_div(topics) {
-                self.page_topics = (PAGE_ROWS / per_topic.max(1)).clamp(1, 10_000) as u32;
-            }
-            match page.next_after_topic {
-                Some(t) => after = Some(t),
-                None => return Ok(()),
-            }
         }
+        Ok(())
     }
 
     /// Judges `windows` of `topic` (`None`: every window `rows` has) from its `rows`
