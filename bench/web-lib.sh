@@ -10,13 +10,13 @@ build_web_bench() {
     BIN=$TARGET/release
 }
 
-# Window starts of a DAYS-day horizon ending LAG minutes (default 40) before now: sets
-# NOW_MS, FIRST, LAST (epoch ms).
+# Window starts of a DAYS-day horizon (or WINDOWS windows) ending LAG minutes (default
+# 40) before now: sets NOW_MS, FIRST, LAST (epoch ms).
 seed_times() {
-    local days=$1 lag=${2:-40}
+    local days=$1 lag=${2:-40} windows=${3:-$(( $1 * 144 ))}
     NOW_MS=$(( $(date +%s) * 1000 ))
     LAST=$(( (NOW_MS - lag * 60000) / 600000 * 600000 ))
-    FIRST=$(( LAST - (days * 144 - 1) * 600000 ))
+    FIRST=$(( LAST - (windows - 1) * 600000 ))
 }
 
 # Recreates database URL/DB (migrated, empty) and seeds TOPICS topics over
