@@ -427,9 +427,23 @@ impl Evaluator {
         let mut stats = CycleStats::default();
         match (self.last_cycle, self.loaded_from) {
             (Some(last), Some(loaded_from)) => {
-                let work = self
-                    .incremental_work(last, horizon_start.max(loaded_from), range_end, window_ms)
-                    .await?;
+                let from_window = horizon_start.max(loaded_from);
+                // Windows whose settle time (end + grace) passed since the last cycle,
+                // and the newer ones: every topic at once, with bulk reads.
+                let span_from = last
+                    .saturating_sub(window_ms + self.max_grace_ms() + LATE_MARGIN_MS)
+                    .max(from_window);
+                self.load_range(
+                    &topo,
+                    TimeRange::new(span_from, range_end),
+                    &staged,
+                    now,
+                    &mut mismatches,
+                    &mut stats,
+                )
+                .await?;
+                // Older windows with late increments or waiting for an auditor: per topic.
+                let work = self.incremental_work(last, from_window, span_from).await?;
                 for (topic, windows) in work {
                     let (Some(&a), Some(&b)) = (windows.first(), windows.last()) else {
                         continue;
@@ -590,23 +604,15 @@ impl Evaluator {
         Ok(staged)
     }
 
-    /// Topic → windows a cycle after the first re-judges: those whose lifecycle can
-    /// have changed with time, those with late increments, those waiting for an auditor.
+    /// Topic → windows older than `span_from` (and from `from_window` on) a cycle after
+    /// the first re-judges: those with late increments and those waiting for an auditor.
     async fn incremental_work(
         &self,
         last: i64,
         from_window: i64,
-        range_end: i64,
-        window_ms: i64,
+        span_from: i64,
     ) -> Result<BTreeMap<String, BTreeSet<i64>>, StoreError> {
         let mut keys = Vec::new();
-        // Windows whose settle time (end + grace) passed since the last cycle.
-        let from = last.saturating_sub(window_ms + self.max_grace_ms() + LATE_MARGIN_MS);
-        keys.extend(
-            self.store
-                .window_keys(from.max(from_window), range_end, KEY_LIMIT)
-                .await?,
-        );
         // Windows that received late increments.
         keys.extend(
             self.store
@@ -626,8 +632,9 @@ impl Evaluator {
         }
         let mut work: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
         for (t, w) in keys {
-            // Windows not loaded yet are judged by the load step that reaches them.
-            if w >= from_window {
+            // Windows not loaded yet are judged by the load step that reaches them;
+            // those from `span_from` on were just judged.
+            if w >= from_window && w < span_from {
                 work.entry(t).or_default().insert(w);
             }
         }
