@@ -98,6 +98,8 @@ wrk_run anomalies-1h "http://$ADDR/api/v1/anomalies?from=$(( to - 3600000 ))&to=
 wrk_run anomalies-24h "http://$ADDR/api/v1/anomalies?from=$(( to - 86400000 ))&to=$to"
 wrk_run compare-1h "http://$ADDR/api/v1/topics/topic-00042/compare?from=$(( to - 3600000 ))&to=$to"
 echo "  serve RSS after the load: $(ps -o rss= -p "$SERVER") KB"
+echo "  evaluation cycles (every minute, during the load too):"
+curl -fsS "http://$ADDR/metrics" | grep -E "^kafka_audit_(evaluation_duration_seconds_(sum|count)|evaluated_windows_total)" | sed 's/^/    /'
 stop_serve
 
 if [ -n "$INGEST" ]; then
