@@ -2,6 +2,8 @@
 
 use super::*;
 
+mod rules;
+
 const MIN: i64 = 60_000;
 const W: i64 = 1_764_410_400_000; // a window start, multiple of 10 min
 const END: i64 = W + 10 * MIN;
@@ -86,6 +88,7 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         no_time_count: 0,
         malformed_count: 0,
         out_of_bounds_count: 0,
+        observation_time_count: 0,
         checksum,
         latency: histogram(&[100, 200, 300]),
         increments: 1,
