@@ -26,62 +26,25 @@ TARGET=${BENCH_TARGET_DIR:-/tmp/kafka-audit-bench-target}
 OUT=${OUT:-/tmp/kafka-audit-bench}
 mkdir -p "$OUT"
 
-CARGO_TARGET_DIR=$TARGET cargo build --release -p web --features bench-bins --bin web-bench-serve --bin web-bench-seed
-BIN=$TARGET/release
-
-now_ms=$(( $(date +%s) * 1000 ))
-last=$(( (now_ms - 40 * 60000) / 600000 * 600000 ))
-first=$(( last - (7 * 144 - 1) * 600000 ))
+. bench/web-lib.sh
+build_web_bench
+seed_times 7
+last=$LAST
 
 if [ "$SEED" = 1 ]; then
-    psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
-    "$BIN/web-bench-seed" "$PG/$DB" 0
-    start=$(date +%s.%N)
-    psql "$PG/$DB" -v ON_ERROR_STOP=1 -q <<SQL
-INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
-    no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms)
-SELECT format('topic-%s', lpad(t::text, 4, '0')), tier, dc, w, w + 600000,
-       c, c * 120, 0, 0, 0, c * 1000003, 0, 0, 2100, 1,
-       LEAST(w + 660000, $now_ms), LEAST(w + 660000, $now_ms)
-FROM generate_series(0, 999) t,
-     generate_series($first::bigint, $last::bigint, 600000) w,
-     unnest(ARRAY['producer', 'regional', 'aggregate']) tier,
-     unnest(ARRAY['dc1', 'dc2']) dc,
-     LATERAL (SELECT (1000 + (t * 31 + w / 600000) % 500)
-                     - CASE WHEN tier = 'aggregate' AND (t * 7919 + w / 600000 + length(dc)) % 97 = 0
-                            THEN 5 ELSE 0 END AS c) x;
-INSERT INTO audit_window_bucket (window_id, bucket, count) SELECT id, 230, count FROM audit_window;
-INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host, next_offset, record_time_ms,
-    lag, emitted_at_ms, received_at_ms)
-SELECT format('topic-%s', lpad(t::text, 4, '0')), tier, dc, 0, tier || '-' || dc, 1000000, $now_ms, 0,
-       $now_ms, $now_ms
-FROM generate_series(0, 999) t, unnest(ARRAY['regional', 'aggregate']) tier, unnest(ARRAY['dc1', 'dc2']) dc;
-ANALYZE;
-SQL
-    echo "seeded in $(echo "$(date +%s.%N) - $start" | bc) s"
+    seed_windows "$PG" "$DB" 1000
 fi
 psql "$PG/$DB" -Atc "SELECT 'window rows: ' || count(*) FROM audit_window"
 
-"$BIN/web-bench-serve" bench/web-anomalies.toml 2>"$OUT/server.log" &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
-start=$(date +%s.%N)
-until curl -fsS "http://$ADDR/readyz" >/dev/null 2>&1; do
-    kill -0 $SERVER 2>/dev/null || { tail -20 "$OUT/server.log"; exit 1; }
-    sleep 0.5
-    if [ "$(echo "$(date +%s.%N) - $start > 1800" | bc)" = 1 ]; then echo "not ready after 30 min"; exit 1; fi
-done
-echo "first evaluation of the 7-day horizon done in $(echo "$(date +%s.%N) - $start" | bc) s (ready)"
+start_serve bench/web-anomalies.toml
+trap stop_serve EXIT
+ready=$(wait_ready "http://$ADDR/readyz")
+echo "ready (recent windows evaluated) in $ready s"
+echo "whole 7-day horizon evaluated in $(wait_loaded "http://$ADDR/readyz") s"
 echo "server RSS: $(ps -o rss= -p $SERVER) KB"
 
 to=$(( last + 600000 ))
-run() {
-    local name=$1 url=$2
-    curl -fsS "$url" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("  '"$name"': total", d.get("total"), "page", len(d.get("anomalies", [])), "bytes", len(json.dumps(d)))' 2>/dev/null || true
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "$url" | tee "$OUT/wrk-$name.txt" |
-        grep -E "Latency|50%|90%|99%|Requests/sec|Non-2xx|Socket errors" | sed "s/^/  $name: /"
-}
+run() { wrk_run "$@"; }
 echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION"
 run healthz "http://$ADDR/healthz"
 run anomalies-1h "http://$ADDR/api/v1/anomalies?from=$(( to - 3600000 ))&to=$to"

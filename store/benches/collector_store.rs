@@ -6,7 +6,10 @@
 //! and then rolls everything up.
 //!
 //! Run through `bench/collector-store.sh` (PostgreSQL from deploy/dev). Arguments:
-//! `--increments N --batch B --buckets K --topics T --rounds R --rollup L`.
+//! `--increments N --batch B --buckets K --topics T --rounds R --rollup L [--url URL]`.
+//! With `--url`, the rounds run in that (migrated) database next to the rows it holds
+//! (bench/store-scale.sh: a store of 60 M window rows): between rounds only the bench's
+//! own rows (topics `topic-NNNN`, messages) are deleted instead of every table truncated.
 //!
 //! The hot path is `stage_batch` (what the collector calls); the roll-up into window
 //! rows runs behind it, and its rate (increments/s, `L` per transaction) is reported
@@ -29,6 +32,8 @@ struct Args {
     topics: u64,
     rounds: usize,
     rollup: u32,
+    /// An existing database to ingest into (`None`: a fresh one).
+    url: Option<String>,
 }
 
 fn args() -> Args {
@@ -39,6 +44,7 @@ fn args() -> Args {
         topics: 200,
         rounds: 3,
         rollup: 200_000,
+        url: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,6 +63,7 @@ fn args() -> Args {
             "--topics" => a.topics = parse(&value).max(1) as u64,
             "--rounds" => a.rounds = parse(&value).max(1),
             "--rollup" => a.rollup = parse(&value).max(1) as u32,
+            "--url" => a.url = Some(value),
             _ => panic!("unknown argument {flag}"),
         }
     }
@@ -179,7 +186,35 @@ async fn rollup(store: &PgStore, limit: u32) -> Duration {
     started.elapsed()
 }
 
-async fn truncate(pool: &PgPool) {
+/// Windows of the bench's topics (`$1`: `topic-NNNN`; bench/seed-windows.sql seeds
+/// `topic-NNNNN`).
+const OWN_WINDOWS: &str = "SELECT id FROM audit_window WHERE topic = ANY($1)";
+
+fn own_topics(a: &Args) -> Vec<String> {
+    (0..a.topics).map(|t| format!("topic-{t:04}")).collect()
+}
+
+/// Empties what the rounds write: every table of a fresh database, or with `--url` the
+/// bench's own rows only.
+async fn truncate(pool: &PgPool, shared: Option<&[String]>) {
+    if let Some(topics) = shared {
+        for sql in [
+            format!("DELETE FROM audit_window_bucket WHERE window_id IN ({OWN_WINDOWS})"),
+            format!("DELETE FROM audit_window_offset WHERE window_id IN ({OWN_WINDOWS})"),
+            format!("DELETE FROM audit_window WHERE id IN ({OWN_WINDOWS})"),
+            "TRUNCATE audit_message, audit_pending, audit_emitter, audit_reject".into(),
+            "CHECKPOINT".into(),
+        ] {
+            let q = sqlx::query(&sql);
+            let q = if sql.contains("$1") {
+                q.bind(topics)
+            } else {
+                q
+            };
+            q.execute(pool).await.expect("cleaning the bench's rows");
+        }
+        return;
+    }
     sqlx::query(
         "TRUNCATE audit_message, audit_pending, audit_window, audit_window_bucket, audit_window_offset,
                   audit_progress, audit_emitter, audit_reject",
@@ -211,9 +246,18 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let db = testkit::fresh_database("bench_collector_store").await;
-        let store = PgStore::connect(db.url()).await.expect("connect");
+        let fresh;
+        let url = match &a.url {
+            Some(url) => url.as_str(),
+            None => {
+                fresh = testkit::fresh_database("bench_collector_store").await;
+                fresh.url()
+            }
+        };
+        let store = PgStore::connect(url).await.expect("connect");
         store.migrate().await.expect("migrate");
+        let own = own_topics(&a);
+        let shared = a.url.as_ref().map(|_| own.as_slice());
         let pool = store.pool().clone();
         let increments = generate(&a);
         let buckets_total: usize = increments
@@ -230,19 +274,27 @@ fn main() {
         let mut rollup_rates = vec![];
         let mut ratios = vec![];
         for round in 1..=a.rounds {
-            truncate(&pool).await;
+            truncate(&pool, shared).await;
             let copy = copy_baseline(&pool, &increments, a.batch).await;
-            truncate(&pool).await;
+            truncate(&pool, shared).await;
             let ours = ingest(&store, &increments, a.batch, true).await;
             let replay = ingest(&store, &increments, a.batch, false).await;
             let rolled = rollup(&store, a.rollup).await;
-            let (windows, bucket_rows): (i64, i64) = sqlx::query_as(
-                "SELECT (SELECT count(*) FROM audit_window), (SELECT count(*) FROM audit_window_bucket)",
-            )
+            let (windows, bucket_rows): (i64, i64) = sqlx::query_as(&format!(
+                "SELECT (SELECT count(*) FROM ({OWN_WINDOWS}) w),
+                        (SELECT count(*) FROM audit_window_bucket WHERE window_id IN ({OWN_WINDOWS}))"
+            ))
+            .bind(&own)
             .fetch_one(&pool)
             .await
             .unwrap();
-            let stored: i64 = sqlx::query_scalar("SELECT sum(count)::int8 FROM audit_window").fetch_one(&pool).await.unwrap();
+            let stored: i64 = sqlx::query_scalar(
+                "SELECT sum(count)::int8 FROM audit_window WHERE topic = ANY($1)",
+            )
+            .bind(&own)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
             let expected: u64 = increments
                 .iter()
                 .filter_map(|m| m.as_increment().map(|i| i.stats.count))

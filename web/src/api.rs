@@ -277,6 +277,17 @@ fn index_covers(state: &AppState, from: i64) -> ApiResult<i64> {
             index.horizon_start
         )));
     }
+    // Cold start: windows before `loaded_from` are not judged yet; answering would
+    // claim them ok.
+    if let Some(l) = &index.loading {
+        if from < l.loaded_from {
+            return Err(AppError::unavailable(format!(
+                "still loading: windows before {} are not evaluated yet (cold start, see /readyz); \
+                 retry shortly or ask from {} on",
+                l.loaded_from, l.loaded_from
+            )));
+        }
+    }
     Ok(at)
 }
 

@@ -40,8 +40,14 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
-    /// `postgres://...` or `sqlite:PATH` (a plain path is SQLite too).
+    /// `postgres://...` or `sqlite:PATH` (a plain path is SQLite too). Serve only reads
+    /// from it (windows, progress) unless `alert_database_url` is unset: it may be a
+    /// read replica.
     pub database_url: String,
+    /// The writer for serve's own state, the open alerts (kept across restarts), when
+    /// `database_url` is a read replica: the primary of that replica, or any database
+    /// of the same schema. Unset: `database_url`. With `migrate`, the migrations run here.
+    pub alert_database_url: Option<String>,
     /// Apply pending migrations at start.
     pub migrate: bool,
     /// How often windows are evaluated (verdicts, metrics, alerts).
@@ -80,6 +86,7 @@ impl Default for ServeConfig {
         Self {
             listen: "127.0.0.1:8080".parse().expect("static address"),
             database_url: "sqlite:kafka-audit.db".into(),
+            alert_database_url: None,
             migrate: true,
             evaluate_every: Duration::from_secs(60),
             horizon: Duration::from_secs(7 * 24 * 3600),
@@ -202,6 +209,10 @@ impl std::fmt::Debug for ServeConfig {
         f.debug_struct("ServeConfig")
             .field("listen", &self.listen)
             .field("database_url", &store::redact_url(&self.database_url))
+            .field(
+                "alert_database_url",
+                &self.alert_database_url.as_deref().map(store::redact_url),
+            )
             .field("migrate", &self.migrate)
             .field("evaluate_every", &self.evaluate_every)
             .field("horizon", &self.horizon)

@@ -7,7 +7,18 @@
 //! A cycle re-judges only windows whose verdict can have changed: windows that
 //! received increments since the previous cycle (late data), windows recent enough to
 //! change lifecycle by the passing of time, and windows still `pending` or `stalled`
-//! (waiting for an auditor). The first cycle judges the whole horizon.
+//! (waiting for an auditor).
+//!
+//! Cold start: the first cycle judges only the recent windows (the API's default hour,
+//! or window + grace when longer), every topic at once with bulk reads of pages of
+//! topics, and serve is ready; [`Evaluator::load_step`]s then judge the rest of the
+//! horizon an hour at a time, newest first, between cycles. Until the horizon is
+//! judged, [`VerdictIndex::loading`] says how far it is (`/readyz`), `/anomalies` and
+//! `/topics` answer 503 for ranges reaching before it, and no alert is published.
+//! Measured on 6 M window rows (bench/web-anomalies.sh), the full first evaluation
+//! took ~75 s, nearly all of it the two queries per topic over the whole horizon
+//! (~20 ms for the window rows and ~70 ms for the bucket join, of 6 048 rows each,
+//! times 1 000 topics).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
@@ -82,6 +93,31 @@ pub struct VerdictIndex {
     /// Why nothing is judged yet, when `[topology] window` is not set and the window
     /// size is not learned yet (no window stored); `/readyz` says it.
     pub waiting_for: Option<String>,
+    /// Set while the windows of the horizon before [`Loading::loaded_from`] are not
+    /// judged yet (cold start: the first cycle judges the recent windows, load steps
+    /// the older ones, newest first). `None` once the whole horizon is judged.
+    pub loading: Option<Loading>,
+}
+
+/// What a cold start has judged so far; `/readyz` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loading {
+    /// Windows starting at or after this are judged; older ones of the horizon not yet.
+    pub loaded_from: i64,
+    /// Window starts (per topic) judged since the start.
+    pub windows_evaluated: u64,
+    /// When the first cycle ran (epoch ms).
+    pub started_at: i64,
+}
+
+impl VerdictIndex {
+    /// Anomalous verdicts in the index.
+    pub fn anomaly_count(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.verdict.is_anomaly())
+            .count()
+    }
 }
 
 impl VerdictIndex {
@@ -131,6 +167,15 @@ const KEY_LIMIT: u32 = 500_000;
 pub const WAITING_FOR_WINDOW: &str =
     "the first audit window, to learn the window size (the auditors' audit.event_time.window_size; [topology] window is not set)";
 
+/// The first cycle judges at least this much before now (the API's default range, so
+/// that a default `/anomalies` answers as soon as serve is ready); more when windows
+/// stay unsettled longer (window + grace).
+const RECENT_SPAN_MS: i64 = 60 * 60_000;
+/// How much older history one load step judges.
+const LOAD_STEP_MS: i64 = 60 * 60_000;
+/// Window rows a bulk read aims at per page (below `store::MAX_READ_ROWS`).
+const PAGE_ROWS: usize = 40_000;
+
 /// Late increments are looked for from a little before the previous cycle: a batch
 /// stamped before that cycle may have committed after it.
 const LATE_MARGIN_MS: i64 = 5 * 60_000;
@@ -159,6 +204,19 @@ pub struct Evaluator {
     auditor_series: HashSet<AuditorLabels>,
     /// The `window_size_mismatch` series set by the last cycle.
     mismatch_series: HashSet<TierLabels>,
+    /// Windows starting at or after this are judged (`None` before the first cycle);
+    /// older ones of the horizon wait for a `load_step`.
+    loaded_from: Option<i64>,
+    /// Windows judged by the first cycle and the load steps.
+    windows_loaded: u64,
+    /// When the first cycle ran (epoch ms).
+    load_started: i64,
+    /// Topics per bulk read, adapted to the rows a topic has per read.
+    page_topics: u32,
+    /// Progress by topic as the last cycle read it (load steps judge with it).
+    progress: Arc<HashMap<String, Vec<ProgressRow>>>,
+    /// Whether that read hit the store's row cap.
+    progress_capped: bool,
 }
 
 /// Records in `mismatches` the rows of `topic` whose window is not `window_ms` long,
@@ -224,6 +282,12 @@ impl Evaluator {
             newest_window: HashMap::new(),
             auditor_series: HashSet::new(),
             mismatch_series: HashSet::new(),
+            loaded_from: None,
+            windows_loaded: 0,
+            load_started: 0,
+            page_topics: 256,
+            progress: Arc::new(HashMap::new()),
+            progress_capped: false,
         }
     }
 
@@ -346,59 +410,12 @@ impl Evaluator {
         }
         self.update_auditor_metrics(&auditors);
         self.index.write().expect("verdict index lock").auditors = auditors;
-        let empty = Vec::new();
+        let progress = Arc::new(progress);
+        self.progress = progress.clone();
+        self.progress_capped = progress_capped;
         // Staged, not yet rolled-up increments: read after the progress and before the
         // window rows (see `AuditStore::staged_windows`).
-        let mut staged: HashMap<String, engine::Staged> = HashMap::new();
-        for (topic, tier, dc, w) in self.store.staged_windows(None, horizon_start).await? {
-            staged.entry(topic).or_default().insert((tier, dc, w));
-        }
-        let no_staged = engine::Staged::new();
-
-        // Topic → the windows to judge (`None`: every window of the horizon with rows).
-        let mut work: BTreeMap<String, Option<BTreeSet<i64>>> = BTreeMap::new();
-        match self.last_cycle {
-            None => {
-                for t in self.store.list_topics().await? {
-                    work.insert(t, None);
-                }
-            }
-            Some(last) => {
-                let mut keys = Vec::new();
-                // Windows whose settle time (end + grace) passed since the last cycle.
-                let from = last.saturating_sub(window_ms + self.max_grace_ms() + LATE_MARGIN_MS);
-                keys.extend(
-                    self.store
-                        .window_keys(from.max(horizon_start), range_end, KEY_LIMIT)
-                        .await?,
-                );
-                // Windows that received late increments.
-                keys.extend(
-                    self.store
-                        .changed_windows(last - LATE_MARGIN_MS, horizon_start, KEY_LIMIT)
-                        .await?,
-                );
-                // Windows waiting for an auditor.
-                {
-                    let index = self.index.read().expect("verdict index lock");
-                    keys.extend(
-                        index
-                            .entries
-                            .values()
-                            .filter(|e| matches!(e.verdict, Verdict::Pending | Verdict::Stalled))
-                            .map(|e| (e.topic.clone(), e.window_start)),
-                    );
-                }
-                for (t, w) in keys {
-                    if w >= horizon_start {
-                        work.entry(t)
-                            .or_insert_with(|| Some(BTreeSet::new()))
-                            .get_or_insert_with(BTreeSet::new)
-                            .insert(w);
-                    }
-                }
-            }
-        }
+        let staged = self.staged_from(horizon_start, i64::MAX).await?;
 
         let mut mismatches = {
             let mut index = self.index.write().expect("verdict index lock");
@@ -408,51 +425,332 @@ impl Evaluator {
         };
         mismatches.retain(|_, m| m.window_start >= horizon_start);
         let mut stats = CycleStats::default();
-        for (topic, windows) in work {
-            let range = match &windows {
-                Some(ws) => match (ws.first(), ws.last()) {
-                    (Some(&a), Some(&b)) => TimeRange::new(a, b + 1),
-                    _ => continue,
-                },
-                None => TimeRange::new(horizon_start, range_end),
-            };
-            let stored = self.store.topic_windows(&topic, range).await?;
-            note_window_mismatches(&mut mismatches, &topic, &stored, window_ms);
-            let rows: Vec<WindowRow> = stored;
-            let windows: Vec<i64> = match windows {
-                Some(ws) => ws.into_iter().collect(),
-                None => rows
-                    .iter()
-                    .map(|r| r.window_start_ms)
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
-            };
-            let fetched;
-            let p = match progress.get(&topic) {
-                Some(p) if !progress_capped => p,
-                // The store caps a read at MAX_READ_ROWS: when all partitions of all
-                // topics exceed it, read this topic's (a missing auditor would look
-                // stalled).
-                _ if progress_capped => {
-                    fetched = topic_progress(&self.store, &topic).await?;
-                    &fetched
+        match (self.last_cycle, self.loaded_from) {
+            (Some(last), Some(loaded_from)) => {
+                let from_window = horizon_start.max(loaded_from);
+                // Windows whose settle time (end + grace) passed since the last cycle,
+                // and the newer ones: every topic at once, with bulk reads.
+                let span_from = last
+                    .saturating_sub(window_ms + self.max_grace_ms() + LATE_MARGIN_MS)
+                    .max(from_window);
+                self.load_range(
+                    &topo,
+                    TimeRange::new(span_from, range_end),
+                    &staged,
+                    now,
+                    &mut mismatches,
+                    &mut stats,
+                )
+                .await?;
+                // Older windows with late increments or waiting for an auditor: per topic.
+                let work = self.incremental_work(last, from_window, span_from).await?;
+                for (topic, windows) in work {
+                    let (Some(&a), Some(&b)) = (windows.first(), windows.last()) else {
+                        continue;
+                    };
+                    let rows = self
+                        .store
+                        .topic_windows(&topic, TimeRange::new(a, b + 1))
+                        .await?;
+                    let windows: Vec<i64> = windows.into_iter().collect();
+                    self.judge_topic(
+                        &topo,
+                        &topic,
+                        Some(windows),
+                        rows,
+                        &staged,
+                        now,
+                        &mut mismatches,
+                        &mut stats,
+                    )
+                    .await?;
                 }
-                _ => &empty,
-            };
-            let staged = staged.get(&topic).unwrap_or(&no_staged);
-            let verdicts = topo.evaluate_topic_staged(&topic, &windows, &rows, p, staged, now);
-            stats.windows += windows.len();
-            stats.topics += 1;
-            self.apply(&topic, &windows, verdicts);
+            }
+            // The first cycle (cold start): the recent windows only, every topic at
+            // once; the older ones of the horizon are judged by `load_step`s.
+            _ => {
+                let span = RECENT_SPAN_MS.max(window_ms + self.max_grace_ms() + LATE_MARGIN_MS);
+                let from = topo
+                    .window
+                    .window_of(now.saturating_sub(span))
+                    .start_ms
+                    .max(horizon_start);
+                self.load_range(
+                    &topo,
+                    TimeRange::new(from, range_end),
+                    &staged,
+                    now,
+                    &mut mismatches,
+                    &mut stats,
+                )
+                .await?;
+                self.loaded_from = Some(from);
+                self.load_started = now;
+            }
         }
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);
         self.drop_topics_before(horizon_start);
 
         self.update_mismatch_metrics(&mismatches);
+        {
+            let mut index = self.index.write().expect("verdict index lock");
+            index.evaluated_at = Some(now);
+            index.window_mismatches = mismatches;
+        }
+        self.windows_loaded += stats.windows as u64;
+        self.update_loading();
+        stats.anomalies = self.update_anomaly_metrics();
+        self.last_cycle = Some(now);
+        Ok(stats)
+    }
+
+    /// One step of the cold start: judges the next older part of the horizon not judged
+    /// yet (`LOAD_STEP_MS` of windows, every topic). Returns whether the whole horizon
+    /// is judged (`true` before the first cycle too: nothing is loading then).
+    pub async fn load_step(&mut self, now: i64) -> Result<bool, StoreError> {
+        let (Some(loaded_from), Some(topo)) = (self.loaded_from, self.topology.get()) else {
+            return Ok(true);
+        };
+        let horizon_start = self.index.read().expect("verdict index lock").horizon_start;
+        if loaded_from <= horizon_start {
+            self.update_loading();
+            return Ok(true);
+        }
+        let from = topo
+            .window
+            .window_of(loaded_from.saturating_sub(LOAD_STEP_MS))
+            .start_ms
+            .max(horizon_start);
+        let started = Instant::now();
+        // Progress of the last cycle (read before these window rows), then staged
+        // increments, then window rows, as a cycle reads them.
+        let staged = self.staged_from(from, loaded_from).await?;
+        let mut mismatches = std::mem::take(
+            &mut self
+                .index
+                .write()
+                .expect("verdict index lock")
+                .window_mismatches,
+        );
+        let mut stats = CycleStats::default();
+        let result = self
+            .load_range(
+                &topo,
+                TimeRange::new(from, loaded_from),
+                &staged,
+                now,
+                &mut mismatches,
+                &mut stats,
+            )
+            .await;
+        self.update_mismatch_metrics(&mismatches);
+        self.index
+            .write()
+            .expect("verdict index lock")
+            .window_mismatches = mismatches;
+        result?;
+        self.metrics.evaluated_windows.inc_by(stats.windows as u64);
+        self.loaded_from = Some(from);
+        self.windows_loaded += stats.windows as u64;
+        self.update_loading();
+        self.update_anomaly_metrics();
+        tracing::debug!(from, to = loaded_from, windows = stats.windows, topics = stats.topics,
+            elapsed = ?started.elapsed(), "cold start: load step");
+        let done = from <= horizon_start;
+        if done {
+            tracing::info!(
+                windows = self.windows_loaded,
+                elapsed_ms = common::now_ms().saturating_sub(self.load_started),
+                "cold start: the whole horizon is evaluated"
+            );
+        }
+        Ok(done)
+    }
+
+    /// Whether windows of the horizon are still to be judged for the first time.
+    pub fn loading(&self) -> bool {
+        self.index
+            .read()
+            .expect("verdict index lock")
+            .loading
+            .is_some()
+    }
+
+    /// Sets the index's `loading` from how far the load has come.
+    fn update_loading(&mut self) {
         let mut index = self.index.write().expect("verdict index lock");
-        index.evaluated_at = Some(now);
-        index.window_mismatches = mismatches;
+        index.loading = match self.loaded_from {
+            Some(from) if from > index.horizon_start => Some(Loading {
+                loaded_from: from,
+                windows_evaluated: self.windows_loaded,
+                started_at: self.load_started,
+            }),
+            _ => None,
+        };
+    }
+
+    /// Staged increments by topic whose window starts in `[from, to)`.
+    async fn staged_from(
+        &self,
+        from: i64,
+        to: i64,
+    ) -> Result<HashMap<String, engine::Staged>, StoreError> {
+        let mut staged: HashMap<String, engine::Staged> = HashMap::new();
+        for (topic, tier, dc, w) in self.store.staged_windows(None, from).await? {
+            if w < to {
+                staged.entry(topic).or_default().insert((tier, dc, w));
+            }
+        }
+        Ok(staged)
+    }
+
+    /// Topic → windows older than `span_from` (and from `from_window` on) a cycle after
+    /// the first re-judges: those with late increments and those waiting for an auditor.
+    async fn incremental_work(
+        &self,
+        last: i64,
+        from_window: i64,
+        span_from: i64,
+    ) -> Result<BTreeMap<String, BTreeSet<i64>>, StoreError> {
+        let mut keys = Vec::new();
+        // Windows that received late increments.
+        keys.extend(
+            self.store
+                .changed_windows(last - LATE_MARGIN_MS, from_window, KEY_LIMIT)
+                .await?,
+        );
+        // Windows waiting for an auditor.
+        {
+            let index = self.index.read().expect("verdict index lock");
+            keys.extend(
+                index
+                    .entries
+                    .values()
+                    .filter(|e| matches!(e.verdict, Verdict::Pending | Verdict::Stalled))
+                    .map(|e| (e.topic.clone(), e.window_start)),
+            );
+        }
+        let mut work: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
+        for (t, w) in keys {
+            // Windows not loaded yet are judged by the load step that reaches them;
+            // those from `span_from` on were just judged.
+            if w >= from_window && w < span_from {
+                work.entry(t).or_default().insert(w);
+            }
+        }
+        Ok(work)
+    }
+
+    /// Judges every window with rows in `range`, all topics, reading them in pages of
+    /// topics (a few bulk reads instead of two queries per topic).
+    #[allow(clippy::too_many_arguments)]
+    async fn load_range(
+        &mut self,
+        topo: &Topology,
+        range: TimeRange,
+        staged: &HashMap<String, engine::Staged>,
+        now: i64,
+        mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
+        stats: &mut CycleStats,
+    ) -> Result<(), StoreError> {
+        let store = self.store.clone();
+        let fetch = move |after: Option<String>, limit: u32| {
+            let store = store.clone();
+            tokio::spawn(
+                async move { store.windows_in_range(range, after.as_deref(), limit).await },
+            )
+        };
+        // `requested`: the `after_topic` of the page in flight.
+        let mut requested: Option<String> = None;
+        let mut next = Some(fetch(None, self.page_topics));
+        while let Some(read) = next.take() {
+            let page = read.await.expect("a page read does not panic")?;
+            // A capped page may have cut a topic short: read fewer topics at a time.
+            if page.rows.len() >= store::MAX_READ_ROWS && self.page_topics > 1 {
+                self.page_topics = (self.page_topics / 2).max(1);
+                next = Some(fetch(requested.clone(), self.page_topics));
+                continue;
+            }
+            let rows_read = page.rows.len();
+            let topics = page
+                .rows
+                .windows(2)
+                .filter(|p| p[0].topic != p[1].topic)
+                .count()
+                + usize::from(!page.rows.is_empty());
+            if let Some(per_topic) = rows_read.checked_div(topics) {
+                self.page_topics = (PAGE_ROWS / per_topic.max(1)).clamp(1, 10_000) as u32;
+            }
+            // The next page is read while this one is judged.
+            requested = page.next_after_topic;
+            if let Some(after) = &requested {
+                next = Some(fetch(Some(after.clone()), self.page_topics));
+            }
+            let mut rows = page.rows.into_iter().peekable();
+            while let Some(first) = rows.next() {
+                let topic = first.topic.clone();
+                let mut group = vec![first];
+                while let Some(r) = rows.next_if(|r| r.topic == topic) {
+                    group.push(r);
+                }
+                self.judge_topic(topo, &topic, None, group, staged, now, mismatches, stats)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Judges `windows` of `topic` (`None`: every window `rows` has) from its `rows`
+    /// and puts the verdicts into the index.
+    #[allow(clippy::too_many_arguments)]
+    async fn judge_topic(
+        &mut self,
+        topo: &Topology,
+        topic: &str,
+        windows: Option<Vec<i64>>,
+        rows: Vec<WindowRow>,
+        staged: &HashMap<String, engine::Staged>,
+        now: i64,
+        mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
+        stats: &mut CycleStats,
+    ) -> Result<(), StoreError> {
+        note_window_mismatches(mismatches, topic, &rows, topo.window.as_millis());
+        let windows: Vec<i64> = match windows {
+            Some(ws) => ws,
+            None => rows
+                .iter()
+                .map(|r| r.window_start_ms)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        };
+        let fetched;
+        let empty = Vec::new();
+        let progress = self.progress.clone();
+        let p = match progress.get(topic) {
+            Some(p) if !self.progress_capped => p,
+            // The store caps a read at MAX_READ_ROWS: when all partitions of all
+            // topics exceed it, read this topic's (a missing auditor would look
+            // stalled).
+            _ if self.progress_capped => {
+                fetched = topic_progress(&self.store, topic).await?;
+                &fetched
+            }
+            _ => &empty,
+        };
+        let no_staged = engine::Staged::new();
+        let staged = staged.get(topic).unwrap_or(&no_staged);
+        let verdicts = topo.evaluate_topic_staged(topic, &windows, &rows, p, staged, now);
+        stats.windows += windows.len();
+        stats.topics += 1;
+        self.apply(topic, &windows, verdicts);
+        Ok(())
+    }
+
+    /// Sets the anomaly gauges (per kind, per topic and kind) from the index; returns
+    /// the number of anomalies.
+    fn update_anomaly_metrics(&self) -> usize {
+        let index = self.index.read().expect("verdict index lock");
         let mut by_kind: BTreeMap<Verdict, i64> = BTreeMap::new();
         let mut by_topic: HashMap<(&str, Verdict), i64> = HashMap::new();
         for e in index.entries.values() {
@@ -475,6 +773,7 @@ impl Evaluator {
         }
         drop(by_topic);
         drop(index);
+        let mut anomalies = 0;
         for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
             let n = by_kind.get(&v).copied().unwrap_or(0);
             self.metrics
@@ -483,10 +782,9 @@ impl Evaluator {
                     kind: v.as_str().into(),
                 })
                 .set(n);
-            stats.anomalies += n as usize;
+            anomalies += n as usize;
         }
-        self.last_cycle = Some(now);
-        Ok(stats)
+        anomalies
     }
 
     /// One `window_size_mismatch` series per (tier, datacenter) with mismatched

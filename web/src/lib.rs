@@ -43,6 +43,9 @@ pub struct AppState {
     /// `[topology] window` is not set (see [`AppState::topology`]).
     pub topology: Arc<TopologyCell>,
     pub store: Store,
+    /// Where the open alerts are kept: `serve.alert_database_url` when `store` is a
+    /// read replica, else `store` itself.
+    pub alert_store: Store,
     pub index: Arc<RwLock<VerdictIndex>>,
     pub metrics: Arc<Metrics>,
     evaluator: Arc<tokio::sync::Mutex<Evaluator>>,
@@ -55,6 +58,17 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config, store: Store) -> anyhow::Result<Self> {
+        let alert_store = store.clone();
+        Self::with_alert_store(config, store, alert_store)
+    }
+
+    /// A state that reads from `store` (a read replica may do) and keeps the open
+    /// alerts in `alert_store` (a writer).
+    pub fn with_alert_store(
+        config: Config,
+        store: Store,
+        alert_store: Store,
+    ) -> anyhow::Result<Self> {
         config.validate()?;
         let tokens = Arc::new(common::Tokens::load(&config.auth.tokens, config::SCOPES)?);
         let topology = Arc::new(TopologyCell::new(config.topology.clone())?);
@@ -76,6 +90,7 @@ impl AppState {
             config: Arc::new(config),
             topology,
             store,
+            alert_store,
             index,
             metrics,
             evaluator: Arc::new(tokio::sync::Mutex::new(evaluator)),
@@ -92,10 +107,50 @@ impl AppState {
         })
     }
 
-    /// Runs one evaluation cycle at `now` (epoch ms) and publishes the anomalies to
-    /// the alert channels.
+    /// Runs one evaluation cycle at `now` (epoch ms), and on a cold start every load
+    /// step after it (the whole horizon is judged on return); publishes the anomalies
+    /// to the alert channels.
     pub async fn evaluate(&self, now: i64) -> Result<CycleStats, StoreError> {
-        let stats = self.evaluator.lock().await.cycle(now).await?;
+        let mut stats = self.evaluate_cycle(now).await?;
+        while !self.load_step(now).await? {}
+        stats.anomalies = self
+            .index
+            .read()
+            .expect("verdict index lock")
+            .anomaly_count();
+        Ok(stats)
+    }
+
+    /// One evaluation cycle at `now` (what the evaluation job runs every
+    /// `evaluate_every`): on a cold start, the first one judges only the recent windows
+    /// and [`AppState::load_step`] the rest of the horizon. Publishes the anomalies to
+    /// the alert channels once the whole horizon is judged, never from a partial load
+    /// (it would resolve the open alerts of windows not judged yet).
+    pub async fn evaluate_cycle(&self, now: i64) -> Result<CycleStats, StoreError> {
+        let mut evaluator = self.evaluator.lock().await;
+        let stats = evaluator.cycle(now).await?;
+        if !evaluator.loading() {
+            self.publish_alerts();
+        }
+        Ok(stats)
+    }
+
+    /// One cold-start step: judges the next older part of the horizon not judged yet
+    /// (see [`eval::Evaluator::load_step`]); returns whether the whole horizon is
+    /// judged. The step that completes it publishes the alerts.
+    pub async fn load_step(&self, now: i64) -> Result<bool, StoreError> {
+        let mut evaluator = self.evaluator.lock().await;
+        if !evaluator.loading() {
+            return Ok(true);
+        }
+        let done = evaluator.load_step(now).await?;
+        if done {
+            self.publish_alerts();
+        }
+        Ok(done)
+    }
+
+    fn publish_alerts(&self) {
         let desired = {
             let index = self.index.read().expect("verdict index lock");
             let stall_after_ms =
@@ -103,7 +158,11 @@ impl AppState {
             alert::desired(&index, &self.config.alerting, stall_after_ms)
         };
         self.alerts.send_replace(Some(Arc::new(desired)));
-        Ok(stats)
+    }
+
+    /// The alerts last published to the channels (`None`: nothing published yet).
+    pub fn published_alerts(&self) -> alert::Desired {
+        self.alerts.borrow().clone()
     }
 
     /// Spawns the evaluation loop and one worker per alert channel; they stop with
@@ -116,7 +175,7 @@ impl AppState {
                     c.clone(),
                     self.config.alerting.clone(),
                     self.metrics.clone(),
-                    Some(self.store.clone()),
+                    Some(self.alert_store.clone()),
                 );
                 handles.push(tokio::spawn(
                     worker.run(self.alerts.subscribe(), shutdown.child_token()),
@@ -129,9 +188,21 @@ impl AppState {
             let every = state.config.serve.evaluate_every;
             loop {
                 let started = Instant::now();
-                match state.evaluate(common::now_ms()).await {
+                match state.evaluate_cycle(common::now_ms()).await {
                     Ok(s) => tracing::debug!(?s, elapsed = ?started.elapsed(), "evaluation cycle"),
                     Err(e) => tracing::warn!(error = %e, "evaluation cycle failed"),
+                }
+                // Cold start: judge the rest of the horizon, one step at a time, until
+                // the next cycle is due (the API answers in between).
+                while started.elapsed() < every && !token.is_cancelled() {
+                    match state.load_step(common::now_ms()).await {
+                        Ok(true) => break,
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cold start: load step failed; retrying after the next cycle");
+                            break;
+                        }
+                    }
                 }
                 tokio::select! {
                     _ = token.cancelled() => return,
@@ -261,6 +332,12 @@ pub struct ReadyView {
     /// The last evaluation's time; null before the first one.
     #[schema(required = true)]
     pub evaluated_at: Option<i64>,
+    /// Cold start: set while the older windows of the horizon are still being judged
+    /// (the recent ones are, so serve is ready). `/anomalies` and `/topics` answer for
+    /// ranges from `loaded_from` on and 503 for ranges reaching before; alerts are not
+    /// sent until the whole horizon is judged. Absent once it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loading: Option<LoadingView>,
     /// `ready` or `not ready`.
     pub status: &'static str,
     /// `ok` or `unavailable`.
@@ -275,6 +352,22 @@ pub struct ReadyView {
     pub waiting_for: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub window_size_mismatch: Vec<WindowSizeMismatchView>,
+}
+
+/// [`ReadyView::loading`].
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Loading)]
+pub struct LoadingView {
+    /// Windows starting at or after this (epoch ms) are judged.
+    pub loaded_from: i64,
+    /// Start of the horizon (serve.horizon): judged when `loaded_from` reaches it.
+    pub horizon_start: i64,
+    /// `loaded_from - horizon_start`: the part of the horizon still to judge, in ms.
+    pub horizon_remaining_ms: i64,
+    /// Windows (per topic) judged since the start.
+    pub windows_evaluated: u64,
+    /// When loading started (the first evaluation), epoch ms.
+    pub started_at: i64,
 }
 
 /// One tier and datacenter of [`ReadyView::window_size_mismatch`].
@@ -306,12 +399,20 @@ async fn healthz() -> Json<HealthView> {
         (status = 503, description = "Not ready", body = ReadyView),
     ))]
 async fn readyz(State(state): State<AppState>) -> Response {
-    let (evaluated_at, mismatches, waiting_for) = {
+    let (evaluated_at, mismatches, waiting_for, loading) = {
         let index = state.index.read().expect("verdict index lock");
+        let loading = index.loading.as_ref().map(|l| LoadingView {
+            loaded_from: l.loaded_from,
+            horizon_start: index.horizon_start,
+            horizon_remaining_ms: l.loaded_from.saturating_sub(index.horizon_start),
+            windows_evaluated: l.windows_evaluated,
+            started_at: l.started_at,
+        });
         (
             index.evaluated_at,
             index.window_mismatches.clone(),
             index.waiting_for.clone(),
+            loading,
         )
     };
     // Mismatches are only found once the window size is known.
@@ -325,6 +426,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
     let body = ReadyView {
         evaluated_at,
+        loading,
         status: if ready { "ready" } else { "not ready" },
         store: if db.is_ok() { "ok" } else { "unavailable" },
         waiting_for,
@@ -464,18 +566,24 @@ pub enum Mode {
 /// Connects the store, starts the jobs and serves until `shutdown` is cancelled.
 pub async fn run(config: Config, mode: Mode, shutdown: CancellationToken) -> anyhow::Result<()> {
     use anyhow::Context;
-    let store = Store::connect(&config.serve.database_url)
-        .await
-        .with_context(|| {
-            format!(
-                "connecting to the store at {}",
-                store::redact_url(&config.serve.database_url)
-            )
-        })?;
+    let connect = |url: &str| {
+        let url = url.to_string();
+        async move {
+            Store::connect(&url)
+                .await
+                .with_context(|| format!("connecting to the store at {}", store::redact_url(&url)))
+        }
+    };
+    let store = connect(&config.serve.database_url).await?;
+    // A read replica cannot be migrated nor keep alerts: the writer does both.
+    let alert_store = match &config.serve.alert_database_url {
+        Some(url) => connect(url).await?,
+        None => store.clone(),
+    };
     if config.serve.migrate {
-        store.migrate().await.context("migrating the store")?;
+        alert_store.migrate().await.context("migrating the store")?;
     }
-    let state = AppState::new(config, store)?;
+    let state = AppState::with_alert_store(config, store, alert_store)?;
     let jobs = state.spawn_jobs(&shutdown);
     if mode == Mode::All {
         let listen = state.config.serve.listen;

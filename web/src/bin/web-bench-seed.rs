@@ -1,5 +1,8 @@
 //! Seeds a store through its real write path with a small pipeline history that has
-//! every kind of verdict: `seed STORE_URL [HOURS]` (HOURS = 0: only migrate). Topology to serve it with:
+//! every kind of verdict: `seed STORE_URL [HOURS]` (HOURS = 0: only migrate). Also
+//! `seed --retention STORE_URL CUTOFF_MS [BATCH]`: the collector's retention pass
+//! (`AuditStore::retention` until nothing older than CUTOFF_MS is left), timed, for
+//! bench/store-scale.sh. Topology to serve it with:
 //! bench/serve-seeded.toml (producer → regional one-to-one in dc1/dc2, regional →
 //! aggregate many-to-one into `agg`).
 //!
@@ -63,7 +66,34 @@ fn inc(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.next_if_eq("--retention").is_some() {
+        let usage = || anyhow::anyhow!("usage: seed --retention STORE_URL CUTOFF_MS [BATCH]");
+        let url = args.next().ok_or_else(usage)?;
+        let cutoff: i64 = args.next().ok_or_else(usage)?.parse()?;
+        let batch: u32 = args
+            .next()
+            .map(|b| b.parse())
+            .transpose()?
+            .unwrap_or(10_000);
+        let store = store::Store::connect(&url).await?;
+        let started = std::time::Instant::now();
+        let (mut windows, mut messages, mut batches) = (0u64, 0u64, 0u64);
+        loop {
+            let out = store.retention(cutoff, cutoff, batch).await?;
+            batches += 1;
+            windows += out.windows;
+            messages += out.messages;
+            if out.total() == 0 {
+                break;
+            }
+        }
+        println!(
+            "retention: {windows} windows, {messages} messages deleted in {batches} batches of {batch} in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let url = args
         .next()
         .ok_or_else(|| anyhow::anyhow!("usage: seed STORE_URL [HOURS]"))?;

@@ -740,3 +740,81 @@ url = "{base}/redirect/elsewhere"
         .get();
     assert_eq!(failures, 1);
 }
+
+/// Read replicas: `serve.database_url` is a replica (here a second database whose
+/// sessions are read-only, as on a hot standby: every write fails), and
+/// `serve.alert_database_url` the writer that keeps the open alerts. Verdicts come from
+/// the reader (the loss is seeded there only); the alert's trigger and resolve are
+/// stored in the writer and nothing is written to the reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alert_state_goes_to_the_writer_and_reads_to_the_replica() {
+    use store::AuditStore;
+    let (receiver, base) = start_receiver().await;
+    let (reader_rw, _reader_db) = store(Backend::Postgres).await;
+    let (writer, _writer_db) = store(Backend::Postgres).await;
+    let reader_url = match &_reader_db {
+        Db::Pg(db) => db.url().to_string(),
+        Db::Sqlite(_) => unreachable!(),
+    };
+    let writer_url = match &_writer_db {
+        Db::Pg(db) => db.url().to_string(),
+        Db::Sqlite(_) => unreachable!(),
+    };
+    let read_only = format!("{reader_url}?options=-c%20default_transaction_read_only%3Don");
+    let w = settled_window();
+    seed_loss(&reader_rw, "orders", w).await;
+    let cfg = format!(
+        r#"
+[serve]
+database_url = "{read_only}"
+alert_database_url = "{writer_url}"
+migrate = false
+evaluate_every = "1s"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(web::run(
+        config(&cfg),
+        web::Mode::AlertsOnly,
+        shutdown.clone(),
+    ));
+    wait_for("the trigger", || receiver.got().len() == 1).await;
+    let open = |store: &store::Store| {
+        let store = store.clone();
+        async move { store.open_alerts("hook").await.expect("open alerts").len() }
+    };
+    assert!(
+        testkit::wait_until_async(Duration::from_secs(20), || async {
+            open(&writer).await == 1
+        })
+        .await,
+        "the open alert is stored in the writer"
+    );
+    assert_eq!(
+        open(&reader_rw).await,
+        0,
+        "nothing is written to the reader"
+    );
+    // The late messages reach the replica: the alert resolves, and the writer forgets it.
+    write(
+        &reader_rw,
+        vec![increment("orders", "regional", "dc1", w, 10, 100)],
+    )
+    .await;
+    wait_for("the resolve", || receiver.got().len() == 2).await;
+    assert_eq!(receiver.got()[1].1["action"], "resolve");
+    assert!(
+        testkit::wait_until_async(Duration::from_secs(20), || async {
+            open(&writer).await == 0
+        })
+        .await,
+        "the resolved alert is forgotten in the writer"
+    );
+    assert_eq!(open(&reader_rw).await, 0);
+    shutdown.cancel();
+    run.await.unwrap().expect("serve ran");
+}

@@ -603,19 +603,26 @@ async fn serves_on_a_bound_port_and_shuts_down() {
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(web::serve(listener, state.clone(), shutdown.clone()));
     let client = reqwest::Client::new();
-    // The evaluation job runs its first cycle at start.
+    // The evaluation job runs its first cycle at start (ready), then loads the rest of
+    // the horizon (the window 2 h back is not in the first cycle's recent hour): wait
+    // until /readyz no longer reports `loading`.
     let ready = testkit::wait_until_async(std::time::Duration::from_secs(20), || {
         let client = client.clone();
         async move {
-            client
-                .get(format!("http://{addr}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
+            match client.get(format!("http://{addr}/readyz")).send().await {
+                Ok(r) if r.status() == 200 => r
+                    .json::<Value>()
+                    .await
+                    .is_ok_and(|b| b.get("loading").is_none()),
+                _ => false,
+            }
         }
     })
     .await;
-    assert!(ready, "server never became ready");
+    assert!(
+        ready,
+        "server never became ready with the whole horizon loaded"
+    );
     let body: Value = client
         .get(format!(
             "http://{addr}/api/v1/anomalies?from={}&to={}",

@@ -7,6 +7,7 @@ mod support;
 
 mod alerts;
 mod api;
+mod coldstart;
 mod completeness;
 mod dashboard_browser;
 mod edges;

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The store at 10x bench/web-anomalies.sh: TOPICS topics x 3 tiers x 2 datacenters x 7 days
+# of 10-minute windows in PostgreSQL (TOPICS=10000: 60 480 000 window rows, each with one
+# latency bucket), in a database of its own on the dev server, dropped at the end.
+# Reports, in one run:
+#   - seeding (set-based INSERT ... SELECT generate_series, bench/seed-windows.sql) and disk used;
+#   - serve cold start: seconds to /readyz 200 (recent windows evaluated) and to the whole
+#     7-day horizon evaluated (/readyz without `loading`), serve RSS at both;
+#   - GET /api/v1/anomalies (1 h, 24 h) and /api/v1/topics/{topic}/compare (1 h) under wrk,
+#     with /healthz as the baseline of the same run;
+#   - the collector's ingest rate into this store and its ratio to a raw COPY
+#     (bench/collector-store.sh --url);
+#   - retention of one day: time and WAL volume (bench/store-retention.sh, partitions
+#     dropped vs the old batched DELETE, when it exists; else the store's batched
+#     retention of the oldest day of this database).
+#
+#   bench/store-scale.sh                   # 60 M window rows
+#   TOPICS=1000 bench/store-scale.sh       # 6 M (development)
+#   WINDOWS=12 bench/store-scale.sh        # the last 2 hours of the 60 M store only: what
+#                                          # the cold start reads before /readyz (720 000 rows)
+#   KEEP=1 ... / SEED=0 ...                # keep the database / reuse a kept one
+#   INGEST= ... / RETENTION=0 ...          # leave out the collector ingest / retention
+#
+# Needs the dev PostgreSQL (deploy/dev/postgres start), wrk, bc. Refuses to seed when
+# less than 15 GB of disk would stay free (about 0.4 GB per million window rows).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PG=${PG:-postgres://postgres@127.0.0.1:55432}
+DB=${DB:-kafka_audit_scale}
+TOPICS=${TOPICS:-10000}
+DAYS=${DAYS:-7}
+WINDOWS=${WINDOWS:-$(( DAYS * 144 ))}
+ADDR=127.0.0.1:18482
+DURATION=${DURATION:-15s}
+CONNECTIONS=${CONNECTIONS:-8}
+THREADS=${THREADS:-2}
+SEED=${SEED:-1}
+KEEP=${KEEP:-0}
+INGEST=${INGEST---increments 200000 --rounds 3}
+TARGET=${BENCH_TARGET_DIR:-/tmp/kafka-audit-bench-target}
+OUT=${OUT:-/tmp/kafka-audit-scale}
+mkdir -p "$OUT"
+rows=$(( TOPICS * 6 * WINDOWS ))
+bench_started=$(date +%s)
+
+. bench/web-lib.sh
+cleanup() {
+    stop_serve
+    if [ "$KEEP" != 1 ]; then psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" || true; fi
+}
+trap cleanup EXIT
+
+if [ "$SEED" = 1 ]; then
+    need_gb=$(( rows * 4 / 10000000 + 1 ))
+    free_gb=$(df --output=avail -BG "${PGDATA_DIR:-/work}" | tail -1 | tr -dc 0-9)
+    if [ $(( free_gb - need_gb )) -lt 15 ]; then
+        echo "refusing: $rows window rows need ~${need_gb} GB, ${free_gb} GB free (keep >= 15 GB)" >&2
+        exit 1
+    fi
+fi
+build_web_bench
+
+echo "== store: $TOPICS topics x 3 tiers x 2 dcs x $WINDOWS windows of 10 min = $rows window rows"
+# Windows up to the one before the current: a store being written to, so that the cold
+# start reads as many recent windows as it would live.
+seed_times "$DAYS" 10 "$WINDOWS"
+if [ "$SEED" = 1 ]; then
+    seed_windows "$PG" "$DB" "$TOPICS"
+    echo "  seed rate: $(echo "$rows / $SEED_SECONDS" | bc) window rows/s (+ one bucket row each)"
+    start=$(date +%s.%N)
+    psql "$PG/$DB" -qc "VACUUM ANALYZE"
+    echo "  VACUUM ANALYZE (what autovacuum does to a store that is not fresh): $(echo "$(date +%s.%N) - $start" | bc) s"
+else
+    LAST=$(psql "$PG/$DB" -Atc "SELECT max(window_start_ms) FROM audit_window")
+fi
+psql "$PG/$DB" -At <<'SQL' | sed 's/^/  /'
+SELECT 'window rows: ' || count(*) FROM audit_window;
+SELECT 'database: ' || pg_size_pretty(pg_database_size(current_database()));
+SELECT 'table ' || c.relname || ': ' || pg_size_pretty(pg_table_size(c.oid)) || ' + indexes '
+       || pg_size_pretty(pg_indexes_size(c.oid))
+FROM pg_class c WHERE c.relname IN ('audit_window', 'audit_window_bucket') ORDER BY 1;
+SQL
+
+echo "== serve cold start (horizon 7 days)"
+sed -e "s/^listen = .*/listen = \"$ADDR\"/" \
+    -e "s|^database_url = .*|database_url = \"$PG/$DB\"|" \
+    bench/web-anomalies.toml >"$OUT/serve.toml"
+start_serve "$OUT/serve.toml"
+echo "  ready (/readyz 200) after $(wait_ready "http://$ADDR/readyz") s; RSS $(ps -o rss= -p "$SERVER") KB"
+curl -fsS "http://$ADDR/readyz" | sed 's/^/  \/readyz: /'; echo
+echo "  whole horizon evaluated after $(wait_loaded "http://$ADDR/readyz") s; RSS $(ps -o rss= -p "$SERVER") KB"
+
+to=$(( LAST + 600000 ))
+echo "== wrk -t$THREADS -c$CONNECTIONS -d$DURATION"
+wrk_run healthz "http://$ADDR/healthz"
+wrk_run anomalies-1h "http://$ADDR/api/v1/anomalies?from=$(( to - 3600000 ))&to=$to"
+wrk_run anomalies-24h "http://$ADDR/api/v1/anomalies?from=$(( to - 86400000 ))&to=$to"
+wrk_run compare-1h "http://$ADDR/api/v1/topics/topic-00042/compare?from=$(( to - 3600000 ))&to=$to"
+echo "  serve RSS after the load: $(ps -o rss= -p "$SERVER") KB"
+echo "  evaluation cycles (every minute, during the load too):"
+curl -fsS "http://$ADDR/metrics" | grep -E "^kafka_audit_(evaluation_duration_seconds_(sum|count)|evaluated_windows_total)" | sed 's/^/    /'
+stop_serve
+
+if [ -n "$INGEST" ]; then
+echo "== collector ingest into this store (bench/collector-store.sh --url, $INGEST)"
+# (It exits 1 when its absolute targets are not met: reported, not fatal here.)
+bench/collector-store.sh --url "$PG/$DB" $INGEST | sed 's/^/  /' || true
+fi
+
+RETENTION=${RETENTION:-1}
+if [ "$RETENTION" = 1 ]; then
+echo "== retention of the oldest day"
+if [ -x bench/store-retention.sh ]; then
+    # One day of the same fleet (TOPICS x 6 x 144 windows) on a private PostgreSQL of its
+    # own, so that the WAL it measures is its own: DROP of partitions vs batched DELETE.
+    TOPICS=$TOPICS bench/store-retention.sh | sed 's/^/  /'
+else
+    cutoff=$(psql "$PG/$DB" -Atc "SELECT min(window_start_ms) + 86400000 FROM audit_window")
+    lsn=$(psql "$PG/$DB" -Atc "SELECT pg_current_wal_lsn()")
+    "$BIN/web-bench-seed" --retention "$PG/$DB" "$cutoff" 10000 | sed 's/^/  batched DELETE (the store'"'"'s retention, batches of 10 000): /'
+    psql "$PG/$DB" -Atc "SELECT '  WAL written meanwhile (whole server: other databases too): ' || pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn'))"
+fi
+fi
+psql "$PG/$DB" -Atc "SELECT '  database after: ' || pg_size_pretty(pg_database_size(current_database()))"
+echo "== total $(( $(date +%s) - bench_started )) s"
