@@ -38,6 +38,7 @@ if [ "$SEED" = 1 ]; then
     "$BIN/web-bench-seed" "$PG/$DB" 0
     start=$(date +%s.%N)
     psql "$PG/$DB" -v ON_ERROR_STOP=1 -q <<SQL
+SELECT audit_ensure_day_partitions($first, $now_ms + 86400000);
 INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
     no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
     latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms)
@@ -51,7 +52,8 @@ FROM generate_series(0, 999) t,
      LATERAL (SELECT (1000 + (t * 31 + w / 600000) % 500)
                      - CASE WHEN tier = 'aggregate' AND (t * 7919 + w / 600000 + length(dc)) % 97 = 0
                             THEN 5 ELSE 0 END AS c) x;
-INSERT INTO audit_window_bucket (window_id, bucket, count) SELECT id, 230, count FROM audit_window;
+INSERT INTO audit_window_bucket (topic, window_start_ms, window_id, bucket, count)
+SELECT topic, window_start_ms, id, 230, count FROM audit_window;
 INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host, next_offset, record_time_ms,
     lag, emitted_at_ms, received_at_ms)
 SELECT format('topic-%s', lpad(t::text, 4, '0')), tier, dc, 0, tier || '-' || dc, 1000000, $now_ms, 0,

@@ -272,6 +272,17 @@ pub trait AuditStore: Send + Sync {
         dedup_key: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Creates the time partitions (PostgreSQL: one per UTC day of each table that
+    /// grows with traffic) covering `[from_ms, to_ms]` that do not exist yet, moving
+    /// into them any rows the default partition holds for their days; returns how many
+    /// it created. The collector calls it at start and periodically, for the days from
+    /// its retention cutoff to a week ahead. SQLite is not partitioned: nothing to do.
+    fn prepare_partitions(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
     /// Deletes at most `batch_size` windows whose start is before `window_cutoff_ms`
     /// (with their buckets and offsets), at most `batch_size` message UUIDs and rejects
     /// received before `message_cutoff_ms`. Short transactions: call again while it
@@ -468,6 +479,9 @@ impl AuditStore for Store {
     }
     async fn delete_open_alert(&self, channel: &str, dedup_key: &str) -> Result<()> {
         dispatch!(self, s => s.delete_open_alert(channel, dedup_key).await)
+    }
+    async fn prepare_partitions(&self, from_ms: i64, to_ms: i64) -> Result<u64> {
+        dispatch!(self, s => s.prepare_partitions(from_ms, to_ms).await)
     }
     async fn retention(
         &self,
