@@ -26,6 +26,8 @@
 
 mod aggregate;
 mod model;
+#[cfg(feature = "test-support")]
+pub mod old_schema;
 mod pg;
 pub mod pgcopy;
 mod rows;

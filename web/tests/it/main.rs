@@ -8,6 +8,7 @@ mod support;
 mod alerts;
 mod api;
 mod completeness;
+mod conversion;
 mod dashboard_browser;
 mod edges;
 mod golden;
