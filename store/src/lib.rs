@@ -23,6 +23,12 @@
 //! `audit_pending` (PostgreSQL: increments staged, not yet rolled up),
 //! `web_alert_open` (alerts web's channels delivered and have not resolved). No other
 //! crate runs SQL on these tables: the pools are private to this crate.
+//!
+//! On PostgreSQL the tables that grow with traffic (`audit_window`, its buckets and
+//! offsets, `audit_message`) are partitioned by day on a time from the message itself,
+//! carry `topic` in every key (distributable with Citus), and retention drops whole
+//! days ([`AuditStore::prepare_partitions`], [`AuditStore::retention`];
+//! docs/operations.md).
 
 mod aggregate;
 mod model;
@@ -289,6 +295,11 @@ pub trait AuditStore: Send + Sync {
     /// (with their buckets and offsets), at most `batch_size` message UUIDs and rejects
     /// received before `message_cutoff_ms`. Short transactions: call again while it
     /// deletes something. UUIDs must be kept longer than any message can be replayed.
+    ///
+    /// PostgreSQL first drops every day partition whose whole day is before its cutoff
+    /// (`partitions` in the outcome; a UUID's day is its window start, or a progress
+    /// report's emission time), so rows of the day holding the cutoff stay until that
+    /// day is past; the batches then apply to the default partitions and rejects.
     fn retention(
         &self,
         window_cutoff_ms: i64,
