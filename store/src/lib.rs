@@ -20,7 +20,8 @@
 //! `audit_window_bucket` (window_id, bucket, count: merge with `sum(count) GROUP BY
 //! bucket`), `audit_window_offset`, `audit_progress`, `audit_emitter`,
 //! `audit_reject`, `audit_message` (every accepted UUID, the deduplication record),
-//! `audit_pending` (PostgreSQL: increments staged, not yet rolled up),
+//! `audit_pending` (PostgreSQL: increments staged, not yet rolled up), `audit_topic`
+//! (PostgreSQL: the topics with windows),
 //! `web_alert_open` (alerts web's channels delivered and have not resolved). No other
 //! crate runs SQL on these tables: the pools are private to this crate.
 //!

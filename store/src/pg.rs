@@ -240,6 +240,19 @@ impl PgStore {
             .fetch_all(&mut **tx)
             .await
             .context("adding increments to windows")?;
+        // The topic list: only a window newer than a topic's newest writes its row.
+        sqlx::query(
+            "INSERT INTO audit_topic AS t (topic, last_window_start_ms)
+             SELECT topic, max(ws) FROM UNNEST($1::text[], $2::int8[]) AS x(topic, ws)
+             GROUP BY topic ORDER BY topic
+             ON CONFLICT (topic) DO UPDATE SET last_window_start_ms = EXCLUDED.last_window_start_ms
+             WHERE t.last_window_start_ms < EXCLUDED.last_window_start_ms",
+        )
+        .bind(&topics)
+        .bind(&starts)
+        .execute(&mut **tx)
+        .await
+        .context("listing the windows' topics")?;
         let ids: HashMap<WindowKey, i64> = rows
             .into_iter()
             .map(|(id, topic, tier, datacenter, window_start_ms)| {
@@ -846,18 +859,12 @@ impl AuditStore for PgStore {
     }
 
     async fn list_topics(&self) -> Result<Vec<String>> {
-        // Loose index scan: one index probe per topic instead of reading every window.
-        sqlx::query_scalar(
-            "WITH RECURSIVE t(topic) AS (
-                 (SELECT topic FROM audit_window ORDER BY topic LIMIT 1)
-                 UNION ALL
-                 SELECT (SELECT w.topic FROM audit_window w WHERE w.topic > t.topic ORDER BY w.topic LIMIT 1)
-                 FROM t WHERE t.topic IS NOT NULL)
-             SELECT topic FROM t WHERE topic IS NOT NULL",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .context("listing topics")
+        // audit_topic, kept by the roll-up: a loose index scan of the partitioned
+        // audit_window would descend every day partition once per topic.
+        sqlx::query_scalar("SELECT topic FROM audit_topic ORDER BY topic")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics")
     }
 
     crate::shared::shared_methods!();
@@ -930,6 +937,13 @@ impl AuditStore for PgStore {
             .fetch_one(&mut *tx)
             .await
             .context("dropping day partitions")?;
+        // Topics whose newest window is a day older than the cutoff have no window
+        // left in a day partition (and the default partition's go below).
+        sqlx::query("DELETE FROM audit_topic WHERE last_window_start_ms < $1")
+            .bind(window_cutoff_ms.saturating_sub(DAY_MS))
+            .execute(&mut *tx)
+            .await
+            .context("forgetting topics without windows")?;
         tx.commit().await.context("committing dropped partitions")?;
         // 2. The default partitions (times no day partition covered) in batches.
         // SKIP LOCKED: rows an ingesting transaction holds are left for the next pass,

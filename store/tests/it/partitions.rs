@@ -227,6 +227,23 @@ async fn traffic_tables_are_partitioned_by_day_and_keyed_by_topic() {
             "{table}: {parts:?}"
         );
     }
+    // Co-located with them by topic (not time-partitioned: they grow with topics).
+    for table in ["audit_progress", "audit_topic"] {
+        let pk: Vec<String> = sqlx::query_scalar(
+            "SELECT a.attname::text FROM pg_constraint c
+             JOIN unnest(c.conkey) k(n) ON true
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
+             WHERE c.conrelid = $1::regclass AND c.contype = 'p'",
+        )
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert!(
+            pk.iter().any(|c| c == "topic"),
+            "{table}: primary key {pk:?}"
+        );
+    }
     let queue: Vec<String> = sqlx::query_scalar(
         "SELECT attname::text FROM pg_attribute WHERE attrelid = 'audit_pending'::regclass AND attnum > 0",
     )
@@ -249,10 +266,14 @@ async fn traffic_tables_are_partitioned_by_day_and_keyed_by_topic() {
             .execute(pool)
             .await
             .unwrap();
-        for &(table, _) in TRAFFIC_TABLES {
-            sqlx::query(
-                "SELECT create_distributed_table($1, 'topic', colocate_with => 'audit_window')",
-            )
+        // the commands of docs/operations.md
+        let tables = TRAFFIC_TABLES.iter().map(|t| t.0);
+        for (i, table) in tables.chain(["audit_progress", "audit_topic"]).enumerate() {
+            sqlx::query(if i == 0 {
+                "SELECT create_distributed_table($1, 'topic')"
+            } else {
+                "SELECT create_distributed_table($1, 'topic', colocate_with => 'audit_window')"
+            })
             .bind(table)
             .execute(pool)
             .await
@@ -366,13 +387,19 @@ async fn retention_drops_whole_day_partitions_and_keeps_the_rest() {
             ));
         }
     }
+    // a topic with windows only on day 0: forgotten with the day
+    messages.push(message("gone", "regional", "dc1", day0 + 5 * W, 3, 0));
     let ancient = message("orders", "regional", "dc1", DAY, 1, 0); // default partition
     messages.push(ancient.clone());
     store
         .write_batch(&batch(messages.clone(), common::now_ms()))
         .await
         .unwrap();
-    assert_eq!(all_windows(&store).await.len(), 19);
+    assert_eq!(all_windows(&store).await.len(), 20);
+    assert_eq!(
+        store.list_topics().await.unwrap(),
+        ["gone", "orders", "payments"]
+    );
 
     // The cutoff is in the middle of day 1: day 0 goes, day 1 stays whole.
     let cutoff = day0 + DAY + 100 * W;
@@ -400,6 +427,7 @@ async fn retention_drops_whole_day_partitions_and_keeps_the_rest() {
         assert!(!parts.contains(&day_name(table, day0)), "{parts:?}");
         assert!(parts.contains(&day_name(table, day0 + DAY)), "{parts:?}");
     }
+    assert_eq!(store.list_topics().await.unwrap(), ["orders", "payments"]);
     let rows = all_windows(&store).await;
     assert_eq!(rows.len(), 12);
     assert!(rows.iter().all(|r| r.window_start_ms >= day0 + DAY));
