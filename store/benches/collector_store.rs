@@ -213,6 +213,11 @@ fn main() {
         let db = testkit::fresh_database("bench_collector_store").await;
         let store = PgStore::connect(db.url()).await.expect("connect");
         store.migrate().await.expect("migrate");
+        // The windows' day gets its partition, as the collector prepares them.
+        store
+            .prepare_partitions(T0, T0 + 86_400_000)
+            .await
+            .expect("day partitions");
         let pool = store.pool().clone();
         let increments = generate(&a);
         let buckets_total: usize = increments
