@@ -487,22 +487,19 @@ impl PgStore {
         let known: HashSet<(Uuid, String, i64)> = if uuids.is_empty() {
             HashSet::new()
         } else {
-            let days: Vec<i64> = firsts
-                .iter()
-                .map(|&(_, i)| crate::pgcopy::partition_ms(&batch.messages[i]))
-                .collect::<HashSet<_>>()
-                .into_iter()
-                .collect();
+            let (lo, hi) = span(
+                firsts
+                    .iter()
+                    .map(|&(_, i)| crate::pgcopy::partition_ms(&batch.messages[i])),
+            );
             seqscan(tx, false).await?;
-            let known = sqlx::query_as::<_, (Uuid, String, i64)>(
-                "SELECT uuid, topic, partition_ms FROM audit_message
-                 WHERE uuid = ANY($1) AND partition_ms = ANY($2)",
-            )
-            .bind(&uuids)
-            .bind(&days)
-            .fetch_all(&mut **tx)
-            .await
-            .context("probing message UUIDs")?;
+            let known = sqlx::query_as::<_, (Uuid, String, i64)>(PROBE_MESSAGES)
+                .bind(&uuids)
+                .bind(lo)
+                .bind(hi)
+                .fetch_all(&mut **tx)
+                .await
+                .context("probing message UUIDs")?;
             seqscan(tx, true).await?;
             known.into_iter().collect()
         };
@@ -578,12 +575,7 @@ impl PgStore {
             return Ok((0, Vec::new()));
         }
         let uuids: Vec<Uuid> = taken.iter().map(|t| t.0).collect();
-        let days: Vec<i64> = taken
-            .iter()
-            .map(|t| t.2)
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
+        let (lo, hi) = span(taken.iter().map(|t| t.2));
         let taken_keys: HashSet<(Uuid, String, i64)> = taken.iter().cloned().collect();
         seqscan(tx, false).await?;
         let rows: Vec<StagedDb> = sqlx::query_as(
@@ -591,10 +583,12 @@ impl PgStore {
                     count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
                     latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
                     bucket_count, offset_partition, offset_min, offset_max, partition_ms
-             FROM audit_message WHERE uuid = ANY($1) AND partition_ms = ANY($2) AND kind = 0",
+             FROM audit_message
+             WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3 AND kind = 0",
         )
         .bind(&uuids)
-        .bind(&days)
+        .bind(lo)
+        .bind(hi)
         .fetch_all(&mut **tx)
         .await
         .context("reading staged increments")?;
@@ -744,6 +738,19 @@ impl StagedDb {
             }),
         })
     }
+}
+
+/// The messages of a batch already stored: `$1` UUIDs, `$2..=$3` the span of their
+/// `partition_ms`. A span, not `partition_ms = ANY(...)`: two arrays in one index
+/// condition make the B-tree descend once per pair (UUIDs × distinct windows); the
+/// span prunes to the batch's days (usually one or two) and costs one descent per
+/// UUID and day. The caller matches the returned keys exactly.
+const PROBE_MESSAGES: &str = "SELECT uuid, topic, partition_ms FROM audit_message
+     WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3";
+
+/// The lowest and highest of `values` (an empty span, `(i64::MAX, i64::MIN)`, for none).
+fn span(values: impl Iterator<Item = i64>) -> (i64, i64) {
+    values.fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)))
 }
 
 /// Turns sequential scans off (and back on) around lookups by UUID. `uuid =
