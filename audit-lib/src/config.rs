@@ -8,8 +8,8 @@
 //! fields = ["meta.event_time"]    # dotted paths, tried in order (or field = "...")
 //! unit = "ms"                     # s | ms | us | ns | auto (by magnitude)
 //! header = "event-time"           # tried when no field yields a time
-//! record_timestamp = true         # then the Kafka record timestamp
-//! max_future = "1h"               # skew bounds relative to observation time
+//! record_timestamp = true         # else window by the Kafka record timestamp
+//! max_future = "1h"               # skew bounds (docs/event-time.md)
 //! max_past = "30d"
 //!
 //! [default]                       # topics no rule matches
@@ -75,14 +75,18 @@ pub struct TimeRule {
     pub header: Option<String>,
     #[serde(default)]
     pub header_unit: Unit,
-    /// Fall back to the Kafka record timestamp (CreateTime or LogAppendTime).
+    /// Window a message without a field or header time by the Kafka record timestamp
+    /// (CreateTime or LogAppendTime) when it is within the skew bounds; without it
+    /// such a message has only observation time and is not compared across tiers.
     #[serde(default = "default_true")]
     pub record_timestamp: bool,
-    /// Event times further than this ahead of observation time are out of bounds.
+    /// Field or header times further than this ahead of the record timestamp (of
+    /// observation time when the record has no usable one) are out of bounds; so is a
+    /// record timestamp this far ahead of observation time.
     /// `null`/absent in JSON means unbounded only when written explicitly as null.
     #[serde(default = "default_max_future", with = "humantime_serde")]
     pub max_future: Option<Duration>,
-    /// Event times further than this behind observation time are out of bounds.
+    /// The same, behind.
     #[serde(default = "default_max_past", with = "humantime_serde")]
     pub max_past: Option<Duration>,
 }

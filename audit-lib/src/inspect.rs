@@ -3,16 +3,17 @@
 //! how a user debugs a topic's config; the binary's subcommand is a thin wrapper.
 //!
 //! Input is JSON lines: each line is one message value (bytes up to the newline; a
-//! trailing `\r` is dropped). Messages have no key, headers or record timestamp here,
-//! so header and record-timestamp rules fall through to `no_time`.
+//! trailing `\r` is dropped). Messages have no key or headers here, and a record
+//! timestamp (CreateTime) only when the options give one; without it, a message with
+//! no field time is windowed by observation time (counted apart, not compared).
 
 use std::io::{self, BufRead, Write};
 
 use serde::Serialize;
 
 use crate::config::{CompiledConfig, CompiledRule, ConfigError, EventTimeConfig};
-use crate::extract::{classify, Classification, MalformedReason, TimeSource};
-use crate::observation::Observation;
+use crate::extract::{classify, Classification, Fallback, MalformedReason, TimeSource};
+use crate::observation::{Observation, RecordTimestamp, TimestampType};
 
 /// Options of one inspection run.
 #[derive(Clone, Debug)]
@@ -25,6 +26,8 @@ pub struct InspectOptions {
     pub summary: bool,
     /// Observation time (epoch ms) for skew bounds and the fallback window.
     pub observed_at_ms: i64,
+    /// A CreateTime given to every message, as a Kafka record would carry.
+    pub record_timestamp_ms: Option<i64>,
 }
 
 /// Counts per classification.
@@ -35,6 +38,9 @@ pub struct InspectSummary {
     pub out_of_bounds: u64,
     pub no_time: u64,
     pub malformed: u64,
+    /// Of all: windowed by observation time (no field time and no usable record
+    /// timestamp), so not compared across tiers.
+    pub observed: u64,
 }
 
 /// What `--json` prints for one line.
@@ -52,8 +58,11 @@ pub struct LineReport {
     pub field: Option<String>,
     /// `s`, `ms`, `us`, `ns` or `rfc3339`, or null.
     pub unit: Option<&'static str>,
-    /// Start of the window the message is counted in (observation time's window when
-    /// no usable event time was found).
+    /// What windows the message: `event_time`, `create_time` (the record timestamp,
+    /// when no usable field time was found), or `observation` (no tier-invariant time:
+    /// counted in `observation_time_count`, not compared across tiers).
+    pub windowed_by: &'static str,
+    /// Start of the window the message is counted in.
     pub window_start_ms: i64,
     pub window_end_ms: i64,
     /// Why the message is malformed.
@@ -85,8 +94,13 @@ pub fn report_line(
     line: u64,
     payload: &[u8],
     observed_at_ms: i64,
+    record_timestamp_ms: Option<i64>,
 ) -> LineReport {
-    let obs = Observation::new("", payload, observed_at_ms);
+    let mut obs = Observation::new("", payload, observed_at_ms);
+    obs.record_timestamp = record_timestamp_ms.map(|ms| RecordTimestamp {
+        ms,
+        kind: TimestampType::CreateTime,
+    });
     let c = classify(rule, &obs);
     let window = config.window_size.window_of(c.counted_at(observed_at_ms));
     let (event_time_ms, source, unit, reason) = match c {
@@ -99,9 +113,10 @@ pub fn report_line(
             event_time_ms,
             source,
             unit,
+            ..
         } => (Some(event_time_ms), Some(source), Some(unit.as_str()), None),
-        Classification::NoTime => (None, None, None, None),
-        Classification::Malformed(r) => (None, None, None, Some(r)),
+        Classification::NoTime(_) => (None, None, None, None),
+        Classification::Malformed(r, _) => (None, None, None, Some(r)),
     };
     let field = match source {
         Some(TimeSource::Field(i)) => rule.path_names.get(i as usize).cloned(),
@@ -114,6 +129,7 @@ pub fn report_line(
         source: source.map(TimeSource::as_str),
         field,
         unit,
+        windowed_by: c.fallback().map_or("event_time", Fallback::as_str),
         window_start_ms: window.start_ms,
         window_end_ms: window.end_ms,
         reason,
@@ -132,6 +148,11 @@ fn text_line(r: &LineReport) -> String {
         rfc3339(r.window_start_ms),
         rfc3339(r.window_end_ms)
     );
+    let counted = match r.windowed_by {
+        "observation" => "counted at observation time (not compared across tiers) in",
+        "create_time" => "counted at its record timestamp (CreateTime) in",
+        _ => "counted at its record timestamp (LogAppendTime) in",
+    };
     match r.classification {
         "event_time" | "out_of_bounds" => {
             let src = match (&r.field, r.source) {
@@ -141,9 +162,9 @@ fn text_line(r: &LineReport) -> String {
             };
             let t = r.event_time_ms.unwrap_or_default();
             let bounds = if r.classification == "out_of_bounds" {
-                " outside the skew bounds, counted at observation time in"
+                format!(" outside the skew bounds, {counted}")
             } else {
-                ""
+                String::new()
             };
             format!(
                 "{}: {} {} ({} ms) from {}, unit {};{} {}",
@@ -158,7 +179,7 @@ fn text_line(r: &LineReport) -> String {
             )
         }
         "malformed" => format!(
-            "{}: malformed ({}), counted at observation time in {}",
+            "{}: malformed ({}), {} {}",
             r.line,
             match r.reason {
                 Some(MalformedReason::NotJson) => "payload is not JSON",
@@ -166,11 +187,12 @@ fn text_line(r: &LineReport) -> String {
                 Some(MalformedReason::BadHeader) => "time header holds no usable time",
                 None => "?",
             },
+            counted,
             window
         ),
         _ => format!(
-            "{}: no_time (no configured field, header or record timestamp), counted at observation time in {}",
-            r.line, window
+            "{}: no_time (no configured field or header), {} {}",
+            r.line, counted, window
         ),
     }
 }
@@ -202,13 +224,23 @@ pub fn run<R: BufRead, W: Write>(
         if buf.last() == Some(&b'\r') {
             buf.pop();
         }
-        let r = report_line(config, &rule, line, &buf, opts.observed_at_ms);
+        let r = report_line(
+            config,
+            &rule,
+            line,
+            &buf,
+            opts.observed_at_ms,
+            opts.record_timestamp_ms,
+        );
         summary.total += 1;
         match r.classification {
             "event_time" => summary.event_time += 1,
             "out_of_bounds" => summary.out_of_bounds += 1,
             "no_time" => summary.no_time += 1,
             _ => summary.malformed += 1,
+        }
+        if r.windowed_by == "observation" {
+            summary.observed += 1;
         }
         if !opts.summary {
             if opts.json {
@@ -226,12 +258,13 @@ pub fn run<R: BufRead, W: Write>(
         } else {
             writeln!(
                 out,
-                "total {}\nevent_time {}\nout_of_bounds {}\nno_time {}\nmalformed {}",
+                "total {}\nevent_time {}\nout_of_bounds {}\nno_time {}\nmalformed {}\nobserved {}",
                 summary.total,
                 summary.event_time,
                 summary.out_of_bounds,
                 summary.no_time,
-                summary.malformed
+                summary.malformed,
+                summary.observed
             )?;
         }
     }
@@ -252,12 +285,24 @@ mod tests {
         summary: bool,
         input: &[u8],
     ) -> (String, InspectSummary) {
+        go_at(config, topic, json, summary, input, None)
+    }
+
+    fn go_at(
+        config: &str,
+        topic: &str,
+        json: bool,
+        summary: bool,
+        input: &[u8],
+        record_timestamp_ms: Option<i64>,
+    ) -> (String, InspectSummary) {
         let cfg = load_config(config).unwrap().compile().unwrap();
         let opts = InspectOptions {
             topic: topic.into(),
             json,
             summary,
             observed_at_ms: NOW,
+            record_timestamp_ms,
         };
         let mut out = Vec::new();
         let s = run(&cfg, &opts, input, &mut out).unwrap();
@@ -292,7 +337,9 @@ not json\n\
         assert_eq!(lines[1]["field"], "timestamp");
         assert_eq!(lines[1]["event_time_ms"], 1_764_410_460_000i64);
         assert_eq!(lines[2]["unit"], "s", "CRLF line, seconds by magnitude");
+        assert_eq!(lines[0]["windowed_by"], "event_time");
         assert_eq!(lines[3]["classification"], "no_time");
+        assert_eq!(lines[3]["windowed_by"], "observation");
         assert_eq!(lines[3]["event_time_ms"], serde_json::Value::Null);
         assert_eq!(
             lines[3]["window_start_ms"], 1_764_410_400_000i64,
@@ -313,8 +360,34 @@ not json\n\
                 event_time: 3,
                 out_of_bounds: 1,
                 no_time: 1,
-                malformed: 3
+                malformed: 3,
+                observed: 5
             }
+        );
+    }
+
+    #[test]
+    fn a_record_timestamp_windows_what_has_no_field_time() {
+        let rt = NOW - 3_600_000; // 09:05, an hour before observation
+        let (out, s) = go_at("", "orders", true, false, INPUT, Some(rt));
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["windowed_by"], "event_time");
+        for i in [3, 4, 5, 6, 7] {
+            assert_eq!(lines[i]["windowed_by"], "create_time", "line {i}");
+            assert_eq!(
+                lines[i]["window_start_ms"], 1_764_406_800_000i64,
+                "line {i}"
+            );
+        }
+        assert_eq!(lines[4]["classification"], "malformed");
+        assert_eq!(s.observed, 0);
+        let (out, _) = go_at("", "orders", false, false, INPUT, Some(rt));
+        assert!(
+            out.contains("5: malformed (payload is not JSON), counted at its record timestamp (CreateTime) in window [2025-11-29T09:00:00.000Z"),
+            "{out}"
         );
     }
 
@@ -360,12 +433,12 @@ not json\n\
         let (out, _) = go("", "orders", false, true, INPUT);
         assert_eq!(
             out,
-            "total 8\nevent_time 3\nout_of_bounds 1\nno_time 1\nmalformed 3\n"
+            "total 8\nevent_time 3\nout_of_bounds 1\nno_time 1\nmalformed 3\nobserved 5\n"
         );
         let (out, _) = go("", "orders", true, true, INPUT);
         assert_eq!(
             out.trim(),
-            r#"{"total":8,"event_time":3,"out_of_bounds":1,"no_time":1,"malformed":3}"#
+            r#"{"total":8,"event_time":3,"out_of_bounds":1,"no_time":1,"malformed":3,"observed":5}"#
         );
     }
 

@@ -27,7 +27,7 @@ pub use checksum::{message_hash, Checksum};
 pub use config::{
     CompiledConfig, CompiledRule, ConfigError, EventTimeConfig, TimeRule, TopicRule, Unit,
 };
-pub use extract::{classify, Classification, MalformedReason, TimeSource};
+pub use extract::{classify, Classification, Fallback, MalformedReason, TimeSource};
 pub use histogram::{InvalidHistogram, LatencyHistogram};
 pub use message::{
     AuditBody, AuditMessage, Identity, Increment, MessageKind, PartitionProgress,

@@ -192,6 +192,10 @@ struct WireOut<'a> {
     malformed_count: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     out_of_bounds_count: Option<u64>,
+    /// Written only when not 0, so increments without such messages stay byte-for-byte
+    /// what readers older than the field expect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    observation_time_count: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     checksum: Option<Checksum>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -220,6 +224,7 @@ impl Serialize for AuditMessage {
             no_time_count: None,
             malformed_count: None,
             out_of_bounds_count: None,
+            observation_time_count: None,
             checksum: None,
             latency: None,
             offsets: None,
@@ -235,6 +240,8 @@ impl Serialize for AuditMessage {
                 w.no_time_count = Some(st.no_time_count);
                 w.malformed_count = Some(st.malformed_count);
                 w.out_of_bounds_count = Some(st.out_of_bounds_count);
+                w.observation_time_count =
+                    (st.observation_time_count != 0).then_some(st.observation_time_count);
                 w.checksum = Some(st.checksum);
                 w.latency = Some(&st.latency);
                 if !st.offsets.is_empty() {
@@ -267,6 +274,7 @@ struct WireIn {
     no_time_count: Option<u64>,
     malformed_count: Option<u64>,
     out_of_bounds_count: Option<u64>,
+    observation_time_count: Option<u64>,
     checksum: Option<Checksum>,
     latency: Option<LatencyHistogram>,
     offsets: Option<Vec<OffsetSpan>>,
@@ -302,6 +310,8 @@ impl<'de> Deserialize<'de> for AuditMessage {
                     malformed_count: required(w.malformed_count, "malformed_count")?,
                     // Optional for producers written before the field existed.
                     out_of_bounds_count: w.out_of_bounds_count.unwrap_or(0),
+                    // Optional: 0 when absent (writers before the field, or none seen).
+                    observation_time_count: w.observation_time_count.unwrap_or(0),
                     checksum: required(w.checksum, "checksum")?,
                     latency: required(w.latency, "latency")?,
                     offsets: w.offsets.unwrap_or_default(),
@@ -391,6 +401,36 @@ mod tests {
     fn inconsistent_counts_are_rejected() {
         let mut v: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
         v["malformed_count"] = 5000.into();
+        assert!(serde_json::from_value::<AuditMessage>(v).is_err());
+    }
+
+    #[test]
+    fn observation_time_count_is_optional_and_outside_count() {
+        // Written before the field existed: 0.
+        let m: AuditMessage = serde_json::from_str(EXAMPLE).unwrap();
+        assert_eq!(m.as_increment().unwrap().stats.observation_time_count, 0);
+        assert!(!m.to_json().contains("observation_time_count"));
+        // Not part of `count`: a window with only observation-time messages is valid,
+        // and the reason counters are still bounded by `count` alone.
+        let mut v: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+        v["count"] = 0.into();
+        v["bytes"] = 0.into();
+        v["no_time_count"] = 0.into();
+        v["malformed_count"] = 0.into();
+        v["out_of_bounds_count"] = 0.into();
+        v["observation_time_count"] = u64::MAX.into();
+        let m: AuditMessage = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(
+            m.as_increment().unwrap().stats.observation_time_count,
+            u64::MAX
+        );
+        let again = AuditMessage::from_json(m.to_json().as_bytes()).unwrap();
+        assert_eq!(again, m);
+        v["malformed_count"] = 1.into();
+        let e = serde_json::from_value::<AuditMessage>(v.clone()).unwrap_err();
+        assert!(e.to_string().contains("exceeds count"), "{e}");
+        v["malformed_count"] = 0.into();
+        v["observation_time_count"] = (-1).into();
         assert!(serde_json::from_value::<AuditMessage>(v).is_err());
     }
 

@@ -19,45 +19,61 @@ pub struct OffsetSpan {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WindowStats {
-    /// Messages counted (all classifications).
+    /// Messages windowed by a tier-invariant time (a field or header event time, or
+    /// the Kafka record timestamp): the count compared across tiers.
     pub count: u64,
-    /// Sum of key + value lengths.
+    /// Sum of key + value lengths of the messages in `count`.
     pub bytes: u64,
-    /// Of `count`: no event time found, counted under observation time.
+    /// Of `count`: no field or header present, windowed by the record timestamp.
     pub no_time_count: u64,
-    /// Of `count`: payload could not be parsed, counted under observation time.
+    /// Of `count`: payload not JSON, or a field or header holding no usable time;
+    /// windowed by the record timestamp.
     pub malformed_count: u64,
-    /// Of `count`: event time outside the skew bounds, counted under observation time.
+    /// Of `count`: field or header time outside the skew bounds, windowed by the
+    /// record timestamp.
     #[serde(default)]
     pub out_of_bounds_count: u64,
+    /// Not in `count`: messages with no tier-invariant time (no usable field, header
+    /// or record timestamp), windowed by this tier's observation time. It depends on
+    /// the auditor's clock and lag, so it is shown but never compared across tiers.
+    #[serde(default)]
+    pub observation_time_count: u64,
+    /// Multiset checksum of the messages in `count`.
     pub checksum: Checksum,
-    /// Latency of event-time messages only.
+    /// Latency (observation − window time) of the messages in `count`.
     pub latency: LatencyHistogram,
-    /// Per partition offset range; absent when offset tracking is off.
+    /// Per partition offset range of every message of the window (`count` and
+    /// `observation_time_count`); absent when offset tracking is off.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offsets: Vec<OffsetSpan>,
 }
 
 impl WindowStats {
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.count == 0 && self.observation_time_count == 0
     }
 
     /// Counts one message of `obs` classified as `class`: the accumulation rule of a
     /// window (what [`Self::merge`] adds up). Offsets are tracked when asked to.
     #[inline]
     pub fn record(&mut self, obs: &Observation<'_>, class: &Classification, track_offsets: bool) {
-        self.count += 1;
-        self.bytes += obs.byte_len();
-        self.checksum
-            .add_message(obs.key, obs.value.unwrap_or_default());
-        match class {
-            Classification::EventTime { event_time_ms, .. } => self
-                .latency
-                .record(obs.observed_at_ms.saturating_sub(*event_time_ms)),
-            Classification::NoTime => self.no_time_count += 1,
-            Classification::Malformed(_) => self.malformed_count += 1,
-            Classification::OutOfBounds { .. } => self.out_of_bounds_count += 1,
+        if class.is_tier_invariant() {
+            self.count += 1;
+            self.bytes += obs.byte_len();
+            self.checksum
+                .add_message(obs.key, obs.value.unwrap_or_default());
+            self.latency.record(
+                obs.observed_at_ms
+                    .saturating_sub(class.counted_at(obs.observed_at_ms)),
+            );
+            match class {
+                Classification::EventTime { .. } => {}
+                Classification::NoTime(_) => self.no_time_count += 1,
+                Classification::Malformed(..) => self.malformed_count += 1,
+                Classification::OutOfBounds { .. } => self.out_of_bounds_count += 1,
+            }
+        } else {
+            self.observation_time_count += 1;
         }
         if track_offsets {
             self.track_offset(obs.partition, obs.offset);
@@ -92,6 +108,9 @@ impl WindowStats {
         self.out_of_bounds_count = self
             .out_of_bounds_count
             .saturating_add(other.out_of_bounds_count);
+        self.observation_time_count = self
+            .observation_time_count
+            .saturating_add(other.observation_time_count);
         self.checksum.merge(other.checksum);
         self.latency.merge(&other.latency);
         for r in &other.offsets {
@@ -125,6 +144,7 @@ mod tests {
             no_time_count: 1,
             malformed_count: 0,
             out_of_bounds_count: 1,
+            observation_time_count: 4,
             checksum: Checksum(u64::MAX),
             ..Default::default()
         };
@@ -137,6 +157,7 @@ mod tests {
             no_time_count: 0,
             malformed_count: 2,
             out_of_bounds_count: 0,
+            observation_time_count: 1,
             checksum: Checksum(2),
             ..Default::default()
         };
@@ -149,6 +170,7 @@ mod tests {
         assert_eq!(a.no_time_count, 1);
         assert_eq!(a.malformed_count, 2);
         assert_eq!(a.out_of_bounds_count, 1);
+        assert_eq!(a.observation_time_count, 5);
         assert_eq!(a.checksum, Checksum(1)); // wrapped
         assert_eq!(a.latency.count(), 2);
         assert_eq!(

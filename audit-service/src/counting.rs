@@ -300,8 +300,8 @@ impl Worker {
             bytes += obs.byte_len();
             let i = match self.aggregator.record(&obs) {
                 Classification::EventTime { .. } => 0,
-                Classification::NoTime => 1,
-                Classification::Malformed(_) => 2,
+                Classification::NoTime(_) => 1,
+                Classification::Malformed(..) => 2,
                 Classification::OutOfBounds { .. } => 3,
             };
             classes[i] += 1;

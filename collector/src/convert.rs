@@ -40,6 +40,7 @@ mod tests {
             no_time_count: 1,
             malformed_count: 2,
             out_of_bounds_count: 3,
+            observation_time_count: 4,
             checksum: Checksum(u64::MAX - 1),
             latency,
             offsets: vec![audit_lib::OffsetSpan {
@@ -76,6 +77,12 @@ mod tests {
         let reason = parse_value(&v).unwrap_err();
         assert!(reason.contains("bytes"), "{reason}");
         v["bytes"] = 1.into();
+        // An old auditor's message has no observation_time_count; a hostile one too large
+        // for the store is rejected with its field.
+        v["observation_time_count"] = serde_json::json!(u64::MAX);
+        let reason = parse_value(&v).unwrap_err();
+        assert!(reason.contains("observation_time_count"), "{reason}");
+        v["observation_time_count"] = 0.into();
         v["topic"] = "".into();
         assert!(parse_value(&v).unwrap_err().contains("topic is empty"));
         v["topic"] = "x".into();

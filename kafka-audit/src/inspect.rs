@@ -30,6 +30,11 @@ pub struct InspectArgs {
     /// (default: now).
     #[arg(long)]
     pub observed_at: Option<String>,
+    /// A record timestamp (CreateTime) given to every message, epoch ms or RFC 3339:
+    /// shows which window a message without a field time gets at every tier (without
+    /// it, such a message is windowed by observation time and not compared).
+    #[arg(long)]
+    pub record_timestamp: Option<String>,
 }
 
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
@@ -52,11 +57,20 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             .context("system clock before 1970")?
             .as_millis() as i64,
     };
+    let record_timestamp_ms = match &args.record_timestamp {
+        Some(t) => Some(
+            audit_lib::timeparse::text_to_ms(t, audit_lib::Unit::Millis)
+                .map(|(ms, _)| ms)
+                .map_err(|e| anyhow::anyhow!("--record-timestamp {t:?}: {e}"))?,
+        ),
+        None => None,
+    };
     let opts = audit_lib::inspect::InspectOptions {
         topic: args.topic,
         json: args.json,
         summary: args.summary,
         observed_at_ms,
+        record_timestamp_ms,
     };
     let stdout = io::stdout().lock();
     match args.input.as_deref() {

@@ -42,6 +42,7 @@ pub(crate) struct WindowDelta {
     pub no_time_count: i64,
     pub malformed_count: i64,
     pub out_of_bounds_count: i64,
+    pub observation_time_count: i64,
     pub checksum: u64,
     pub zero_count: i64,
     pub negative_count: i64,
@@ -103,6 +104,8 @@ impl Rollup {
                     w.no_time_count = add(w.no_time_count, s.no_time_count);
                     w.malformed_count = add(w.malformed_count, s.malformed_count);
                     w.out_of_bounds_count = add(w.out_of_bounds_count, s.out_of_bounds_count);
+                    w.observation_time_count =
+                        add(w.observation_time_count, s.observation_time_count);
                     w.checksum = w.checksum.wrapping_add(s.checksum.0);
                     w.zero_count = add(w.zero_count, s.latency.zero_count());
                     w.negative_count = add(w.negative_count, s.latency.negative_count());

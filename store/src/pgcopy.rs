@@ -8,9 +8,9 @@ pub const COPY_MESSAGES: &str = "COPY audit_message (uuid, kind, topic, tier, da
     window_start_ms, emitted_at_ms, received_at_ms, count, checksum, window_end_ms, bytes,
     no_time_count, malformed_count, out_of_bounds_count, latency_zero_count,
     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition,
-    offset_min, offset_max, partition_ms) FROM STDIN (FORMAT binary)";
+    offset_min, offset_max, observation_time_count, partition_ms) FROM STDIN (FORMAT binary)";
 
-const COLUMNS: i16 = 25;
+const COLUMNS: i16 = 26;
 const INT4_OID: i32 = 23;
 const INT8_OID: i32 = 20;
 
@@ -130,6 +130,7 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 row.int4_array(s.offsets.iter().map(|o| o.partition));
                 row.int8_array(s.offsets.iter().map(|o| o.min));
                 row.int8_array(s.offsets.iter().map(|o| o.max));
+                row.int8(i(s.observation_time_count));
                 row.int8(inc.window_start);
             }
             AuditBody::Progress(_) => {
@@ -145,6 +146,8 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 for _ in 0..15 {
                     row.opt_int8(None);
                 }
+                // observation_time_count is NOT NULL (0 for rows that are not increments).
+                row.int8(0);
                 row.int8(m.emitted_at);
             }
         }

@@ -943,6 +943,18 @@
       sorted.length > 12 ? h('div', { class: 'foot' }, `${sorted.length - 12} more in the table below.`) : null));
   }
 
+  const UNTIMED_TITLE = 'Messages with no tier-invariant time (no payload or header time, no usable record timestamp), '
+    + 'counted by each auditor\'s own observation time, upstream / downstream: shown, not judged';
+
+  /// The observation-time counts of both sides of an edge window (not in Expected or
+  /// Observed, never compared).
+  function untimedCell(e) {
+    const up = e.upstream_observation_time_count || 0;
+    const down = e.downstream_observation_time_count || 0;
+    return h('td', { class: up || down ? 'num' : 'num dim', title: UNTIMED_TITLE, 'data-untimed': `${up}|${down}` },
+      `${int(up)} / ${int(down)}`);
+  }
+
   /// `noData`: no tier reported this window (0 expected, 0 observed), shown as such
   /// rather than as a healthy "ok, complete".
   function verdictRow(e, topic, withTopic, noData) {
@@ -957,6 +969,7 @@
       diffCell(e.difference),
       h('td', { class: 'num' }, pct(e.completeness)),
       h('td', {}, e.checksums_match ? h('span', { class: 'dim' }, 'match') : h('span', { class: 'neg' }, 'differ')),
+      untimedCell(e),
       h('td', {}, h('span', { class: `lifecycle ${e.lifecycle}` }, e.lifecycle)),
       h('td', {}, empty ? h('span', { class: 'badge v-nodata', 'data-verdict-badge': 'nodata' }, 'no data') : badge(e.verdict)),
       h('td', { class: 'reason' }, empty ? 'no tier reported this window' : e.reason),
@@ -1017,7 +1030,7 @@
     function fill() {
       const list = box.checked ? sorted.filter((e) => isAnomaly(e.verdict)) : sorted;
       tbody.replaceChildren(...list.slice(0, TABLE_LIMIT).map((e) => verdictRow(e, topic, false, noData(e))));
-      if (list.length === 0) tbody.append(h('tr', {}, h('td', { colspan: 12, class: 'empty' }, box.checked ? 'No anomalous window in this range.' : 'No window in this range.')));
+      if (list.length === 0) tbody.append(h('tr', {}, h('td', { colspan: 13, class: 'empty' }, box.checked ? 'No anomalous window in this range.' : 'No window in this range.')));
       foot.textContent = list.length > TABLE_LIMIT ? `Showing the newest ${int(TABLE_LIMIT)} of ${int(list.length)} rows; choose a shorter range for the rest.` : `${int(list.length)} rows`;
       if (hidden) foot.append(h('span', { id: 'verdicts-nodata', 'data-windows': hidden }, ` · ${int(hidden)} earlier ${hidden === 1 ? 'window' : 'windows'} without data from any tier not listed`));
     }
@@ -1029,7 +1042,8 @@
       h('div', { class: 'panel-body flush' }, h('table', { class: 'grid', id: 'verdicts-table' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Window (UTC)'), h('th', {}, 'Edge (datacenters)'),
           h('th', { class: 'num' }, 'Expected'), h('th', { class: 'num' }, 'Observed'), h('th', { class: 'num' }, 'Difference'),
-          h('th', { class: 'num' }, 'Completeness'), h('th', {}, 'Checksums'), h('th', {}, 'Lifecycle'), h('th', {}, 'Verdict'),
+          h('th', { class: 'num' }, 'Completeness'), h('th', {}, 'Checksums'),
+          h('th', { class: 'num', title: UNTIMED_TITLE }, 'Untimed (up / down)'), h('th', {}, 'Lifecycle'), h('th', {}, 'Verdict'),
           h('th', {}, 'Reason'), h('th', {}, 'Offsets'))),
         tbody), foot));
   }
@@ -1078,8 +1092,9 @@
         h('div', { class: 'panel-body flush' }, h('table', { class: 'grid', id: 'anomalies-table' },
           h('thead', {}, h('tr', {}, h('th', {}, 'Window (UTC)'), h('th', {}, 'Topic'), h('th', {}, 'Edge (datacenters)'),
             h('th', { class: 'num' }, 'Expected'), h('th', { class: 'num' }, 'Observed'), h('th', { class: 'num' }, 'Difference'),
-            h('th', { class: 'num' }, 'Completeness'), h('th', {}, 'Checksums'), h('th', {}, 'Lifecycle'), h('th', {}, 'Verdict'), h('th', {}, 'Reason'))),
-          h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 11, class: 'empty' },
+            h('th', { class: 'num' }, 'Completeness'), h('th', {}, 'Checksums'),
+            h('th', { class: 'num', title: UNTIMED_TITLE }, 'Untimed (up / down)'), h('th', {}, 'Lifecycle'), h('th', {}, 'Verdict'), h('th', {}, 'Reason'))),
+          h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 12, class: 'empty' },
             res.total ? 'No anomaly on this page.' : `No ${kind || 'anomaly'} in this range.`)))))));
   }
 

@@ -441,6 +441,11 @@ pub struct TierWindowView {
     pub increments: u64,
     #[schema(required = true)]
     pub latency: Option<Percentiles>,
+    /// Not in `count`, not compared across tiers: messages with no tier-invariant time
+    /// (no usable field, header or Kafka record timestamp), windowed by this tier's
+    /// observation time. `no_time_count`, `malformed_count` and `out_of_bounds_count`
+    /// are the reasons of messages in `count` windowed by their record timestamp.
+    pub observation_time_count: u64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -496,6 +501,7 @@ pub async fn windows(
             checksum: format!("{:016x}", r.checksum),
             increments: r.increments,
             latency: engine::percentiles(&r.latency),
+            observation_time_count: r.observation_time_count,
         })
         .collect();
     Ok(Json(WindowsResponse {

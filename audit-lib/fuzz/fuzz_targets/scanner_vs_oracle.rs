@@ -46,6 +46,31 @@ fuzz_target!(|data: &[u8]| {
     let config = audit_lib::EventTimeConfig::default().compile().unwrap();
     let rule = config.rule_for("t");
     let _ = audit_lib::classify(rule, &audit_lib::Observation::new("t", doc, 0));
+    // With a record timestamp (from the input's first bytes): a message without a
+    // payload time is windowed by it exactly when the classification says so, and a
+    // message windowed by observation time is never compared (B1 of issue 14).
+    let mut ts = [0u8; 8];
+    let n = doc.len().min(8);
+    ts[..n].copy_from_slice(&doc[..n]);
+    let ms = i64::from_le_bytes(ts) >> 20;
+    let mut obs = audit_lib::Observation::new("t", doc, 1_764_410_400_000);
+    obs.record_timestamp = Some(audit_lib::RecordTimestamp {
+        ms,
+        kind: audit_lib::TimestampType::CreateTime,
+    });
+    let c = audit_lib::classify(rule, &obs);
+    match c.fallback() {
+        Some(audit_lib::Fallback::Record(r)) => {
+            assert_eq!(r.ms, ms);
+            assert_eq!(c.counted_at(obs.observed_at_ms), ms);
+            assert!(c.is_tier_invariant());
+        }
+        Some(audit_lib::Fallback::Observed) => {
+            assert_eq!(c.counted_at(obs.observed_at_ms), obs.observed_at_ms);
+            assert!(!c.is_tier_invariant());
+        }
+        None => assert!(c.is_tier_invariant()),
+    }
     if let Ok(text) = std::str::from_utf8(doc) {
         let _ = audit_lib::timeparse::text_to_ms(text, audit_lib::Unit::Auto);
     }

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use audit_lib::{
-    message_hash, Aggregator, AuditMessage, Checksum, Classification, EventTimeConfig, Identity,
-    Limits, Observation, RecordTimestamp, TimestampType,
+    message_hash, Aggregator, AuditMessage, Checksum, Classification, EventTimeConfig, Fallback,
+    Identity, Limits, Observation, RecordTimestamp, TimestampType,
 };
 use proptest::prelude::*;
 
@@ -29,6 +29,8 @@ struct Msg {
     offset: i64,
     key: Option<Vec<u8>>,
     value: Vec<u8>,
+    /// CreateTime, when the record has one.
+    record_ts: Option<i64>,
     observed_at: i64,
 }
 
@@ -39,6 +41,7 @@ struct Truth {
     bytes: u64,
     no_time: u64,
     malformed: u64,
+    observed: u64,
     checksum: u64,
     latencies: Vec<i64>,
     offsets: BTreeMap<i32, (i64, i64)>,
@@ -55,24 +58,30 @@ fn truth_of(msgs: &[Msg], window_ms: i64) -> BTreeMap<(String, i64), Truth> {
             .map(|v| v.get("ts").and_then(|x| x.as_i64()))
             .unwrap_or(None);
         let parsed = serde_json::from_slice::<serde_json::Value>(&m.value).is_ok();
-        let at = event.unwrap_or(m.observed_at);
+        // Without an event time: the record timestamp (tier-invariant), else only the
+        // observation time, which is counted apart and not compared.
+        let invariant = event.or(m.record_ts);
+        let at = invariant.unwrap_or(m.observed_at);
         let start = at.div_euclid(window_ms) * window_ms;
         let e = t.entry((TOPICS[m.topic].to_owned(), start)).or_default();
+        let o = e.offsets.entry(m.partition).or_insert((m.offset, m.offset));
+        o.0 = o.0.min(m.offset);
+        o.1 = o.1.max(m.offset);
+        if invariant.is_none() {
+            e.observed += 1;
+            continue;
+        }
         e.count += 1;
         e.bytes += (m.key.as_ref().map_or(0, Vec::len) + m.value.len()) as u64;
         if !parsed {
             e.malformed += 1;
         } else if event.is_none() {
             e.no_time += 1;
-        } else {
-            e.latencies.push(m.observed_at - at);
         }
+        e.latencies.push(m.observed_at - at);
         e.checksum = e
             .checksum
             .wrapping_add(message_hash(m.key.as_deref(), &m.value));
-        let o = e.offsets.entry(m.partition).or_insert((m.offset, m.offset));
-        o.0 = o.0.min(m.offset);
-        o.1 = o.1.max(m.offset);
     }
     t
 }
@@ -86,7 +95,10 @@ fn record_all(agg: &mut Aggregator, msgs: &[Msg]) {
             key: m.key.as_deref(),
             value: Some(&m.value),
             headers: &audit_lib::NoHeaders,
-            record_timestamp: None,
+            record_timestamp: m.record_ts.map(|ms| RecordTimestamp {
+                ms,
+                kind: TimestampType::CreateTime,
+            }),
             observed_at_ms: m.observed_at,
         };
         agg.record(&obs);
@@ -120,6 +132,7 @@ fn check_against_truth(
         prop_assert_eq!(g.bytes, t.bytes);
         prop_assert_eq!(g.no_time_count, t.no_time);
         prop_assert_eq!(g.malformed_count, t.malformed);
+        prop_assert_eq!(g.observation_time_count, t.observed);
         prop_assert_eq!(g.checksum, Checksum(t.checksum));
         let mut h = audit_lib::LatencyHistogram::new();
         for l in &t.latencies {
@@ -156,15 +169,19 @@ fn msg_strategy() -> impl Strategy<Value = Msg> {
             }),
         ],
         -30i64..30,
+        prop::option::of(-60i64..60),
     )
-        .prop_map(|(topic, partition, offset, key, value, obs_min)| Msg {
-            topic,
-            partition,
-            offset,
-            key,
-            value,
-            observed_at: T0 + obs_min * MIN + 17,
-        })
+        .prop_map(
+            |(topic, partition, offset, key, value, obs_min, rec_min)| Msg {
+                topic,
+                partition,
+                offset,
+                key,
+                value,
+                record_ts: rec_min.map(|m| T0 + m * MIN + 5),
+                observed_at: T0 + obs_min * MIN + 17,
+            },
+        )
 }
 
 proptest! {
@@ -251,14 +268,20 @@ fn classification_decides_the_window_and_counter() {
     let old = format!(r#"{{"ts":{}}}"#, T0 + 3 * MIN);
     let c = agg.record(&Observation::new("t", old.as_bytes(), now));
     assert!(matches!(c, Classification::EventTime { .. }));
+    // No record timestamp: only observation time, counted apart.
     agg.record(&Observation::new("t", b"{}", now));
     agg.record(&Observation::new("t", b"\xff\xfe", now));
-    let mut o = Observation::new("t", b"{}", now);
-    o.record_timestamp = Some(RecordTimestamp {
+    // With one: windowed by it, in `count`, reason kept.
+    let rt = Some(RecordTimestamp {
         ms: T0 + 11 * MIN,
         kind: TimestampType::CreateTime,
     });
-    agg.record(&o);
+    for v in [&b"{}"[..], b"\xff\xfe"] {
+        let mut o = Observation::new("t", v, now);
+        o.record_timestamp = rt;
+        let c = agg.record(&o);
+        assert_eq!(c.counted_at(now), T0 + 11 * MIN);
+    }
     let out = agg.drain(now);
     let by_start: BTreeMap<i64, &audit_lib::WindowStats> = out
         .iter()
@@ -275,11 +298,76 @@ fn classification_decides_the_window_and_counter() {
     assert_eq!(w0.latency.count(), 1);
     assert_eq!(w0.latency.max_ms(), 22 * MIN);
     let w1 = by_start[&(T0 + 10 * MIN)];
-    assert_eq!((w1.count, w1.latency.count()), (1, 1));
+    assert_eq!(
+        (
+            w1.count,
+            w1.no_time_count,
+            w1.malformed_count,
+            w1.observation_time_count
+        ),
+        (2, 1, 1, 0)
+    );
+    assert_eq!(w1.latency.count(), 2);
+    assert_eq!(w1.latency.max_ms(), 14 * MIN);
+    assert_eq!(
+        w1.checksum,
+        Checksum(message_hash(None, b"{}").wrapping_add(message_hash(None, b"\xff\xfe")))
+    );
     let w2 = by_start[&(T0 + 20 * MIN)];
-    assert_eq!((w2.count, w2.no_time_count, w2.malformed_count), (2, 1, 1));
+    assert_eq!(
+        (
+            w2.count,
+            w2.bytes,
+            w2.no_time_count,
+            w2.malformed_count,
+            w2.observation_time_count
+        ),
+        (0, 0, 0, 0, 2)
+    );
+    assert_eq!(w2.checksum, Checksum(0));
     assert!(w2.latency.is_empty());
     assert!(agg.drain(now).is_empty(), "a second drain has nothing new");
+}
+
+/// B1: two tiers that read the same records at different times (one live, one two
+/// windows late) produce the same compared statistics in the same windows.
+#[test]
+fn a_lagging_tier_counts_untimed_messages_in_the_same_windows() {
+    let payloads: Vec<Vec<u8>> = (0..60)
+        .map(|i| match i % 3 {
+            0 => vec![0xff, 0x01, i as u8],
+            1 => format!(r#"{{"no":"time","i":{i}}}"#).into_bytes(),
+            _ => format!(r#"{{"ts":"bad{i}"}}"#).into_bytes(),
+        })
+        .collect();
+    let run = |lag: i64| {
+        let mut agg = Aggregator::new(id(), config("10m"), Limits::default()).unwrap();
+        for (i, p) in payloads.iter().enumerate() {
+            let created = T0 + i as i64 * MIN / 2;
+            let mut o = Observation::new("t", p, created + 50 + lag);
+            o.offset = i as i64;
+            o.record_timestamp = Some(RecordTimestamp {
+                ms: created,
+                kind: TimestampType::CreateTime,
+            });
+            agg.record(&o);
+        }
+        agg.drain(T0 + 60 * MIN)
+            .into_iter()
+            .map(|m| {
+                let i = m.as_increment().unwrap();
+                let s = &i.stats;
+                (
+                    i.window_start,
+                    (s.count, s.checksum, s.no_time_count, s.malformed_count),
+                )
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    let live = run(0);
+    assert_eq!(live.len(), 3);
+    assert!(live.values().all(|v| v.0 == 20 && v.2 + v.3 == 20));
+    assert_eq!(live, run(20 * MIN));
 }
 
 #[test]
@@ -313,11 +401,11 @@ fn topics_get_their_own_rules() {
         br#"{"meta":{"t":1764410400}}"#,
         now,
     ));
-    assert_eq!(c, Classification::NoTime);
+    assert_eq!(c, Classification::NoTime(Fallback::Observed));
     let c = agg.record(&Observation::new(
         "metrics.cpu",
         br#"{"ts":1764410400}"#,
         now,
     ));
-    assert_eq!(c, Classification::NoTime);
+    assert_eq!(c, Classification::NoTime(Fallback::Observed));
 }

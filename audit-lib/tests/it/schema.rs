@@ -74,6 +74,7 @@ fn increments_and_progress_match_the_schema() {
         count: 3,
         bytes: 10,
         no_time_count: 1,
+        observation_time_count: 2,
         ..Default::default()
     };
     stats.latency.record(25);

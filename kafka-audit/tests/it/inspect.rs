@@ -79,8 +79,35 @@ fn inspect_prints_one_json_object_per_line_and_honours_the_config() {
     let out = run(&["--summary", "--observed-at", "1764410700000"], input);
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        "total 3\nevent_time 1\nout_of_bounds 0\nno_time 1\nmalformed 1\n"
+        "total 3\nevent_time 1\nout_of_bounds 0\nno_time 1\nmalformed 1\nobserved 2\n"
     );
+    // With a record timestamp, what has no field time is windowed by it (as at every
+    // tier), not by observation time.
+    let out = run(
+        &[
+            "--json",
+            "--observed-at",
+            "1764410700000",
+            "--record-timestamp",
+            "2025-11-29T09:30:00Z",
+        ],
+        input,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["windowed_by"], "event_time");
+    for l in &lines[1..] {
+        assert_eq!(l["windowed_by"], "create_time", "{l}");
+        assert_eq!(l["window_start_ms"], 1_764_408_600_000i64, "{l}");
+    }
 
     std::fs::write(&cfg, "[default]\nunitz = \"ms\"\n").unwrap();
     let out = run(&["--config", cfg.to_str().unwrap()], input);

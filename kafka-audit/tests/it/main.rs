@@ -29,5 +29,6 @@ mod late_auditor;
 mod region_only_topic;
 mod stuck_instance;
 mod transactional;
+mod untimed;
 mod version;
 mod wait;

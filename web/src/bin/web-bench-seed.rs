@@ -42,6 +42,7 @@ fn inc(
                 no_time_count: count / 100,
                 malformed_count: 0,
                 out_of_bounds_count: 0,
+                observation_time_count: 0,
                 checksum: audit_lib::Checksum(checksum),
                 latency: LatencyHistogram::from_buckets(
                     1,

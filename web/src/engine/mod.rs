@@ -167,6 +167,12 @@ pub struct EdgeWindow {
     pub upstream_latency: Option<Percentiles>,
     #[schema(required = true)]
     pub downstream_latency: Option<Percentiles>,
+    /// Shown, not judged: upstream messages with no tier-invariant time (no usable
+    /// field, header or record timestamp), windowed by the auditors' observation time
+    /// and kept out of `expected` and the checksum.
+    pub upstream_observation_time_count: u64,
+    /// The same downstream, kept out of `observed`.
+    pub downstream_observation_time_count: u64,
 }
 
 /// State of the auditor of one tier in one datacenter for one topic.
@@ -187,6 +193,7 @@ pub struct AuditorStatus {
 #[derive(Default)]
 struct Side {
     count: u64,
+    observation_time_count: u64,
     checksum: u64,
     latency: LatencyHistogram,
 }
@@ -195,6 +202,9 @@ impl Side {
     fn add(&mut self, row: &WindowRow) {
         // Stored counts fit in i64; a sum of many could still overflow.
         self.count = self.count.saturating_add(row.count);
+        self.observation_time_count = self
+            .observation_time_count
+            .saturating_add(row.observation_time_count);
         self.checksum = self.checksum.wrapping_add(row.checksum);
         self.latency.merge(&row.latency);
     }
@@ -547,6 +557,8 @@ impl Topology {
             reason,
             upstream_latency: percentiles(&up.latency),
             downstream_latency: down_latency,
+            upstream_observation_time_count: up.observation_time_count,
+            downstream_observation_time_count: down.observation_time_count,
         }
     }
 

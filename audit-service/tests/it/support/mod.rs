@@ -25,6 +25,8 @@ pub struct WindowTotals {
     pub no_time: u64,
     pub malformed: u64,
     pub out_of_bounds: u64,
+    /// Not in `count`: windowed by observation time only.
+    pub observed: u64,
     pub bytes: u64,
 }
 
@@ -36,6 +38,7 @@ impl WindowTotals {
         self.malformed += w.malformed;
         self.out_of_bounds += w.out_of_bounds;
         self.no_time += w.no_time;
+        self.observed += w.observed;
         self.checksum = self.checksum.wrapping_add(w.checksum);
     }
 }
@@ -259,6 +262,7 @@ impl AuditReader {
                         t.no_time += inc.stats.no_time_count;
                         t.malformed += inc.stats.malformed_count;
                         t.out_of_bounds += inc.stats.out_of_bounds_count;
+                        t.observed += inc.stats.observation_time_count;
                         t.checksum = t.checksum.wrapping_add(inc.stats.checksum.0);
                     } else {
                         self.progress.push(msg);

@@ -240,6 +240,9 @@ pub async fn wait_final(
 pub struct Replicated {
     /// window start → (upstream count, downstream count)
     pub windows: BTreeMap<i64, (u64, u64)>,
+    /// Messages with no tier-invariant time (upstream, downstream): in no window here,
+    /// each auditor windows them by its own observation time.
+    pub observation_time: (u64, u64),
 }
 
 impl Replicated {
@@ -283,6 +286,27 @@ pub fn replicate_live(
     duration: Duration,
     faults: Faults,
 ) -> Replicated {
+    replicate_live_with(a, b, topic, partitions, rate, duration, faults, |i, ts| {
+        (format!("{{\"id\":{i},\"ts\":{ts}}}").into_bytes(), ts, true)
+    })
+}
+
+/// [`replicate_live`] with other messages: `message(i, now)` gives message `i`'s
+/// payload, its record timestamp (kept by the replicator), and whether the auditors
+/// window it by a tier-invariant time (else it is counted in
+/// [`Replicated::observation_time`], not in a window). Windows and faults go by the
+/// time of sending.
+#[allow(clippy::too_many_arguments)]
+pub fn replicate_live_with(
+    a: &str,
+    b: &str,
+    topic: &str,
+    partitions: i32,
+    rate: u64,
+    duration: Duration,
+    faults: Faults,
+    message: impl Fn(u64, i64) -> (Vec<u8>, i64, bool),
+) -> Replicated {
     let (pa, pb) = (producer(a), producer(b));
     let started = Instant::now();
     let first = now_ms() / WINDOW_MS * WINDOW_MS;
@@ -310,20 +334,24 @@ pub fn replicate_live(
             _ => 1,
         };
         let key = format!("k{i}");
-        let value = format!("{{\"id\":{i},\"ts\":{ts}}}");
+        let (value, record_ts, windowed) = message(i, ts);
         let partition = (i % partitions as u64) as i32;
         let rec = || {
             BaseRecord::to(topic)
                 .key(&key)
                 .payload(&value)
                 .partition(partition)
-                .timestamp(ts)
+                .timestamp(record_ts)
         };
         send_queued(&pa, rec());
         for _ in 0..copies {
             send_queued(&pb, rec());
         }
-        let w = out.windows.entry(window).or_default();
+        let w = if windowed {
+            out.windows.entry(window).or_default()
+        } else {
+            &mut out.observation_time
+        };
         w.0 += 1;
         w.1 += copies;
         i += 1;

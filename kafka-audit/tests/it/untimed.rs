@@ -1,0 +1,225 @@
+//! Issue 14 B1 end to end: messages whose payload holds no event time — binary (an
+//! Avro-like framing, not JSON) and JSON without a time field — replicated from cluster
+//! A to cluster B with their record timestamps preserved (as MirrorMaker 2 does), 37
+//! dropped in one window and 11 duplicated in another; the downstream auditor starts two
+//! windows late and reads its backlog over several reports. Both tiers window them by
+//! the record timestamp, so the faults are reported exactly in their windows and
+//! nothing else pages over the whole run. A few records carry a timestamp outside the
+//! skew bounds (40 days old): they have no tier-invariant time, so each tier counts them
+//! apart by its own observation time, shown in the API and never judged.
+//! (Before B1 every one of these messages was windowed by the auditor's consumption
+//! time, so the late tier put them windows away from the upstream ones.)
+
+use crate::e2e;
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::*;
+use support::*;
+use web::engine::{Lifecycle, Verdict};
+
+const PARTITIONS: i32 = 3;
+const DAY_MS: i64 = 86_400_000;
+
+/// Message `i` sent at `ts`: payload, record timestamp, tier-invariant.
+fn untimed_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
+    if i % 250 == 100 {
+        // Beyond the default max_past (30 d): only observation time is left.
+        return (
+            format!("{{\"id\":{i}}}").into_bytes(),
+            ts - 40 * DAY_MS,
+            false,
+        );
+    }
+    let payload = if i % 2 == 0 {
+        // Confluent wire framing: magic 0, schema id, then binary Avro.
+        let mut v = vec![0x00, 0x00, 0x00, 0x00, 0x07];
+        v.extend_from_slice(&i.to_le_bytes());
+        v.push(0xff);
+        v
+    } else {
+        format!("{{\"id\":{i},\"kind\":\"click\"}}").into_bytes()
+    };
+    (payload, ts, true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_late_auditor() {
+    let _alone = crate::ALONE.lock().await;
+    let rig = TwoTiers::new("untimed-e2e").await;
+    let (a, b) = (&rig.a, &rig.b);
+    let topic = testkit::unique("untimed-e2e");
+    testkit::create_topic(a, &topic, PARTITIONS).await;
+    testkit::create_topic(b, &topic, PARTITIONS).await;
+    let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
+    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+    let (state, jobs) = rig.serve("30m").await;
+    let api = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = web::app(state.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        base
+    };
+
+    // 45 s of traffic at 100 messages/s: window 1 loses 37, window 2 gets 11 twice.
+    let faults = Faults {
+        loss: Some((1, 37)),
+        dup: Some((2, 11)),
+    };
+    let traffic = {
+        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || {
+            replicate_live_with(
+                &a,
+                &b,
+                &topic,
+                PARTITIONS,
+                100,
+                Duration::from_secs(45),
+                faults,
+                untimed_message,
+            )
+        })
+    };
+    // The downstream auditor starts two windows (and a grace) after the traffic and
+    // catches up over several reports.
+    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
+    sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
+    let mut late = rig.aggregate(&[&topic]);
+    for (k, v) in [
+        ("queued.min.messages", "1"),
+        ("fetch.queue.backoff.ms", "100"),
+        ("max.partition.fetch.bytes", "2000"),
+    ] {
+        late.kafka.consumer.insert(k.into(), v.into());
+    }
+    let downstream = rig.spawn_auditor(late);
+    let sent = traffic.await.expect("traffic");
+    let (up, down) = sent.total();
+    let all_final = wait_final(
+        &state,
+        &topic,
+        (sent.first(), sent.end()),
+        &[("regional", up), ("aggregate", down)],
+        false,
+        Duration::from_secs(240),
+    )
+    .await;
+    let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
+    let both_paged = testkit::wait_until_async(Duration::from_secs(20), || {
+        let n = rig.pages.of(&topic).len();
+        async move { n >= 2 }
+    })
+    .await;
+    // Every observation-time message is stored (the late tier's may land after the
+    // traffic's windows).
+    let to = common::now_ms() + WINDOW_MS;
+    let get = |path: String| {
+        let url = format!("{api}{path}");
+        async move {
+            let r = reqwest::get(&url).await.expect("GET");
+            assert!(r.status().is_success(), "{url}: {}", r.status());
+            r.json::<serde_json::Value>().await.expect("JSON")
+        }
+    };
+    let observation_time_stored = testkit::wait_until_async(Duration::from_secs(60), || {
+        let w = get(format!(
+            "/api/v1/topics/{topic}/windows?from={}&to={to}",
+            sent.first()
+        ));
+        async move {
+            let w = w.await;
+            let sum = |tier: &str| -> u64 {
+                w["windows"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|v| v["tier"] == tier)
+                    .map(|v| v["observation_time_count"].as_u64().unwrap())
+                    .sum()
+            };
+            (sum("regional"), sum("aggregate")) == sent.observation_time
+        }
+    })
+    .await;
+    let windows = get(format!(
+        "/api/v1/topics/{topic}/windows?from={}&to={}",
+        sent.first(),
+        sent.end()
+    ))
+    .await;
+    let compare = get(format!(
+        "/api/v1/topics/{topic}/compare?from={}&to={}",
+        sent.first(),
+        sent.end()
+    ))
+    .await;
+    let judged = anomalies(&state, &topic, sent.first(), sent.end());
+    rig.shutdown([upstream, downstream, collector], jobs).await;
+
+    // Pages first: what woke someone over the whole run.
+    assert!(both_paged, "pages: {:?}", rig.pages.all());
+    let mut got = rig.pages.of(&topic);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("trigger".into(), "duplication".into(), Some(duplicated)),
+            ("trigger".into(), "loss".into(), Some(lossy)),
+        ],
+        "every page of the run (verdicts {judged:?}, sent {sent:?})"
+    );
+    assert!(
+        all_final,
+        "windows not all final with all counts in: {judged:?} (sent {sent:?})"
+    );
+    let (l, d) = (sent.windows[&lossy], sent.windows[&duplicated]);
+    assert_eq!(
+        judged,
+        vec![
+            (lossy, Verdict::Loss, Lifecycle::Final, l.0, l.1),
+            (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
+        ],
+        "sent {sent:?}"
+    );
+
+    // The untimed counts per window and tier in the API: every message in `count` of
+    // these windows had no payload time (binary: malformed, JSON: no_time), each
+    // tier's count is what it was sent in that window.
+    let mut seen: BTreeMap<(i64, String), (u64, u64, u64)> = BTreeMap::new();
+    for v in windows["windows"].as_array().unwrap() {
+        let n = |f: &str| v[f].as_u64().unwrap_or_else(|| panic!("{f} in {v}"));
+        assert_eq!(n("no_time_count") + n("malformed_count"), n("count"), "{v}");
+        assert_eq!(n("out_of_bounds_count"), 0, "{v}");
+        seen.insert(
+            (
+                v["window_start"].as_i64().unwrap(),
+                v["tier"].as_str().unwrap().to_string(),
+            ),
+            (n("count"), n("no_time_count"), n("malformed_count")),
+        );
+    }
+    for (w, (u, dn)) in &sent.windows {
+        for (tier, want) in [("regional", *u), ("aggregate", *dn)] {
+            let (count, no_time, malformed) = seen[&(*w, tier.to_string())];
+            assert_eq!(count, want, "{tier} window {w}");
+            assert!(
+                no_time > 0 && malformed > 0,
+                "{tier} window {w}: {no_time} no_time, {malformed} malformed"
+            );
+        }
+    }
+    assert!(observation_time_stored, "windows: {windows:#}");
+    let edges = compare["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), sent.windows.len(), "{compare:#}");
+    for e in edges {
+        assert!(
+            e["upstream_observation_time_count"].is_u64()
+                && e["downstream_observation_time_count"].is_u64(),
+            "{e}"
+        );
+    }
+}

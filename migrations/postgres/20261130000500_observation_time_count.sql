@@ -1,0 +1,6 @@
+-- Issue #14 B1: messages with no tier-invariant time (no usable field, header or
+-- Kafka record timestamp) are windowed by the auditor's observation time and counted
+-- apart from `count`, never compared across tiers. Additive with a constant default
+-- (no table rewrite): rows written before it read 0, as do old auditors' messages.
+ALTER TABLE audit_window ADD COLUMN observation_time_count bigint NOT NULL DEFAULT 0;
+ALTER TABLE audit_message ADD COLUMN observation_time_count bigint NOT NULL DEFAULT 0;
