@@ -140,6 +140,35 @@ CREATE TABLE audit_window_bucket_default PARTITION OF audit_window_bucket DEFAUL
 CREATE TABLE audit_window_offset_default PARTITION OF audit_window_offset DEFAULT;
 CREATE TABLE audit_message_default PARTITION OF audit_message DEFAULT;
 
+-- Columns that a later additive migration gave the old tables before this one ran
+-- (sqlx applies a missing older migration after newer ones) are carried over as they
+-- are, with their type, default and NOT NULL.
+DO $$
+DECLARE
+    pair text[];
+    col  record;
+BEGIN
+    FOREACH pair SLICE 1 IN ARRAY ARRAY[['audit_window_v1', 'audit_window'],
+                                        ['audit_message_v1', 'audit_message']] LOOP
+        FOR col IN
+            SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull,
+                   pg_get_expr(d.adbin, d.adrelid) AS def
+            FROM pg_attribute a
+            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+            WHERE a.attrelid = pair[1]::regclass AND a.attnum > 0 AND NOT a.attisdropped
+              AND NOT EXISTS (SELECT 1 FROM pg_attribute n
+                              WHERE n.attrelid = pair[2]::regclass AND n.attname = a.attname
+                                AND NOT n.attisdropped)
+            ORDER BY a.attnum
+        LOOP
+            EXECUTE format('ALTER TABLE %I ADD COLUMN %I %s%s%s', pair[2], col.attname, col.type,
+                           CASE WHEN col.def IS NOT NULL THEN ' DEFAULT ' || col.def ELSE '' END,
+                           CASE WHEN col.attnotnull THEN ' NOT NULL' ELSE '' END);
+        END LOOP;
+    END LOOP;
+END
+$$;
+
 -- 3. Partition maintenance.
 
 -- Creates the missing day partitions (UTC days) of every time-partitioned table for
@@ -227,13 +256,21 @@ ORDER BY d;
 SELECT audit_ensure_day_partitions((extract(epoch FROM now()) * 1000)::bigint,
                                    (extract(epoch FROM now()) * 1000)::bigint + 86400000);
 
-INSERT INTO audit_window (id, topic, tier, datacenter, window_start_ms, window_end_ms, count,
-    bytes, no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms)
-SELECT id, topic, tier, datacenter, window_start_ms, window_end_ms, count,
-    bytes, no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms
-FROM audit_window_v1;
+-- Every column of the old tables (the ones above and any a later migration added).
+DO $$
+DECLARE
+    cols text;
+BEGIN
+    SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) INTO cols
+    FROM pg_attribute WHERE attrelid = 'audit_window_v1'::regclass AND attnum > 0 AND NOT attisdropped;
+    EXECUTE format('INSERT INTO audit_window (%s) SELECT %s FROM audit_window_v1', cols, cols);
+    SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) INTO cols
+    FROM pg_attribute WHERE attrelid = 'audit_message_v1'::regclass AND attnum > 0 AND NOT attisdropped;
+    EXECUTE format('INSERT INTO audit_message (%s, partition_ms)
+                    SELECT %s, coalesce(window_start_ms, emitted_at_ms) FROM audit_message_v1',
+                   cols, cols);
+END
+$$;
 SELECT setval('audit_window_ids', coalesce(max(id), 0) + 1, false) FROM audit_window_v1;
 
 -- Buckets and offsets whose window retention already deleted were invisible; they
@@ -245,18 +282,6 @@ FROM audit_window_bucket_v1 b JOIN audit_window_v1 w ON w.id = b.window_id;
 INSERT INTO audit_window_offset (topic, window_start_ms, window_id, partition_id, min_offset, max_offset)
 SELECT w.topic, w.window_start_ms, o.window_id, o.partition_id, o.min_offset, o.max_offset
 FROM audit_window_offset_v1 o JOIN audit_window_v1 w ON w.id = o.window_id;
-
-INSERT INTO audit_message (uuid, kind, topic, tier, datacenter, host, window_start_ms,
-    emitted_at_ms, received_at_ms, count, checksum, window_end_ms, bytes, no_time_count,
-    malformed_count, out_of_bounds_count, latency_zero_count, latency_negative_count,
-    latency_max_ms, bucket_index, bucket_count, offset_partition, offset_min, offset_max,
-    partition_ms)
-SELECT uuid, kind, topic, tier, datacenter, host, window_start_ms,
-    emitted_at_ms, received_at_ms, count, checksum, window_end_ms, bytes, no_time_count,
-    malformed_count, out_of_bounds_count, latency_zero_count, latency_negative_count,
-    latency_max_ms, bucket_index, bucket_count, offset_partition, offset_min, offset_max,
-    coalesce(window_start_ms, emitted_at_ms)
-FROM audit_message_v1;
 
 -- A queued UUID whose message retention already deleted had nothing to add.
 INSERT INTO audit_pending (uuid, topic, partition_ms)

@@ -603,3 +603,63 @@ async fn conversion_keeps_counts_and_what_verdicts_read() {
         );
     }
 }
+
+/// A store migrated by main between issue #14's additive migration and the partitions
+/// (the old tables plus `observation_time_count`, 20261130000500 recorded as applied)
+/// converts too, and keeps the column: sqlx applies the older, missing conversion
+/// after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_applied_the_observation_count_migration_first_converts_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(root.join("tests/fixtures/postgres_v1")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let later = "20261130000500_observation_time_count.sql";
+    std::fs::copy(
+        root.join("../migrations/postgres").join(later),
+        dir.path().join(later),
+    )
+    .unwrap();
+    let db = testkit::fresh_database("store_conversion_after_b1").await;
+    let pool = PgPool::connect(db.url()).await.unwrap();
+    sqlx::migrate::Migrator::new(dir.path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    let mut m = message("orders", "regional", "dc1", today() - DAY + 7 * W, 40, 3);
+    if let AuditBody::Increment(i) = &mut m.body {
+        i.stats.observation_time_count = 5;
+    }
+    sqlx::query(
+        "INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count,
+             bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+             latency_zero_count, latency_negative_count, latency_max_ms, increments,
+             first_received_at_ms, last_received_at_ms, observation_time_count)
+         VALUES ('orders', 'regional', 'dc1', $1, $1 + 600000, 40, 4000, 0, 0, 0, 7, 0, 0, 10,
+                 1, 1, 1, 5)",
+    )
+    .bind(today() - DAY + 7 * W)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let store = PgStore::connect(db.url()).await.unwrap();
+    store
+        .migrate()
+        .await
+        .expect("the conversion after the additive migration");
+    let rows = all_windows(&store).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].count, rows[0].observation_time_count), (40, 5));
+    // and the store works: a new increment with an observation count adds up
+    store
+        .write_batch(&batch(vec![m], common::now_ms()))
+        .await
+        .unwrap();
+    let rows = all_windows(&store).await;
+    assert_eq!((rows[0].count, rows[0].observation_time_count), (80, 10));
+}
