@@ -18,6 +18,11 @@
 # Usage: bench/audit-service.sh [MESSAGES] [ROUNDS] [TOPICS] [PER_TOPIC] [WINDOWS]
 # MESSAGES is the 100-byte count; 1 KB runs MESSAGES/5. BENCH_SIZES overrides both,
 # e.g. BENCH_SIZES=100:5000000,1024:1000000.
+# Per side and round, stderr has the CPU per message of each thread (for a name shared by
+# several threads, e.g. tokio's, also the busiest one: the service's consume loop).
+# BENCH_COMPARE_BIN=/path/to/another/audit_bench (e.g. built from the previous commit)
+# runs that build's service as a third side in every round, alternating with this
+# build's: an A/B of two builds in one run, which a loaded machine cannot give across runs.
 # BENCH_KAFKA_EXTRA adds lines to both sides' [kafka] config (';' separates lines), to
 # compare librdkafka settings, e.g.
 #   BENCH_KAFKA_EXTRA='[kafka.consumer];"fetch.queue.backoff.ms" = "1000"' bench/audit-service.sh

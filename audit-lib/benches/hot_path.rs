@@ -3,7 +3,9 @@
 //!   into a one-field struct (goal: ≥ 10×);
 //! - extraction from a 1 KB message with the field last vs the same baseline (≥ 3×);
 //! - the full record path (extract + window + histogram + checksum), goal ≤ 100 ns per
-//!   100-byte message.
+//!   100-byte message;
+//! - the checksum's per-message hash at 100 B and 1 KB (bytes/s) vs one `xxh3_64` over
+//!   the same bytes already contiguous (what the audit service's counting thread does).
 //!
 //! Run: `cargo bench -p audit-lib --bench hot_path`, then
 //! `python3 audit-lib/benches/ratios.py` prints medians and ratios.
@@ -204,5 +206,49 @@ fn record_path(c: &mut Criterion) {
     drop(agg.drain(T0));
 }
 
-criterion_group!(benches, extraction, record_path);
+/// The window checksum's per-message hash, in bytes per second, at the benchmark's two
+/// payload sizes (key `k123456` as the service bench writes), against a one-shot
+/// `xxh3_64` over the same bytes already contiguous (the hash's floor) in the same run.
+/// At 1 KB the checksum is the one step of counting that reads every byte.
+fn checksum(c: &mut Criterion) {
+    for size in [100usize, 1024] {
+        let values: Vec<Vec<u8>> = (0..N).map(|i| vec![b'a' + (i % 26) as u8; size]).collect();
+        let key = b"k123456";
+        let contiguous: Vec<Vec<u8>> = values
+            .iter()
+            .map(|v| {
+                let mut b = (key.len() as u32).to_le_bytes().to_vec();
+                b.extend_from_slice(key);
+                b.extend_from_slice(v);
+                b
+            })
+            .collect();
+        let mut g = c.benchmark_group(format!("checksum_{size}B"));
+        g.throughput(Throughput::Bytes((N * (4 + key.len() + size)) as u64));
+        g.bench_function("message_hash", |b| {
+            b.iter(|| {
+                let mut sum = 0u64;
+                for v in &values {
+                    sum = sum.wrapping_add(audit_lib::checksum::message_hash(
+                        Some(black_box(key)),
+                        black_box(v),
+                    ));
+                }
+                sum
+            })
+        });
+        g.bench_function("xxh3_64_contiguous", |b| {
+            b.iter(|| {
+                let mut sum = 0u64;
+                for m in &contiguous {
+                    sum = sum.wrapping_add(xxhash_rust::xxh3::xxh3_64(black_box(m)));
+                }
+                sum
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, extraction, record_path, checksum);
 criterion_main!(benches);

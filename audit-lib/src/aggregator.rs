@@ -185,6 +185,25 @@ impl Aggregator {
     /// Counts one message and returns how it was classified.
     #[inline]
     pub fn record(&mut self, obs: &Observation<'_>) -> Classification {
+        self.record_with(obs, None)
+    }
+
+    /// [`Self::record`] with the message's checksum hash already computed: `hash` must be
+    /// [`crate::message_hash`] of `obs.key` and `obs.value` (checked in debug builds).
+    /// For a caller that holds the key and value contiguous behind their length prefix,
+    /// where one `xxh3_64` over them is several times cheaper than hashing the parts.
+    #[inline]
+    pub fn record_hashed(&mut self, obs: &Observation<'_>, hash: u64) -> Classification {
+        debug_assert_eq!(
+            hash,
+            crate::message_hash(obs.key, obs.value.unwrap_or_default()),
+            "record_hashed: hash is not the message's"
+        );
+        self.record_with(obs, Some(hash))
+    }
+
+    #[inline]
+    fn record_with(&mut self, obs: &Observation<'_>, hash: Option<u64>) -> Classification {
         let slot = self.topic_slot(obs.topic);
         let window_size = self.window_size;
         let track_offsets = self.limits.track_offsets;
@@ -192,7 +211,10 @@ impl Aggregator {
         let class = classify(&topic.rule, obs);
         let index = window_size.index_of(class.counted_at(obs.observed_at_ms));
         let (stats, opened) = topic.windows.get_or_open(index);
-        stats.record(obs, &class, track_offsets);
+        match hash {
+            Some(h) => stats.record_hashed(obs, &class, track_offsets, h),
+            None => stats.record(obs, &class, track_offsets),
+        }
         if opened {
             self.open += 1;
             while self.open > self.limits.max_open_windows {

@@ -33,7 +33,7 @@ fn hash_in(buf: &mut [u8], key_len: &[u8; 4], key: &[u8], value: &[u8]) -> u64 {
 pub fn message_hash(key: Option<&[u8]>, value: &[u8]) -> u64 {
     let key = key.unwrap_or(&[]);
     // Keys longer than u32::MAX cannot exist in Kafka; saturate rather than panic.
-    let key_len = u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes();
+    let key_len = key_len_prefix(key.len());
     let total = 4 + key.len() + value.len();
     // Two stack sizes: zeroing the buffer is part of the cost, so typical ~100-byte
     // messages use the small one.
@@ -52,11 +52,31 @@ pub fn message_hash(key: Option<&[u8]>, value: &[u8]) -> u64 {
     }
 }
 
+/// [`message_hash`] of a message whose bytes the caller already holds contiguous, as
+/// hashed: `le_u32(len(key)) ‖ key ‖ value`. One pass, no copy.
+#[inline]
+pub fn prefixed_message_hash(prefixed: &[u8]) -> u64 {
+    xxh3_64(prefixed)
+}
+
+/// The 4-byte prefix of [`prefixed_message_hash`] for a key of `key_len` bytes.
+#[inline]
+pub fn key_len_prefix(key_len: usize) -> [u8; 4] {
+    u32::try_from(key_len).unwrap_or(u32::MAX).to_le_bytes()
+}
+
 impl Checksum {
     /// Adds one message.
     #[inline]
     pub fn add_message(&mut self, key: Option<&[u8]>, value: &[u8]) {
         self.0 = self.0.wrapping_add(message_hash(key, value));
+    }
+
+    /// Adds one message by its hash, [`message_hash`] of its key and value (computed
+    /// elsewhere, e.g. in one pass over bytes that are already contiguous).
+    #[inline]
+    pub fn add_hash(&mut self, hash: u64) {
+        self.0 = self.0.wrapping_add(hash);
     }
 
     /// Adds another checksum (the union of both multisets).
@@ -152,6 +172,16 @@ mod tests {
         fn fast_path_equals_reference(key in prop::option::of(prop::collection::vec(any::<u8>(), 0..300)),
                                       value in prop::collection::vec(any::<u8>(), 0..1200)) {
             prop_assert_eq!(message_hash(key.as_deref(), &value), reference(key.as_deref(), &value));
+        }
+
+        #[test]
+        fn prefixed_hash_equals_message_hash(key in prop::option::of(prop::collection::vec(any::<u8>(), 0..300)),
+                                             value in prop::collection::vec(any::<u8>(), 0..1200)) {
+            let k = key.as_deref().unwrap_or(&[]);
+            let mut buf = key_len_prefix(k.len()).to_vec();
+            buf.extend_from_slice(k);
+            buf.extend_from_slice(&value);
+            prop_assert_eq!(prefixed_message_hash(&buf), message_hash(key.as_deref(), &value));
         }
 
         #[test]

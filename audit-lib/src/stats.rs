@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::checksum::Checksum;
+use crate::checksum::{message_hash, Checksum};
 use crate::extract::Classification;
 use crate::histogram::LatencyHistogram;
 use crate::observation::Observation;
@@ -57,11 +57,24 @@ impl WindowStats {
     /// window (what [`Self::merge`] adds up). Offsets are tracked when asked to.
     #[inline]
     pub fn record(&mut self, obs: &Observation<'_>, class: &Classification, track_offsets: bool) {
+        let hash = message_hash(obs.key, obs.value.unwrap_or_default());
+        self.record_hashed(obs, class, track_offsets, hash);
+    }
+
+    /// [`Self::record`] with the message's checksum hash already computed: `hash` must be
+    /// [`message_hash`] of `obs.key` and `obs.value`.
+    #[inline]
+    pub fn record_hashed(
+        &mut self,
+        obs: &Observation<'_>,
+        class: &Classification,
+        track_offsets: bool,
+        hash: u64,
+    ) {
         if class.is_tier_invariant() {
             self.count += 1;
             self.bytes += obs.byte_len();
-            self.checksum
-                .add_message(obs.key, obs.value.unwrap_or_default());
+            self.checksum.add_hash(hash);
             self.latency.record(
                 obs.observed_at_ms
                     .saturating_sub(class.counted_at(obs.observed_at_ms)),

@@ -187,9 +187,12 @@ level = "warn"
 }
 
 fn spawn_service(config_text: &str, dir: &str) -> anyhow::Result<Child> {
+    spawn_service_of(&std::env::current_exe()?, config_text, dir)
+}
+
+fn spawn_service_of(exe: &std::path::Path, config_text: &str, dir: &str) -> anyhow::Result<Child> {
     let path = format!("{dir}/{}.toml", unique("cfg"));
     std::fs::write(&path, config_text)?;
-    let exe = std::env::current_exe()?;
     Ok(Command::new(exe)
         .args(["serve", &path])
         .stdout(Stdio::null())
@@ -241,8 +244,8 @@ fn process_cpu_secs(pid: u32) -> f64 {
     stat_cpu_secs(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
 }
 
-/// CPU seconds per thread name of process `pid` (threads of one name summed).
-fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
+/// CPU seconds per thread of process `pid`, keyed by (thread name, thread id).
+fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<(String, String), f64> {
     let mut out = std::collections::BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
@@ -255,7 +258,8 @@ fn thread_cpu_secs(pid: u32) -> std::collections::BTreeMap<String, f64> {
             .map_or("?", |(n, _)| n)
             .trim_end_matches(|c: char| c.is_ascii_digit())
             .to_string();
-        *out.entry(name).or_insert(0.0) += stat_cpu_secs(&stat);
+        let tid = t.file_name().to_string_lossy().into_owned();
+        out.insert((name, tid), stat_cpu_secs(&stat));
     }
     out
 }
@@ -279,15 +283,17 @@ fn machine_jiffies() -> (u64, u64) {
 /// Where the CPU went over a measured span: the measured process's CPU per message and
 /// the machine's busy fraction (the broker runs on the same cores).
 struct Span {
+    label: &'static str,
     pid: u32,
     cpu0: f64,
     jiffies0: (u64, u64),
-    threads0: std::collections::BTreeMap<String, f64>,
+    threads0: std::collections::BTreeMap<(String, String), f64>,
 }
 
 impl Span {
-    fn start(pid: u32) -> Span {
+    fn start(label: &'static str, pid: u32) -> Span {
         Span {
+            label,
             pid,
             cpu0: process_cpu_secs(pid),
             jiffies0: machine_jiffies(),
@@ -298,14 +304,39 @@ impl Span {
     /// (process CPU µs per message, machine busy %)
     fn end(&self, messages: u64) -> (f64, f64) {
         let cpu = process_cpu_secs(self.pid) - self.cpu0;
-        let per_thread: Vec<String> = thread_cpu_secs(self.pid)
+        // Per thread name: the sum, and the busiest thread when several share the name
+        // (the service's consume loop runs on one of tokio's threads).
+        let mut by_name: std::collections::BTreeMap<String, (f64, f64, usize)> =
+            std::collections::BTreeMap::new();
+        for (key, secs) in thread_cpu_secs(self.pid) {
+            let d = secs - self.threads0.get(&key).copied().unwrap_or(0.0);
+            if d > 0.0 {
+                let e = by_name.entry(key.0).or_insert((0.0, 0.0, 0));
+                e.0 += d;
+                e.1 = e.1.max(d);
+                e.2 += 1;
+            }
+        }
+        let per = |secs: f64| secs * 1e6 / messages.max(1) as f64;
+        let per_thread: Vec<String> = by_name
             .into_iter()
-            .filter_map(|(name, secs)| {
-                let d = secs - self.threads0.get(&name).copied().unwrap_or(0.0);
-                (d > 0.0).then(|| format!("{name} {:.2}", d * 1e6 / messages.max(1) as f64))
+            .map(|(name, (sum, max, n))| {
+                if n > 1 {
+                    format!(
+                        "{name} {:.3} ({n} threads, busiest {:.3})",
+                        per(sum),
+                        per(max)
+                    )
+                } else {
+                    format!("{name} {:.3}", per(sum))
+                }
             })
             .collect();
-        eprintln!("  µs CPU/msg by thread: {}", per_thread.join(", "));
+        eprintln!(
+            "  {}: µs CPU/msg by thread: {}",
+            self.label,
+            per_thread.join(", ")
+        );
         let (b1, t1) = machine_jiffies();
         let busy = (b1 - self.jiffies0.0) as f64 / (t1 - self.jiffies0.1).max(1) as f64;
         (cpu * 1e6 / messages.max(1) as f64, busy * 100.0)
@@ -341,7 +372,12 @@ struct Measured {
     busy: f64,
 }
 
-fn measure_service(port: u16, child: &mut Child, n: u64) -> anyhow::Result<(Measured, u64)> {
+fn measure_service(
+    label: &'static str,
+    port: u16,
+    child: &mut Child,
+    n: u64,
+) -> anyhow::Result<(Measured, u64)> {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut first: Option<(Instant, u64, Span)> = None;
     loop {
@@ -351,7 +387,7 @@ fn measure_service(port: u16, child: &mut Child, n: u64) -> anyhow::Result<(Meas
         let c = scrape(port, "kafka_audit_consumed_messages_total").unwrap_or(0);
         let now = Instant::now();
         if c >= n / 10 && first.is_none() {
-            first = Some((now, c, Span::start(child.id())));
+            first = Some((now, c, Span::start(label, child.id())));
         }
         if c >= n {
             let (t0, c0, span) = first.unwrap();
@@ -388,7 +424,11 @@ fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Res
             // Same span as the service side: from the 10 % mark to the end, so
             // group join and fetch ramp-up weigh on neither side.
             if t0.is_none() && count >= n / 10 {
-                t0 = Some((Instant::now(), count, Span::start(std::process::id())));
+                t0 = Some((
+                    Instant::now(),
+                    count,
+                    Span::start("bare", std::process::id()),
+                ));
             }
         }
         if Instant::now() > deadline {
@@ -442,6 +482,10 @@ fn median(v: &[f64]) -> f64 {
 
 fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow::Result<()> {
     let dir = tempdir()?;
+    // A/B of two builds in one run: BENCH_COMPARE_BIN names another audit_bench binary
+    // (e.g. built from the previous commit) whose service runs as a third side in every
+    // round, right after this build's, with the same settings.
+    let compare = std::env::var_os("BENCH_COMPARE_BIN").map(std::path::PathBuf::from);
     let mut summaries = Vec::new();
     for &(size, n) in sizes {
         let topic = unique("bench-tp");
@@ -461,6 +505,7 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
             started.elapsed().as_secs_f64()
         );
         let mut rows: Vec<(Measured, Measured)> = Vec::new();
+        let mut compared: Vec<Measured> = Vec::new();
         for round in 0..rounds {
             let port = 19_500 + (summaries.len() * rounds + round) as u16;
             // Same settings, own group and instance id for each side.
@@ -476,10 +521,25 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
             // drift between back-to-back runs.
             let run_service = || -> anyhow::Result<(Measured, u64)> {
                 let mut child = spawn_service(&text, &dir)?;
-                let r = measure_service(port, &mut child, n)?;
+                let r = measure_service("audit-service", port, &mut child, n)?;
                 stop(child)?;
                 Ok(r)
             };
+            let run_compare = |exe: &std::path::Path| -> anyhow::Result<Measured> {
+                // Its own group, instance id and port.
+                let port = port + 1000;
+                let text = bench_config(bootstrap, vec![topic.clone()], None, port, &dir);
+                let mut child = spawn_service_of(exe, &text, &dir)?;
+                let r = measure_service("comparison build", port, &mut child, n)?.0;
+                stop(child)?;
+                Ok(r)
+            };
+            // With a comparison build, the two services also alternate.
+            let c_first = compare.as_ref().filter(|_| round % 2 == 1);
+            let c_last = compare.as_ref().filter(|_| round % 2 == 0);
+            if let Some(exe) = c_first {
+                compared.push(run_compare(exe)?);
+            }
             let (b, (a, hwm)) = if round % 2 == 0 {
                 let b = measure_bare(&bare_cfg, &topic, n)?;
                 (b, run_service()?)
@@ -487,6 +547,19 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
                 let a = run_service()?;
                 (measure_bare(&bare_cfg, &topic, n)?, a)
             };
+            if let Some(exe) = c_last {
+                compared.push(run_compare(exe)?);
+            }
+            if let Some(c) = compared.last() {
+                eprintln!(
+                    "{size} B round {round}: comparison build {:.0} msg/s ({:.2} µs CPU/msg), \
+                     ratio {:.3} to bare; this build {:.2} µs CPU/msg",
+                    c.rate,
+                    c.cpu_us,
+                    c.rate / b.rate,
+                    a.cpu_us
+                );
+            }
             eprintln!(
                 "{size} B round {round}: bare {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), \
                  audit-service {:.0} msg/s ({:.2} µs CPU/msg, machine {:.0}% busy), ratio {:.3}, \
@@ -531,6 +604,21 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
             median(&rows.iter().map(|(_, a)| a.rate).collect::<Vec<_>>()) / 1e6,
         );
         println!("{line}");
+        if !compared.is_empty() {
+            let c_ratios: Vec<f64> = rows
+                .iter()
+                .zip(&compared)
+                .map(|((b, _), c)| c.rate / b.rate)
+                .collect();
+            let c_cpu = median(&compared.iter().map(|c| c.cpu_us).collect::<Vec<_>>());
+            println!(
+                "{size} B comparison build: median ratio {:.3} (min {:.3}); median CPU/msg {c_cpu:.3} µs \
+                 ({:.2}× the bare consumer); this build {audit_cpu:.3} µs",
+                median(&c_ratios),
+                c_ratios.iter().copied().fold(f64::INFINITY, f64::min),
+                c_cpu / bare_cpu
+            );
+        }
         summaries.push((size, bare_cpu, line));
     }
     println!("\nsummary ({rounds} rounds per size, alternating which side goes first):");
@@ -580,7 +668,9 @@ fn rss(bootstrap: &str, topics: usize, per_topic: u64, windows: i64) -> anyhow::
         &dir,
     );
     let mut child = spawn_service(&text, &dir)?;
-    let rate = measure_service(port, &mut child, n)?.0.rate;
+    let rate = measure_service("audit-service", port, &mut child, n)?
+        .0
+        .rate;
     // two more reports with everything drained
     std::thread::sleep(Duration::from_secs(11));
     let hwm = vm_hwm_kb(child.id()).context("no VmHWM")?;

@@ -12,8 +12,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use audit_lib::checksum::{key_len_prefix, prefixed_message_hash};
 use audit_lib::{
     Aggregator, AuditMessage, Classification, HeaderLookup, Identity, Limits, Observation,
     RecordTimestamp, TimestampType,
@@ -26,9 +27,18 @@ use crate::metrics::{KindLabel, Metrics};
 
 /// Messages per batch handed to the worker.
 const BATCH: usize = 512;
+/// Bytes of keys, values and headers per batch: a batch is handed over at whichever
+/// of `BATCH` messages or this many bytes comes first, so large messages do not make
+/// a batch (and the memory between the threads) grow with them.
+const BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight: bounds the memory between the threads and back-pressures the
 /// consume thread when auditing falls behind.
 const IN_FLIGHT: usize = 8;
+/// Counted batches go back to the consume thread emptied, their buffers kept: filling
+/// a fresh batch reallocated its buffers as they grew (and faulted in new pages at
+/// 1 KB messages) and the worker freed memory the other thread had allocated, all per
+/// batch. A returned batch whose buffer grew past this (one huge message) is dropped.
+const RECYCLE_MAX_BYTES: usize = 2 * BATCH_BYTES;
 
 type Range = (u32, u32);
 
@@ -39,6 +49,8 @@ struct Rec {
     timestamp: Option<RecordTimestamp>,
     key: Option<Range>,
     value: Option<Range>,
+    /// Key-length prefix, key and value, contiguous: what the checksum hashes.
+    hashed: Range,
     headers: Range,
     observed_at_ms: i64,
 }
@@ -53,6 +65,14 @@ struct Batch {
 }
 
 impl Batch {
+    /// Empties the batch, keeping its buffers' capacity.
+    fn clear(&mut self) {
+        self.recs.clear();
+        self.data.clear();
+        self.topics.clear();
+        self.headers.clear();
+    }
+
     fn put(&mut self, bytes: Option<&[u8]>) -> Option<Range> {
         bytes.map(|b| {
             let start = self.data.len() as u32;
@@ -79,6 +99,8 @@ enum Work {
 #[derive(Clone)]
 pub(crate) struct Feeder {
     tx: SyncSender<Work>,
+    /// Emptied batches coming back from the worker.
+    free: Arc<Mutex<Receiver<Batch>>>,
     needs_headers: bool,
     /// Headers left out because their name is not UTF-8.
     unreadable_headers: Counter,
@@ -110,8 +132,15 @@ impl Feeder {
                 }),
                 _ => None,
             };
-            let key = b.put(m.key());
-            let value = b.put(m.payload());
+            // Laid out as the checksum hashes them (length prefix, key, value), so
+            // the worker hashes in one pass instead of copying the parts together.
+            let (key, value) = (m.key(), m.payload());
+            let p0 = b.data.len() as u32;
+            b.data
+                .extend_from_slice(&key_len_prefix(key.map_or(0, <[u8]>::len)));
+            let key = b.put(key);
+            let value = b.put(value);
+            let hashed = (p0, b.data.len() as u32);
             let h0 = b.headers.len() as u32;
             if self.needs_headers {
                 // Not `m.headers()`: rdkafka unwraps the name's UTF-8 (see
@@ -136,10 +165,11 @@ impl Feeder {
                 timestamp,
                 key,
                 value,
+                hashed,
                 headers,
                 observed_at_ms,
             });
-            b.recs.len() >= BATCH
+            b.recs.len() >= BATCH || b.data.len() >= BATCH_BYTES
         });
         if full {
             self.submit();
@@ -154,12 +184,19 @@ impl Feeder {
 
     /// Hands the current (partial) batch to the worker.
     pub(crate) fn submit(&self) {
-        let batch = PENDING.with(|b| std::mem::take(&mut *b.borrow_mut()));
-        if !batch.recs.is_empty() {
-            // The worker lives as long as any feeder; a send error means it
-            // panicked, which the drain reports.
-            let _ = self.tx.send(Work::Batch(batch));
+        if PENDING.with(|b| b.borrow().recs.is_empty()) {
+            return;
         }
+        let spare = self
+            .free
+            .lock()
+            .ok()
+            .and_then(|rx| rx.try_recv().ok())
+            .unwrap_or_default();
+        let batch = PENDING.with(|b| std::mem::replace(&mut *b.borrow_mut(), spare));
+        // The worker lives as long as any feeder; a send error means it panicked,
+        // which the drain reports.
+        let _ = self.tx.send(Work::Batch(batch));
     }
 }
 
@@ -170,13 +207,16 @@ pub(crate) struct Counting {
 
 struct Worker {
     aggregator: Aggregator,
+    /// Where counted batches go back to the consume thread.
+    recycle: SyncSender<Batch>,
     /// event_time, no_time, malformed, out_of_bounds
     classes: [Counter; 4],
     consumed: Counter,
     consumed_bytes: Counter,
     windows: Arc<AtomicUsize>,
     /// Every partition read since the worker started; `touched` since the last drain.
-    positions: HashMap<(String, i32), PartPos>,
+    /// Keyed by topic, then partition: looked up by `&str`, without building a key.
+    positions: HashMap<String, HashMap<i32, PartPos>>,
 }
 
 /// A partition's read position and event-time watermark tracker.
@@ -256,18 +296,28 @@ impl Worker {
     fn run(mut self, rx: Receiver<Work>) {
         while let Ok(work) = rx.recv() {
             match work {
-                Work::Batch(batch) => self.count(&batch),
+                Work::Batch(mut batch) => {
+                    self.count(&batch);
+                    if batch.data.capacity() <= RECYCLE_MAX_BYTES {
+                        batch.clear();
+                        // Full: the consume thread has spares enough; drop this one.
+                        let _ = self.recycle.try_send(batch);
+                    }
+                }
                 Work::Drain(now, reply) => {
                     let messages = self.aggregator.drain(now);
-                    let positions = self
-                        .positions
-                        .iter_mut()
-                        .filter(|(_, pos)| pos.touched)
-                        .map(|((t, p), pos)| {
-                            pos.touched = false;
-                            (t.clone(), *p, pos.next, pos.watermark.take())
-                        })
-                        .collect();
+                    let positions =
+                        self.positions
+                            .iter_mut()
+                            .flat_map(|(t, parts)| {
+                                parts.iter_mut().filter(|(_, pos)| pos.touched).map(
+                                    move |(p, pos)| {
+                                        pos.touched = false;
+                                        (t.clone(), *p, pos.next, pos.watermark.take())
+                                    },
+                                )
+                            })
+                            .collect();
                     self.windows.store(0, Ordering::Relaxed);
                     let _ = reply.send((messages, positions));
                 }
@@ -298,7 +348,9 @@ impl Worker {
                 observed_at_ms: rec.observed_at_ms,
             };
             bytes += obs.byte_len();
-            let i = match self.aggregator.record(&obs) {
+            let hash =
+                prefixed_message_hash(&batch.data[rec.hashed.0 as usize..rec.hashed.1 as usize]);
+            let i = match self.aggregator.record_hashed(&obs, hash) {
                 Classification::EventTime { .. } => 0,
                 Classification::NoTime(_) => 1,
                 Classification::Malformed(..) => 2,
@@ -309,15 +361,15 @@ impl Worker {
             let key = (rec.topic, rec.partition);
             if last != Some(key) {
                 last = Some(key);
-                pos = Some(
-                    self.positions
-                        .entry((topic.to_string(), rec.partition))
-                        .or_insert_with(|| PartPos {
-                            next: 0,
-                            touched: false,
-                            watermark: Watermark::default(),
-                        }),
-                );
+                if !self.positions.contains_key(topic) {
+                    self.positions.insert(topic.to_string(), HashMap::new());
+                }
+                let parts = self.positions.get_mut(topic).expect("inserted above");
+                pos = Some(parts.entry(rec.partition).or_insert_with(|| PartPos {
+                    next: 0,
+                    touched: false,
+                    watermark: Watermark::default(),
+                }));
             }
             if let Some(p) = pos.as_deref_mut() {
                 p.next = rec.offset + 1;
@@ -365,8 +417,10 @@ impl Counting {
                 .clone()
         };
         let windows = Arc::new(AtomicUsize::new(0));
+        let (recycle, free) = sync_channel(IN_FLIGHT + 2);
         let worker = Worker {
             aggregator,
+            recycle,
             classes: [
                 c("event_time"),
                 c("no_time"),
@@ -386,6 +440,7 @@ impl Counting {
         Ok(Counting {
             feeder: Feeder {
                 tx,
+                free: Arc::new(Mutex::new(free)),
                 needs_headers,
                 unreadable_headers: metrics.unreadable_headers.clone(),
                 windows,
@@ -417,6 +472,66 @@ mod tests {
 
     const NOW: i64 = 1_764_410_400_000;
     const HOUR: i64 = 3_600_000;
+
+    /// B8 of issue 14, one table: each row is a sequence of report intervals, each a
+    /// list of (record time, observed at) read in it, and the watermark each interval's
+    /// report gives.
+    #[test]
+    fn watermark_table() {
+        type Interval = Vec<(i64, i64)>;
+        let run = |n: i64, from: i64| -> Interval { (0..n).map(|i| (from + i, NOW)).collect() };
+        // (what, intervals, watermark of each interval's report)
+        type Row = (&'static str, Vec<Interval>, Vec<Option<i64>>);
+        let rows: Vec<Row> = vec![
+            (
+                "lagging backlog, then one record an hour fast last: not pushed forward",
+                vec![[run(100, NOW - HOUR), vec![(NOW + HOUR, NOW)]].concat()],
+                // reverted (last record's time): [Some(NOW + HOUR)]
+                vec![Some(NOW - HOUR)],
+            ),
+            (
+                "a fast record alone in its interval is outvoted by the recent records",
+                vec![run(40, NOW - HOUR), vec![(NOW + HOUR, NOW + 5)]],
+                // reverted: [Some(NOW - HOUR + 39), Some(NOW + HOUR)]
+                vec![Some(NOW - HOUR), Some(NOW - HOUR + 9)],
+            ),
+            (
+                "a whole interval from a fast producer: capped at the auditor's clock",
+                vec![run(40, NOW + HOUR)],
+                // reverted: [Some(NOW + HOUR + 39)]
+                vec![Some(NOW)],
+            ),
+            (
+                "a late auditor reading its backlog: the oldest record of the interval",
+                vec![run(500, NOW - 1000), run(500, NOW - 500)],
+                // reverted: [Some(NOW - 501), Some(NOW - 1)]
+                vec![Some(NOW - 1000), Some(NOW - 500)],
+            ),
+            (
+                "nothing read in an interval: no new watermark (the last one is kept)",
+                vec![run(3, NOW - 10), vec![]],
+                // reverted: [Some(NOW - 8), None]
+                vec![Some(NOW - 10), None],
+            ),
+        ];
+        let mut failures = Vec::new();
+        for (what, intervals, want) in rows {
+            let mut w = Watermark::default();
+            let got: Vec<Option<i64>> = intervals
+                .iter()
+                .map(|recs| {
+                    for &(ms, obs) in recs {
+                        w.push(ms, obs);
+                    }
+                    w.take()
+                })
+                .collect();
+            if got != want {
+                failures.push(format!("{what}: expected {want:?}, got {got:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "B8:\n{}", failures.join("\n"));
+    }
 
     #[test]
     fn one_fast_producer_does_not_push_the_watermark() {

@@ -95,6 +95,13 @@ impl PartState {
             _ => None,
         })
     }
+
+    /// What progress reports for this partition: [`PartState::read_up_to`], and the
+    /// lag behind the high watermark (null until librdkafka's statistics have it).
+    pub(crate) fn progress(&self, from_log_start: bool) -> Option<(i64, Option<i64>)> {
+        let next = self.read_up_to(from_log_start)?;
+        Some((next, self.ends.map(|e| (e.end - next).max(0))))
+    }
 }
 
 /// Whether a partition without a committed offset is read from its log start
@@ -196,8 +203,7 @@ impl Core {
                         end,
                     });
                 }
-                if let Some(next) = st.read_up_to(from_log_start) {
-                    let lag = st.ends.map(|e| (e.end - next).max(0));
+                if let Some((next, lag)) = st.progress(from_log_start) {
                     if let Some(lag) = lag {
                         self.metrics
                             .partition_lag
@@ -321,5 +327,175 @@ impl Core {
         self.metrics
             .wal_disk_bytes
             .set(self.wal.disk_bytes() as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One row of a progress table: the partition's state before a report, whether
+    /// consumption starts at the log start, and the (next offset, lag) reported (None:
+    /// the partition is left out of the report).
+    struct Row {
+        what: &'static str,
+        state: PartState,
+        from_log_start: bool,
+        expect: Option<(i64, Option<i64>)>,
+    }
+
+    fn ends(low: i64, end: i64) -> Option<LogEnds> {
+        Some(LogEnds { low, end })
+    }
+
+    fn check(rule: &str, table: Vec<Row>) {
+        let failures: Vec<String> = table
+            .iter()
+            .filter_map(|r| {
+                let got = r.state.progress(r.from_log_start);
+                (got != r.expect)
+                    .then(|| format!("{}: expected {:?}, got {:?}", r.what, r.expect, got))
+            })
+            .collect();
+        assert!(failures.is_empty(), "{rule}:\n{}", failures.join("\n"));
+    }
+
+    /// B5 of issue 14: lag from the consumer position, which librdkafka advances past
+    /// transaction markers, against the high watermark (not the last stable offset).
+    #[test]
+    fn b5_lag_from_the_position_past_transaction_markers() {
+        let read = |next, position, end| PartState {
+            start: Some(0),
+            next: Some(next),
+            position,
+            ends: ends(0, end),
+            ..PartState::default()
+        };
+        check(
+            "B5",
+            vec![
+                Row {
+                    what: "last data offset 9, commit marker at 10, position 11 = hwm: lag 0",
+                    state: read(10, Some(11), 11),
+                    from_log_start: true,
+                    // reverted (last data offset + 1): Some((10, Some(1)))
+                    expect: Some((11, Some(0))),
+                },
+                Row {
+                    what: "an aborted batch and its marker after the last data: lag 0",
+                    state: read(10, Some(15), 15),
+                    from_log_start: true,
+                    // reverted: Some((10, Some(5)))
+                    expect: Some((15, Some(0))),
+                },
+                Row {
+                    what: "nothing consumed since the last report, position past a marker",
+                    state: PartState {
+                        next: None,
+                        ..read(0, Some(11), 11)
+                    },
+                    from_log_start: true,
+                    // reverted: Some((0, Some(11))) (the committed start)
+                    expect: Some((11, Some(0))),
+                },
+                Row {
+                    what: "an open transaction (hwm past the LSO): not caught up",
+                    state: read(10, Some(10), 14),
+                    from_log_start: true,
+                    expect: Some((10, Some(4))),
+                },
+                Row {
+                    what: "plain topic, caught up",
+                    state: read(10, Some(10), 10),
+                    from_log_start: true,
+                    expect: Some((10, Some(0))),
+                },
+                Row {
+                    what: "position unknown (after a seek back): the data offset",
+                    state: read(10, None, 11),
+                    from_log_start: true,
+                    expect: Some((10, Some(1))),
+                },
+                Row {
+                    what: "statistics not in yet: lag null, never 0",
+                    state: PartState {
+                        ends: None,
+                        ..read(10, Some(11), 0)
+                    },
+                    from_log_start: true,
+                    // reverted: Some((10, None))
+                    expect: Some((11, None)),
+                },
+            ],
+        );
+    }
+
+    /// B2 of issue 14 (auditor side): an empty partition reports lag 0; and the
+    /// lagging auditor: a partition a new group has not read yet is reported behind,
+    /// never left out (a partition left out cannot hold a window back).
+    #[test]
+    fn b2_empty_partitions_report_lag_0_and_unread_ones_are_behind() {
+        let unread = |ends| PartState {
+            ends,
+            ..PartState::default()
+        };
+        check(
+            "B2 / unread partitions",
+            vec![
+                Row {
+                    what: "never written (log 0..0), nothing read: read, lag 0",
+                    state: unread(ends(0, 0)),
+                    from_log_start: true,
+                    expect: Some((0, Some(0))),
+                },
+                Row {
+                    what: "emptied by retention (log 500..500): read, lag 0",
+                    state: unread(ends(500, 500)),
+                    from_log_start: false,
+                    // reverted (empty partitions read): None, left out
+                    expect: Some((500, Some(0))),
+                },
+                Row {
+                    what: "new group, log 100..500 not read yet: behind at the log start",
+                    state: unread(ends(100, 500)),
+                    from_log_start: true,
+                    // reverted (4c8bc67): None, left out
+                    expect: Some((100, Some(400))),
+                },
+                Row {
+                    what: "new group, no statistics yet: behind at 0, lag null",
+                    state: unread(None),
+                    from_log_start: true,
+                    // reverted (4c8bc67): None, left out
+                    expect: Some((0, None)),
+                },
+                Row {
+                    what: "committed offset unreadable (negative): never a negative offset",
+                    state: PartState {
+                        start: Some(-1001),
+                        ..unread(ends(0, 50))
+                    },
+                    from_log_start: true,
+                    // reverted (4c8bc67): None
+                    expect: Some((0, Some(50))),
+                },
+                Row {
+                    what:
+                        "auto.offset.reset latest, nothing read: left out (nothing older is read)",
+                    state: unread(ends(100, 500)),
+                    from_log_start: false,
+                    expect: None,
+                },
+                Row {
+                    what: "committed offset 300 of 500, nothing read yet: behind at 300",
+                    state: PartState {
+                        start: Some(300),
+                        ..unread(ends(100, 500))
+                    },
+                    from_log_start: true,
+                    expect: Some((300, Some(200))),
+                },
+            ],
+        );
     }
 }

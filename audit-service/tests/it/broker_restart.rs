@@ -7,8 +7,6 @@
 
 use crate::support;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,80 +14,6 @@ use std::time::Duration;
 use support::*;
 
 const PARTITIONS: i32 = 6;
-
-fn dev_kafka() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/dev/kafka")
-}
-
-/// A single-node cluster of this test's own: deploy/dev/kafka's cluster "b" in a
-/// temporary state directory on free ports. The broker jars are borrowed (symlinked)
-/// from an existing state directory when one has them (`KAFKA_AUDIT_DEV_HOME`, else
-/// the repository's `.dev`), else fetched. Stopped when dropped.
-struct PrivateKafka {
-    home: tempfile::TempDir,
-    port: u16,
-    controller_port: u16,
-}
-
-impl PrivateKafka {
-    fn start() -> PrivateKafka {
-        let home = tempfile::tempdir().unwrap();
-        let repo_dev = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.dev");
-        let sources = std::env::var_os("KAFKA_AUDIT_DEV_HOME")
-            .map(PathBuf::from)
-            .into_iter()
-            .chain([repo_dev]);
-        'found: for dir in sources {
-            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let name = e.file_name().to_string_lossy().to_string();
-                if name.starts_with("kafka-lib-") && e.path().join(".complete").exists() {
-                    std::os::unix::fs::symlink(e.path(), home.path().join(&name)).unwrap();
-                    break 'found;
-                }
-            }
-        }
-        let k = PrivateKafka {
-            home,
-            port: free_port(),
-            controller_port: free_port(),
-        };
-        k.run("start");
-        k
-    }
-
-    fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn run(&self, verb: &str) {
-        let out = Command::new(dev_kafka())
-            .args([verb, "b"])
-            .env("KAFKA_AUDIT_DEV_HOME", self.home.path())
-            .env("KAFKA_B_PORT", self.port.to_string())
-            .env("KAFKA_B_CONTROLLER_PORT", self.controller_port.to_string())
-            .env("KAFKA_HEAP", "384m")
-            .output()
-            .expect("run deploy/dev/kafka");
-        assert!(
-            out.status.success(),
-            "deploy/dev/kafka {verb} b (private, port {}) failed: {}{}",
-            self.port,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for PrivateKafka {
-    fn drop(&mut self) {
-        let _ = Command::new(dev_kafka())
-            .args(["stop", "b"])
-            .env("KAFKA_AUDIT_DEV_HOME", self.home.path())
-            .env("KAFKA_B_PORT", self.port.to_string())
-            .env("KAFKA_B_CONTROLLER_PORT", self.controller_port.to_string())
-            .output();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_stay_exact_across_a_broker_restart_mid_run() {

@@ -2,6 +2,8 @@
 
 use super::*;
 
+mod rules;
+
 const MIN: i64 = 60_000;
 const W: i64 = 1_764_410_400_000; // a window start, multiple of 10 min
 const END: i64 = W + 10 * MIN;

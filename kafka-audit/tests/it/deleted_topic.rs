@@ -1,0 +1,191 @@
+//! Issue 14, B6 end to end: an audited topic is deleted from both clusters while its
+//! auditors keep running (they still audit a second topic). Its auditors stop
+//! reporting it: they are alerted stalled after `stall_after`, and after
+//! `forget_after` they are no longer expected — the stalled alert resolves and no
+//! stalled alert stays open. The kept topic is never paged. Before the fix progress
+//! rows never expired and the stalled alert stayed open for good.
+
+use crate::e2e;
+
+use std::time::Duration;
+
+use e2e::*;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use store::AuditStore;
+use web::AppState;
+
+const PARTITIONS: i32 = 2;
+/// Long enough that the rebalance a topic deletion causes (every partition revoked and
+/// assigned again) does not stall the kept topic's auditors (at 5 s it did).
+const STALL_AFTER: &str = "15s";
+const FORGET_AFTER: Duration = Duration::from_secs(40);
+
+async fn delete_topic(bootstrap: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> =
+        testkit::client_config(bootstrap).create().expect("admin");
+    for r in admin
+        .delete_topics(&[topic], &AdminOptions::new())
+        .await
+        .expect("delete topics")
+    {
+        r.unwrap_or_else(|e| panic!("delete {topic}: {e:?}"));
+    }
+}
+
+/// Whether the evaluator holds a stalled auditor of `topic`.
+fn stalled(state: &AppState, topic: &str) -> bool {
+    state
+        .index
+        .read()
+        .unwrap()
+        .auditors
+        .iter()
+        .any(|((t, _, _), s)| t == topic && s.stalled)
+}
+
+/// Whether the evaluator holds any auditor of `topic` (stalled or not).
+fn expected(state: &AppState, topic: &str) -> bool {
+    state
+        .index
+        .read()
+        .unwrap()
+        .auditors
+        .keys()
+        .any(|(t, _, _)| t == topic)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_topic_stops_being_expected_after_forget_after() {
+    let _alone = crate::ALONE.lock().await;
+    let rig = TwoTiers::new("deleted-e2e").await;
+    let (a, b) = (&rig.a, &rig.b);
+    let deleted = testkit::unique("deleted-e2e");
+    let kept = testkit::unique("kept-e2e");
+    for t in [&deleted, &kept] {
+        testkit::create_topic(a, t, PARTITIONS).await;
+        testkit::create_topic(b, t, PARTITIONS).await;
+    }
+    // librdkafka learns of a deleted topic at its next metadata refresh (5 min by
+    // default): every 2 s here, so the auditors drop it from their assignment soon.
+    let refresh = |mut cfg: audit_service::Config| {
+        cfg.kafka
+            .consumer
+            .insert("topic.metadata.refresh.interval.ms".into(), "2000".into());
+        cfg
+    };
+    let upstream = rig.spawn_auditor(refresh(rig.regional(&[&deleted, &kept])));
+    let downstream = rig.spawn_auditor(refresh(rig.aggregate(&[&deleted, &kept])));
+    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+    let store = store::Store::connect(rig.db.url()).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let mut cfg = serve_config(r#"{ dc1 = "agg" }"#, STALL_AFTER, &rig.hook);
+    cfg.topology.forget_after = FORGET_AFTER;
+    let state = AppState::new(cfg, store).expect("state");
+    let jobs = state.spawn_jobs(&rig.stop);
+
+    // A few seconds of clean traffic on both topics, judged ok.
+    let traffic = |topic: &String| {
+        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || {
+            replicate_live(
+                &a,
+                &b,
+                &topic,
+                PARTITIONS,
+                50,
+                Duration::from_secs(3),
+                Faults {
+                    loss: None,
+                    dup: None,
+                },
+            )
+        })
+    };
+    let (sent_deleted, sent_kept) = (traffic(&deleted), traffic(&kept));
+    let (sent_deleted, sent_kept) = (
+        sent_deleted.await.expect("traffic"),
+        sent_kept.await.expect("traffic"),
+    );
+    let mut all_final = true;
+    for (topic, sent) in [(&deleted, &sent_deleted), (&kept, &sent_kept)] {
+        let (up, down) = sent.total();
+        all_final &= wait_final(
+            &state,
+            topic,
+            (sent.first(), sent.end()),
+            &[("regional", up), ("aggregate", down)],
+            false,
+            Duration::from_secs(240),
+        )
+        .await;
+    }
+
+    // Deleted from both clusters: its auditors stop reporting it. Stalled after
+    // stall_after, then forgotten after forget_after: the alert resolves.
+    delete_topic(a, &deleted).await;
+    delete_topic(b, &deleted).await;
+    let deleted_at = std::time::Instant::now();
+    let was_stalled = testkit::wait_until_async(Duration::from_secs(90), || {
+        let s = stalled(&state, &deleted) && !stalled(&state, &kept);
+        async move { s }
+    })
+    .await;
+    let forgotten = testkit::wait_until_async(FORGET_AFTER + Duration::from_secs(60), || {
+        let s = stalled(&state, &deleted);
+        let open = rig
+            .pages
+            .of(&deleted)
+            .iter()
+            .filter(|(_, v, w)| v == "stalled" && w.is_none())
+            .fold(0i32, |n, (action, _, _)| {
+                n + if action == "trigger" { 1 } else { -1 }
+            });
+        let e = expected(&state, &deleted);
+        async move { !s && !e && open == 0 }
+    })
+    .await;
+    let forgotten_after = deleted_at.elapsed();
+    let kept_judged = anomalies(&state, &kept, sent_kept.first(), sent_kept.end());
+    let kept_stalled = stalled(&state, &kept);
+    let now = common::now_ms();
+    let deleted_progress: Vec<(String, i32, i64)> = state
+        .store
+        .progress(Some(&deleted))
+        .await
+        .expect("progress")
+        .into_iter()
+        .map(|p| (p.tier, p.partition, now - p.received_at_ms))
+        .collect();
+    rig.shutdown([upstream, downstream, collector], jobs).await;
+
+    assert!(all_final, "windows of both topics not final and complete");
+    assert!(kept_judged.is_empty(), "kept topic: {kept_judged:?}");
+    assert!(!kept_stalled, "the kept topic's auditors are stalled");
+    assert!(
+        rig.pages.of(&kept).is_empty(),
+        "kept topic paged: {:#?}",
+        rig.pages.all()
+    );
+    assert!(
+        was_stalled,
+        "the deleted topic's auditors were never stalled alone: its progress (tier, \
+         partition, ms since received): {deleted_progress:?}; pages {:#?}",
+        rig.pages.all()
+    );
+    assert!(
+        forgotten,
+        "the deleted topic's auditors still expected or alerted {forgotten_after:?} after the \
+         deletion (forget_after {FORGET_AFTER:?}); its progress (tier, partition, ms since \
+         received): {deleted_progress:?}; pages {:#?}",
+        rig.pages.all()
+    );
+    let pages = rig.pages.of(&deleted);
+    assert!(
+        pages.contains(&("trigger".into(), "stalled".into(), None))
+            && pages
+                .last()
+                .is_some_and(|(action, _, _)| action == "resolve"),
+        "pages of the deleted topic: {pages:?}"
+    );
+}
