@@ -9,6 +9,9 @@
 -- Used by bench/web-anomalies.sh and bench/store-scale.sh: the one place that knows the
 -- schema of the seeded tables.
 \set ON_ERROR_STOP 1
+-- On the day-partitioned schema every seeded day gets its partition first (as the
+-- collector prepares them); otherwise every row would land in the DEFAULT partition.
+SELECT audit_ensure_day_partitions(:first::bigint, :now_ms::bigint + 86400000);
 INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
     no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
     latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms)
@@ -22,7 +25,11 @@ FROM generate_series(0, :topics - 1) t,
      LATERAL (SELECT (1000 + (t * 31 + w / 600000) % 500)
                      - CASE WHEN tier = 'aggregate' AND (t * 7919 + w / 600000 + length(dc)) % 97 = 0
                             THEN 5 ELSE 0 END AS c) x;
-INSERT INTO audit_window_bucket (window_id, bucket, count) SELECT id, 230, count FROM audit_window;
+INSERT INTO audit_window_bucket (topic, window_start_ms, window_id, bucket, count)
+SELECT topic, window_start_ms, id, 230, count FROM audit_window;
+-- The topic list serve's first cycle reads (kept by the roll-up in the collector).
+INSERT INTO audit_topic (topic, last_window_start_ms)
+SELECT topic, max(window_start_ms) FROM audit_window GROUP BY topic;
 INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host, next_offset, record_time_ms,
     lag, emitted_at_ms, received_at_ms)
 SELECT format('topic-%s', lpad(t::text, 5, '0')), tier, dc, 0, tier || '-' || dc, 1000000, :now_ms, 0,

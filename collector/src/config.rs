@@ -232,17 +232,23 @@ impl Default for RetryConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
     pub enabled: bool,
-    /// Windows whose start is older than this are deleted.
+    /// Windows whose start is older than this are deleted. PostgreSQL deletes whole
+    /// days: a window goes with its day's partition once the whole day is older, so it
+    /// is kept up to one day longer. Day partitions are created from this far back.
     #[serde(with = "humantime_serde")]
     pub windows: Duration,
-    /// Message UUIDs (deduplication records) and rejects older than this are deleted.
-    /// Must outlast any replay of the audit topics (their retention) or a replayed
-    /// message would be counted again.
+    /// Message UUIDs (deduplication records) and rejects older than this are deleted
+    /// (SQLite and rejects: by receive time; PostgreSQL: a UUID by its message's
+    /// window start, a progress report's by its emission time, whole days as for
+    /// windows). Must outlast any replay of the audit topics (their retention) or a
+    /// replayed message would be counted again; at least `windows`, so that a UUID is
+    /// never forgotten before its window.
     #[serde(with = "humantime_serde")]
     pub messages: Duration,
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
-    /// Rows per delete statement: short transactions that never hold ingestion up.
+    /// Rows per delete statement: short transactions that never hold ingestion up
+    /// (PostgreSQL: for rejects and the default partitions; days are dropped whole).
     pub batch_size: u32,
 }
 

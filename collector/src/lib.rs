@@ -152,6 +152,15 @@ pub async fn start(
             Ok(())
         });
     }
+    {
+        let token = shutdown.child_token();
+        let (store, retention, metrics) =
+            (store.clone(), config.retention.clone(), metrics.clone());
+        tasks.spawn(async move {
+            retention::maintain_partitions(store, retention, metrics, token).await;
+            Ok(())
+        });
+    }
     if config.retention.enabled {
         let token = shutdown.child_token();
         let (store, retention, metrics) =

@@ -42,6 +42,9 @@ pub struct Metrics {
     pub store_up: Gauge,
     pub retention_deleted: Family<RetentionLabels, Counter>,
     pub retention_errors: Counter,
+    pub retention_partitions_dropped: Counter,
+    pub partitions_created: Counter,
+    pub partition_errors: Counter,
     pub rolled_up: Counter,
     pub rollup_errors: Counter,
     pub rollup_caught_up: Gauge,
@@ -60,6 +63,9 @@ impl Metrics {
             store_up: Gauge::default(),
             retention_deleted: Family::default(),
             retention_errors: Counter::default(),
+            retention_partitions_dropped: Counter::default(),
+            partitions_created: Counter::default(),
+            partition_errors: Counter::default(),
             rolled_up: Counter::default(),
             rollup_errors: Counter::default(),
             rollup_caught_up: Gauge::default(),
@@ -110,6 +116,21 @@ impl Metrics {
             "retention_errors",
             "Failed retention passes",
             m.retention_errors.clone(),
+        );
+        r.register(
+            "retention_partitions_dropped",
+            "Day partitions dropped by retention (PostgreSQL)",
+            m.retention_partitions_dropped.clone(),
+        );
+        r.register(
+            "partitions_created",
+            "Day partitions created ahead (PostgreSQL)",
+            m.partitions_created.clone(),
+        );
+        r.register(
+            "partition_errors",
+            "Failed attempts to create day partitions (PostgreSQL)",
+            m.partition_errors.clone(),
         );
         r.register(
             "rolled_up",

@@ -1,6 +1,16 @@
-//! Retention: old windows, message UUIDs and rejects are deleted in small batches, each
-//! its own short transaction (PostgreSQL skips rows an ingesting transaction holds),
-//! so ingestion is never blocked behind a large delete.
+//! Retention and time partitions.
+//!
+//! PostgreSQL: the tables that grow with traffic are partitioned by day; retention
+//! drops the day partitions that lie wholly before the cutoff (a `DROP TABLE` each, no
+//! row-by-row delete), so a row is kept between the retention and the retention plus
+//! one day. Rows of the default partitions (times no day partition covered) and
+//! rejects are deleted in small batches, each its own short transaction that skips
+//! rows an ingesting transaction holds. [`maintain_partitions`] creates the day
+//! partitions from the retention cutoff to [`DAYS_AHEAD`] days ahead, at start and
+//! every [`MAINTENANCE_EVERY`].
+//!
+//! SQLite: windows, message UUIDs and rejects are deleted in small batches, as
+//! exactly at the cutoff as on PostgreSQL's default partitions.
 
 use std::time::Duration;
 
@@ -33,7 +43,54 @@ pub async fn run(
     }
 }
 
-/// Deletes batch after batch until nothing old is left (or shutdown).
+/// How many days ahead of today day partitions exist (PostgreSQL).
+pub const DAYS_AHEAD: i64 = 7;
+/// How often the day partitions are checked and created.
+pub const MAINTENANCE_EVERY: Duration = Duration::from_secs(3600);
+/// Day partitions are created back to the retention cutoff, but never further back
+/// than this (a retention of years would otherwise create a table per day of it).
+const MAX_DAYS_BACK: i64 = 400;
+
+/// Creates the missing day partitions at start and every [`MAINTENANCE_EVERY`]; runs
+/// whether retention is enabled or not (without it, a day with no partition would go
+/// to the default partition).
+pub async fn maintain_partitions(
+    store: Store,
+    config: RetentionConfig,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let now = now_ms();
+        let back = (config.windows.as_millis() as i64).min(MAX_DAYS_BACK * 86_400_000);
+        match store
+            .prepare_partitions(now.saturating_sub(back), now + DAYS_AHEAD * 86_400_000)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => {
+                metrics.partitions_created.inc_by(n);
+                tracing::info!(created = n, "day partitions created");
+            }
+            Err(e) => {
+                metrics.partition_errors.inc();
+                tracing::warn!(error = %e, "creating day partitions failed; next try in a minute");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => continue,
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(MAINTENANCE_EVERY) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Drops the old day partitions, then deletes batch after batch of what is left
+/// (default partitions, rejects; everything on SQLite) until nothing old is left (or
+/// shutdown).
 pub async fn pass(
     store: &Store,
     config: &RetentionConfig,
@@ -62,9 +119,13 @@ pub async fn pass(
                     .inc_by(n);
             }
         }
+        if out.partitions > 0 {
+            metrics.retention_partitions_dropped.inc_by(out.partitions);
+        }
         total.windows += out.windows;
         total.messages += out.messages;
         total.rejects += out.rejects;
+        total.partitions += out.partitions;
         if out.total() == 0 {
             break;
         }

@@ -199,9 +199,11 @@ fn own_topics(a: &Args) -> Vec<String> {
 async fn truncate(pool: &PgPool, shared: Option<&[String]>) {
     if let Some(topics) = shared {
         for sql in [
-            format!("DELETE FROM audit_window_bucket WHERE window_id IN ({OWN_WINDOWS})"),
-            format!("DELETE FROM audit_window_offset WHERE window_id IN ({OWN_WINDOWS})"),
-            format!("DELETE FROM audit_window WHERE id IN ({OWN_WINDOWS})"),
+            // Every row of a window carries its topic (the distribution key).
+            String::from("DELETE FROM audit_window_bucket WHERE topic = ANY($1)"),
+            "DELETE FROM audit_window_offset WHERE topic = ANY($1)".into(),
+            "DELETE FROM audit_window WHERE topic = ANY($1)".into(),
+            "DELETE FROM audit_topic WHERE topic = ANY($1)".into(),
             "TRUNCATE audit_message, audit_pending, audit_emitter, audit_reject".into(),
             "CHECKPOINT".into(),
         ] {
@@ -217,7 +219,7 @@ async fn truncate(pool: &PgPool, shared: Option<&[String]>) {
     }
     sqlx::query(
         "TRUNCATE audit_message, audit_pending, audit_window, audit_window_bucket, audit_window_offset,
-                  audit_progress, audit_emitter, audit_reject",
+                  audit_topic, audit_progress, audit_emitter, audit_reject",
     )
     .execute(pool)
     .await
@@ -256,6 +258,11 @@ fn main() {
         };
         let store = PgStore::connect(url).await.expect("connect");
         store.migrate().await.expect("migrate");
+        // The windows' day gets its partition, as the collector prepares them.
+        store
+            .prepare_partitions(T0, T0 + 86_400_000)
+            .await
+            .expect("day partitions");
         let own = own_topics(&a);
         let shared = a.url.as_ref().map(|_| own.as_slice());
         let pool = store.pool().clone();
@@ -282,7 +289,7 @@ fn main() {
             let rolled = rollup(&store, a.rollup).await;
             let (windows, bucket_rows): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT (SELECT count(*) FROM ({OWN_WINDOWS}) w),
-                        (SELECT count(*) FROM audit_window_bucket WHERE window_id IN ({OWN_WINDOWS}))"
+                        (SELECT count(*) FROM audit_window_bucket WHERE topic = ANY($1))"
             ))
             .bind(&own)
             .fetch_one(&pool)

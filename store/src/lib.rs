@@ -20,12 +20,21 @@
 //! `audit_window_bucket` (window_id, bucket, count: merge with `sum(count) GROUP BY
 //! bucket`), `audit_window_offset`, `audit_progress`, `audit_emitter`,
 //! `audit_reject`, `audit_message` (every accepted UUID, the deduplication record),
-//! `audit_pending` (PostgreSQL: increments staged, not yet rolled up),
+//! `audit_pending` (PostgreSQL: increments staged, not yet rolled up), `audit_topic`
+//! (PostgreSQL: the topics with windows),
 //! `web_alert_open` (alerts web's channels delivered and have not resolved). No other
 //! crate runs SQL on these tables: the pools are private to this crate.
+//!
+//! On PostgreSQL the tables that grow with traffic (`audit_window`, its buckets and
+//! offsets, `audit_message`) are partitioned by day on a time from the message itself,
+//! carry `topic` in every key (distributable with Citus), and retention drops whole
+//! days ([`AuditStore::prepare_partitions`], [`AuditStore::retention`];
+//! docs/operations.md).
 
 mod aggregate;
 mod model;
+#[cfg(feature = "test-support")]
+pub mod old_schema;
 mod pg;
 pub mod pgcopy;
 mod rows;
@@ -272,10 +281,26 @@ pub trait AuditStore: Send + Sync {
         dedup_key: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Creates the time partitions (PostgreSQL: one per UTC day of each table that
+    /// grows with traffic) covering `[from_ms, to_ms]` that do not exist yet, moving
+    /// into them any rows the default partition holds for their days; returns how many
+    /// it created. The collector calls it at start and periodically, for the days from
+    /// its retention cutoff to a week ahead. SQLite is not partitioned: nothing to do.
+    fn prepare_partitions(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
     /// Deletes at most `batch_size` windows whose start is before `window_cutoff_ms`
     /// (with their buckets and offsets), at most `batch_size` message UUIDs and rejects
     /// received before `message_cutoff_ms`. Short transactions: call again while it
     /// deletes something. UUIDs must be kept longer than any message can be replayed.
+    ///
+    /// PostgreSQL first drops every day partition whose whole day is before its cutoff
+    /// (`partitions` in the outcome; a UUID's day is its window start, or a progress
+    /// report's emission time), so rows of the day holding the cutoff stay until that
+    /// day is past; the batches then apply to the default partitions and rejects.
     fn retention(
         &self,
         window_cutoff_ms: i64,
@@ -468,6 +493,9 @@ impl AuditStore for Store {
     }
     async fn delete_open_alert(&self, channel: &str, dedup_key: &str) -> Result<()> {
         dispatch!(self, s => s.delete_open_alert(channel, dedup_key).await)
+    }
+    async fn prepare_partitions(&self, from_ms: i64, to_ms: i64) -> Result<u64> {
+        dispatch!(self, s => s.prepare_partitions(from_ms, to_ms).await)
     }
     async fn retention(
         &self,

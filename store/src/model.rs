@@ -168,14 +168,17 @@ pub struct RejectRow {
 /// What one retention pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionOutcome {
+    /// Rows deleted one by one (SQLite; PostgreSQL: from the default partitions).
     pub windows: u64,
     pub messages: u64,
     pub rejects: u64,
+    /// Whole day partitions dropped (PostgreSQL), of every partitioned table.
+    pub partitions: u64,
 }
 
 impl RetentionOutcome {
     pub fn total(&self) -> u64 {
-        self.windows + self.messages + self.rejects
+        self.windows + self.messages + self.rejects + self.partitions
     }
 }
 

@@ -14,6 +14,8 @@ use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
+const DAY_MS: i64 = 86_400_000;
+
 /// Adds increments to their windows. Every sum saturates at `i64::MAX` (`CASE`, which
 /// PostgreSQL evaluates lazily), so no increment can make the statement fail with
 /// `bigint out of range` and wedge the roll-up.
@@ -29,7 +31,7 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
                      $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
                      $13::int8[], $14::int8[], $15::int8[], $17::int8[])
               AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, obs)
-         ON CONFLICT ON CONSTRAINT audit_window_key DO UPDATE SET
+         ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
              window_end_ms = GREATEST(w.window_end_ms, EXCLUDED.window_end_ms),
              count = {},
              bytes = {},
@@ -111,9 +113,11 @@ impl PgStore {
         let mut emitted = Vec::with_capacity(n);
         let mut counts: Vec<Option<i64>> = Vec::with_capacity(n);
         let mut checksums: Vec<Option<i64>> = Vec::with_capacity(n);
+        let mut partition_ms = Vec::with_capacity(n);
         for &(uuid, index) in &firsts {
             uuids.push(uuid);
             let m = &batch.messages[index];
+            partition_ms.push(crate::pgcopy::partition_ms(m));
             topics.push(m.topic.as_str());
             tiers.push(m.tier.as_str());
             dcs.push(m.datacenter.as_str());
@@ -139,12 +143,12 @@ impl PgStore {
         } else {
             sqlx::query_scalar(
                 "INSERT INTO audit_message (uuid, kind, topic, tier, datacenter, host, window_start_ms,
-                                            emitted_at_ms, received_at_ms, count, checksum)
-                 SELECT u, k, t, ti, d, h, w, e, $9, c, cs
+                                            emitted_at_ms, received_at_ms, count, checksum, partition_ms)
+                 SELECT u, k, t, ti, d, h, w, e, $9, c, cs, pm
                  FROM UNNEST($1::uuid[], $2::int2[], $3::text[], $4::text[], $5::text[], $6::text[],
-                             $7::int8[], $8::int8[], $10::int8[], $11::int8[])
-                      AS x(u, k, t, ti, d, h, w, e, c, cs)
-                 ON CONFLICT (uuid) DO NOTHING
+                             $7::int8[], $8::int8[], $10::int8[], $11::int8[], $12::int8[])
+                      AS x(u, k, t, ti, d, h, w, e, c, cs, pm)
+                 ON CONFLICT (uuid, topic, partition_ms) DO NOTHING
                  RETURNING uuid",
             )
             .bind(&uuids)
@@ -158,6 +162,7 @@ impl PgStore {
             .bind(received)
             .bind(&counts)
             .bind(&checksums)
+            .bind(&partition_ms)
             .fetch_all(&mut **tx)
             .await
             .context("recording message UUIDs")?
@@ -239,6 +244,19 @@ impl PgStore {
             .fetch_all(&mut **tx)
             .await
             .context("adding increments to windows")?;
+        // The topic list: only a window newer than a topic's newest writes its row.
+        sqlx::query(
+            "INSERT INTO audit_topic AS t (topic, last_window_start_ms)
+             SELECT topic, max(ws) FROM UNNEST($1::text[], $2::int8[]) AS x(topic, ws)
+             GROUP BY topic ORDER BY topic
+             ON CONFLICT (topic) DO UPDATE SET last_window_start_ms = EXCLUDED.last_window_start_ms
+             WHERE t.last_window_start_ms < EXCLUDED.last_window_start_ms",
+        )
+        .bind(&topics)
+        .bind(&starts)
+        .execute(&mut **tx)
+        .await
+        .context("listing the windows' topics")?;
         let ids: HashMap<WindowKey, i64> = rows
             .into_iter()
             .map(|(id, topic, tier, datacenter, window_start_ms)| {
@@ -254,14 +272,18 @@ impl PgStore {
             })
             .collect();
 
+        let mut b_topics = Vec::new();
+        let mut b_starts = Vec::new();
         let mut b_ids = Vec::new();
         let mut b_idx = Vec::new();
         let mut b_cnt = Vec::new();
+        let mut o_topics = Vec::new();
+        let mut o_starts = Vec::new();
         let mut o_ids = Vec::new();
         let mut o_part = Vec::new();
         let mut o_min = Vec::new();
         let mut o_max = Vec::new();
-        let mut ordered: Vec<(i64, &crate::aggregate::WindowDelta)> = rollup
+        let mut ordered: Vec<(i64, &WindowKey, &crate::aggregate::WindowDelta)> = rollup
             .windows
             .iter()
             .map(|(k, w)| {
@@ -270,17 +292,21 @@ impl PgStore {
                         "window {k:?} missing from RETURNING of its upsert"
                     ))
                 })?;
-                Ok((id, w))
+                Ok((id, k, w))
             })
             .collect::<Result<_>>()?;
-        ordered.sort_unstable_by_key(|(id, _)| *id);
-        for (id, w) in ordered {
+        ordered.sort_unstable_by_key(|(id, _, _)| *id);
+        for (id, k, w) in ordered {
             for (&bucket, &count) in &w.buckets {
+                b_topics.push(k.topic.as_str());
+                b_starts.push(k.window_start_ms);
                 b_ids.push(id);
                 b_idx.push(bucket);
                 b_cnt.push(count);
             }
             for (&partition, &(min, max)) in &w.offsets {
+                o_topics.push(k.topic.as_str());
+                o_starts.push(k.window_start_ms);
                 o_ids.push(id);
                 o_part.push(partition);
                 o_min.push(min);
@@ -289,24 +315,28 @@ impl PgStore {
         }
         if !b_ids.is_empty() {
             sqlx::query(
-                "INSERT INTO audit_window_bucket AS b (window_id, bucket, count)
-                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[])
-                 ON CONFLICT (window_id, bucket) DO UPDATE SET count = CASE
+                "INSERT INTO audit_window_bucket AS b (window_id, bucket, count, topic, window_start_ms)
+                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::text[], $5::int8[])
+                 ON CONFLICT (topic, window_start_ms, window_id, bucket) DO UPDATE SET count = CASE
                      WHEN b.count > 9223372036854775807 - EXCLUDED.count THEN 9223372036854775807
                      ELSE b.count + EXCLUDED.count END",
             )
             .bind(&b_ids)
             .bind(&b_idx)
             .bind(&b_cnt)
+            .bind(&b_topics)
+            .bind(&b_starts)
             .execute(&mut **tx)
             .await
             .context("adding latency buckets")?;
         }
         if !o_ids.is_empty() {
             sqlx::query(
-                "INSERT INTO audit_window_offset AS o (window_id, partition_id, min_offset, max_offset)
-                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::int8[])
-                 ON CONFLICT (window_id, partition_id) DO UPDATE SET
+                "INSERT INTO audit_window_offset AS o (window_id, partition_id, min_offset, max_offset,
+                                                       topic, window_start_ms)
+                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::int8[], $5::text[],
+                                      $6::int8[])
+                 ON CONFLICT (topic, window_start_ms, window_id, partition_id) DO UPDATE SET
                      min_offset = LEAST(o.min_offset, EXCLUDED.min_offset),
                      max_offset = GREATEST(o.max_offset, EXCLUDED.max_offset)",
             )
@@ -314,6 +344,8 @@ impl PgStore {
             .bind(&o_part)
             .bind(&o_min)
             .bind(&o_max)
+            .bind(&o_topics)
+            .bind(&o_starts)
             .execute(&mut **tx)
             .await
             .context("widening offset ranges")?;
@@ -453,18 +485,25 @@ impl PgStore {
         let firsts = first_in_batch(batch)?;
         let received = batch.received_at_ms;
         let uuids: Vec<Uuid> = firsts.iter().map(|f| f.0).collect();
-        // Which are known already: index probes, far cheaper than ON CONFLICT per row.
-        let known: HashSet<Uuid> = if uuids.is_empty() {
+        let key = |m: &Message| (m.uuid, m.topic.clone(), crate::pgcopy::partition_ms(m));
+        // Which are known already: index probes, far cheaper than ON CONFLICT per row,
+        // in the partitions of the batch's days only.
+        let known: HashSet<(Uuid, String, i64)> = if uuids.is_empty() {
             HashSet::new()
         } else {
+            let (lo, hi) = span(
+                firsts
+                    .iter()
+                    .map(|&(_, i)| crate::pgcopy::partition_ms(&batch.messages[i])),
+            );
             seqscan(tx, false).await?;
-            let known = sqlx::query_scalar::<_, Uuid>(
-                "SELECT uuid FROM audit_message WHERE uuid = ANY($1)",
-            )
-            .bind(&uuids)
-            .fetch_all(&mut **tx)
-            .await
-            .context("probing message UUIDs")?;
+            let known = sqlx::query_as::<_, (Uuid, String, i64)>(PROBE_MESSAGES)
+                .bind(&uuids)
+                .bind(lo)
+                .bind(hi)
+                .fetch_all(&mut **tx)
+                .await
+                .context("probing message UUIDs")?;
             seqscan(tx, true).await?;
             known.into_iter().collect()
         };
@@ -473,13 +512,13 @@ impl PgStore {
         let mut pending = Vec::with_capacity(firsts.len());
         // `firsts` is sorted by UUID: concurrent writers insert in one order and wait
         // for each other instead of deadlocking.
-        for &(uuid, index) in &firsts {
-            if !known.contains(&uuid) {
+        for &(_, index) in &firsts {
+            let message = &batch.messages[index];
+            if !known.contains(&key(message)) {
                 outcomes[index] = WriteOutcome::Accepted;
-                let message = &batch.messages[index];
                 accepted.push(message);
                 if matches!(message.body, AuditBody::Increment(_)) {
-                    pending.push(uuid);
+                    pending.push(key(message));
                 }
             }
         }
@@ -495,11 +534,18 @@ impl PgStore {
             copy.finish().await.context("storing messages (COPY)")?;
         }
         if !pending.is_empty() {
-            sqlx::query("INSERT INTO audit_pending (uuid) SELECT * FROM UNNEST($1::uuid[])")
-                .bind(&pending)
-                .execute(&mut **tx)
-                .await
-                .context("queueing increments for roll-up")?;
+            let (uuids, (topics, days)): (Vec<Uuid>, (Vec<String>, Vec<i64>)) =
+                pending.into_iter().map(|(u, t, d)| (u, (t, d))).unzip();
+            sqlx::query(
+                "INSERT INTO audit_pending (uuid, topic, partition_ms)
+                 SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[])",
+            )
+            .bind(&uuids)
+            .bind(&topics)
+            .bind(&days)
+            .execute(&mut **tx)
+            .await
+            .context("queueing increments for roll-up")?;
         }
         let rollup = Rollup::of(
             accepted
@@ -520,10 +566,10 @@ impl PgStore {
         tx: &mut Transaction<'_, Postgres>,
         limit: u32,
     ) -> Result<(u64, Vec<Message>)> {
-        let taken: Vec<Uuid> = sqlx::query_scalar(
+        let taken: Vec<(Uuid, String, i64)> = sqlx::query_as(
             "DELETE FROM audit_pending WHERE ctid = ANY(ARRAY(
                  SELECT ctid FROM audit_pending LIMIT $1 FOR UPDATE SKIP LOCKED))
-             RETURNING uuid",
+             RETURNING uuid, topic, partition_ms",
         )
         .bind(i64::from(limit.max(1)))
         .fetch_all(&mut **tx)
@@ -532,16 +578,22 @@ impl PgStore {
         if taken.is_empty() {
             return Ok((0, Vec::new()));
         }
+        let uuids: Vec<Uuid> = taken.iter().map(|t| t.0).collect();
+        let (lo, hi) = span(taken.iter().map(|t| t.2));
+        let taken_keys: HashSet<(Uuid, String, i64)> = taken.iter().cloned().collect();
         seqscan(tx, false).await?;
         let rows: Vec<StagedDb> = sqlx::query_as(
             "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
                     count, bytes, no_time_count, malformed_count, out_of_bounds_count,
                     observation_time_count, checksum,
                     latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
-                    bucket_count, offset_partition, offset_min, offset_max
-             FROM audit_message WHERE uuid = ANY($1) AND kind = 0",
+                    bucket_count, offset_partition, offset_min, offset_max, partition_ms
+             FROM audit_message
+             WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3 AND kind = 0",
         )
-        .bind(&taken)
+        .bind(&uuids)
+        .bind(lo)
+        .bind(hi)
         .fetch_all(&mut **tx)
         .await
         .context("reading staged increments")?;
@@ -549,6 +601,7 @@ impl PgStore {
         // A staged UUID whose message retention already deleted has nothing to add.
         let increments: Vec<Message> = rows
             .into_iter()
+            .filter(|r| taken_keys.contains(&(r.uuid, r.topic.clone(), r.partition_ms)))
             .filter_map(StagedDb::into_increment)
             .collect();
         Ok((taken.len() as u64, increments))
@@ -637,6 +690,7 @@ struct StagedDb {
     offset_partition: Option<Vec<i32>>,
     offset_min: Option<Vec<i64>>,
     offset_max: Option<Vec<i64>>,
+    partition_ms: i64,
 }
 
 impl StagedDb {
@@ -693,6 +747,19 @@ impl StagedDb {
     }
 }
 
+/// The messages of a batch already stored: `$1` UUIDs, `$2..=$3` the span of their
+/// `partition_ms`. A span, not `partition_ms = ANY(...)`: two arrays in one index
+/// condition make the B-tree descend once per pair (UUIDs × distinct windows); the
+/// span prunes to the batch's days (usually one or two) and costs one descent per
+/// UUID and day. The caller matches the returned keys exactly.
+const PROBE_MESSAGES: &str = "SELECT uuid, topic, partition_ms FROM audit_message
+     WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3";
+
+/// The lowest and highest of `values` (an empty span, `(i64::MAX, i64::MIN)`, for none).
+fn span(values: impl Iterator<Item = i64>) -> (i64, i64) {
+    values.fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)))
+}
+
 /// Turns sequential scans off (and back on) around lookups by UUID. `uuid =
 /// ANY(thousands)` must use the primary key; right after a table was created or
 /// truncated the planner's statistics say it is tiny and it picks a sequential scan
@@ -718,6 +785,9 @@ fn is_unique_violation(e: &StoreError) -> bool {
 impl AuditStore for PgStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
+        // Today and tomorrow at least; the collector prepares its whole range.
+        let now = common::now_ms();
+        self.prepare_partitions(now, now + DAY_MS).await?;
         Ok(())
     }
 
@@ -803,18 +873,12 @@ impl AuditStore for PgStore {
     }
 
     async fn list_topics(&self) -> Result<Vec<String>> {
-        // Loose index scan: one index probe per topic instead of reading every window.
-        sqlx::query_scalar(
-            "WITH RECURSIVE t(topic) AS (
-                 (SELECT topic FROM audit_window ORDER BY topic LIMIT 1)
-                 UNION ALL
-                 SELECT (SELECT w.topic FROM audit_window w WHERE w.topic > t.topic ORDER BY w.topic LIMIT 1)
-                 FROM t WHERE t.topic IS NOT NULL)
-             SELECT topic FROM t WHERE topic IS NOT NULL",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .context("listing topics")
+        // audit_topic, kept by the roll-up: a loose index scan of the partitioned
+        // audit_window would descend every day partition once per topic.
+        sqlx::query_scalar("SELECT topic FROM audit_topic ORDER BY topic")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics")
     }
 
     crate::shared::shared_methods!();
@@ -826,7 +890,8 @@ impl AuditStore for PgStore {
     ) -> Result<Vec<(String, String, String, i64)>> {
         sqlx::query_as(
             "SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
-             FROM audit_pending p JOIN audit_message m ON m.uuid = p.uuid
+             FROM audit_pending p JOIN audit_message m
+                  ON m.uuid = p.uuid AND m.topic = p.topic AND m.partition_ms = p.partition_ms
              WHERE ($1::text IS NULL OR m.topic = $1) AND m.window_start_ms >= $2",
         )
         .bind(topic)
@@ -836,6 +901,30 @@ impl AuditStore for PgStore {
         .context("reading staged increments")
     }
 
+    async fn prepare_partitions(&self, from_ms: i64, to_ms: i64) -> Result<u64> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning partition maintenance")?;
+        // Attaching a partition locks its table briefly; never queue ingestion behind
+        // a long wait for that lock (the next call tries again).
+        sqlx::query("SET LOCAL lock_timeout = '5s'")
+            .execute(&mut *tx)
+            .await
+            .context("setting a lock timeout")?;
+        let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $2)")
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .context("creating day partitions")?;
+        tx.commit()
+            .await
+            .context("committing partition maintenance")?;
+        Ok(created.max(0) as u64)
+    }
+
     async fn retention(
         &self,
         window_cutoff_ms: i64,
@@ -843,15 +932,48 @@ impl AuditStore for PgStore {
         batch_size: u32,
     ) -> Result<RetentionOutcome> {
         let limit = i64::from(batch_size.max(1));
+        // 1. Whole days: a DROP TABLE per partition, no row-by-row delete. Dropping
+        // a partition waits for the transactions using its table; with a lock timeout
+        // ingestion never queues behind it for long, and a pass that times out leaves
+        // the days to the next one.
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning a retention transaction")?;
+        sqlx::query("SET LOCAL lock_timeout = '5s'")
+            .execute(&mut *tx)
+            .await
+            .context("setting a lock timeout")?;
+        let partitions: i32 = sqlx::query_scalar("SELECT audit_drop_day_partitions($1, $2)")
+            .bind(window_cutoff_ms)
+            .bind(message_cutoff_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .context("dropping day partitions")?;
+        // Topics whose newest window is a day older than the cutoff have no window
+        // left in a day partition (and the default partition's go below).
+        sqlx::query("DELETE FROM audit_topic WHERE last_window_start_ms < $1")
+            .bind(window_cutoff_ms.saturating_sub(DAY_MS))
+            .execute(&mut *tx)
+            .await
+            .context("forgetting topics without windows")?;
+        tx.commit().await.context("committing dropped partitions")?;
+        // 2. The default partitions (times no day partition covered) in batches.
         // SKIP LOCKED: rows an ingesting transaction holds are left for the next pass,
         // so retention never waits on (or deadlocks with) ingestion.
         let windows: i64 = sqlx::query_scalar(
             "WITH doomed AS (
-                 SELECT id FROM audit_window WHERE window_start_ms < $1
+                 SELECT topic, window_start_ms, id FROM audit_window_default
+                 WHERE window_start_ms < $1
                  ORDER BY window_start_ms LIMIT $2 FOR UPDATE SKIP LOCKED),
-             w AS (DELETE FROM audit_window WHERE id IN (SELECT id FROM doomed) RETURNING id),
-             b AS (DELETE FROM audit_window_bucket WHERE window_id IN (SELECT id FROM w)),
-             o AS (DELETE FROM audit_window_offset WHERE window_id IN (SELECT id FROM w))
+             w AS (DELETE FROM audit_window_default
+                   WHERE (topic, window_start_ms, id) IN (SELECT * FROM doomed)
+                   RETURNING topic, window_start_ms, id),
+             b AS (DELETE FROM audit_window_bucket_default
+                   WHERE (topic, window_start_ms, window_id) IN (SELECT * FROM w)),
+             o AS (DELETE FROM audit_window_offset_default
+                   WHERE (topic, window_start_ms, window_id) IN (SELECT * FROM w))
              SELECT count(*) FROM w",
         )
         .bind(window_cutoff_ms)
@@ -860,8 +982,9 @@ impl AuditStore for PgStore {
         .await
         .context("deleting old windows")?;
         let messages = sqlx::query(
-            "DELETE FROM audit_message WHERE uuid IN (
-                 SELECT uuid FROM audit_message WHERE received_at_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            "DELETE FROM audit_message_default WHERE (uuid, topic, partition_ms) IN (
+                 SELECT uuid, topic, partition_ms FROM audit_message_default
+                 WHERE partition_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
         )
         .bind(message_cutoff_ms)
         .bind(limit)
@@ -883,12 +1006,19 @@ impl AuditStore for PgStore {
             windows: windows as u64,
             messages,
             rejects,
+            partitions: partitions.max(0) as u64,
         })
     }
 }
 
 impl PgStore {
     crate::shared::shared_window_reads!();
+
+    const TOPIC_BUCKETS: &'static str = crate::shared::PG_TOPIC_BUCKETS;
+
+    fn window_offsets_sql() -> &'static str {
+        &crate::shared::PG_WINDOW_OFFSETS
+    }
 
     /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
@@ -916,10 +1046,15 @@ impl PgStore {
         // One row past the cap shows whether it was hit.
         let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
             "SELECT window_id, bucket, count FROM audit_window_bucket
-             WHERE window_id = ANY($1) ORDER BY window_id, bucket LIMIT {}",
+             WHERE topic = ANY($2) AND window_start_ms >= $3 AND window_start_ms < $4
+               AND window_id = ANY($1)
+             ORDER BY window_id, bucket LIMIT {}",
             crate::rows::bucket_limit(max_bucket_rows)
         ))
         .bind(ids)
+        .bind(&topics)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
         .fetch_all(&self.pool)
         .await
         .context("reading latency buckets")?;

@@ -8,9 +8,9 @@ pub const COPY_MESSAGES: &str = "COPY audit_message (uuid, kind, topic, tier, da
     window_start_ms, emitted_at_ms, received_at_ms, count, checksum, window_end_ms, bytes,
     no_time_count, malformed_count, out_of_bounds_count, latency_zero_count,
     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition,
-    offset_min, offset_max, observation_time_count) FROM STDIN (FORMAT binary)";
+    offset_min, offset_max, observation_time_count, partition_ms) FROM STDIN (FORMAT binary)";
 
-const COLUMNS: i16 = 25;
+const COLUMNS: i16 = 26;
 const INT4_OID: i32 = 23;
 const INT8_OID: i32 = 20;
 
@@ -76,6 +76,16 @@ impl Row<'_> {
     }
 }
 
+/// The time `audit_message` is partitioned by: the window start of an increment, the
+/// emission time of a progress report. Both come from the message itself, so a
+/// re-delivered message meets its first copy in the same partition.
+pub fn partition_ms(message: &Message) -> i64 {
+    match &message.body {
+        AuditBody::Increment(i) => i.window_start,
+        AuditBody::Progress(_) => message.emitted_at,
+    }
+}
+
 fn i(v: u64) -> i64 {
     // validate_message bounds every stored u64 by i64::MAX.
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -121,6 +131,7 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 row.int8_array(s.offsets.iter().map(|o| o.min));
                 row.int8_array(s.offsets.iter().map(|o| o.max));
                 row.int8(i(s.observation_time_count));
+                row.int8(inc.window_start);
             }
             AuditBody::Progress(_) => {
                 row.field(m.uuid.as_bytes());
@@ -137,6 +148,7 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 }
                 // observation_time_count is NOT NULL (0 for rows that are not increments).
                 row.int8(0);
+                row.int8(m.emitted_at);
             }
         }
     }

@@ -25,6 +25,8 @@ pub(crate) static TOPIC_WINDOWS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Latency buckets of [`TOPIC_WINDOWS`]' rows, same binds; the caller appends the LIMIT.
+/// SQLite's; PostgreSQL's bucket rows carry their window's topic and start
+/// ([`PG_TOPIC_BUCKETS`]), its partition and distribution keys.
 pub(crate) const TOPIC_BUCKETS: &str =
     "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
      JOIN audit_window w ON w.id = b.window_id
@@ -37,11 +39,28 @@ pub(crate) const RANGE_TOPICS: &str = "SELECT DISTINCT topic FROM audit_window
        AND (CAST($3 AS TEXT) IS NULL OR topic > $3)
      ORDER BY topic LIMIT $4";
 
+pub(crate) const PG_TOPIC_BUCKETS: &str = "SELECT window_id, bucket, count FROM audit_window_bucket
+     WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
+     ORDER BY window_id, bucket";
+
+/// Offset ranges of one window: `$1` topic, `$2` tier, `$3` datacenter, `$4` start.
+/// SQLite's; PostgreSQL's is [`PG_WINDOW_OFFSETS`].
 pub(crate) static WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
          JOIN audit_window w ON w.id = o.window_id
          WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
+         ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
+    )
+});
+
+pub(crate) static PG_WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+         JOIN audit_window w ON w.id = o.window_id AND w.topic = o.topic
+                            AND w.window_start_ms = o.window_start_ms
+         WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
+           AND o.topic = $1 AND o.window_start_ms = $4
          ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
     )
 });
@@ -93,7 +112,8 @@ pub(crate) const DELETE_OPEN_ALERT: &str =
 
 /// The `AuditStore` methods whose body is the same on both backends, for an impl
 /// block of a store with a `pool` field, a `lock_writer` method (SQLite's one writer
-/// at a time; nothing on PostgreSQL) and the backend's `*_capped` window reads. The
+/// at a time; nothing on PostgreSQL), the backend's `*_capped` window reads and its
+/// `TOPIC_BUCKETS` / `window_offsets_sql()` (the bucket and offset tables differ). The
 /// SQL is above; the row types in rows.rs.
 macro_rules! shared_methods {
     () => {
@@ -113,7 +133,7 @@ macro_rules! shared_methods {
         }
 
         async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetSpan>> {
-            let rows: Vec<crate::rows::OffsetDb> = sqlx::query_as(&crate::shared::WINDOW_OFFSETS)
+            let rows: Vec<crate::rows::OffsetDb> = sqlx::query_as(Self::window_offsets_sql())
                 .bind(&key.topic)
                 .bind(&key.tier)
                 .bind(&key.datacenter)
@@ -259,7 +279,7 @@ macro_rules! shared_window_reads {
             // One row past the cap shows whether it was hit.
             let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
                 "{} LIMIT {}",
-                crate::shared::TOPIC_BUCKETS,
+                Self::TOPIC_BUCKETS,
                 crate::rows::bucket_limit(max_bucket_rows)
             ))
             .bind(topic)

@@ -329,6 +329,10 @@ impl AuditStore for SqliteStore {
         Ok(Vec::new())
     }
 
+    async fn prepare_partitions(&self, _from_ms: i64, _to_ms: i64) -> Result<u64> {
+        Ok(0)
+    }
+
     async fn retention(
         &self,
         window_cutoff_ms: i64,
@@ -386,12 +390,19 @@ impl AuditStore for SqliteStore {
             windows,
             messages,
             rejects,
+            partitions: 0,
         })
     }
 }
 
 impl SqliteStore {
     crate::shared::shared_window_reads!();
+
+    const TOPIC_BUCKETS: &'static str = crate::shared::TOPIC_BUCKETS;
+
+    fn window_offsets_sql() -> &'static str {
+        &crate::shared::WINDOW_OFFSETS
+    }
 
     /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]

@@ -1223,8 +1223,9 @@ async fn postgres_rollup_quarantines_an_increment_the_database_refuses() {
 async fn seed_buckets(store: &Store, topic: &str, per_window: i32) {
     match store {
         Store::Postgres(pg) => sqlx::query(
-            "INSERT INTO audit_window_bucket (window_id, bucket, count)
-             SELECT w.id, g, 1 FROM audit_window w CROSS JOIN generate_series(0, $2 - 1) g
+            "INSERT INTO audit_window_bucket (topic, window_start_ms, window_id, bucket, count)
+             SELECT w.topic, w.window_start_ms, w.id, g, 1
+             FROM audit_window w CROSS JOIN generate_series(0, $2 - 1) g
              WHERE w.topic = $1",
         )
         .bind(topic)

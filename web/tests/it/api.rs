@@ -827,8 +827,10 @@ async fn offset_reads_are_bounded() {
         let rows = store::MAX_READ_ROWS as i64 + 1;
         match &state.store {
             store::Store::Postgres(s) => sqlx::query(
-                "INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset)
-                 SELECT id, 1000 + g, 0, 1 FROM audit_window, generate_series(0, $1 - 1) g
+                "INSERT INTO audit_window_offset (topic, window_start_ms, window_id, partition_id,
+                                                  min_offset, max_offset)
+                 SELECT topic, window_start_ms, id, 1000 + g, 0, 1
+                 FROM audit_window, generate_series(0, $1 - 1) g
                  WHERE topic = 'orders' AND tier = 'regional'",
             )
             .bind(rows)

@@ -9,6 +9,7 @@ mod alerts;
 mod api;
 mod coldstart;
 mod completeness;
+mod conversion;
 mod dashboard_browser;
 mod edges;
 mod golden;

@@ -1,0 +1,665 @@
+//! PostgreSQL at fleet scale (issue #17): the tables that grow with traffic are
+//! partitioned by day and keyed by topic, retention drops whole days, partitions are
+//! created ahead, and an existing store converts with its counts intact.
+
+use sqlx::PgPool;
+use store::*;
+use uuid::Uuid;
+
+const DAY: i64 = 86_400_000;
+const W: i64 = 600_000;
+
+/// The tables that grow with traffic and the column each is partitioned by.
+const TRAFFIC_TABLES: &[(&str, &str)] = &[
+    ("audit_window", "window_start_ms"),
+    ("audit_window_bucket", "window_start_ms"),
+    ("audit_window_offset", "window_start_ms"),
+    ("audit_message", "partition_ms"),
+];
+
+fn today() -> i64 {
+    let now = common::now_ms();
+    now - now % DAY
+}
+
+async fn pg_store(prefix: &str) -> (PgStore, testkit::TestDatabase) {
+    let db = testkit::fresh_database(prefix).await;
+    let store = PgStore::connect(db.url()).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    (store, db)
+}
+
+fn message(topic: &str, tier: &str, dc: &str, window_start: i64, count: u64, salt: u64) -> Message {
+    let buckets: Vec<(u32, u64)> = vec![
+        (100 + (salt % 7) as u32, count / 2),
+        (140, count - count / 2),
+    ];
+    Message {
+        version: audit_lib::AUDIT_MESSAGE_VERSION,
+        uuid: Uuid::new_v4(),
+        topic: topic.into(),
+        tier: tier.into(),
+        datacenter: dc.into(),
+        host: format!("{tier}-{dc}-0"),
+        emitted_at: window_start + W + 1_000,
+        body: AuditBody::Increment(Increment {
+            window_start,
+            window_end: window_start + W,
+            stats: WindowStats {
+                count,
+                bytes: count * 100,
+                no_time_count: salt % 3,
+                malformed_count: salt % 2,
+                out_of_bounds_count: 0,
+                // the old schema had no such column: what the conversion carries is 0
+                observation_time_count: 0,
+                checksum: audit_lib::Checksum(count.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt),
+                latency: LatencyHistogram::from_buckets(0, 0, 5_000 + salt as i64, buckets)
+                    .expect("histogram"),
+                offsets: vec![OffsetSpan {
+                    partition: (salt % 3) as i32,
+                    min: salt as i64 * 10,
+                    max: salt as i64 * 10 + count as i64,
+                }],
+            },
+        }),
+    }
+}
+
+fn progress(topic: &str, tier: &str, dc: &str, emitted_at: i64, next_offset: i64) -> Message {
+    Message {
+        version: audit_lib::AUDIT_MESSAGE_VERSION,
+        uuid: Uuid::new_v4(),
+        topic: topic.into(),
+        tier: tier.into(),
+        datacenter: dc.into(),
+        host: format!("{tier}-{dc}-0"),
+        emitted_at,
+        body: AuditBody::Progress(vec![PartitionProgress {
+            partition: 0,
+            next_offset,
+            record_time: Some(emitted_at - 5_000),
+            lag: Some(3),
+        }]),
+    }
+}
+
+fn batch(messages: Vec<Message>, received_at_ms: i64) -> Batch {
+    Batch {
+        messages,
+        rejects: vec![],
+        received_at_ms,
+    }
+}
+
+fn everything() -> TimeRange {
+    TimeRange::new(0, i64::MAX / 2)
+}
+
+async fn all_windows(store: &impl AuditStore) -> Vec<WindowRow> {
+    let mut rows = vec![];
+    for topic in store.list_topics().await.unwrap() {
+        rows.extend(store.topic_windows(&topic, everything()).await.unwrap());
+    }
+    rows.sort_by_key(|r| r.key());
+    rows
+}
+
+async fn all_offsets(store: &impl AuditStore, rows: &[WindowRow]) -> Vec<Vec<OffsetSpan>> {
+    let mut out = vec![];
+    for r in rows {
+        out.push(store.window_offsets(&r.key()).await.unwrap());
+    }
+    out
+}
+
+async fn rollup_all(store: &impl AuditStore) {
+    while store.rollup(1000).await.unwrap() > 0 {}
+}
+
+/// Which partition (table) holds the window row.
+async fn partition_of(pool: &PgPool, topic: &str, window_start_ms: i64) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT tableoid::regclass::text FROM audit_window WHERE topic = $1 AND window_start_ms = $2",
+    )
+    .bind(topic)
+    .bind(window_start_ms)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn partition_names(pool: &PgPool, parent: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = $1::regclass ORDER BY 1",
+    )
+    .bind(parent)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+fn day_name(parent: &str, day_ms: i64) -> String {
+    let d = chrono::DateTime::from_timestamp_millis(day_ms).unwrap();
+    format!("{parent}_p{}", d.format("%Y%m%d"))
+}
+
+/// Reads the catalog: each traffic table is range-partitioned on its time column by
+/// day, and every unique key holds `topic`; the queue holds `topic` too. These are
+/// the conditions under which Citus' `create_distributed_table(table, 'topic')`
+/// accepts a table (every unique or primary key and every partitioned table's key
+/// must include the distribution column); where Citus is installed it is asked too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_tables_are_partitioned_by_day_and_keyed_by_topic() {
+    let (store, _db) = pg_store("store_partitions_catalog").await;
+    let pool = store.pool();
+    for &(table, time_column) in TRAFFIC_TABLES {
+        let key: Option<(String, i16, Vec<String>)> = sqlx::query_as(
+            "SELECT p.partstrat::text, p.partnatts,
+                    ARRAY(SELECT a.attname::text FROM unnest(p.partattrs::int2[]) k(n)
+                          JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = k.n)
+             FROM pg_partitioned_table p WHERE p.partrelid = $1::regclass",
+        )
+        .bind(table)
+        .fetch_optional(pool)
+        .await
+        .unwrap();
+        let (strategy, columns, names) =
+            key.unwrap_or_else(|| panic!("{table} is not partitioned"));
+        assert_eq!(strategy, "r", "{table}: partitioned by range");
+        assert_eq!(
+            (columns, names),
+            (1, vec![time_column.to_string()]),
+            "{table}: partition key"
+        );
+
+        let pk: Vec<String> = sqlx::query_scalar(
+            "SELECT a.attname::text FROM pg_constraint c
+             JOIN unnest(c.conkey) k(n) ON true
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
+             WHERE c.conrelid = $1::regclass AND c.contype = 'p'",
+        )
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert!(
+            pk.iter().any(|c| c == "topic"),
+            "{table}: primary key {pk:?} lacks topic"
+        );
+        assert!(
+            pk.iter().any(|c| c == time_column),
+            "{table}: primary key {pk:?}"
+        );
+
+        // Citus refuses a unique index or constraint without the distribution column,
+        // and foreign keys between tables not co-located on it.
+        let without_topic: Vec<String> = sqlx::query_scalar(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i
+             WHERE i.indrelid = $1::regclass AND i.indisunique
+               AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = i.indrelid
+                               AND a.attname = 'topic' AND a.attnum = ANY(i.indkey::int2[]))",
+        )
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert!(
+            without_topic.is_empty(),
+            "{table}: unique indexes without topic: {without_topic:?}"
+        );
+        let foreign: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f'
+             AND (conrelid = $1::regclass OR confrelid = $1::regclass)",
+        )
+        .bind(table)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(foreign, 0, "{table}: foreign keys");
+
+        // created ahead: today and tomorrow exist after migrate, plus the default
+        let parts = partition_names(pool, table).await;
+        for day in [today(), today() + DAY] {
+            assert!(parts.contains(&day_name(table, day)), "{table}: {parts:?}");
+        }
+        assert!(
+            parts.contains(&format!("{table}_default")),
+            "{table}: {parts:?}"
+        );
+    }
+    // Co-located with them by topic (not time-partitioned: they grow with topics).
+    for table in ["audit_progress", "audit_topic"] {
+        let pk: Vec<String> = sqlx::query_scalar(
+            "SELECT a.attname::text FROM pg_constraint c
+             JOIN unnest(c.conkey) k(n) ON true
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
+             WHERE c.conrelid = $1::regclass AND c.contype = 'p'",
+        )
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert!(
+            pk.iter().any(|c| c == "topic"),
+            "{table}: primary key {pk:?}"
+        );
+    }
+    let queue: Vec<String> = sqlx::query_scalar(
+        "SELECT attname::text FROM pg_attribute WHERE attrelid = 'audit_pending'::regclass AND attnum > 0",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(
+        queue.iter().any(|c| c == "topic"),
+        "audit_pending: {queue:?}"
+    );
+
+    let citus: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    if citus {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+            .execute(pool)
+            .await
+            .unwrap();
+        // the commands of docs/operations.md
+        let tables = TRAFFIC_TABLES.iter().map(|t| t.0);
+        for (i, table) in tables.chain(["audit_progress", "audit_topic"]).enumerate() {
+            sqlx::query(if i == 0 {
+                "SELECT create_distributed_table($1, 'topic')"
+            } else {
+                "SELECT create_distributed_table($1, 'topic', colocate_with => 'audit_window')"
+            })
+            .bind(table)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("Citus refused {table}: {e}"));
+        }
+    }
+}
+
+/// Partitions are created ahead; a window with no partition for its day (a skewed or
+/// hostile auditor's far future or past) is stored in the default partition and
+/// counted like any other, never failing the batch; creating its day later moves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_are_created_ahead_and_out_of_range_windows_still_count() {
+    let (store, _db) = pg_store("store_partitions_ahead").await;
+    let pool = store.pool();
+    let in_five_days = today() + 5 * DAY + 6 * W;
+    let far_future = 4_102_444_800_000; // 2100-01-01
+    let long_ago = 86_400_000; // 1970-01-02
+    let mut sent = vec![];
+    for (i, start) in [in_five_days, far_future, long_ago].into_iter().enumerate() {
+        sent.push(message(
+            "orders",
+            "regional",
+            "dc1",
+            start,
+            10 + i as u64,
+            i as u64,
+        ));
+    }
+    let out = store
+        .stage_batch(&batch(sent.clone(), common::now_ms()))
+        .await
+        .unwrap();
+    assert!(
+        out.outcomes.iter().all(|o| *o == WriteOutcome::Accepted),
+        "{out:?}"
+    );
+    rollup_all(&store).await;
+    let rows = all_windows(&store).await;
+    assert_eq!(
+        rows.iter().map(|r| r.count).collect::<Vec<_>>(),
+        vec![12, 10, 11]
+    );
+    assert_eq!(
+        partition_of(pool, "orders", in_five_days).await,
+        vec!["audit_window_default"]
+    );
+
+    // The collector prepares the days ahead; the row moves into its day.
+    let created = store
+        .prepare_partitions(today(), today() + 7 * DAY)
+        .await
+        .unwrap();
+    assert_eq!(created, 4 * 6, "days 2..=7 of four tables");
+    assert_eq!(
+        partition_of(pool, "orders", in_five_days).await,
+        vec![day_name("audit_window", today() + 5 * DAY)]
+    );
+    assert_eq!(
+        store
+            .prepare_partitions(today(), today() + 7 * DAY)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        all_windows(&store).await,
+        rows,
+        "moving changed nothing readable"
+    );
+    // and its UUID still deduplicates, now from the new partition
+    let again = store
+        .stage_batch(&batch(sent, common::now_ms()))
+        .await
+        .unwrap();
+    assert!(
+        again.outcomes.iter().all(|o| *o == WriteOutcome::Duplicate),
+        "{again:?}"
+    );
+    let offsets = all_offsets(&store, &rows).await;
+    assert!(offsets.iter().all(|o| o.len() == 1), "{offsets:?}");
+}
+
+/// Retention drops whole day partitions: nothing of a day past the cutoff remains,
+/// the day holding the cutoff and later days are kept whole, and old rows of the
+/// default partition are deleted in batches as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_drops_whole_day_partitions_and_keeps_the_rest() {
+    let (store, _db) = pg_store("store_partitions_retention").await;
+    let pool = store.pool();
+    let day0 = today() - 3 * DAY;
+    store.prepare_partitions(day0, today() + DAY).await.unwrap();
+    let mut messages = vec![];
+    for d in 0..3 {
+        for w in [0, 70, 143] {
+            messages.push(message(
+                "orders",
+                "regional",
+                "dc1",
+                day0 + d * DAY + w * W,
+                5,
+                w as u64,
+            ));
+            messages.push(message(
+                "payments",
+                "producer",
+                "dc2",
+                day0 + d * DAY + w * W,
+                7,
+                1,
+            ));
+        }
+    }
+    // a topic with windows only on day 0: forgotten with the day
+    messages.push(message("gone", "regional", "dc1", day0 + 5 * W, 3, 0));
+    let ancient = message("orders", "regional", "dc1", DAY, 1, 0); // default partition
+    messages.push(ancient.clone());
+    store
+        .write_batch(&batch(messages.clone(), common::now_ms()))
+        .await
+        .unwrap();
+    assert_eq!(all_windows(&store).await.len(), 20);
+    assert_eq!(
+        store.list_topics().await.unwrap(),
+        ["gone", "orders", "payments"]
+    );
+
+    // The cutoff is in the middle of day 1: day 0 goes, day 1 stays whole.
+    let cutoff = day0 + DAY + 100 * W;
+    let mut total = RetentionOutcome::default();
+    loop {
+        let out = Store::Postgres(store.clone())
+            .retention(cutoff, cutoff, 1000)
+            .await
+            .unwrap();
+        if out.total() == 0 {
+            break;
+        }
+        total.partitions += out.partitions;
+        total.windows += out.windows;
+        total.messages += out.messages;
+    }
+    assert_eq!(total.partitions, 4, "day 0 of four tables: {total:?}");
+    assert_eq!(
+        (total.windows, total.messages),
+        (1, 1),
+        "the default partition's old row: {total:?}"
+    );
+    for &(table, _) in TRAFFIC_TABLES {
+        let parts = partition_names(pool, table).await;
+        assert!(!parts.contains(&day_name(table, day0)), "{parts:?}");
+        assert!(parts.contains(&day_name(table, day0 + DAY)), "{parts:?}");
+    }
+    assert_eq!(store.list_topics().await.unwrap(), ["orders", "payments"]);
+    let rows = all_windows(&store).await;
+    assert_eq!(rows.len(), 12);
+    assert!(rows.iter().all(|r| r.window_start_ms >= day0 + DAY));
+    assert!(
+        rows.iter().any(|r| r.window_start_ms < cutoff),
+        "day 1 is kept whole"
+    );
+    // The kept days' UUIDs still deduplicate; a replay into a dropped day counts again
+    // into a window retention deleted (why retention.messages must outlast replays).
+    let out = store
+        .write_batch(&batch(messages[6..18].to_vec(), common::now_ms()))
+        .await
+        .unwrap();
+    assert!(
+        out.outcomes.iter().all(|o| *o == WriteOutcome::Duplicate),
+        "{out:?}"
+    );
+    let out = store
+        .write_batch(&batch(vec![messages[0].clone()], common::now_ms()))
+        .await
+        .unwrap();
+    assert_eq!(out.outcomes, vec![WriteOutcome::Accepted]);
+    let out = store
+        .write_batch(&batch(vec![ancient], common::now_ms()))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.outcomes,
+        vec![WriteOutcome::Accepted],
+        "deleted from the default partition"
+    );
+}
+
+/// A store filled by the old schema (several topics, tiers and datacenters, windows
+/// across three days, UUIDs, progress, emitters, increments staged and not yet rolled
+/// up) converts with every window's counts, checksum, histogram and offsets, the
+/// progress and the emitters identical to a store that received the same messages
+/// natively; its UUIDs still deduplicate and its queued increments still roll up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversion_keeps_counts_and_what_verdicts_read() {
+    let received = common::now_ms();
+    let day0 = today() - 2 * DAY;
+    let mut counted = vec![];
+    let mut staged = vec![];
+    let mut salt = 0;
+    for topic in ["orders", "payments", "refunds"] {
+        for (tier, lost) in [("producer", 0), ("regional", 3), ("aggregate", 0)] {
+            for dc in ["dc1", "dc2"] {
+                for d in 0..3 {
+                    for w in [1, 66, 140] {
+                        salt += 1;
+                        let start = day0 + d * DAY + w * W;
+                        // two increments per window (instances, or a late one)
+                        counted.push(message(topic, tier, dc, start, 100 - lost, salt));
+                        let late = message(topic, tier, dc, start, 20, salt + 1000);
+                        if salt % 5 == 0 {
+                            staged.push(late);
+                        } else {
+                            counted.push(late);
+                        }
+                    }
+                }
+                counted.push(progress(
+                    topic,
+                    tier,
+                    dc,
+                    received - 60_000,
+                    1_000 + salt as i64,
+                ));
+            }
+        }
+    }
+
+    // The reference: the new schema receiving everything natively.
+    let (reference, _ref_db) = pg_store("store_conversion_reference").await;
+    reference
+        .write_batch(&batch(counted.clone(), received))
+        .await
+        .unwrap();
+    let (partial, _partial_db) = pg_store("store_conversion_partial").await;
+    partial
+        .write_batch(&batch(counted.clone(), received))
+        .await
+        .unwrap();
+    reference
+        .write_batch(&batch(staged.clone(), received))
+        .await
+        .unwrap();
+
+    // The old store: the old migrations, filled with the partial state through the
+    // old schema's SQL, then the staged increments as the old collector queued them.
+    let db = testkit::fresh_database("store_conversion_old").await;
+    let pool = PgPool::connect(db.url()).await.unwrap();
+    store::old_schema::migrate(&pool).await;
+    store::old_schema::fill(&pool, &partial, &counted, &staged).await;
+    let old_windows: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_window")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(old_windows, 3 * 3 * 2 * 3 * 3);
+
+    let store = PgStore::connect(db.url()).await.unwrap();
+    store.migrate().await.expect("the conversion migration");
+    // Before the roll-up: exactly what the old store counted.
+    let converted = all_windows(&store).await;
+    assert_eq!(converted.len() as i64, old_windows);
+    assert_eq!(
+        converted,
+        all_windows(&partial).await,
+        "counts per window after conversion"
+    );
+    assert_eq!(
+        all_offsets(&store, &converted).await,
+        all_offsets(&partial, &converted).await
+    );
+    assert_eq!(
+        store.progress(None).await.unwrap(),
+        partial.progress(None).await.unwrap()
+    );
+    assert_eq!(
+        store.emitters().await.unwrap(),
+        partial.emitters().await.unwrap()
+    );
+    let queued = store.staged_windows(None, 0).await.unwrap();
+    assert_eq!(queued.len(), staged.len(), "the queue survives: {queued:?}");
+
+    // Converted UUIDs still deduplicate, the queue rolls up, and then the store
+    // equals the one that received everything natively.
+    let again = store
+        .stage_batch(&batch(counted.clone(), received))
+        .await
+        .unwrap();
+    assert!(again.outcomes.iter().all(|o| *o == WriteOutcome::Duplicate));
+    let again = store
+        .stage_batch(&batch(staged.clone(), received))
+        .await
+        .unwrap();
+    assert!(again.outcomes.iter().all(|o| *o == WriteOutcome::Duplicate));
+    rollup_all(&store).await;
+    let mut after: Vec<WindowRow> = all_windows(&store).await;
+    let mut expected = all_windows(&reference).await;
+    for r in after.iter_mut().chain(expected.iter_mut()) {
+        r.first_received_at_ms = 0;
+        r.last_received_at_ms = 0; // the roll-up stamps its own clock
+    }
+    assert_eq!(after, expected, "counts per window after the roll-up");
+    assert_eq!(
+        all_offsets(&store, &after).await,
+        all_offsets(&reference, &after).await
+    );
+    // New windows still get ids past the converted ones (no collision of buckets).
+    let fresh = message("orders", "regional", "dc3", today() + 3 * W, 9, 77);
+    store
+        .write_batch(&batch(vec![fresh], received))
+        .await
+        .unwrap();
+    let row = store
+        .topic_windows("orders", TimeRange::new(today() + 3 * W, today() + 4 * W))
+        .await
+        .unwrap();
+    assert_eq!(row.iter().map(|r| r.count).collect::<Vec<_>>(), vec![9]);
+    assert_eq!(row[0].latency.buckets().count(), 2);
+    // Days of the old data got their partitions.
+    for d in 0..3 {
+        let name = day_name("audit_window", day0 + d * DAY);
+        assert!(
+            partition_names(store.pool(), "audit_window")
+                .await
+                .contains(&name),
+            "{name}"
+        );
+    }
+}
+
+/// A store migrated by main between issue #14's additive migration and the partitions
+/// (the old tables plus `observation_time_count`, 20261130000500 recorded as applied)
+/// converts too, and keeps the column: sqlx applies the older, missing conversion
+/// after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_applied_the_observation_count_migration_first_converts_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(root.join("tests/fixtures/postgres_v1")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let later = "20261130000500_observation_time_count.sql";
+    std::fs::copy(
+        root.join("../migrations/postgres").join(later),
+        dir.path().join(later),
+    )
+    .unwrap();
+    let db = testkit::fresh_database("store_conversion_after_b1").await;
+    let pool = PgPool::connect(db.url()).await.unwrap();
+    sqlx::migrate::Migrator::new(dir.path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    let mut m = message("orders", "regional", "dc1", today() - DAY + 7 * W, 40, 3);
+    if let AuditBody::Increment(i) = &mut m.body {
+        i.stats.observation_time_count = 5;
+    }
+    sqlx::query(
+        "INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count,
+             bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
+             latency_zero_count, latency_negative_count, latency_max_ms, increments,
+             first_received_at_ms, last_received_at_ms, observation_time_count)
+         VALUES ('orders', 'regional', 'dc1', $1, $1 + 600000, 40, 4000, 0, 0, 0, 7, 0, 0, 10,
+                 1, 1, 1, 5)",
+    )
+    .bind(today() - DAY + 7 * W)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let store = PgStore::connect(db.url()).await.unwrap();
+    store
+        .migrate()
+        .await
+        .expect("the conversion after the additive migration");
+    let rows = all_windows(&store).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].count, rows[0].observation_time_count), (40, 5));
+    // and the store works: a new increment with an observation count adds up
+    store
+        .write_batch(&batch(vec![m], common::now_ms()))
+        .await
+        .unwrap();
+    let rows = all_windows(&store).await;
+    assert_eq!((rows[0].count, rows[0].observation_time_count), (80, 10));
+}
