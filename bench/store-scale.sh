@@ -3,7 +3,8 @@
 # of 10-minute windows in PostgreSQL (TOPICS=10000: 60 480 000 window rows, each with one
 # latency bucket), in a database of its own on the dev server, dropped at the end.
 # Reports, in one run:
-#   - seeding (set-based INSERT ... SELECT generate_series, bench/seed-windows.sql) and disk used;
+#   - seeding (bench/seed-windows.sql: set-based INSERT ... SELECT generate_series, one day
+#     per session, SEED_JOBS=2 sessions, indexes built after the load) and disk used;
 #   - serve cold start: seconds to /readyz 200 (recent windows evaluated) and to the whole
 #     7-day horizon evaluated (/readyz without `loading`), serve RSS at both;
 #   - GET /api/v1/anomalies (1 h, 24 h) and /api/v1/topics/{topic}/compare (1 h) under wrk,
@@ -22,7 +23,8 @@
 #   INGEST= ... / RETENTION=0 ...          # leave out the collector ingest / retention
 #
 # Needs the dev PostgreSQL (deploy/dev/postgres start), wrk, bc. Refuses to seed when
-# less than 15 GB of disk would stay free (about 0.4 GB per million window rows).
+# less than 10 GB of disk would stay free (about 0.4 GB per million window rows); the
+# database is dropped before the retention bench, which seeds a private instance of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,8 +56,8 @@ trap cleanup EXIT
 if [ "$SEED" = 1 ]; then
     need_gb=$(( rows * 4 / 10000000 + 1 ))
     free_gb=$(df --output=avail -BG "${PGDATA_DIR:-/work}" | tail -1 | tr -dc 0-9)
-    if [ $(( free_gb - need_gb )) -lt 15 ]; then
-        echo "refusing: $rows window rows need ~${need_gb} GB, ${free_gb} GB free (keep >= 15 GB)" >&2
+    if [ $(( free_gb - need_gb )) -lt 10 ]; then
+        echo "refusing: $rows window rows need ~${need_gb} GB, ${free_gb} GB free (keep >= 10 GB)" >&2
         exit 1
     fi
 fi
@@ -108,6 +110,12 @@ echo "== collector ingest into this store (bench/collector-store.sh --url, $INGE
 bench/collector-store.sh --url "$PG/$DB" $INGEST | sed 's/^/  /' || true
 fi
 
+psql "$PG/$DB" -Atc "SELECT '  database after: ' || pg_size_pretty(pg_database_size(current_database()))"
+if [ "$KEEP" != 1 ]; then
+    # Disk back before the retention bench fills a private instance of its own.
+    psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
+fi
+
 RETENTION=${RETENTION:-1}
 if [ "$RETENTION" = 1 ]; then
 echo "== retention of the oldest day"
@@ -122,5 +130,4 @@ else
     psql "$PG/$DB" -Atc "SELECT '  WAL written meanwhile (whole server: other databases too): ' || pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn'))"
 fi
 fi
-psql "$PG/$DB" -Atc "SELECT '  database after: ' || pg_size_pretty(pg_database_size(current_database()))"
 echo "== total $(( $(date +%s) - bench_started )) s"
