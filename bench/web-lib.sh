@@ -77,14 +77,14 @@ wrk_run() {
         grep -E "Latency|50%|90%|99%|Requests/sec|Non-2xx|Socket errors" | sed "s/^/  $name: /"
 }
 
-# Waits (at most 30 min) until /readyz (URL) answers 200 without `loading` (the whole
-# horizon evaluated); prints the seconds since start_serve.
+# Waits (at most LOADED_WAIT seconds, default 30 min) until /readyz (URL) answers 200
+# without `loading` (the whole horizon evaluated); prints the seconds since start_serve.
 wait_loaded() {
     until curl -fsS "$1" 2>/dev/null | grep -qv '"loading"'; do
         kill -0 "$SERVER" 2>/dev/null || { tail -20 "$OUT/server.log" >&2; return 1; }
         sleep 0.5
-        if [ "$(echo "$(date +%s.%N) - $SERVER_STARTED > 1800" | bc)" = 1 ]; then
-            echo "horizon not loaded after 30 min" >&2
+        if [ "$(echo "$(date +%s.%N) - $SERVER_STARTED > ${LOADED_WAIT:-1800}" | bc)" = 1 ]; then
+            echo "horizon not loaded after ${LOADED_WAIT:-1800} s" >&2
             return 1
         fi
     done
