@@ -157,7 +157,17 @@ impl AppState {
                 judged_from: index.loading.as_ref().map(|l| l.loaded_from),
             }
         };
-        self.alerts.send_replace(Some(Arc::new(published)));
+        // Channels are woken when the alerts change or the load completes, not by every
+        // load step's new bound: a pass per step would retry failed deliveries at the
+        // pace of the load. The bound is stored anyway; the periodic pass uses it.
+        self.alerts.send_if_modified(|current| {
+            let wake = current.as_ref().is_none_or(|c| {
+                c.alerts != published.alerts
+                    || (c.judged_from.is_some() && published.judged_from.is_none())
+            });
+            *current = Some(Arc::new(published));
+            wake
+        });
     }
 
     /// The alerts last published to the channels (`None`: nothing published yet).
