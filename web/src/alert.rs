@@ -189,6 +189,15 @@ impl Alert {
         a
     }
 
+    /// Whether an evaluation of the windows from `from` on has judged what this alert
+    /// is about: its window, or (auditor alerts) the progress rows, read every cycle.
+    fn judged_from(&self, from: i64) -> bool {
+        match &self.subject {
+            Subject::Window { window_start, .. } => *window_start >= from,
+            Subject::Auditor { .. } => true,
+        }
+    }
+
     /// Windows alert only while recent; an auditor alert is always current.
     fn recent_enough(&self, cutoff_ms: i64) -> bool {
         match &self.subject {
@@ -347,7 +356,24 @@ fn prioritise(alerts: Vec<Alert>) -> Vec<Alert> {
 /// Current anomalies to alert on, by dedup key; published after every evaluation.
 /// `None` until the first evaluation: an empty set then would resolve every alert
 /// that was open before a restart.
-pub type Desired = Option<Arc<BTreeMap<String, Alert>>>;
+pub type Desired = Option<Arc<Published>>;
+
+/// One publication: the alerts wanted now, from the windows judged so far. During a
+/// cold start only windows from `judged_from` on are judged: an open alert on an older
+/// window is neither wanted nor unwanted yet, and is left open until its window is
+/// judged (`None`: the whole horizon is judged).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Published {
+    pub alerts: BTreeMap<String, Alert>,
+    pub judged_from: Option<i64>,
+}
+
+impl std::ops::Deref for Published {
+    type Target = BTreeMap<String, Alert>;
+    fn deref(&self) -> &Self::Target {
+        &self.alerts
+    }
+}
 
 /// What should be open now: anomalous verdicts of the configured kinds on final
 /// windows, and one alert per stalled auditor ("tier X audit stalled"). Windows judged
@@ -453,6 +479,17 @@ impl ChannelWorker {
     /// One pass: resolves what is open and no longer wanted, triggers what is wanted
     /// and not open (or changed verdict), within the rate limit.
     pub async fn sync(&mut self, desired: &BTreeMap<String, Alert>, now_ms: i64) {
+        self.sync_judged(desired, None, now_ms).await
+    }
+
+    /// [`Self::sync`] from a partial evaluation: alerts on windows starting before
+    /// `judged_from` (not judged yet) are not resolved for being absent from `desired`.
+    pub async fn sync_judged(
+        &mut self,
+        desired: &BTreeMap<String, Alert>,
+        judged_from: Option<i64>,
+        now_ms: i64,
+    ) {
         let max_age = self.config.max_window_age.as_millis() as i64;
         let triggers: Vec<Alert> = desired
             .iter()
@@ -466,6 +503,7 @@ impl ChannelWorker {
             .open
             .iter()
             .filter(|(k, _)| !desired.contains_key(*k))
+            .filter(|(_, a)| judged_from.is_none_or(|from| a.judged_from(from)))
             .map(|(_, a)| a.clone())
             .collect();
         // New pages before resolves: a resolve that waits costs a stale open alert,
@@ -638,7 +676,8 @@ impl ChannelWorker {
         loop {
             let desired = rx.borrow_and_update().clone();
             if let Some(desired) = desired {
-                self.sync(&desired, common::now_ms()).await;
+                self.sync_judged(&desired.alerts, desired.judged_from, common::now_ms())
+                    .await;
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,

@@ -123,41 +123,51 @@ impl AppState {
 
     /// One evaluation cycle at `now` (what the evaluation job runs every
     /// `evaluate_every`): on a cold start, the first one judges only the recent windows
-    /// and [`AppState::load_step`] the rest of the horizon. Publishes the anomalies to
-    /// the alert channels once the whole horizon is judged, never from a partial load
-    /// (it would resolve the open alerts of windows not judged yet).
+    /// and [`AppState::load_step`] the rest of the horizon. Publishes the anomalies of
+    /// the windows judged so far to the alert channels after every cycle and step: a
+    /// judged window pages at once, and the publication says from which window on it
+    /// is judged, so that open alerts on older windows are not resolved by absence.
     pub async fn evaluate_cycle(&self, now: i64) -> Result<CycleStats, StoreError> {
         let mut evaluator = self.evaluator.lock().await;
         let stats = evaluator.cycle(now).await?;
-        if !evaluator.loading() {
-            self.publish_alerts();
-        }
+        self.publish_alerts();
         Ok(stats)
     }
 
     /// One cold-start step: judges the next older part of the horizon not judged yet
     /// (see [`eval::Evaluator::load_step`]); returns whether the whole horizon is
-    /// judged. The step that completes it publishes the alerts.
+    /// judged. Every step publishes the alerts of the windows judged so far.
     pub async fn load_step(&self, now: i64) -> Result<bool, StoreError> {
         let mut evaluator = self.evaluator.lock().await;
         if !evaluator.loading() {
             return Ok(true);
         }
         let done = evaluator.load_step(now).await?;
-        if done {
-            self.publish_alerts();
-        }
+        self.publish_alerts();
         Ok(done)
     }
 
     fn publish_alerts(&self) {
-        let desired = {
+        let published = {
             let index = self.index.read().expect("verdict index lock");
             let stall_after_ms =
                 i64::try_from(self.config.topology.stall_after.as_millis()).unwrap_or(i64::MAX);
-            alert::desired(&index, &self.config.alerting, stall_after_ms)
+            alert::Published {
+                alerts: alert::desired(&index, &self.config.alerting, stall_after_ms),
+                judged_from: index.loading.as_ref().map(|l| l.loaded_from),
+            }
         };
-        self.alerts.send_replace(Some(Arc::new(desired)));
+        // Channels are woken when the alerts change or the load completes, not by every
+        // load step's new bound: a pass per step would retry failed deliveries at the
+        // pace of the load. The bound is stored anyway; the periodic pass uses it.
+        self.alerts.send_if_modified(|current| {
+            let wake = current.as_ref().is_none_or(|c| {
+                c.alerts != published.alerts
+                    || (c.judged_from.is_some() && published.judged_from.is_none())
+            });
+            *current = Some(Arc::new(published));
+            wake
+        });
     }
 
     /// The alerts last published to the channels (`None`: nothing published yet).

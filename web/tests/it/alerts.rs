@@ -472,7 +472,10 @@ async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
     }
 }
 
-on_both_backends!(open_alerts_survive_a_restart);
+on_both_backends!(
+    open_alerts_survive_a_restart,
+    a_cold_start_pages_judged_windows_and_resolves_only_judged_ones,
+);
 
 /// The alerts a channel delivered are stored: a restarted process does not trigger
 /// them again, and resolves them when late data completes the window.
@@ -817,4 +820,108 @@ url = "{base}/ok/webhook"
     assert_eq!(open(&reader_rw).await, 0);
     shutdown.cancel();
     run.await.unwrap().expect("serve ran");
+}
+
+/// A restart on a long horizon: the recent loss pages while the older windows are still
+/// loading; an alert open before the restart on an older window stays open until its
+/// window is judged, then resolves only if it is now ok (the other stays open). Pages
+/// over the run are exactly those of a full evaluation: no fire-then-resolve.
+async fn a_cold_start_pages_judged_windows_and_resolves_only_judged_ones(backend: Backend) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+horizon = "2d"
+max_range = "2d"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    );
+    let now = now_ms();
+    let aligned = now.div_euclid(WINDOW) * WINDOW;
+    // Two losses 20 h back (within max_window_age, far outside the first cycle's load).
+    let (old_a, old_b) = (aligned - 120 * WINDOW, aligned - 121 * WINDOW);
+    seed_loss(&store, "orders", old_a).await;
+    seed_loss(&store, "payments", old_b).await;
+    let worker = |state: &AppState| {
+        web::alert::ChannelWorker::new(
+            state.config.alerting.channels[0].clone(),
+            state.config.alerting.clone(),
+            state.metrics.clone(),
+            Some(state.store.clone()),
+        )
+    };
+    let first = AppState::new(config(&cfg), store.clone()).unwrap();
+    first.evaluate(now).await.unwrap();
+    let mut w = worker(&first);
+    let published = first.published_alerts().unwrap();
+    w.sync_judged(&published.alerts, published.judged_from, now)
+        .await;
+    assert_eq!(receiver.got().len(), 2, "{:#?}", receiver.got());
+
+    // While serve is down: late data makes `orders` ok; a new loss arrives.
+    write(
+        &store,
+        vec![increment("orders", "regional", "dc1", old_a, 10, 100)],
+    )
+    .await;
+    let recent = aligned - 4 * WINDOW;
+    seed_loss(&store, "refunds", recent).await;
+
+    let second = AppState::new(config(&cfg), store.clone()).unwrap();
+    let mut w = worker(&second);
+    w.load_open().await;
+    second.evaluate_cycle(now).await.unwrap();
+    let published = second.published_alerts().expect("published while loading");
+    let loaded_from = published.judged_from.expect("still loading");
+    assert!(loaded_from > old_a, "the old windows are not loaded yet");
+    w.sync_judged(&published.alerts, published.judged_from, now)
+        .await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 3, "the recent loss pages at once: {got:#?}");
+    assert_eq!(got[2].1["action"], "trigger");
+    assert_eq!(got[2].1["topic"], "refunds");
+
+    let mut steps = 0;
+    loop {
+        let done = second.load_step(now).await.unwrap();
+        let published = second.published_alerts().unwrap();
+        w.sync_judged(&published.alerts, published.judged_from, now)
+            .await;
+        let got = receiver.got();
+        match published.judged_from {
+            Some(from) if from > old_a => {
+                assert_eq!(
+                    got.len(),
+                    3,
+                    "nothing resolved before its window loads: {got:#?}"
+                )
+            }
+            _ => {}
+        }
+        steps += 1;
+        assert!(steps < 1000, "loading never ends");
+        if done {
+            break;
+        }
+    }
+    assert!(steps > 1);
+    let got = receiver.got();
+    assert_eq!(got.len(), 4, "{got:#?}");
+    assert_eq!(got[3].1["action"], "resolve");
+    assert_eq!(got[3].1["topic"], "orders");
+    // The same pages a full evaluation of the store sends to a worker with the same
+    // open alerts: nothing more.
+    let full = AppState::new(config(&cfg), store).unwrap();
+    full.evaluate(now).await.unwrap();
+    let published = full.published_alerts().unwrap();
+    assert_eq!(published.judged_from, None);
+    w.sync_judged(&published.alerts, None, now).await;
+    assert_eq!(receiver.got().len(), 4, "{:#?}", receiver.got());
+    let keys: Vec<&String> = published.keys().collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
 }

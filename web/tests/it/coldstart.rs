@@ -1,9 +1,10 @@
 //! Cold start: the first cycle judges the recent windows only (serve is ready), the rest
 //! of the horizon is judged in the background by load steps, newest first. While
 //! loading, `/readyz` says what is loaded, the index answers only for ranges it has
-//! judged (503 for the rest, never an "ok" by omission), and no alert is published (a
-//! partial load must neither fire nor resolve). Once loaded, every answer equals a
-//! full evaluation's.
+//! judged (503 for the rest, never an "ok" by omission), and the alerts of the judged
+//! windows are published with the bound they are judged from (a judged window pages at
+//! once; an open alert on an older window is not resolved by absence). Once loaded,
+//! every answer equals a full evaluation's.
 
 use crate::support;
 
@@ -107,8 +108,30 @@ async fn cold_start_loads_recent_windows_first_then_equals_a_full_evaluation(bac
         let error = r.body["error"]["message"].as_str().unwrap_or_default();
         assert!(error.contains("loading"), "{uri}: {error}");
     }
-    // No alert from a partial load.
-    assert!(cold.published_alerts().is_none());
+    // The alerts of the judged windows are published at once: the recent losses page
+    // while the rest loads, exactly those a full evaluation pages in that range.
+    let expected = full.published_alerts().expect("full evaluation published");
+    let judged = |from: i64| -> Vec<String> {
+        expected
+            .iter()
+            .filter(|(_, a)| match &a.subject {
+                web::alert::Subject::Window { window_start, .. } => *window_start >= from,
+                web::alert::Subject::Auditor { .. } => true,
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    let partial = cold.published_alerts().expect("published while loading");
+    assert_eq!(partial.judged_from, Some(loaded_from));
+    assert_eq!(
+        partial.keys().cloned().collect::<Vec<_>>(),
+        judged(loaded_from)
+    );
+    assert_eq!(
+        partial.len(),
+        3,
+        "the recent loss of each topic: {partial:?}"
+    );
 
     // The background steps, newest first, until the horizon is loaded.
     let mut steps = 0;
@@ -120,7 +143,10 @@ async fn cold_start_loads_recent_windows_first_then_equals_a_full_evaluation(bac
             .as_i64()
             .expect("still loading");
         assert!(from < loaded_from, "each step loads older windows");
-        assert!(cold.published_alerts().is_none());
+        // Never a page a full evaluation would not send (no fire-then-resolve).
+        let partial = cold.published_alerts().expect("published while loading");
+        assert_eq!(partial.judged_from, Some(from));
+        assert_eq!(partial.keys().cloned().collect::<Vec<_>>(), judged(from));
     }
     assert!(steps > 1, "the horizon takes several steps ({steps})");
     let r = get(&cold, "/readyz").await;
@@ -153,6 +179,7 @@ async fn cold_start_loads_recent_windows_first_then_equals_a_full_evaluation(bac
         desired.keys().collect::<Vec<_>>(),
         expected.keys().collect::<Vec<_>>()
     );
+    assert_eq!(desired.judged_from, None, "the whole horizon is judged");
     assert!(!desired.is_empty());
 }
 
