@@ -13,7 +13,7 @@
 //! counted, and the notification is retried on a later pass. A rate limit per channel
 //! defers notifications beyond it to the next period.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -207,7 +207,7 @@ impl Alert {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Action {
     Trigger,
     Resolve,
@@ -408,6 +408,16 @@ pub struct ChannelWorker {
     open: BTreeMap<String, Alert>,
     sent: VecDeque<Instant>,
     store: Option<store::Store>,
+    /// The work the last pass left undone (failed or deferred), for the periodic pass.
+    waiting: BTreeSet<Work>,
+}
+
+/// One piece of a pass's work: a trigger of a key with its verdict, or a resolve.
+type Work = (Action, String, Option<Verdict>);
+
+fn work_item(action: Action, alert: &Alert) -> Work {
+    let verdict = (action == Action::Trigger).then_some(alert.verdict);
+    (action, alert.dedup_key.clone(), verdict)
 }
 
 #[derive(Debug)]
@@ -449,6 +459,7 @@ impl ChannelWorker {
             open: BTreeMap::new(),
             sent: VecDeque::new(),
             store,
+            waiting: BTreeSet::new(),
         }
     }
 
@@ -490,36 +501,13 @@ impl ChannelWorker {
         judged_from: Option<i64>,
         now_ms: i64,
     ) {
-        let max_age = self.config.max_window_age.as_millis() as i64;
-        let triggers: Vec<Alert> = desired
-            .iter()
-            .filter(|(k, a)| {
-                self.open.get(*k).is_none_or(|o| o.verdict != a.verdict)
-                    && a.recent_enough(now_ms - max_age)
-            })
-            .map(|(_, a)| a.clone())
-            .collect();
-        let resolves: Vec<Alert> = self
-            .open
-            .iter()
-            .filter(|(k, _)| !desired.contains_key(*k))
-            .filter(|(_, a)| judged_from.is_none_or(|from| a.judged_from(from)))
-            .map(|(_, a)| a.clone())
-            .collect();
-        // New pages before resolves: a resolve that waits costs a stale open alert,
-        // a page that waits costs the on-call's time.
-        let work = prioritise(triggers)
-            .into_iter()
-            .map(|a| (Action::Trigger, a))
-            .chain(
-                prioritise(resolves)
-                    .into_iter()
-                    .map(|a| (Action::Resolve, a)),
-            );
+        let work = self.work(desired, judged_from, now_ms);
+        self.waiting.clear();
         let mut limited = 0;
         for (action, alert) in work {
             if !self.take_token() {
                 limited += 1;
+                self.waiting.insert(work_item(action, &alert));
                 continue;
             }
             match self.deliver(action, &alert).await {
@@ -546,6 +534,7 @@ impl ChannelWorker {
                         .alert_failures
                         .get_or_create(&self.labels())
                         .inc();
+                    self.waiting.insert(work_item(action, &alert));
                     tracing::warn!(channel = %self.channel.name, key = %alert.dedup_key, error = %e,
                         "alert delivery failed; retried at the next pass");
                 }
@@ -565,7 +554,63 @@ impl ChannelWorker {
             .set(self.open.len() as i64);
     }
 
-    /// Loads the alerts this channel had open before a restart.
+    /// What a pass would do, in order: triggers of what is wanted and not open (or
+    /// changed verdict), then resolves of what is open, judged, and no longer wanted.
+    fn work(
+        &self,
+        desired: &BTreeMap<String, Alert>,
+        judged_from: Option<i64>,
+        now_ms: i64,
+    ) -> Vec<(Action, Alert)> {
+        let max_age = self.config.max_window_age.as_millis() as i64;
+        let triggers: Vec<Alert> = desired
+            .iter()
+            .filter(|(k, a)| {
+                self.open.get(*k).is_none_or(|o| o.verdict != a.verdict)
+                    && a.recent_enough(now_ms - max_age)
+            })
+            .map(|(_, a)| a.clone())
+            .collect();
+        let resolves: Vec<Alert> = self
+            .open
+            .iter()
+            .filter(|(k, _)| !desired.contains_key(*k))
+            .filter(|(_, a)| judged_from.is_none_or(|from| a.judged_from(from)))
+            .map(|(_, a)| a.clone())
+            .collect();
+        // New pages before resolves: a resolve that waits costs a stale open alert,
+        // a page that waits costs the on-call's time.
+        prioritise(triggers)
+            .into_iter()
+            .map(|a| (Action::Trigger, a))
+            .chain(
+                prioritise(resolves)
+                    .into_iter()
+                    .map(|a| (Action::Resolve, a)),
+            )
+            .collect()
+    }
+
+    /// What the worker does when a new publication wakes it: a pass if the publication
+    /// asks for something the last pass did not try (a new or changed alert, a resolve
+    /// a load step made possible); returns whether it ran one. Work that failed or was
+    /// deferred waits for the periodic pass: publications come at the pace of the
+    /// evaluation and (cold start) of every load step, and a pass at their pace would
+    /// send a failed delivery again and count it, and the deferred ones, each time.
+    pub async fn on_publication(&mut self, published: &Published, now_ms: i64) -> bool {
+        let work = self.work(&published.alerts, published.judged_from, now_ms);
+        if work
+            .iter()
+            .all(|(action, alert)| self.waiting.contains(&work_item(*action, alert)))
+        {
+            return false;
+        }
+        self.sync_judged(&published.alerts, published.judged_from, now_ms)
+            .await;
+        true
+    }
+
+    /// Loads the alerts this channel had open before a restart (and sets their gauge).
     pub async fn load_open(&mut self) {
         let Some(store) = &self.store else { return };
         match store.open_alerts(&self.channel.name).await {
@@ -583,6 +628,11 @@ impl ChannelWorker {
             Err(e) => tracing::warn!(channel = %self.channel.name, error = %e,
                 "cannot read open alerts; open anomalies may be triggered again"),
         }
+        // Counted from the start: a pass may not run before they change.
+        self.metrics
+            .alerts_open
+            .get_or_create(&self.labels())
+            .set(self.open.len() as i64);
     }
 
     /// Persists what was delivered; a failure only costs a repeated notification
@@ -668,21 +718,41 @@ impl ChannelWorker {
         }
     }
 
-    /// Runs until `shutdown`: a pass whenever the anomalies change, and periodically
-    /// so that deferred and failed notifications go out.
+    /// Runs until `shutdown`: a pass when a publication brings new work
+    /// ([`Self::on_publication`]), and a periodic one (every `rate_period`, at most
+    /// 30 s) that sends what failed or was deferred. A wake that runs no pass does not
+    /// postpone the periodic one.
     pub async fn run(mut self, mut rx: watch::Receiver<Desired>, shutdown: CancellationToken) {
         let retry_every = self.config.rate_period.min(Duration::from_secs(30));
         self.load_open().await;
+        let first = rx.borrow_and_update().clone();
+        if let Some(desired) = first {
+            self.sync_judged(&desired.alerts, desired.judged_from, common::now_ms())
+                .await;
+        }
+        let mut next_pass = tokio::time::Instant::now() + retry_every;
         loop {
-            let desired = rx.borrow_and_update().clone();
-            if let Some(desired) = desired {
-                self.sync_judged(&desired.alerts, desired.judged_from, common::now_ms())
-                    .await;
-            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                changed = rx.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep(retry_every) => {}
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let desired = rx.borrow_and_update().clone();
+                    if let Some(desired) = desired {
+                        if self.on_publication(&desired, common::now_ms()).await {
+                            next_pass = tokio::time::Instant::now() + retry_every;
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(next_pass) => {
+                    let desired = rx.borrow_and_update().clone();
+                    if let Some(desired) = desired {
+                        self.sync_judged(&desired.alerts, desired.judged_from, common::now_ms())
+                            .await;
+                    }
+                    next_pass = tokio::time::Instant::now() + retry_every;
+                }
             }
         }
     }

@@ -157,14 +157,13 @@ impl AppState {
                 judged_from: index.loading.as_ref().map(|l| l.loaded_from),
             }
         };
-        // Channels are woken when the alerts change or the load completes, not by every
-        // load step's new bound: a pass per step would retry failed deliveries at the
-        // pace of the load. The bound is stored anyway; the periodic pass uses it.
+        // Channels are woken when the publication changes: new alerts, or a load step's
+        // new bound (which may let an open alert of a window just judged resolve). Each
+        // worker runs a pass only for work it has not tried yet
+        // (`ChannelWorker::on_publication`): failed and deferred deliveries wait for its
+        // periodic pass, whatever the pace of the load.
         self.alerts.send_if_modified(|current| {
-            let wake = current.as_ref().is_none_or(|c| {
-                c.alerts != published.alerts
-                    || (c.judged_from.is_some() && published.judged_from.is_none())
-            });
+            let wake = current.as_deref() != Some(&published);
             *current = Some(Arc::new(published));
             wake
         });

@@ -925,3 +925,105 @@ url = "{base}/ok/webhook"
     let keys: Vec<&String> = published.keys().collect();
     assert_eq!(keys.len(), 2, "{keys:?}");
 }
+
+/// A publication that brings a channel nothing new runs no pass: during a cold start
+/// every load step publishes a new bound, and the load's completion another, with the
+/// same alerts. Such a wake must neither send a rejected delivery again (and count it
+/// again) nor count the deferred alerts again: those wait for the periodic pass. A
+/// publication with a new alert runs a pass at once (with what waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_without_new_work_runs_no_pass() {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(Backend::Sqlite).await;
+    // Final, and recent enough for the first cycle of a cold start.
+    let w = now_ms().div_euclid(WINDOW) * WINDOW - 4 * WINDOW;
+    for t in ["t1", "t2", "t3", "t4"] {
+        seed_loss(&store, t, w).await;
+    }
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+horizon = "2d"
+max_range = "2d"
+[alerting]
+rate_limit = 3
+rate_period = "1h"
+[[alerting.channels]]
+name = "broken"
+kind = "slack"
+url = "{base}/reject/slack"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+"#
+    );
+    let state = AppState::new(config(&cfg), store.clone()).unwrap();
+    let worker = |i: usize| {
+        web::alert::ChannelWorker::new(
+            state.config.alerting.channels[i].clone(),
+            state.config.alerting.clone(),
+            state.metrics.clone(),
+            Some(state.store.clone()),
+        )
+    };
+    let (mut broken, mut hook) = (worker(0), worker(1));
+    let label = |c: &str| ChannelLabels { channel: c.into() };
+    // (rejected attempts, failures, deferred on "broken", deferred on "hook", delivered)
+    let seen = || {
+        let m = &state.metrics;
+        (
+            receiver.attempts("/reject/slack"),
+            m.alert_failures.get_or_create(&label("broken")).get(),
+            m.alerts_rate_limited.get_or_create(&label("broken")).get(),
+            m.alerts_rate_limited.get_or_create(&label("hook")).get(),
+            receiver.got().len(),
+        )
+    };
+    let now = now_ms();
+    state.evaluate_cycle(now).await.unwrap();
+    let published = state.published_alerts().unwrap();
+    assert!(
+        published.judged_from.is_some(),
+        "a cold start: still loading"
+    );
+    assert_eq!(published.len(), 4, "{published:?}");
+    assert!(broken.on_publication(&published, now).await);
+    assert!(hook.on_publication(&published, now).await);
+    let before = seen();
+    assert_eq!(before, (3, 3, 1, 1, 3));
+
+    // Every load step and the completion: the same alerts, a new bound.
+    let mut steps = 0;
+    loop {
+        let done = state.load_step(now).await.unwrap();
+        let published = state.published_alerts().unwrap();
+        let passes = (
+            broken.on_publication(&published, now).await,
+            hook.on_publication(&published, now).await,
+        );
+        assert_eq!(
+            seen(),
+            before,
+            "step {steps}: nothing sent nor counted again"
+        );
+        assert_eq!(passes, (false, false));
+        steps += 1;
+        assert!(steps < 1000, "loading never ends");
+        if done {
+            assert_eq!(published.judged_from, None);
+            break;
+        }
+    }
+    assert!(steps > 1);
+
+    // A new alert: a pass at once, which defers all (no token left this period).
+    seed_loss(&store, "t5", w).await;
+    state.evaluate_cycle(now).await.unwrap();
+    let published = state.published_alerts().unwrap();
+    assert_eq!(published.len(), 5);
+    assert!(broken.on_publication(&published, now).await);
+    assert!(hook.on_publication(&published, now).await);
+    assert_eq!(seen(), (3, 3, 1 + 5, 1 + 2, 3));
+}
