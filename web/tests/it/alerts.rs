@@ -1028,3 +1028,66 @@ url = "{base}/ok/webhook"
     assert!(hook.on_publication(&published, now).await);
     assert_eq!(seen(), (3, 3, 1 + 5, 1 + 2, 3));
 }
+
+/// The periodic pass retries a failed delivery even while publications keep waking
+/// the channel with nothing new (a cold start's load steps): a wake that runs no pass
+/// does not postpone the periodic one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakes_without_new_work_do_not_postpone_the_periodic_retry() {
+    let (receiver, base) = start_receiver().await;
+    let cfg = format!(
+        r#"
+[serve]
+evaluate_every = "1h"
+[alerting]
+rate_period = "300ms"
+[[alerting.channels]]
+name = "broken"
+kind = "slack"
+url = "{base}/reject/slack"
+"#
+    );
+    let cfg = config(&cfg);
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let worker = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics.clone(),
+        None,
+    );
+    let alert = loss_alert("orders", settled_window());
+    let publication = move |from: i64| {
+        Some(Arc::new(web::alert::Published {
+            alerts: [(alert.dedup_key.clone(), alert.clone())].into(),
+            judged_from: Some(from),
+        }))
+    };
+    let (tx, rx) = tokio::sync::watch::channel(publication(0));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(worker.run(rx, shutdown.clone()));
+    // A new bound every 20 ms, the same alert: more often than the 300 ms retry.
+    let stepping = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut from = 0;
+            while !shutdown.is_cancelled() {
+                from += 1;
+                tx.send_replace(publication(from));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let failures = || {
+        metrics
+            .alert_failures
+            .get_or_create(&ChannelLabels {
+                channel: "broken".into(),
+            })
+            .get()
+    };
+    wait_for("two periodic retries", || failures() >= 3).await;
+    assert!(receiver.attempts("/reject/slack") >= 3);
+    shutdown.cancel();
+    run.await.unwrap();
+    stepping.await.unwrap();
+}
