@@ -65,6 +65,7 @@ conformance!(
     progress_keeps_the_latest_watermark_per_partition,
     emitters_record_last_seen_times,
     windows_in_range_pages_by_topic,
+    windows_in_range_across_a_day_boundary_read_each_bucket_once,
     offset_ranges_widen,
     rejects_are_kept_with_their_reason,
     retention_removes_old_windows_and_uuids_in_batches,
@@ -774,6 +775,93 @@ async fn windows_in_range_pages_by_topic(store: &Store) {
         }
     }
     assert_eq!(pages, vec![vec!["t0", "t1"], vec!["t2", "t3"], vec!["t4"]]);
+}
+
+/// Windows on both sides of midnight (two day partitions on PostgreSQL), each with
+/// several latency buckets, some written by two increments, read in pages of 1, 2 and
+/// 10 topics over a range across the boundary: every window once, with its whole
+/// histogram (each bucket row once) and its count, as the per-topic read has them.
+async fn windows_in_range_across_a_day_boundary_read_each_bucket_once(store: &Store) {
+    const DAY: i64 = 86_400_000;
+    let midnight = (T0 / DAY + 1) * DAY;
+    let first = (midnight - T0) / W - 2; // 23:40, 23:50, 00:00, 00:10
+    store
+        .prepare_partitions(midnight - DAY, midnight + DAY)
+        .await
+        .unwrap();
+    let mut expected: BTreeMap<(String, String, String, i64), (u64, LatencyHistogram)> =
+        BTreeMap::new();
+    let mut messages = vec![];
+    for t in 0..4u64 {
+        for w in first..first + 4 {
+            for (tier, dc) in [
+                ("regional", "dc1"),
+                ("aggregate", "dc1"),
+                ("aggregate", "dc2"),
+            ] {
+                // t1's windows get two increments: their buckets add up in one row.
+                for copy in 0..if t == 1 { 2 } else { 1 } {
+                    let mut inc = increment(&format!("t{t}"), tier, dc, w, 10 + t + copy);
+                    inc.latency = Latency {
+                        zero_count: 1,
+                        negative_count: 0,
+                        max_ms: 900,
+                        buckets: vec![(5, 2), (100 + (w % 7) as i32, 3 + copy), (300, 4 + t)],
+                    };
+                    let e = expected
+                        .entry((
+                            inc.topic.clone(),
+                            tier.into(),
+                            dc.into(),
+                            inc.window_start_ms,
+                        ))
+                        .or_insert((0, LatencyHistogram::new()));
+                    e.0 += inc.count;
+                    e.1.merge(&inc.latency.histogram());
+                    messages.push(Message::from(inc));
+                }
+            }
+        }
+    }
+    store.write_batch(&batch(messages)).await.unwrap();
+    let range = TimeRange::new(T0 + (first + 1) * W, T0 + (first + 3) * W);
+    let key = |r: &WindowRow| {
+        (
+            r.topic.clone(),
+            r.tier.clone(),
+            r.datacenter.clone(),
+            r.window_start_ms,
+        )
+    };
+    let mut per_topic = vec![];
+    for t in 0..4 {
+        per_topic.extend(store.topic_windows(&format!("t{t}"), range).await.unwrap());
+    }
+    assert_eq!(
+        per_topic.len(),
+        4 * 2 * 3,
+        "4 topics x 2 windows x 3 tiers/dcs"
+    );
+    for limit in [1, 2, 10] {
+        let mut read = vec![];
+        let mut after: Option<String> = None;
+        loop {
+            let page = store
+                .windows_in_range(range, after.as_deref(), limit)
+                .await
+                .unwrap();
+            read.extend(page.rows);
+            match page.next_after_topic {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(read, per_topic, "pages of {limit} topics");
+        for r in &read {
+            let (count, latency) = &expected[&key(r)];
+            assert_eq!((r.count, &r.latency), (*count, latency), "{:?}", key(r));
+        }
+    }
 }
 
 async fn offset_ranges_widen(store: &Store) {

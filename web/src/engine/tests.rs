@@ -906,3 +906,51 @@ fn completeness_threshold_must_be_a_ratio() {
     }
     assert_eq!(TopologyConfig::default().completeness, 0.999);
 }
+
+/// `percentiles` walks the buckets once for p50, p95 and p99: the same values as
+/// `LatencyHistogram::quantile` for each (clamped at the largest latency seen), on
+/// histograms with and without sub-millisecond latencies, one bucket or many.
+#[test]
+fn percentiles_equal_the_histograms_quantiles() {
+    let mut cases = vec![LatencyHistogram::new()];
+    for (zero, negative, max_ms, buckets) in [
+        (0, 0, 5, vec![(10u32, 1u64)]),
+        (3, 1, 2100, vec![(230, 1000)]),
+        (1000, 0, 0, vec![]),
+        (
+            50,
+            0,
+            900,
+            vec![(1, 10), (5, 20), (90, 1), (300, 5), (340, 3)],
+        ),
+        (0, 0, 40, vec![(2, 1), (3, 1), (4, 98)]),
+        (98, 0, 40, vec![(2, 1), (200, 1)]),
+        (
+            1,
+            0,
+            100_000,
+            (0..600).map(|i| (i, u64::from(i % 7))).collect(),
+        ),
+    ] {
+        cases.push(LatencyHistogram::from_buckets(zero, negative, max_ms, buckets).unwrap());
+    }
+    for h in cases {
+        let clamp = |q: f64| h.quantile(q).map(|v| v.min(h.max_ms() as f64));
+        let expected = clamp(0.5).map(|p50| Percentiles {
+            count: h.count(),
+            p50_ms: p50,
+            p95_ms: clamp(0.95).unwrap(),
+            p99_ms: clamp(0.99).unwrap(),
+            max_ms: h.max_ms().max(0) as u64,
+        });
+        let got = percentiles(&h);
+        assert_eq!(
+            got.as_ref()
+                .map(|p| (p.count, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms)),
+            expected
+                .as_ref()
+                .map(|p| (p.count, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms)),
+            "{h:?}"
+        );
+    }
+}
