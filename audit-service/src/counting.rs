@@ -92,14 +92,19 @@ impl Feeder {
     #[inline]
     pub(crate) fn record(&self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
         if self.local {
-            ACTIVE.with_borrow_mut(|a| {
-                if let Some((_, w)) = a {
+            let counted = ACTIVE.with_borrow_mut(|a| match a {
+                Some((id, w)) if *id == self.shared.id => {
                     w.count(m, observed_at_ms);
+                    true
                 }
+                _ => false,
             });
-        } else {
-            self.shared.with(|w| w.count(m, observed_at_ms));
+            if counted {
+                return;
+            }
         }
+        // Never skipped: the state at home, or a panic if it is nowhere to be found.
+        self.shared.with(|w| w.count(m, observed_at_ms));
     }
 
     /// Publishes the consumption metrics summed since the last flush (call when idle).
