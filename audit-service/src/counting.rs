@@ -1,18 +1,22 @@
-//! The bridge from rdkafka messages to audit-lib's aggregator, pipelined.
+//! The bridge from rdkafka messages to audit-lib's aggregator.
 //!
-//! The consume thread only copies each message into a batch (a thread-local buffer,
-//! so the rebalance callbacks, which run on the same thread inside `poll`, see it
-//! too); full batches go over a bounded channel to a worker thread that owns the
-//! aggregator. Auditing then runs beside librdkafka's own work instead of on the
-//! consume thread. A drain first submits the partial batch and is answered by the
-//! worker after every earlier batch (the channel is FIFO), so a report covers exactly
-//! the messages polled before it.
+//! Messages are counted on the consume thread, straight from librdkafka's buffers:
+//! no copy, no hand-off. (A counting thread fed with copied batches cost more in the
+//! copy, the channel's wake-ups and the second pass over cold data than the counting
+//! itself: bench/audit-service.sh, issue 16.) The aggregator allocates nothing per
+//! message after warm-up; metrics are summed locally and published every
+//! [`FLUSH_EVERY`] messages and whenever the queue runs dry.
+//!
+//! While the consume loop runs, the counting state lives in a thread-local of the
+//! consume thread ([`Feeder`] checks it out and puts it back when dropped): the
+//! rebalance callbacks, which run on that thread inside `poll`, drain it through
+//! [`Counting::drain`] without a lock, and the loop counts without one. A drain
+//! therefore covers exactly the messages polled before it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use audit_lib::checksum::{key_len_prefix, prefixed_message_hash};
 use audit_lib::{
@@ -25,202 +29,147 @@ use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use crate::config::Config;
 use crate::metrics::{KindLabel, Metrics};
 
-/// Messages per batch handed to the worker.
-const BATCH: usize = 512;
-/// Bytes of keys, values and headers per batch: a batch is handed over at whichever
-/// of `BATCH` messages or this many bytes comes first, so large messages do not make
-/// a batch (and the memory between the threads) grow with them.
-const BATCH_BYTES: usize = 1 << 20;
-/// Batches in flight: bounds the memory between the threads and back-pressures the
-/// consume thread when auditing falls behind.
-const IN_FLIGHT: usize = 8;
-/// Counted batches go back to the consume thread emptied, their buffers kept: filling
-/// a fresh batch reallocated its buffers as they grew (and faulted in new pages at
-/// 1 KB messages) and the worker freed memory the other thread had allocated, all per
-/// batch. A returned batch whose buffer grew past this (one huge message) is dropped.
-const RECYCLE_MAX_BYTES: usize = 2 * BATCH_BYTES;
+/// Messages between two updates of the consumption metrics.
+const FLUSH_EVERY: u32 = 512;
 
 type Range = (u32, u32);
-
-struct Rec {
-    topic: u32,
-    partition: i32,
-    offset: i64,
-    timestamp: Option<RecordTimestamp>,
-    key: Option<Range>,
-    value: Option<Range>,
-    /// Key-length prefix, key and value, contiguous: what the checksum hashes.
-    hashed: Range,
-    headers: Range,
-    observed_at_ms: i64,
-}
-
-#[derive(Default)]
-struct Batch {
-    recs: Vec<Rec>,
-    data: Vec<u8>,
-    topics: Vec<String>,
-    /// (name, value) with values in `data`; only filled when a rule reads headers.
-    headers: Vec<(String, Option<Range>)>,
-}
-
-impl Batch {
-    /// Empties the batch, keeping its buffers' capacity.
-    fn clear(&mut self) {
-        self.recs.clear();
-        self.data.clear();
-        self.topics.clear();
-        self.headers.clear();
-    }
-
-    fn put(&mut self, bytes: Option<&[u8]>) -> Option<Range> {
-        bytes.map(|b| {
-            let start = self.data.len() as u32;
-            self.data.extend_from_slice(b);
-            (start, self.data.len() as u32)
-        })
-    }
-}
-
-thread_local! {
-    static PENDING: RefCell<Batch> = RefCell::new(Batch::default());
-}
 
 /// The partition positions a drain reports: (topic, partition, next offset, event-time
 /// watermark, see [`Watermark`]).
 pub(crate) type Positions = Vec<(String, i32, i64, Option<i64>)>;
 
-enum Work {
-    Batch(Batch),
-    Drain(i64, SyncSender<(Vec<AuditMessage>, Positions)>),
+thread_local! {
+    /// The counting state checked out by the consume loop on this thread, with the id
+    /// of the [`Counting`] it belongs to.
+    static ACTIVE: RefCell<Option<(u64, Box<Worker>)>> = const { RefCell::new(None) };
 }
 
-/// The consume thread's end: feeds messages, drains reports.
-#[derive(Clone)]
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The counting state while no consume loop holds it.
+struct Shared {
+    id: u64,
+    home: Mutex<Option<Box<Worker>>>,
+}
+
+impl Shared {
+    fn home(&self) -> MutexGuard<'_, Option<Box<Worker>>> {
+        self.home.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the counting state: the consume thread's checked-out copy when
+    /// called there, else the one at home.
+    fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
+        let mut f = Some(f);
+        let local = ACTIVE.with_borrow_mut(|a| match a {
+            Some((id, w)) if *id == self.id => Some((f.take().expect("once"))(w)),
+            _ => None,
+        });
+        match local {
+            Some(r) => r,
+            None => {
+                let mut home = self.home();
+                let w = home
+                    .as_mut()
+                    .expect("counting state checked out by another thread");
+                (f.take().expect("once"))(w)
+            }
+        }
+    }
+}
+
+/// The consume loop's handle: counts messages. Holds the counting state in the
+/// thread-local of the thread that created it until dropped.
 pub(crate) struct Feeder {
-    tx: SyncSender<Work>,
-    /// Emptied batches coming back from the worker.
-    free: Arc<Mutex<Receiver<Batch>>>,
-    needs_headers: bool,
-    /// Headers left out because their name is not UTF-8.
-    unreadable_headers: Counter,
-    windows: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
+    /// False when this thread already held another instance's state (never in the
+    /// service): then every message goes through the lock at home.
+    local: bool,
 }
 
 impl Feeder {
-    /// Copies one message into the current batch; hands the batch over when full.
+    /// Counts one message.
     #[inline]
     pub(crate) fn record(&self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
-        let full = PENDING.with(|b| {
-            let mut b = b.borrow_mut();
-            let topic = m.topic();
-            let t = match b.topics.last() {
-                Some(last) if last == topic => b.topics.len() - 1,
-                _ => {
-                    b.topics.push(topic.to_string());
-                    b.topics.len() - 1
+        if self.local {
+            let counted = ACTIVE.with_borrow_mut(|a| match a {
+                Some((id, w)) if *id == self.shared.id => {
+                    w.count(m, observed_at_ms);
+                    true
                 }
-            } as u32;
-            let timestamp = match m.timestamp() {
-                Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                    ms,
-                    kind: TimestampType::CreateTime,
-                }),
-                Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                    ms,
-                    kind: TimestampType::LogAppendTime,
-                }),
-                _ => None,
-            };
-            // Laid out as the checksum hashes them (length prefix, key, value), so
-            // the worker hashes in one pass instead of copying the parts together.
-            let (key, value) = (m.key(), m.payload());
-            let p0 = b.data.len() as u32;
-            b.data
-                .extend_from_slice(&key_len_prefix(key.map_or(0, <[u8]>::len)));
-            let key = b.put(key);
-            let value = b.put(value);
-            let hashed = (p0, b.data.len() as u32);
-            let h0 = b.headers.len() as u32;
-            if self.needs_headers {
-                // Not `m.headers()`: rdkafka unwraps the name's UTF-8 (see
-                // `raw_headers`). A name that is not UTF-8 matches no rule, so the
-                // header is left out, as if absent: the record is still counted and
-                // the rule falls back to its next source of time.
-                crate::raw_headers::for_each(m, |name, value| match std::str::from_utf8(name) {
-                    Ok(name) => {
-                        let v = b.put(value);
-                        b.headers.push((name.to_string(), v));
-                    }
-                    Err(_) => {
-                        self.unreadable_headers.inc();
-                    }
-                });
-            }
-            let headers = (h0, b.headers.len() as u32);
-            b.recs.push(Rec {
-                topic: t,
-                partition: m.partition(),
-                offset: m.offset(),
-                timestamp,
-                key,
-                value,
-                hashed,
-                headers,
-                observed_at_ms,
+                _ => false,
             });
-            b.recs.len() >= BATCH || b.data.len() >= BATCH_BYTES
-        });
-        if full {
-            self.submit();
+            if counted {
+                return;
+            }
         }
+        // Never skipped: the state at home, or a panic if it is nowhere to be found.
+        self.shared.with(|w| w.count(m, observed_at_ms));
     }
 
-    /// Window statistics held in memory (open, or evicted and waiting for the drain),
-    /// as of the last batch counted.
+    /// Publishes the consumption metrics summed since the last flush (call when idle).
+    pub(crate) fn flush(&self) {
+        self.shared.with(Worker::flush);
+    }
+
+    /// Window statistics held in memory (open, or evicted and waiting for the drain).
     pub(crate) fn windows(&self) -> usize {
-        self.windows.load(Ordering::Relaxed)
-    }
-
-    /// Hands the current (partial) batch to the worker.
-    pub(crate) fn submit(&self) {
-        if PENDING.with(|b| b.borrow().recs.is_empty()) {
-            return;
-        }
-        let spare = self
-            .free
-            .lock()
-            .ok()
-            .and_then(|rx| rx.try_recv().ok())
-            .unwrap_or_default();
-        let batch = PENDING.with(|b| std::mem::replace(&mut *b.borrow_mut(), spare));
-        // The worker lives as long as any feeder; a send error means it panicked,
-        // which the drain reports.
-        let _ = self.tx.send(Work::Batch(batch));
+        self.shared
+            .with(|w| w.aggregator.open_windows() + w.aggregator.pending_windows())
     }
 }
 
-/// The worker thread ends when the last feeder is dropped.
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        if self.local {
+            let w = ACTIVE.with_borrow_mut(Option::take);
+            if let Some((_, mut w)) = w {
+                w.flush();
+                *self.shared.home() = Some(w);
+            }
+        }
+    }
+}
+
 pub(crate) struct Counting {
-    feeder: Feeder,
+    shared: Arc<Shared>,
 }
 
 struct Worker {
     aggregator: Aggregator,
-    /// Where counted batches go back to the consume thread.
-    recycle: SyncSender<Batch>,
+    needs_headers: bool,
+    /// Headers left out because their name is not UTF-8.
+    unreadable_headers: Counter,
     /// event_time, no_time, malformed, out_of_bounds
     classes: [Counter; 4],
     consumed: Counter,
     consumed_bytes: Counter,
+    /// Summed since the last flush: classes, messages, bytes.
+    unflushed: ([u64; 4], u64, u64),
     /// Record times the watermark ignored (outside the skew bounds).
     watermark_ignored: Counter,
-    windows: Arc<AtomicUsize>,
-    /// Every partition read since the worker started; `touched` since the last drain.
-    /// Keyed by topic, then partition: looked up by `&str`, without building a key.
-    positions: HashMap<String, HashMap<i32, PartPos>>,
+    /// Length prefix, key and value of the message being counted, contiguous: what the
+    /// checksum hashes in one pass. Reused.
+    hashed: Vec<u8>,
+    /// Headers of the message being counted (only when a rule reads headers): name and
+    /// value ranges in `header_data`. Reused.
+    headers: Vec<(Range, Option<Range>)>,
+    header_data: Vec<u8>,
+    /// The topic of the last message, by librdkafka's topic handle: runs of one topic
+    /// are the rule, and its name is then neither measured nor validated again.
+    /// Forgotten at each drain (a handle can only be freed and reused after the
+    /// rebalance that drops its topic, and a rebalance drains).
+    /// (The handle's address, compared only.)
+    last_rkt: usize,
+    last_topic: String,
+    /// Every partition read since the counting started: position, `touched` since
+    /// the last drain. Indexed by `position_index` (topic, then partition: looked up
+    /// by `&str`, without building a key); `last_position` is the last one used.
+    positions: Vec<(String, i32, PartPos)>,
+    position_index: HashMap<String, HashMap<i32, usize>>,
+    /// Valid for `last_rkt`'s topic only.
+    last_position: Option<usize>,
 }
-
 /// A partition's read position and event-time watermark tracker.
 struct PartPos {
     next: i64,
@@ -290,123 +239,177 @@ impl Watermark {
     }
 }
 
-struct BatchHeaders<'a> {
-    batch: &'a Batch,
-    range: Range,
+/// The current message's headers, as collected by [`Worker::count`].
+struct MessageHeaders<'a> {
+    headers: &'a [(Range, Option<Range>)],
+    data: &'a [u8],
 }
 
-impl HeaderLookup for BatchHeaders<'_> {
+impl HeaderLookup for MessageHeaders<'_> {
     fn header(&self, name: &str) -> Option<&[u8]> {
-        let (a, b) = self.range;
-        self.batch.headers[a as usize..b as usize]
+        let slice = |(s, e): Range| &self.data[s as usize..e as usize];
+        self.headers
             .iter()
-            .find(|(k, _)| k == name)
-            .and_then(|(_, v)| v.map(|(s, e)| &self.batch.data[s as usize..e as usize]))
+            .find(|(k, _)| slice(*k) == name.as_bytes())
+            .and_then(|(_, v)| v.map(slice))
     }
 }
 
 impl Worker {
-    fn run(mut self, rx: Receiver<Work>) {
-        while let Ok(work) = rx.recv() {
-            match work {
-                Work::Batch(mut batch) => {
-                    self.count(&batch);
-                    if batch.data.capacity() <= RECYCLE_MAX_BYTES {
-                        batch.clear();
-                        // Full: the consume thread has spares enough; drop this one.
-                        let _ = self.recycle.try_send(batch);
-                    }
+    #[inline]
+    fn count(&mut self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
+        let rkt = m.topic_ptr() as usize;
+        if rkt != self.last_rkt || self.last_topic.is_empty() {
+            self.last_rkt = rkt;
+            self.last_topic.clear();
+            self.last_topic.push_str(m.topic());
+            self.last_position = None;
+        }
+        let timestamp = match m.timestamp() {
+            Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
+                ms,
+                kind: TimestampType::CreateTime,
+            }),
+            Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
+                ms,
+                kind: TimestampType::LogAppendTime,
+            }),
+            _ => None,
+        };
+        let (key, value) = (m.key(), m.payload());
+        self.hashed.clear();
+        self.hashed
+            .extend_from_slice(&key_len_prefix(key.map_or(0, <[u8]>::len)));
+        self.hashed.extend_from_slice(key.unwrap_or_default());
+        self.hashed.extend_from_slice(value.unwrap_or_default());
+        let hash = prefixed_message_hash(&self.hashed);
+        self.headers.clear();
+        self.header_data.clear();
+        if self.needs_headers {
+            // Not `m.headers()`: rdkafka unwraps the name's UTF-8 (see `raw_headers`).
+            // A name that is not UTF-8 matches no rule, so the header is left out, as
+            // if absent: the record is still counted and the rule falls back to its
+            // next source of time.
+            let (headers, data) = (&mut self.headers, &mut self.header_data);
+            let mut put = |b: &[u8]| {
+                let s = data.len() as u32;
+                data.extend_from_slice(b);
+                (s, data.len() as u32)
+            };
+            crate::raw_headers::for_each(m, |name, value| {
+                if std::str::from_utf8(name).is_ok() {
+                    let n = put(name);
+                    headers.push((n, value.map(&mut put)));
+                } else {
+                    self.unreadable_headers.inc();
                 }
-                Work::Drain(now, reply) => {
-                    let messages = self.aggregator.drain(now);
-                    let positions =
-                        self.positions
-                            .iter_mut()
-                            .flat_map(|(t, parts)| {
-                                parts.iter_mut().filter(|(_, pos)| pos.touched).map(
-                                    move |(p, pos)| {
-                                        pos.touched = false;
-                                        (t.clone(), *p, pos.next, pos.watermark.take())
-                                    },
-                                )
-                            })
-                            .collect();
-                    self.windows.store(0, Ordering::Relaxed);
-                    let _ = reply.send((messages, positions));
-                }
+            });
+        }
+        let (partition, offset) = (m.partition(), m.offset());
+        let headers = MessageHeaders {
+            headers: &self.headers,
+            data: &self.header_data,
+        };
+        let obs = Observation {
+            topic: &self.last_topic,
+            partition,
+            offset,
+            key,
+            value,
+            headers: &headers,
+            record_timestamp: timestamp,
+            observed_at_ms,
+        };
+        let class = self.aggregator.record_hashed(&obs, hash);
+        let i = match class {
+            Classification::EventTime { .. } => 0,
+            Classification::NoTime(_) => 1,
+            Classification::Malformed(..) => 2,
+            Classification::OutOfBounds { .. } => 3,
+        };
+        self.unflushed.0[i] += 1;
+        self.unflushed.1 += 1;
+        self.unflushed.2 += obs.byte_len();
+        // Positions: runs of one partition are common, so the last one is tried first.
+        let idx = match self.last_position {
+            Some(i) if self.positions[i].1 == partition => i,
+            _ => {
+                let i = self.position_of(partition);
+                self.last_position = Some(i);
+                i
             }
+        };
+        let p = &mut self.positions[idx].2;
+        p.next = offset + 1;
+        p.touched = true;
+        if let Some(t) = timestamp {
+            if !p.watermark.push(t.ms, observed_at_ms, &p.rule) {
+                self.watermark_ignored.inc();
+            }
+        }
+        if self.unflushed.1 >= u64::from(FLUSH_EVERY) {
+            self.flush();
         }
     }
 
-    fn count(&mut self, batch: &Batch) {
-        let mut classes = [0u64; 4];
-        let mut bytes = 0u64;
-        let slice = |r: Option<Range>| r.map(|(s, e)| &batch.data[s as usize..e as usize]);
-        let mut last: Option<(u32, i32)> = None;
-        let mut pos: Option<&mut PartPos> = None;
-        for rec in &batch.recs {
-            let topic = batch.topics[rec.topic as usize].as_str();
-            let headers = BatchHeaders {
-                batch,
-                range: rec.headers,
-            };
-            let obs = Observation {
-                topic,
-                partition: rec.partition,
-                offset: rec.offset,
-                key: slice(rec.key),
-                value: slice(rec.value),
-                headers: &headers,
-                record_timestamp: rec.timestamp,
-                observed_at_ms: rec.observed_at_ms,
-            };
-            bytes += obs.byte_len();
-            let hash =
-                prefixed_message_hash(&batch.data[rec.hashed.0 as usize..rec.hashed.1 as usize]);
-            let i = match self.aggregator.record_hashed(&obs, hash) {
-                Classification::EventTime { .. } => 0,
-                Classification::NoTime(_) => 1,
-                Classification::Malformed(..) => 2,
-                Classification::OutOfBounds { .. } => 3,
-            };
-            classes[i] += 1;
-            // Positions: runs of one partition are common, so look up per run.
-            let key = (rec.topic, rec.partition);
-            if last != Some(key) {
-                last = Some(key);
-                if !self.positions.contains_key(topic) {
-                    self.positions.insert(topic.to_string(), HashMap::new());
-                }
-                let parts = self.positions.get_mut(topic).expect("inserted above");
-                let config = self.aggregator.config();
-                pos = Some(parts.entry(rec.partition).or_insert_with(|| PartPos {
-                    next: 0,
-                    touched: false,
-                    watermark: Watermark::default(),
-                    rule: config.rule_for(topic).clone(),
-                }));
-            }
-            if let Some(p) = pos.as_deref_mut() {
-                p.next = rec.offset + 1;
-                p.touched = true;
-                if let Some(t) = rec.timestamp {
-                    if !p.watermark.push(t.ms, rec.observed_at_ms, &p.rule) {
-                        self.watermark_ignored.inc();
-                    }
-                }
-            }
+    /// The index of `partition` of `last_topic` in `positions`, added if new.
+    #[inline(never)]
+    fn position_of(&mut self, partition: i32) -> usize {
+        let topic = self.last_topic.as_str();
+        if let Some(&i) = self
+            .position_index
+            .get(topic)
+            .and_then(|parts| parts.get(&partition))
+        {
+            return i;
         }
+        let i = self.positions.len();
+        self.positions.push((
+            topic.to_string(),
+            partition,
+            PartPos {
+                next: 0,
+                touched: false,
+                watermark: Watermark::default(),
+                rule: self.aggregator.config().rule_for(topic).clone(),
+            },
+        ));
+        self.position_index
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, i);
+        i
+    }
+
+    fn flush(&mut self) {
+        let (classes, messages, bytes) = std::mem::take(&mut self.unflushed);
         for (c, n) in self.classes.iter().zip(classes) {
             if n > 0 {
                 c.inc_by(n);
             }
         }
-        self.consumed.inc_by(batch.recs.len() as u64);
-        self.consumed_bytes.inc_by(bytes);
-        self.windows.store(
-            self.aggregator.open_windows() + self.aggregator.pending_windows(),
-            Ordering::Relaxed,
-        );
+        if messages > 0 {
+            self.consumed.inc_by(messages);
+            self.consumed_bytes.inc_by(bytes);
+        }
+    }
+
+    fn drain(&mut self, now_ms: i64) -> (Vec<AuditMessage>, Positions) {
+        self.flush();
+        self.last_rkt = 0;
+        self.last_topic.clear();
+        self.last_position = None;
+        let messages = self.aggregator.drain(now_ms);
+        let positions = self
+            .positions
+            .iter_mut()
+            .filter(|(_, _, pos)| pos.touched)
+            .map(|(t, p, pos)| {
+                pos.touched = false;
+                (t.clone(), *p, pos.next, pos.watermark.take())
+            })
+            .collect();
+        (messages, positions)
     }
 }
 
@@ -433,11 +436,10 @@ impl Counting {
                 })
                 .clone()
         };
-        let windows = Arc::new(AtomicUsize::new(0));
-        let (recycle, free) = sync_channel(IN_FLIGHT + 2);
         let worker = Worker {
             aggregator,
-            recycle,
+            needs_headers,
+            unreadable_headers: metrics.unreadable_headers.clone(),
             classes: [
                 c("event_time"),
                 c("no_time"),
@@ -446,41 +448,49 @@ impl Counting {
             ],
             consumed: metrics.consumed_messages.clone(),
             consumed_bytes: metrics.consumed_bytes.clone(),
+            unflushed: Default::default(),
             watermark_ignored: metrics.watermark_ignored_times.clone(),
-            windows: windows.clone(),
-            positions: HashMap::new(),
+            hashed: Vec::new(),
+            headers: Vec::new(),
+            header_data: Vec::new(),
+            last_rkt: 0,
+            last_topic: String::new(),
+            positions: Vec::new(),
+            position_index: HashMap::new(),
+            last_position: None,
         };
-        let (tx, rx) = sync_channel(IN_FLIGHT);
-        std::thread::Builder::new()
-            .name("audit-counting".into())
-            .spawn(move || worker.run(rx))
-            .map_err(|e| anyhow::anyhow!("cannot start the counting thread: {e}"))?;
         Ok(Counting {
-            feeder: Feeder {
-                tx,
-                free: Arc::new(Mutex::new(free)),
-                needs_headers,
-                unreadable_headers: metrics.unreadable_headers.clone(),
-                windows,
-            },
+            shared: Arc::new(Shared {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                home: Mutex::new(Some(Box::new(worker))),
+            }),
         })
     }
 
+    /// The consume loop's handle. Checks the counting state out into this thread until
+    /// the feeder is dropped; drains must then run on this thread (they do: the loop
+    /// and the rebalance callbacks inside `poll`).
     pub(crate) fn feeder(&self) -> Feeder {
-        self.feeder.clone()
+        let shared = self.shared.clone();
+        let local = ACTIVE.with_borrow_mut(|a| {
+            if a.is_some() {
+                return false;
+            }
+            match shared.home().take() {
+                Some(w) => {
+                    *a = Some((shared.id, w));
+                    true
+                }
+                None => false,
+            }
+        });
+        Feeder { shared, local }
     }
 
-    /// Everything counted so far, including the batch being filled: increments and
-    /// the position of every partition read since the previous drain. Must be called
-    /// on the consume thread.
+    /// Everything counted so far: increments and the position of every partition read
+    /// since the previous drain.
     pub(crate) fn drain(&mut self, now_ms: i64) -> (Vec<AuditMessage>, Positions) {
-        self.feeder.submit();
-        let (reply_tx, reply_rx) = sync_channel(1);
-        self.feeder
-            .tx
-            .send(Work::Drain(now_ms, reply_tx))
-            .expect("counting thread alive");
-        reply_rx.recv().expect("counting thread answers drains")
+        self.shared.with(|w| w.drain(now_ms))
     }
 }
 

@@ -727,13 +727,12 @@ fn consume(
                 }
             }
         }
-        // Non-blocking while messages flow; on the first empty poll hand the partial
-        // batch to the counting thread and let the queue refill; block only when it is
-        // still empty after that.
+        // Non-blocking while messages flow; on the first empty poll let the queue
+        // refill; block only when it is still empty after that.
         let polled = match consumer.poll(Duration::ZERO) {
             None if !dry => {
                 dry = true;
-                feeder.submit();
+                feeder.flush();
                 since_clock = CLOCK_EVERY;
                 std::thread::sleep(REFILL);
                 continue;
@@ -747,8 +746,8 @@ fn consume(
                 feeder.record(&m, observed_at);
             }
             Some(Err(KafkaError::PartitionEOF(_))) | None => {
-                // Idle: let the worker count what is buffered (metrics, progress).
-                feeder.submit();
+                // Idle: publish the consumption metrics.
+                feeder.flush();
                 since_clock = CLOCK_EVERY;
             }
             Some(Err(e)) => {
