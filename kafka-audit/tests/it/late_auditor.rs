@@ -32,47 +32,31 @@ const PARTITIONS: i32 = 3;
 async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::new("late-e2e").await;
-    let (a, b) = (&rig.a, &rig.b);
     let topic = testkit::unique("late-e2e");
-    testkit::create_topic(a, &topic, PARTITIONS).await;
-    testkit::create_topic(b, &topic, PARTITIONS).await;
+    rig.create_topic(&topic, PARTITIONS).await;
     let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
     let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
     let (state, jobs) = rig.serve("30m").await;
 
     // 45 s of traffic at 100 messages/s: window 1 loses 37, window 2 gets 11 twice.
-    let faults = Faults {
-        loss: Some((1, 37)),
-        dup: Some((2, 11)),
-    };
-    let traffic = {
-        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
-            replicate_live(
-                &a,
-                &b,
-                &topic,
-                PARTITIONS,
-                100,
-                Duration::from_secs(45),
-                faults,
-            )
-        })
-    };
+    let traffic = rig.spawn_traffic(
+        &topic,
+        Traffic {
+            partitions: PARTITIONS,
+            rate: 100,
+            duration: Duration::from_secs(45),
+            faults: Faults {
+                loss: Some((1, 37)),
+                dup: Some((2, 11)),
+            },
+        },
+    );
     // The downstream auditor starts two windows (and a grace) after the traffic.
     let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
     sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
     // It catches up over several reports: each partition is fetched again only 100 ms
     // after its fetched messages were taken, a few KB at a time.
-    let mut late = rig.aggregate(&[&topic]);
-    for (k, v) in [
-        ("queued.min.messages", "1"),
-        ("fetch.queue.backoff.ms", "100"),
-        ("max.partition.fetch.bytes", "2000"),
-    ] {
-        late.kafka.consumer.insert(k.into(), v.into());
-    }
-    let downstream = rig.spawn_auditor(late);
+    let downstream = rig.spawn_auditor(rig.slow_aggregate(&[&topic]));
     let sent = traffic.await.expect("traffic");
     let (up, down) = sent.total();
     let all_final = wait_final(
@@ -85,11 +69,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     )
     .await;
     let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
-    let both_paged = testkit::wait_until_async(Duration::from_secs(20), || {
-        let n = rig.pages.of(&topic).len();
-        async move { n >= 2 }
-    })
-    .await;
+    let both_paged = rig.pages.wait_for(&topic, 2, Duration::from_secs(20)).await;
     let judged = anomalies(&state, &topic, sent.first(), sent.end());
     rig.shutdown([upstream, downstream, collector], jobs).await;
     assert!(

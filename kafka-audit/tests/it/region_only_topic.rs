@@ -23,6 +23,25 @@ const PARTITIONS: i32 = 3;
 const MESSAGES: u64 = 3000;
 const WINDOWS: i64 = 6;
 
+/// serve's config without jobs or alerting: tiers regional and aggregate, datacenters
+/// dc1 and dc2 both rolled up into agg.
+fn two_datacenters() -> web::Config {
+    toml::from_str(
+        r#"
+[topology]
+window = "10s"
+grace = "5s"
+stall_after = "30m"
+tiers = [{ name = "regional" }, { name = "aggregate" }]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = { dc1 = "agg", dc2 = "agg" }
+"#,
+    )
+    .expect("serve config parses")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn topic_of_one_upstream_datacenter_reports_its_loss() {
     let _alone = crate::ALONE.lock().await;
@@ -105,21 +124,7 @@ async fn topic_of_one_upstream_datacenter_reports_its_loss() {
         stop.clone(),
     ));
 
-    let config: web::Config = toml::from_str(
-        r#"
-[topology]
-window = "10s"
-grace = "5s"
-stall_after = "30m"
-tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg", dc2 = "agg" }
-"#,
-    )
-    .expect("serve config parses");
-    let state = web::AppState::new(config, store).expect("state");
+    let state = web::AppState::new(two_datacenters(), store).expect("state");
     let windows: Vec<i64> = (0..WINDOWS).map(|i| base + i * WINDOW_MS).collect();
     let all_final = e2e::wait_final(
         &state,
@@ -295,21 +300,7 @@ async fn region_only_and_two_region_topics_on_three_clusters() {
         ),
         stop.clone(),
     ));
-    let config: web::Config = toml::from_str(
-        r#"
-[topology]
-window = "10s"
-grace = "5s"
-stall_after = "30m"
-tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg", dc2 = "agg" }
-"#,
-    )
-    .expect("serve config parses");
-    let state = web::AppState::new(config, store).expect("state");
+    let state = web::AppState::new(two_datacenters(), store).expect("state");
     let (from, to) = (base, base + WINDOWS * WINDOW_MS);
     let mut all_final = true;
     for (topic, up, down) in [

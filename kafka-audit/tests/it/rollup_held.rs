@@ -35,33 +35,24 @@ async fn tier_count(state: &web::AppState, topic: &str, sent: &Replicated, tier:
 async fn no_final_verdict_while_the_roll_up_is_held_back() {
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::new("rollup-held-e2e").await;
-    let (a, b) = (&rig.a, &rig.b);
     let topic = testkit::unique("rollup-held-e2e");
-    testkit::create_topic(a, &topic, PARTITIONS).await;
-    testkit::create_topic(b, &topic, PARTITIONS).await;
+    rig.create_topic(&topic, PARTITIONS).await;
     let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
     let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
     let (state, jobs) = rig.serve("30m").await;
 
-    let sent = {
-        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
-            replicate_live(
-                &a,
-                &b,
-                &topic,
-                PARTITIONS,
-                50,
-                Duration::from_secs(12),
-                Faults {
-                    loss: None,
-                    dup: None,
-                },
-            )
-        })
+    let sent = rig
+        .spawn_traffic(
+            &topic,
+            Traffic {
+                partitions: PARTITIONS,
+                rate: 50,
+                duration: Duration::from_secs(12),
+                faults: Faults::NONE,
+            },
+        )
         .await
-        .expect("traffic")
-    };
+        .expect("traffic");
     let (up, down) = sent.total();
     let tier_sum = |tier: &'static str| tier_count(&state, &topic, &sent, tier);
     // The upstream tier's increments are added up before the roll-up is held.

@@ -139,6 +139,15 @@ impl Pages {
             })
             .collect()
     }
+
+    /// Waits (bounded by `timeout`) until `topic` has at least `n` pages; whether it has.
+    pub async fn wait_for(&self, topic: &str, n: usize, timeout: Duration) -> bool {
+        testkit::wait_until_async(timeout, || {
+            let got = self.of(topic).len();
+            async move { got >= n }
+        })
+        .await
+    }
 }
 
 /// A webhook receiver on 127.0.0.1: its pages and its URL.
@@ -269,26 +278,39 @@ pub struct Faults {
     pub dup: Option<(i64, u64)>,
 }
 
+impl Faults {
+    /// A faithful replicator: every message copied once.
+    pub const NONE: Faults = Faults {
+        loss: None,
+        dup: None,
+    };
+}
+
 fn now_ms() -> i64 {
     common::now_ms()
 }
 
-/// Traffic now: `rate` JSON messages per second with event time = the time of
-/// sending (also the record timestamp) for `duration`, round-robin over `partitions`,
-/// each to `topic` on `a` and, as a replicator would with `faults`, on `b`. Runs on the
-/// calling thread (call it from `spawn_blocking`).
-pub fn replicate_live(
-    a: &str,
-    b: &str,
-    topic: &str,
-    partitions: i32,
-    rate: u64,
-    duration: Duration,
-    faults: Faults,
-) -> Replicated {
-    replicate_live_with(a, b, topic, partitions, rate, duration, faults, |i, ts| {
-        (format!("{{\"id\":{i},\"ts\":{ts}}}").into_bytes(), ts, true)
-    })
+/// The shape of a live replicator's traffic: `rate` messages per second for
+/// `duration`, round-robin over `partitions`, copied to the second cluster with `faults`.
+#[derive(Debug, Clone, Copy)]
+pub struct Traffic {
+    pub partitions: i32,
+    pub rate: u64,
+    pub duration: Duration,
+    pub faults: Faults,
+}
+
+/// Traffic now: `traffic.rate` JSON messages per second with event time = the time of
+/// sending (also the record timestamp), each to `topic` on `a` and, as a replicator
+/// would with `traffic.faults`, on `b`. Runs on the calling thread (call it from
+/// `spawn_blocking`, or use [`TwoTiers::spawn_traffic`]).
+pub fn replicate_live(a: &str, b: &str, topic: &str, traffic: Traffic) -> Replicated {
+    replicate_live_with(a, b, topic, traffic, json_message)
+}
+
+/// Message `i` of [`replicate_live`]: JSON with its event time `ts`, windowed by it.
+fn json_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
+    (format!("{{\"id\":{i},\"ts\":{ts}}}").into_bytes(), ts, true)
 }
 
 /// [`replicate_live`] with other messages: `message(i, now)` gives message `i`'s
@@ -296,17 +318,19 @@ pub fn replicate_live(
 /// window it by a tier-invariant time (else it is counted in
 /// [`Replicated::observation_time`], not in a window). Windows and faults go by the
 /// time of sending.
-#[allow(clippy::too_many_arguments)]
 pub fn replicate_live_with(
     a: &str,
     b: &str,
     topic: &str,
-    partitions: i32,
-    rate: u64,
-    duration: Duration,
-    faults: Faults,
+    traffic: Traffic,
     message: impl Fn(u64, i64) -> (Vec<u8>, i64, bool),
 ) -> Replicated {
+    let Traffic {
+        partitions,
+        rate,
+        duration,
+        faults,
+    } = traffic;
     let (pa, pb) = (producer(a), producer(b));
     let started = Instant::now();
     let first = now_ms() / WINDOW_MS * WINDOW_MS;
@@ -445,6 +469,47 @@ impl TwoTiers {
         );
         cfg.audit.topics = topics.iter().map(|t| t.to_string()).collect();
         cfg
+    }
+
+    /// The aggregate auditor's config for `topics`, fetching a few KB at a time and each
+    /// partition again only 100 ms after its fetched messages were taken: started late,
+    /// it catches up over several reports.
+    pub fn slow_aggregate(&self, topics: &[&str]) -> audit_service::Config {
+        let mut cfg = self.aggregate(topics);
+        for (k, v) in [
+            ("queued.min.messages", "1"),
+            ("fetch.queue.backoff.ms", "100"),
+            ("max.partition.fetch.bytes", "2000"),
+        ] {
+            cfg.kafka.consumer.insert(k.into(), v.into());
+        }
+        cfg
+    }
+
+    /// Creates `topic` with `partitions` on both clusters.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) {
+        testkit::create_topic(&self.a, topic, partitions).await;
+        testkit::create_topic(&self.b, topic, partitions).await;
+    }
+
+    /// [`replicate_live`] of `topic` from A to B on a blocking thread.
+    pub fn spawn_traffic(
+        &self,
+        topic: &str,
+        traffic: Traffic,
+    ) -> tokio::task::JoinHandle<Replicated> {
+        self.spawn_traffic_with(topic, traffic, json_message)
+    }
+
+    /// [`replicate_live_with`] of `topic` from A to B on a blocking thread.
+    pub fn spawn_traffic_with(
+        &self,
+        topic: &str,
+        traffic: Traffic,
+        message: impl Fn(u64, i64) -> (Vec<u8>, i64, bool) + Send + 'static,
+    ) -> tokio::task::JoinHandle<Replicated> {
+        let (a, b, topic) = (self.a.clone(), self.b.clone(), topic.to_string());
+        tokio::task::spawn_blocking(move || replicate_live_with(&a, &b, &topic, traffic, message))
     }
 
     /// Runs an auditor until the rig stops.
