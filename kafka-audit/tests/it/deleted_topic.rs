@@ -101,16 +101,7 @@ async fn a_deleted_topic_stops_being_expected_after_forget_after() {
     );
     let mut all_final = true;
     for (topic, sent) in [(&deleted, &sent_deleted), (&kept, &sent_kept)] {
-        let (up, down) = sent.total();
-        all_final &= wait_final(
-            &state,
-            topic,
-            (sent.first(), sent.end()),
-            &[("regional", up), ("aggregate", down)],
-            false,
-            Duration::from_secs(240),
-        )
-        .await;
+        all_final &= wait_sent_final(&state, topic, sent, Duration::from_secs(240)).await;
     }
 
     // Deleted from both clusters: its auditors stop reporting it. Stalled after

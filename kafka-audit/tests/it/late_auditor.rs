@@ -38,19 +38,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
     let (state, jobs) = rig.serve("30m").await;
 
-    // 45 s of traffic at 100 messages/s: window 1 loses 37, window 2 gets 11 twice.
-    let traffic = rig.spawn_traffic(
-        &topic,
-        Traffic {
-            partitions: PARTITIONS,
-            rate: 100,
-            duration: Duration::from_secs(45),
-            faults: Faults {
-                loss: Some((1, 37)),
-                dup: Some((2, 11)),
-            },
-        },
-    );
+    let traffic = rig.spawn_traffic(&topic, Traffic::loss_then_duplication(PARTITIONS));
     // The downstream auditor starts two windows (and a grace) after the traffic.
     let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
     sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
@@ -58,16 +46,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     // after its fetched messages were taken, a few KB at a time.
     let downstream = rig.spawn_auditor(rig.slow_aggregate(&[&topic]));
     let sent = traffic.await.expect("traffic");
-    let (up, down) = sent.total();
-    let all_final = wait_final(
-        &state,
-        &topic,
-        (sent.first(), sent.end()),
-        &[("regional", up), ("aggregate", down)],
-        false,
-        Duration::from_secs(240),
-    )
-    .await;
+    let all_final = wait_sent_final(&state, &topic, &sent, Duration::from_secs(240)).await;
     let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
     let both_paged = rig.pages.wait_for(&topic, 2, Duration::from_secs(20)).await;
     let judged = anomalies(&state, &topic, sent.first(), sent.end());

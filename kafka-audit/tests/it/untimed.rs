@@ -62,18 +62,9 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
         base
     };
 
-    // 45 s of traffic at 100 messages/s: window 1 loses 37, window 2 gets 11 twice.
     let traffic = rig.spawn_traffic_with(
         &topic,
-        Traffic {
-            partitions: PARTITIONS,
-            rate: 100,
-            duration: Duration::from_secs(45),
-            faults: Faults {
-                loss: Some((1, 37)),
-                dup: Some((2, 11)),
-            },
-        },
+        Traffic::loss_then_duplication(PARTITIONS),
         untimed_message,
     );
     // The downstream auditor starts two windows (and a grace) after the traffic and
@@ -82,16 +73,7 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
     sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
     let downstream = rig.spawn_auditor(rig.slow_aggregate(&[&topic]));
     let sent = traffic.await.expect("traffic");
-    let (up, down) = sent.total();
-    let all_final = wait_final(
-        &state,
-        &topic,
-        (sent.first(), sent.end()),
-        &[("regional", up), ("aggregate", down)],
-        false,
-        Duration::from_secs(240),
-    )
-    .await;
+    let all_final = wait_sent_final(&state, &topic, &sent, Duration::from_secs(240)).await;
     let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
     let both_paged = rig.pages.wait_for(&topic, 2, Duration::from_secs(20)).await;
     // Every observation-time message is stored (the late tier's may land after the

@@ -300,6 +300,41 @@ pub struct Traffic {
     pub faults: Faults,
 }
 
+impl Traffic {
+    /// 45 s at 100 messages/s over `partitions`: window 1 loses 37, window 2 gets 11
+    /// twice.
+    pub fn loss_then_duplication(partitions: i32) -> Traffic {
+        Traffic {
+            partitions,
+            rate: 100,
+            duration: Duration::from_secs(45),
+            faults: Faults {
+                loss: Some((1, 37)),
+                dup: Some((2, 11)),
+            },
+        }
+    }
+}
+
+/// [`wait_final`] over the windows of `sent`, with both tiers' counts of it in.
+pub async fn wait_sent_final(
+    state: &AppState,
+    topic: &str,
+    sent: &Replicated,
+    timeout: Duration,
+) -> bool {
+    let (up, down) = sent.total();
+    wait_final(
+        state,
+        topic,
+        (sent.first(), sent.end()),
+        &[("regional", up), ("aggregate", down)],
+        false,
+        timeout,
+    )
+    .await
+}
+
 /// Traffic now: `traffic.rate` JSON messages per second with event time = the time of
 /// sending (also the record timestamp), each to `topic` on `a` and, as a replicator
 /// would with `traffic.faults`, on `b`. Runs on the calling thread (call it from
