@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use e2e::*;
 use support::*;
-use web::engine::{Lifecycle, Verdict};
 
 const PARTITIONS: i32 = 3;
 
@@ -47,7 +46,6 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     let downstream = rig.spawn_auditor(rig.slow_aggregate(&[&topic]));
     let sent = traffic.await.expect("traffic");
     let all_final = wait_sent_final(&state, &topic, &sent, Duration::from_secs(240)).await;
-    let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
     let both_paged = rig.pages.wait_for(&topic, 2, Duration::from_secs(20)).await;
     let judged = anomalies(&state, &topic, sent.first(), sent.end());
     rig.shutdown([upstream, downstream, collector], jobs).await;
@@ -55,13 +53,9 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
         all_final,
         "windows not all final with all counts in: {judged:?} (sent {sent:?})"
     );
-    let (l, d) = (sent.windows[&lossy], sent.windows[&duplicated]);
     assert_eq!(
         judged,
-        vec![
-            (lossy, Verdict::Loss, Lifecycle::Final, l.0, l.1),
-            (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
-        ],
+        sent.loss_then_duplication_verdicts(),
         "sent {sent:?}"
     );
     assert!(both_paged, "pages: {:?}", rig.pages.all());
@@ -69,10 +63,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     got.sort();
     assert_eq!(
         got,
-        vec![
-            ("trigger".into(), "duplication".into(), Some(duplicated)),
-            ("trigger".into(), "loss".into(), Some(lossy)),
-        ],
+        sent.loss_then_duplication_pages(),
         "every page of the run: {:#?}",
         rig.pages.all()
     );

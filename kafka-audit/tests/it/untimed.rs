@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use e2e::*;
 use support::*;
-use web::engine::{Lifecycle, Verdict};
 
 const PARTITIONS: i32 = 3;
 const DAY_MS: i64 = 86_400_000;
@@ -74,7 +73,6 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
     let downstream = rig.spawn_auditor(rig.slow_aggregate(&[&topic]));
     let sent = traffic.await.expect("traffic");
     let all_final = wait_sent_final(&state, &topic, &sent, Duration::from_secs(240)).await;
-    let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
     let both_paged = rig.pages.wait_for(&topic, 2, Duration::from_secs(20)).await;
     // Every observation-time message is stored (the late tier's may land after the
     // traffic's windows).
@@ -128,23 +126,16 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
     got.sort();
     assert_eq!(
         got,
-        vec![
-            ("trigger".into(), "duplication".into(), Some(duplicated)),
-            ("trigger".into(), "loss".into(), Some(lossy)),
-        ],
+        sent.loss_then_duplication_pages(),
         "every page of the run (verdicts {judged:?}, sent {sent:?})"
     );
     assert!(
         all_final,
         "windows not all final with all counts in: {judged:?} (sent {sent:?})"
     );
-    let (l, d) = (sent.windows[&lossy], sent.windows[&duplicated]);
     assert_eq!(
         judged,
-        vec![
-            (lossy, Verdict::Loss, Lifecycle::Final, l.0, l.1),
-            (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
-        ],
+        sent.loss_then_duplication_verdicts(),
         "sent {sent:?}"
     );
 

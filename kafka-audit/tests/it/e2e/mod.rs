@@ -255,6 +255,31 @@ pub struct Replicated {
 }
 
 impl Replicated {
+    /// What [`Traffic::loss_then_duplication`] must be judged: window 1 a final loss,
+    /// window 2 a final duplication, each with the counts sent in it.
+    pub fn loss_then_duplication_verdicts(&self) -> Vec<Judged> {
+        let (lossy, duplicated) = self.loss_then_duplication_windows();
+        let (l, d) = (self.windows[&lossy], self.windows[&duplicated]);
+        vec![
+            (lossy, Verdict::Loss, Lifecycle::Final, l.0, l.1),
+            (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
+        ]
+    }
+
+    /// The pages [`Traffic::loss_then_duplication`] must raise, sorted as
+    /// [`Pages::of`] sorted: one trigger per faulty window.
+    pub fn loss_then_duplication_pages(&self) -> Vec<(String, String, Option<i64>)> {
+        let (lossy, duplicated) = self.loss_then_duplication_windows();
+        vec![
+            ("trigger".into(), "duplication".into(), Some(duplicated)),
+            ("trigger".into(), "loss".into(), Some(lossy)),
+        ]
+    }
+
+    fn loss_then_duplication_windows(&self) -> (i64, i64) {
+        (self.first() + WINDOW_MS, self.first() + 2 * WINDOW_MS)
+    }
+
     pub fn first(&self) -> i64 {
         *self.windows.keys().next().expect("traffic")
     }
