@@ -20,17 +20,24 @@ seed_times() {
 }
 
 # Recreates database URL/DB (migrated, empty) and seeds TOPICS topics over
-# FIRST..LAST with bench/seed-windows.sql.
+# FIRST..LAST with bench/seed-windows.sql: one day per psql session, SEED_JOBS (default
+# 2) sessions at once; sets SEED_SECONDS.
 seed_windows() {
-    local pg=$1 db=$2 topics=$3
+    local pg=$1 db=$2 topics=$3 jobs=${SEED_JOBS:-2}
     psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
     "$BIN/web-bench-seed" "$pg/$db" 0
-    local start
+    local start vars day
     start=$(date +%s.%N)
-    psql "$pg/$db" -q -v topics="$topics" -v first="$FIRST" -v last="$LAST" -v now_ms="$NOW_MS" \
+    vars=(-v topics="$topics" -v first="$FIRST" -v last="$LAST" -v now_ms="$NOW_MS")
+    psql "$pg/$db" -q -v phase=prepare "${vars[@]}" -f bench/seed-windows.sql >/dev/null
+    # Newest day first: the days are unequal (the first and last are partial).
+    for (( day = LAST / 86400000 * 86400000; day >= FIRST / 86400000 * 86400000; day -= 86400000 )); do
+        echo "$day"
+    done | xargs -P "$jobs" -I{} psql "$pg/$db" -q -v phase=day -v day={} "${vars[@]}" \
         -f bench/seed-windows.sql
+    psql "$pg/$db" -q -v phase=finish "${vars[@]}" -f bench/seed-windows.sql
     SEED_SECONDS=$(echo "$(date +%s.%N) - $start" | bc)
-    echo "seeded in $SEED_SECONDS s"
+    echo "seeded in $SEED_SECONDS s ($jobs sessions)"
 }
 
 # Starts web-bench-serve with CONFIG (log in $OUT/server.log); sets SERVER and
@@ -70,14 +77,14 @@ wrk_run() {
         grep -E "Latency|50%|90%|99%|Requests/sec|Non-2xx|Socket errors" | sed "s/^/  $name: /"
 }
 
-# Waits (at most 30 min) until /readyz (URL) answers 200 without `loading` (the whole
-# horizon evaluated); prints the seconds since start_serve.
+# Waits (at most LOADED_WAIT seconds, default 30 min) until /readyz (URL) answers 200
+# without `loading` (the whole horizon evaluated); prints the seconds since start_serve.
 wait_loaded() {
     until curl -fsS "$1" 2>/dev/null | grep -qv '"loading"'; do
         kill -0 "$SERVER" 2>/dev/null || { tail -20 "$OUT/server.log" >&2; return 1; }
         sleep 0.5
-        if [ "$(echo "$(date +%s.%N) - $SERVER_STARTED > 1800" | bc)" = 1 ]; then
-            echo "horizon not loaded after 30 min" >&2
+        if [ "$(echo "$(date +%s.%N) - $SERVER_STARTED > ${LOADED_WAIT:-1800}" | bc)" = 1 ]; then
+            echo "horizon not loaded after ${LOADED_WAIT:-1800} s" >&2
             return 1
         fi
     done

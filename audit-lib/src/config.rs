@@ -204,6 +204,16 @@ pub struct CompiledRule {
 }
 
 impl CompiledRule {
+    /// Whether time `t` lies within the rule's skew bounds (`max_future`, `max_past`)
+    /// around `reference`. Used by classification and by the auditor's watermark.
+    #[inline]
+    pub fn within_skew_bounds(&self, t: i64, reference: i64) -> bool {
+        let ahead = t as i128 - reference as i128;
+        let too_new = self.max_future_ms.is_some_and(|m| ahead > m as i128);
+        let too_old = self.max_past_ms.is_some_and(|m| -ahead > m as i128);
+        !(too_new || too_old)
+    }
+
     fn compile(rule: &TimeRule, name: &str) -> Result<Self, ConfigError> {
         let mut names: Vec<String> = Vec::new();
         if let Some(f) = &rule.field {

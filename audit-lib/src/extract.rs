@@ -165,10 +165,7 @@ fn from_result(r: Result<(i64, TimeUnit), TimeError>) -> Found {
 /// Whether `t` lies within the rule's skew bounds around `reference`.
 #[inline]
 fn within_bounds(rule: &CompiledRule, t: i64, reference: i64) -> bool {
-    let ahead = t as i128 - reference as i128;
-    let too_new = rule.max_future_ms.is_some_and(|m| ahead > m as i128);
-    let too_old = rule.max_past_ms.is_some_and(|m| -ahead > m as i128);
-    !(too_new || too_old)
+    rule.within_skew_bounds(t, reference)
 }
 
 /// The record timestamp when the rule uses it and it lies within the skew bounds of

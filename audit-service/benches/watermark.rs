@@ -45,12 +45,17 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("min_watermark", |b| {
         let mut state: Vec<(i64, Watermark)> = vec![(0, Watermark::default()); N / RUN];
+        let rule = EventTimeConfig::default()
+            .compile()
+            .unwrap()
+            .rule_for("orders")
+            .clone();
         b.iter(|| {
             for (run, chunk) in ts.chunks(RUN).enumerate() {
                 let p = &mut state[run];
                 for (i, &t) in chunk.iter().enumerate() {
                     p.0 = (run * RUN + i) as i64 + 1;
-                    p.1.push(black_box(t), T0 + 10_000);
+                    p.1.push(black_box(t), T0 + 10_000, &rule);
                 }
             }
             for p in &mut state {

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use audit_lib::checksum::{key_len_prefix, prefixed_message_hash};
 use audit_lib::{
-    Aggregator, AuditMessage, Classification, HeaderLookup, Identity, Limits, Observation,
-    RecordTimestamp, TimestampType,
+    Aggregator, AuditMessage, Classification, CompiledRule, HeaderLookup, Identity, Limits,
+    Observation, RecordTimestamp, TimestampType,
 };
 use prometheus_client::metrics::counter::Counter;
 use rdkafka::message::{BorrowedMessage, Message, Timestamp};
@@ -213,6 +213,8 @@ struct Worker {
     classes: [Counter; 4],
     consumed: Counter,
     consumed_bytes: Counter,
+    /// Record times the watermark ignored (outside the skew bounds).
+    watermark_ignored: Counter,
     windows: Arc<AtomicUsize>,
     /// Every partition read since the worker started; `touched` since the last drain.
     /// Keyed by topic, then partition: looked up by `&str`, without building a key.
@@ -224,6 +226,8 @@ struct PartPos {
     next: i64,
     touched: bool,
     watermark: Watermark,
+    /// The topic's event-time rule: its skew bounds filter the watermark's times.
+    rule: Arc<CompiledRule>,
 }
 
 /// Record timestamps a partition's watermark is the minimum of (B8 of issue 14).
@@ -231,7 +235,8 @@ pub const WATERMARK_RECENT: usize = 32;
 
 /// The event-time watermark of one partition: the minimum record time over the records
 /// read since the last report *and* over the last [`WATERMARK_RECENT`] records, each
-/// capped at its observation time. One producer with a fast clock therefore cannot push
+/// capped at its observation time, ignoring times outside the topic's skew bounds
+/// (`max_future` / `max_past`). One producer with a fast clock therefore cannot push
 /// it forward: its records are outvoted by every other record of the report interval
 /// and of the recent window, and a time ahead of the auditor's clock counts as "now".
 /// (The last record's time, used before, let one such record make a lagging partition
@@ -257,14 +262,22 @@ impl Default for Watermark {
 }
 
 impl Watermark {
-    /// One record with timestamp `ms`, read at `observed_at_ms`.
+    /// One record with timestamp `ms`, read at `observed_at_ms`, on a topic under
+    /// `rule`. Returns false when the time was ignored.
     #[inline]
-    pub fn push(&mut self, ms: i64, observed_at_ms: i64) {
+    pub fn push(&mut self, ms: i64, observed_at_ms: i64, rule: &CompiledRule) -> bool {
+        // Outside the skew bounds (audit-lib's check, as classification uses it): one
+        // broken or hostile producer's time neither pulls the watermark back nor
+        // pushes it forward.
+        if !rule.within_skew_bounds(ms, observed_at_ms) {
+            return false;
+        }
         let t = ms.min(observed_at_ms);
         self.since_report = Some(self.since_report.map_or(t, |m| m.min(t)));
         self.recent[self.at] = t;
         self.at = (self.at + 1) % WATERMARK_RECENT;
         self.filled = (self.filled + 1).min(WATERMARK_RECENT);
+        true
     }
 
     /// The watermark for a report, or None when no timestamped record was read since
@@ -365,17 +378,21 @@ impl Worker {
                     self.positions.insert(topic.to_string(), HashMap::new());
                 }
                 let parts = self.positions.get_mut(topic).expect("inserted above");
+                let config = self.aggregator.config();
                 pos = Some(parts.entry(rec.partition).or_insert_with(|| PartPos {
                     next: 0,
                     touched: false,
                     watermark: Watermark::default(),
+                    rule: config.rule_for(topic).clone(),
                 }));
             }
             if let Some(p) = pos.as_deref_mut() {
                 p.next = rec.offset + 1;
                 p.touched = true;
                 if let Some(t) = rec.timestamp {
-                    p.watermark.push(t.ms, rec.observed_at_ms);
+                    if !p.watermark.push(t.ms, rec.observed_at_ms, &p.rule) {
+                        self.watermark_ignored.inc();
+                    }
                 }
             }
         }
@@ -429,6 +446,7 @@ impl Counting {
             ],
             consumed: metrics.consumed_messages.clone(),
             consumed_bytes: metrics.consumed_bytes.clone(),
+            watermark_ignored: metrics.watermark_ignored_times.clone(),
             windows: windows.clone(),
             positions: HashMap::new(),
         };
@@ -472,6 +490,16 @@ mod tests {
 
     const NOW: i64 = 1_764_410_400_000;
     const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+
+    /// The default rule: skew bounds max_future 1h, max_past 30d.
+    fn rule() -> Arc<CompiledRule> {
+        audit_lib::EventTimeConfig::default()
+            .compile()
+            .unwrap()
+            .rule_for("t")
+            .clone()
+    }
 
     /// B8 of issue 14, one table: each row is a sequence of report intervals, each a
     /// list of (record time, observed at) read in it, and the watermark each interval's
@@ -508,12 +536,29 @@ mod tests {
                 vec![Some(NOW - 1000), Some(NOW - 500)],
             ),
             (
+                "one record 40 days old (beyond max_past): ignored, not the min for 32 records",
+                vec![
+                    run(40, NOW - 100),
+                    [vec![(NOW - 40 * DAY, NOW)], run(5, NOW - 50)].concat(),
+                    run(5, NOW - 40),
+                ],
+                // reverted: [Some(NOW - 100), Some(NOW - 40 * DAY), Some(NOW - 40 * DAY)]
+                vec![Some(NOW - 100), Some(NOW - 87), Some(NOW - 82)],
+            ),
+            (
+                "only times beyond max_future: ignored, no new watermark (not capped to now)",
+                vec![run(3, NOW - 10), run(40, NOW + 2 * HOUR)],
+                // reverted: [Some(NOW - 10), Some(NOW)]
+                vec![Some(NOW - 10), None],
+            ),
+            (
                 "nothing read in an interval: no new watermark (the last one is kept)",
                 vec![run(3, NOW - 10), vec![]],
                 // reverted: [Some(NOW - 8), None]
                 vec![Some(NOW - 10), None],
             ),
         ];
+        let rule = rule();
         let mut failures = Vec::new();
         for (what, intervals, want) in rows {
             let mut w = Watermark::default();
@@ -521,7 +566,7 @@ mod tests {
                 .iter()
                 .map(|recs| {
                     for &(ms, obs) in recs {
-                        w.push(ms, obs);
+                        w.push(ms, obs, &rule);
                     }
                     w.take()
                 })
@@ -537,27 +582,29 @@ mod tests {
     fn one_fast_producer_does_not_push_the_watermark() {
         // A lagging backlog (an hour old), then a whole batch from a producer whose
         // clock is an hour fast, read in the same report interval.
+        let r = rule();
         let mut w = Watermark::default();
         for i in 0..100 {
-            w.push(NOW - HOUR + i, NOW);
+            w.push(NOW - HOUR + i, NOW, &r);
         }
         for i in 0..500 {
-            w.push(NOW + HOUR + i, NOW);
+            w.push(NOW + HOUR + i, NOW, &r);
         }
         assert_eq!(w.take(), Some(NOW - HOUR));
         // Next interval: the fast record alone is outvoted by the recent records.
         for i in 0..40 {
-            w.push(NOW - HOUR + 100 + i, NOW);
+            w.push(NOW - HOUR + 100 + i, NOW, &r);
         }
         let _ = w.take();
-        w.push(NOW + HOUR, NOW);
+        w.push(NOW + HOUR, NOW, &r);
         assert_eq!(w.take(), Some(NOW - HOUR + 100 + 9));
     }
 
     #[test]
     fn times_ahead_of_the_clock_count_as_the_observation_time() {
+        let r = rule();
         let mut w = Watermark::default();
-        w.push(NOW + HOUR, NOW);
+        w.push(NOW + HOUR, NOW, &r);
         assert_eq!(w.take(), Some(NOW));
         // Nothing read since: no new watermark (the report keeps the previous one).
         assert_eq!(w.take(), None);
@@ -565,13 +612,14 @@ mod tests {
 
     #[test]
     fn in_order_records_give_the_oldest_of_the_recent_ones() {
+        let r = rule();
         let mut w = Watermark::default();
         for i in 0..1000 {
-            w.push(NOW - 1000 + i, NOW);
+            w.push(NOW - 1000 + i, NOW, &r);
         }
         // The last 32 records: the watermark trails the last one by 31 records.
         assert_eq!(w.take(), Some(NOW - 1000));
-        w.push(NOW, NOW);
+        w.push(NOW, NOW, &r);
         assert_eq!(w.take(), Some(NOW - 1000 + 969));
     }
 }

@@ -54,6 +54,7 @@ pub struct Metrics {
     /// Record headers left out because their name is not UTF-8 (the record is counted;
     /// event-time rules see the header as absent).
     pub unreadable_headers: Counter,
+    pub watermark_ignored_times: Counter,
 }
 
 impl Metrics {
@@ -78,6 +79,7 @@ impl Metrics {
             revoke_waits: Counter::default(),
             committed_offsets_missing: Counter::default(),
             unreadable_headers: Counter::default(),
+            watermark_ignored_times: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit");
         r.register(
@@ -170,6 +172,11 @@ impl Metrics {
             "unreadable_headers",
             "Record headers ignored because their name is not UTF-8 (the record is still counted; an event-time rule reading headers sees the header as absent)",
             m.unreadable_headers.clone(),
+        );
+        r.register(
+            "watermark_ignored_times",
+            "Record timestamps left out of the partition watermark because they lie outside the topic's skew bounds (max_future / max_past); the record is still counted",
+            m.watermark_ignored_times.clone(),
         );
         m
     }

@@ -1,7 +1,7 @@
 //! Progress as the engine reads it (issue 14): lag reaches 0 once a partition is read
 //! to its end, also when the end is a transaction marker (B5) and when the partition
 //! is empty (B2); the watermark is not pushed forward by one record with a far-future
-//! CreateTime (B8); a partition a new consumer group has not read anything of yet is
+//! CreateTime (B8) nor pulled back by one 40 days old (beyond max_past); a partition a new consumer group has not read anything of yet is
 //! reported behind, not left out.
 
 use crate::support;
@@ -162,6 +162,56 @@ async fn one_far_future_create_time_does_not_push_the_watermark() {
             assert!(
                 rt <= real_end,
                 "watermark {rt} past the backlog's last real time {real_end} (next {})",
+                p.next_offset
+            );
+        }
+    }
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_40_days_old_create_time_does_not_pull_the_watermark_back() {
+    init_tracing();
+    let s = Setup::new("oldskew", 1).await;
+    // Current records, one of them (the 50th) stamped 40 days ago: beyond the
+    // default max_past (30 d), so it must not become the partition's watermark.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let start = now - 60_000;
+    let plain = producer(&s.bootstrap);
+    for i in 0..100 {
+        let ts = if i == 50 {
+            now - 40 * 86_400_000
+        } else {
+            start + i as i64
+        };
+        send(&plain, &s.topic, 0, i, ts);
+    }
+    plain.flush(Duration::from_secs(30)).unwrap();
+
+    let svc = spawn_service(s.cfg.clone());
+    let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
+    let ok = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(90), || {
+            reader.poll_for(Duration::from_millis(200));
+            latest(&reader, &s.topic)
+                .get(&0)
+                .is_some_and(|p| p.next_offset == 100)
+        })
+    });
+    assert!(
+        ok,
+        "partition not read to its end: {:?}",
+        latest(&reader, &s.topic)
+    );
+    for m in reader.progress.iter().filter(|m| m.topic == s.topic) {
+        for p in m.as_progress().unwrap_or_default() {
+            let rt = p.record_time.expect("records have timestamps");
+            assert!(
+                rt >= start,
+                "watermark {rt} pulled back before the current records' {start} (next {})",
                 p.next_offset
             );
         }
