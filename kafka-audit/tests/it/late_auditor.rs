@@ -18,37 +18,23 @@
 //! `web/tests/it/edges.rs` (`late_auditor_catching_up_pages_nothing_postgres`).
 
 use crate::e2e;
-use crate::support;
-
-use std::time::Duration;
 
 use e2e::*;
-use support::*;
 
 const PARTITIONS: i32 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     let _alone = crate::ALONE.lock().await;
-    let rig = TwoTiers::new("late-e2e").await;
-    let topic = testkit::unique("late-e2e");
-    rig.create_topic(&topic, PARTITIONS).await;
-    let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
-    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
-    let (state, jobs) = rig.serve("30m").await;
-
-    let traffic = rig.spawn_traffic(&topic, Traffic::loss_then_duplication(PARTITIONS));
-    // The downstream auditor starts two windows (and a grace) after the traffic.
-    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
-    sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
-    // It catches up over several reports: each partition is fetched again only 100 ms
+    let t = OneTopic::start("late-e2e", PARTITIONS).await;
+    let (rig, topic, state) = (&t.rig, t.topic.as_str(), &t.state);
+    let traffic = rig.spawn_traffic(topic, Traffic::loss_then_duplication(PARTITIONS));
+    // The downstream auditor starts two windows (and a grace) after the traffic and
+    // catches up over several reports: each partition is fetched again only 100 ms
     // after its fetched messages were taken, a few KB at a time.
-    let downstream = rig.spawn_auditor(rig.slow_aggregate(&[&topic]));
-    let sent = traffic.await.expect("traffic");
-    let all_final = wait_sent_final(&state, &topic, &sent, Duration::from_secs(240)).await;
-    let both_paged = rig.pages.wait_for(&topic, 2, Duration::from_secs(20)).await;
-    let judged = anomalies(&state, &topic, sent.first(), sent.end());
-    rig.shutdown([upstream, downstream, collector], jobs).await;
+    let (sent, all_final, both_paged) = t.late_downstream(traffic).await;
+    let judged = anomalies(state, topic, sent.first(), sent.end());
+    t.shutdown([]).await;
     assert!(
         all_final,
         "windows not all final with all counts in: {judged:?} (sent {sent:?})"
@@ -59,7 +45,7 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
         "sent {sent:?}"
     );
     assert!(both_paged, "pages: {:?}", rig.pages.all());
-    let mut got = rig.pages.of(&topic);
+    let mut got = rig.pages.of(topic);
     got.sort();
     assert_eq!(
         got,

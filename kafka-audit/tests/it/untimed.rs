@@ -47,12 +47,8 @@ fn untimed_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_late_auditor() {
     let _alone = crate::ALONE.lock().await;
-    let rig = TwoTiers::new("untimed-e2e").await;
-    let topic = testkit::unique("untimed-e2e");
-    rig.create_topic(&topic, PARTITIONS).await;
-    let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
-    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
-    let (state, jobs) = rig.serve("30m").await;
+    let t = OneTopic::start("untimed-e2e", PARTITIONS).await;
+    let (rig, topic, state) = (&t.rig, t.topic.as_str(), &t.state);
     let api = {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -62,18 +58,13 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
     };
 
     let traffic = rig.spawn_traffic_with(
-        &topic,
+        topic,
         Traffic::loss_then_duplication(PARTITIONS),
         untimed_message,
     );
     // The downstream auditor starts two windows (and a grace) after the traffic and
     // catches up over several reports.
-    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
-    sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
-    let downstream = rig.spawn_auditor(rig.slow_aggregate(&[&topic]));
-    let sent = traffic.await.expect("traffic");
-    let all_final = wait_sent_final(&state, &topic, &sent, Duration::from_secs(240)).await;
-    let both_paged = rig.pages.wait_for(&topic, 2, Duration::from_secs(20)).await;
+    let (sent, all_final, both_paged) = t.late_downstream(traffic).await;
     // Every observation-time message is stored (the late tier's may land after the
     // traffic's windows).
     let to = common::now_ms() + WINDOW_MS;
@@ -117,12 +108,12 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
         sent.end()
     ))
     .await;
-    let judged = anomalies(&state, &topic, sent.first(), sent.end());
-    rig.shutdown([upstream, downstream, collector], jobs).await;
+    let judged = anomalies(state, topic, sent.first(), sent.end());
+    t.shutdown([]).await;
 
     // Pages first: what woke someone over the whole run.
     assert!(both_paged, "pages: {:?}", rig.pages.all());
-    let mut got = rig.pages.of(&topic);
+    let mut got = rig.pages.of(topic);
     got.sort();
     assert_eq!(
         got,

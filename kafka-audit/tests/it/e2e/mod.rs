@@ -631,3 +631,63 @@ impl TwoTiers {
 
 /// A running auditor or collector.
 pub type Service = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+/// The start of the one-topic tests: [`TwoTiers::new`]`(name)`, a unique topic `name…`
+/// of `partitions` on both clusters, its regional auditor, the collector (500 messages
+/// a batch) and serve (stall after 30 min) with its jobs running. The aggregate auditor
+/// and the traffic are the test's.
+pub struct OneTopic {
+    pub rig: TwoTiers,
+    pub topic: String,
+    pub state: AppState,
+    services: std::sync::Mutex<Vec<Service>>,
+    jobs: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl OneTopic {
+    pub async fn start(name: &str, partitions: i32) -> OneTopic {
+        let rig = TwoTiers::new(name).await;
+        let topic = testkit::unique(name);
+        rig.create_topic(&topic, partitions).await;
+        let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
+        let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+        let (state, jobs) = rig.serve("30m").await;
+        OneTopic {
+            rig,
+            topic,
+            state,
+            services: std::sync::Mutex::new(vec![upstream, collector]),
+            jobs: std::sync::Mutex::new(jobs),
+        }
+    }
+
+    /// The late downstream tier of [`Traffic::loss_then_duplication`], `traffic` just
+    /// spawned: the aggregate auditor ([`TwoTiers::slow_aggregate`]) starts two windows
+    /// (and a grace) after the traffic and catches up over several reports. Waits for
+    /// the traffic to end, then (bounded) for its windows final with both tiers' counts
+    /// in, then for the two pages it must raise: the traffic, whether its windows were
+    /// all final, whether both pages came.
+    pub async fn late_downstream(
+        &self,
+        traffic: tokio::task::JoinHandle<Replicated>,
+    ) -> (Replicated, bool, bool) {
+        let (rig, topic) = (&self.rig, self.topic.as_str());
+        let started = now_ms() / WINDOW_MS * WINDOW_MS;
+        sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
+        let downstream = rig.spawn_auditor(rig.slow_aggregate(&[topic]));
+        self.services.lock().unwrap().push(downstream);
+        let sent = traffic.await.expect("traffic");
+        let all_final = wait_sent_final(&self.state, topic, &sent, Duration::from_secs(240)).await;
+        let both_paged = rig.pages.wait_for(topic, 2, Duration::from_secs(20)).await;
+        (sent, all_final, both_paged)
+    }
+
+    /// [`TwoTiers::shutdown`] of the regional auditor, the collector, serve's jobs, the
+    /// late downstream auditor if started, and `more`.
+    pub async fn shutdown(&self, more: impl IntoIterator<Item = Service>) {
+        let mut services = std::mem::take(&mut *self.services.lock().unwrap());
+        services.extend(more);
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap());
+        self.rig.shutdown(services, jobs).await;
+    }
+}
