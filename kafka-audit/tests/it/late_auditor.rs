@@ -35,22 +35,5 @@ async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     let (sent, all_final, both_paged) = t.late_downstream(traffic).await;
     let judged = anomalies(state, topic, sent.first(), sent.end());
     t.shutdown([]).await;
-    assert!(
-        all_final,
-        "windows not all final with all counts in: {judged:?} (sent {sent:?})"
-    );
-    assert_eq!(
-        judged,
-        sent.loss_then_duplication_verdicts(),
-        "sent {sent:?}"
-    );
-    assert!(both_paged, "pages: {:?}", rig.pages.all());
-    let mut got = rig.pages.of(topic);
-    got.sort();
-    assert_eq!(
-        got,
-        sent.loss_then_duplication_pages(),
-        "every page of the run: {:#?}",
-        rig.pages.all()
-    );
+    t.assert_loss_then_duplication(&sent, &judged, all_final, both_paged);
 }

@@ -111,24 +111,7 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
     let judged = anomalies(state, topic, sent.first(), sent.end());
     t.shutdown([]).await;
 
-    // Pages first: what woke someone over the whole run.
-    assert!(both_paged, "pages: {:?}", rig.pages.all());
-    let mut got = rig.pages.of(topic);
-    got.sort();
-    assert_eq!(
-        got,
-        sent.loss_then_duplication_pages(),
-        "every page of the run (verdicts {judged:?}, sent {sent:?})"
-    );
-    assert!(
-        all_final,
-        "windows not all final with all counts in: {judged:?} (sent {sent:?})"
-    );
-    assert_eq!(
-        judged,
-        sent.loss_then_duplication_verdicts(),
-        "sent {sent:?}"
-    );
+    t.assert_loss_then_duplication(&sent, &judged, all_final, both_paged);
 
     // The untimed counts per window and tier in the API: every message in `count` of
     // these windows had no payload time (binary: malformed, JSON: no_time), each

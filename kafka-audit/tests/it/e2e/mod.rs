@@ -682,6 +682,39 @@ impl OneTopic {
         (sent, all_final, both_paged)
     }
 
+    /// What a run of [`OneTopic::late_downstream`] must show, asserted after
+    /// [`OneTopic::shutdown`]: first the pages (what woke someone over the whole run:
+    /// one trigger per faulty window, nothing else), then its windows all final with
+    /// both tiers' counts in and judged (`judged`) a final loss in window 1 and a final
+    /// duplication in window 2.
+    pub fn assert_loss_then_duplication(
+        &self,
+        sent: &Replicated,
+        judged: &[Judged],
+        all_final: bool,
+        both_paged: bool,
+    ) {
+        let pages = &self.rig.pages;
+        assert!(both_paged, "pages: {:?}", pages.all());
+        let mut got = pages.of(&self.topic);
+        got.sort();
+        assert_eq!(
+            got,
+            sent.loss_then_duplication_pages(),
+            "every page of the run (verdicts {judged:?}, sent {sent:?}): {:#?}",
+            pages.all()
+        );
+        assert!(
+            all_final,
+            "windows not all final with all counts in: {judged:?} (sent {sent:?})"
+        );
+        assert_eq!(
+            judged,
+            sent.loss_then_duplication_verdicts(),
+            "sent {sent:?}"
+        );
+    }
+
     /// [`TwoTiers::shutdown`] of the regional auditor, the collector, serve's jobs, the
     /// late downstream auditor if started, and `more`.
     pub async fn shutdown(&self, more: impl IntoIterator<Item = Service>) {
