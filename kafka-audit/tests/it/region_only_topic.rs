@@ -91,26 +91,8 @@ async fn topic_of_one_upstream_datacenter_reports_its_loss() {
     let stop = CancellationToken::new();
     let wal_a = tempfile::tempdir().unwrap();
     let wal_b = tempfile::tempdir().unwrap();
-    let mut cfg_a = audit_config(
-        &a,
-        std::slice::from_ref(&topic),
-        &audit_a,
-        &testkit::unique("region-only-dc1"),
-        "regional-dc1-0",
-        wal_a.path(),
-    );
-    cfg_a.audit.tier = "regional".into();
-    cfg_a.audit.datacenter = "dc1".into();
-    let mut cfg_b = audit_config(
-        &b,
-        std::slice::from_ref(&topic),
-        &audit_b,
-        &testkit::unique("region-only-agg"),
-        "aggregate-agg-0",
-        wal_b.path(),
-    );
-    cfg_b.audit.tier = "aggregate".into();
-    cfg_b.audit.datacenter = "agg".into();
+    let cfg_a = e2e::tier_config(&a, &topic, &audit_a, "regional", "dc1", wal_a.path());
+    let cfg_b = e2e::tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path());
     let auditors = [
         tokio::spawn(audit_service::run(cfg_a, stop.clone())),
         tokio::spawn(audit_service::run(cfg_b, stop.clone())),
