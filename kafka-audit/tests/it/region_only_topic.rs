@@ -63,29 +63,7 @@ async fn topic_of_one_upstream_datacenter_reports_its_loss() {
     let lossy = base + 2 * WINDOW_MS;
     let in_lossy = truth[&(topic.clone(), lossy)].count;
     let drop_n = in_lossy / 20;
-    let mut dropped = 0;
-    for i in 0..MESSAGES {
-        let (key, value, window) = known_message(i, base, WINDOWS);
-        if window == lossy && dropped < drop_n {
-            dropped += 1;
-            continue;
-        }
-        let mut rec = BaseRecord::to(&topic)
-            .key(&key)
-            .payload(&value)
-            .partition((i % PARTITIONS as u64) as i32);
-        loop {
-            match pb.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            }
-        }
-    }
-    pb.flush(Duration::from_secs(60))
-        .expect("flush to cluster B");
+    produce_dropping(&pb, &topic, 0, MESSAGES, base, lossy, drop_n);
 
     // The auditors of regional/dc1 (cluster A) and aggregate/agg (cluster B).
     let stop = CancellationToken::new();
