@@ -22,12 +22,10 @@ const PARTITIONS: i32 = 3;
 async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::new("outage-e2e").await;
-    let (a, b) = (&rig.a, &rig.b);
     let clean = testkit::unique("outage-clean");
     let lossy = testkit::unique("outage-lossy");
     for t in [&clean, &lossy] {
-        testkit::create_topic(a, t, PARTITIONS).await;
-        testkit::create_topic(b, t, PARTITIONS).await;
+        rig.create_topic(t, PARTITIONS).await;
     }
     let topics = [clean.as_str(), lossy.as_str()];
     // Auditors report once a second: the drain below takes about three messages a
@@ -48,30 +46,23 @@ async fn a_slow_drain_after_a_collector_outage_pages_only_the_real_loss() {
 
     // 45 s of traffic at 50 messages/s per topic; window 1 of `lossy` loses 37.
     let live = |topic: &str, faults: Faults| {
-        let (a, b, topic) = (a.clone(), b.clone(), topic.to_string());
-        tokio::task::spawn_blocking(move || {
-            replicate_live(
-                &a,
-                &b,
-                &topic,
-                PARTITIONS,
-                50,
-                Duration::from_secs(45),
+        rig.spawn_traffic(
+            topic,
+            Traffic {
+                partitions: PARTITIONS,
+                rate: 50,
+                duration: Duration::from_secs(45),
                 faults,
-            )
-        })
-    };
-    let no_faults = Faults {
-        loss: None,
-        dup: None,
+            },
+        )
     };
     let traffic = [
-        live(&clean, no_faults),
+        live(&clean, Faults::NONE),
         live(
             &lossy,
             Faults {
                 loss: Some((1, 37)),
-                ..no_faults
+                ..Faults::NONE
             },
         ),
     ];

@@ -59,12 +59,10 @@ fn expected(state: &AppState, topic: &str) -> bool {
 async fn a_deleted_topic_stops_being_expected_after_forget_after() {
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::new("deleted-e2e").await;
-    let (a, b) = (&rig.a, &rig.b);
     let deleted = testkit::unique("deleted-e2e");
     let kept = testkit::unique("kept-e2e");
     for t in [&deleted, &kept] {
-        testkit::create_topic(a, t, PARTITIONS).await;
-        testkit::create_topic(b, t, PARTITIONS).await;
+        rig.create_topic(t, PARTITIONS).await;
     }
     // librdkafka learns of a deleted topic at its next metadata refresh (5 min by
     // default): every 2 s here, so the auditors drop it from their assignment soon.
@@ -85,22 +83,16 @@ async fn a_deleted_topic_stops_being_expected_after_forget_after() {
     let jobs = state.spawn_jobs(&rig.stop);
 
     // A few seconds of clean traffic on both topics, judged ok.
-    let traffic = |topic: &String| {
-        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
-            replicate_live(
-                &a,
-                &b,
-                &topic,
-                PARTITIONS,
-                50,
-                Duration::from_secs(3),
-                Faults {
-                    loss: None,
-                    dup: None,
-                },
-            )
-        })
+    let traffic = |topic: &str| {
+        rig.spawn_traffic(
+            topic,
+            Traffic {
+                partitions: PARTITIONS,
+                rate: 50,
+                duration: Duration::from_secs(3),
+                faults: Faults::NONE,
+            },
+        )
     };
     let (sent_deleted, sent_kept) = (traffic(&deleted), traffic(&kept));
     let (sent_deleted, sent_kept) = (
@@ -109,22 +101,13 @@ async fn a_deleted_topic_stops_being_expected_after_forget_after() {
     );
     let mut all_final = true;
     for (topic, sent) in [(&deleted, &sent_deleted), (&kept, &sent_kept)] {
-        let (up, down) = sent.total();
-        all_final &= wait_final(
-            &state,
-            topic,
-            (sent.first(), sent.end()),
-            &[("regional", up), ("aggregate", down)],
-            false,
-            Duration::from_secs(240),
-        )
-        .await;
+        all_final &= wait_sent_final(&state, topic, sent, Duration::from_secs(240)).await;
     }
 
     // Deleted from both clusters: its auditors stop reporting it. Stalled after
     // stall_after, then forgotten after forget_after: the alert resolves.
-    delete_topic(a, &deleted).await;
-    delete_topic(b, &deleted).await;
+    delete_topic(&rig.a, &deleted).await;
+    delete_topic(&rig.b, &deleted).await;
     let deleted_at = std::time::Instant::now();
     let was_stalled = testkit::wait_until_async(Duration::from_secs(90), || {
         let s = stalled(&state, &deleted) && !stalled(&state, &kept);

@@ -17,20 +17,25 @@ fn run(args: &[&str], stdin: &[u8]) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-#[test]
-fn inspect_prints_one_json_object_per_line_and_honours_the_config() {
-    let input = b"{\"ts\":1764410400123}\n{\"meta\":{\"t\":\"2025-11-29T10:00:00Z\"}}\nnot json\n";
-    let out = run(&["--json", "--observed-at", "2025-11-29T10:05:00Z"], input);
+/// The JSON lines of a run that succeeded (else fails with its stderr).
+fn json_lines(out: std::process::Output) -> Vec<serde_json::Value> {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+    String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn inspect_prints_one_json_object_per_line_and_honours_the_config() {
+    let input = b"{\"ts\":1764410400123}\n{\"meta\":{\"t\":\"2025-11-29T10:00:00Z\"}}\nnot json\n";
+    let out = run(&["--json", "--observed-at", "2025-11-29T10:05:00Z"], input);
+    let lines = json_lines(out);
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["classification"], "event_time");
     assert_eq!(lines[0]["event_time_ms"], 1_764_410_400_123i64);
@@ -93,16 +98,7 @@ fn inspect_prints_one_json_object_per_line_and_honours_the_config() {
         ],
         input,
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(out);
     assert_eq!(lines[0]["windowed_by"], "event_time");
     for l in &lines[1..] {
         assert_eq!(l["windowed_by"], "create_time", "{l}");

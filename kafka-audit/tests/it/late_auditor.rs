@@ -18,103 +18,22 @@
 //! `web/tests/it/edges.rs` (`late_auditor_catching_up_pages_nothing_postgres`).
 
 use crate::e2e;
-use crate::support;
-
-use std::time::Duration;
 
 use e2e::*;
-use support::*;
-use web::engine::{Lifecycle, Verdict};
 
 const PARTITIONS: i32 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_downstream_auditor_started_late_pages_only_the_real_faults() {
     let _alone = crate::ALONE.lock().await;
-    let rig = TwoTiers::new("late-e2e").await;
-    let (a, b) = (&rig.a, &rig.b);
-    let topic = testkit::unique("late-e2e");
-    testkit::create_topic(a, &topic, PARTITIONS).await;
-    testkit::create_topic(b, &topic, PARTITIONS).await;
-    let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
-    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
-    let (state, jobs) = rig.serve("30m").await;
-
-    // 45 s of traffic at 100 messages/s: window 1 loses 37, window 2 gets 11 twice.
-    let faults = Faults {
-        loss: Some((1, 37)),
-        dup: Some((2, 11)),
-    };
-    let traffic = {
-        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
-            replicate_live(
-                &a,
-                &b,
-                &topic,
-                PARTITIONS,
-                100,
-                Duration::from_secs(45),
-                faults,
-            )
-        })
-    };
-    // The downstream auditor starts two windows (and a grace) after the traffic.
-    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
-    sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
-    // It catches up over several reports: each partition is fetched again only 100 ms
+    let t = OneTopic::start("late-e2e", PARTITIONS).await;
+    let (rig, topic, state) = (&t.rig, t.topic.as_str(), &t.state);
+    let traffic = rig.spawn_traffic(topic, Traffic::loss_then_duplication(PARTITIONS));
+    // The downstream auditor starts two windows (and a grace) after the traffic and
+    // catches up over several reports: each partition is fetched again only 100 ms
     // after its fetched messages were taken, a few KB at a time.
-    let mut late = rig.aggregate(&[&topic]);
-    for (k, v) in [
-        ("queued.min.messages", "1"),
-        ("fetch.queue.backoff.ms", "100"),
-        ("max.partition.fetch.bytes", "2000"),
-    ] {
-        late.kafka.consumer.insert(k.into(), v.into());
-    }
-    let downstream = rig.spawn_auditor(late);
-    let sent = traffic.await.expect("traffic");
-    let (up, down) = sent.total();
-    let all_final = wait_final(
-        &state,
-        &topic,
-        (sent.first(), sent.end()),
-        &[("regional", up), ("aggregate", down)],
-        false,
-        Duration::from_secs(240),
-    )
-    .await;
-    let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
-    let both_paged = testkit::wait_until_async(Duration::from_secs(20), || {
-        let n = rig.pages.of(&topic).len();
-        async move { n >= 2 }
-    })
-    .await;
-    let judged = anomalies(&state, &topic, sent.first(), sent.end());
-    rig.shutdown([upstream, downstream, collector], jobs).await;
-    assert!(
-        all_final,
-        "windows not all final with all counts in: {judged:?} (sent {sent:?})"
-    );
-    let (l, d) = (sent.windows[&lossy], sent.windows[&duplicated]);
-    assert_eq!(
-        judged,
-        vec![
-            (lossy, Verdict::Loss, Lifecycle::Final, l.0, l.1),
-            (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
-        ],
-        "sent {sent:?}"
-    );
-    assert!(both_paged, "pages: {:?}", rig.pages.all());
-    let mut got = rig.pages.of(&topic);
-    got.sort();
-    assert_eq!(
-        got,
-        vec![
-            ("trigger".into(), "duplication".into(), Some(duplicated)),
-            ("trigger".into(), "loss".into(), Some(lossy)),
-        ],
-        "every page of the run: {:#?}",
-        rig.pages.all()
-    );
+    let (sent, all_final, both_paged) = t.late_downstream(traffic).await;
+    let judged = anomalies(state, topic, sent.first(), sent.end());
+    t.shutdown([]).await;
+    t.assert_loss_then_duplication(&sent, &judged, all_final, both_paged);
 }

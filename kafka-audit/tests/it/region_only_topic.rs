@@ -23,6 +23,25 @@ const PARTITIONS: i32 = 3;
 const MESSAGES: u64 = 3000;
 const WINDOWS: i64 = 6;
 
+/// serve's config without jobs or alerting: tiers regional and aggregate, datacenters
+/// dc1 and dc2 both rolled up into agg.
+fn two_datacenters() -> web::Config {
+    toml::from_str(
+        r#"
+[topology]
+window = "10s"
+grace = "5s"
+stall_after = "30m"
+tiers = [{ name = "regional" }, { name = "aggregate" }]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = { dc1 = "agg", dc2 = "agg" }
+"#,
+    )
+    .expect("serve config parses")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn topic_of_one_upstream_datacenter_reports_its_loss() {
     let _alone = crate::ALONE.lock().await;
@@ -44,54 +63,14 @@ async fn topic_of_one_upstream_datacenter_reports_its_loss() {
     let lossy = base + 2 * WINDOW_MS;
     let in_lossy = truth[&(topic.clone(), lossy)].count;
     let drop_n = in_lossy / 20;
-    let mut dropped = 0;
-    for i in 0..MESSAGES {
-        let (key, value, window) = known_message(i, base, WINDOWS);
-        if window == lossy && dropped < drop_n {
-            dropped += 1;
-            continue;
-        }
-        let mut rec = BaseRecord::to(&topic)
-            .key(&key)
-            .payload(&value)
-            .partition((i % PARTITIONS as u64) as i32);
-        loop {
-            match pb.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            }
-        }
-    }
-    pb.flush(Duration::from_secs(60))
-        .expect("flush to cluster B");
+    produce_dropping(&pb, &topic, 0, MESSAGES, base, lossy, drop_n);
 
     // The auditors of regional/dc1 (cluster A) and aggregate/agg (cluster B).
     let stop = CancellationToken::new();
     let wal_a = tempfile::tempdir().unwrap();
     let wal_b = tempfile::tempdir().unwrap();
-    let mut cfg_a = audit_config(
-        &a,
-        std::slice::from_ref(&topic),
-        &audit_a,
-        &testkit::unique("region-only-dc1"),
-        "regional-dc1-0",
-        wal_a.path(),
-    );
-    cfg_a.audit.tier = "regional".into();
-    cfg_a.audit.datacenter = "dc1".into();
-    let mut cfg_b = audit_config(
-        &b,
-        std::slice::from_ref(&topic),
-        &audit_b,
-        &testkit::unique("region-only-agg"),
-        "aggregate-agg-0",
-        wal_b.path(),
-    );
-    cfg_b.audit.tier = "aggregate".into();
-    cfg_b.audit.datacenter = "agg".into();
+    let cfg_a = e2e::tier_config(&a, &topic, &audit_a, "regional", "dc1", wal_a.path());
+    let cfg_b = e2e::tier_config(&b, &topic, &audit_b, "aggregate", "agg", wal_b.path());
     let auditors = [
         tokio::spawn(audit_service::run(cfg_a, stop.clone())),
         tokio::spawn(audit_service::run(cfg_b, stop.clone())),
@@ -105,21 +84,7 @@ async fn topic_of_one_upstream_datacenter_reports_its_loss() {
         stop.clone(),
     ));
 
-    let config: web::Config = toml::from_str(
-        r#"
-[topology]
-window = "10s"
-grace = "5s"
-stall_after = "30m"
-tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg", dc2 = "agg" }
-"#,
-    )
-    .expect("serve config parses");
-    let state = web::AppState::new(config, store).expect("state");
+    let state = web::AppState::new(two_datacenters(), store).expect("state");
     let windows: Vec<i64> = (0..WINDOWS).map(|i| base + i * WINDOW_MS).collect();
     let all_final = e2e::wait_final(
         &state,
@@ -295,21 +260,7 @@ async fn region_only_and_two_region_topics_on_three_clusters() {
         ),
         stop.clone(),
     ));
-    let config: web::Config = toml::from_str(
-        r#"
-[topology]
-window = "10s"
-grace = "5s"
-stall_after = "30m"
-tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg", dc2 = "agg" }
-"#,
-    )
-    .expect("serve config parses");
-    let state = web::AppState::new(config, store).expect("state");
+    let state = web::AppState::new(two_datacenters(), store).expect("state");
     let (from, to) = (base, base + WINDOWS * WINDOW_MS);
     let mut all_final = true;
     for (topic, up, down) in [

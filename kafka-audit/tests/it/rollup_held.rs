@@ -34,36 +34,23 @@ async fn tier_count(state: &web::AppState, topic: &str, sent: &Replicated, tier:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_final_verdict_while_the_roll_up_is_held_back() {
     let _alone = crate::ALONE.lock().await;
-    let rig = TwoTiers::new("rollup-held-e2e").await;
-    let (a, b) = (&rig.a, &rig.b);
-    let topic = testkit::unique("rollup-held-e2e");
-    testkit::create_topic(a, &topic, PARTITIONS).await;
-    testkit::create_topic(b, &topic, PARTITIONS).await;
-    let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
-    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
-    let (state, jobs) = rig.serve("30m").await;
+    let t = OneTopic::start("rollup-held-e2e", PARTITIONS).await;
+    let (rig, topic, state) = (&t.rig, t.topic.as_str(), &t.state);
 
-    let sent = {
-        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
-            replicate_live(
-                &a,
-                &b,
-                &topic,
-                PARTITIONS,
-                50,
-                Duration::from_secs(12),
-                Faults {
-                    loss: None,
-                    dup: None,
-                },
-            )
-        })
+    let sent = rig
+        .spawn_traffic(
+            topic,
+            Traffic {
+                partitions: PARTITIONS,
+                rate: 50,
+                duration: Duration::from_secs(12),
+                faults: Faults::NONE,
+            },
+        )
         .await
-        .expect("traffic")
-    };
-    let (up, down) = sent.total();
-    let tier_sum = |tier: &'static str| tier_count(&state, &topic, &sent, tier);
+        .expect("traffic");
+    let (up, _) = sent.total();
+    let tier_sum = |tier: &'static str| tier_count(state, topic, &sent, tier);
     // The upstream tier's increments are added up before the roll-up is held.
     let upstream_in = testkit::wait_until_async(Duration::from_secs(120), || async {
         tier_sum("regional").await == up
@@ -80,10 +67,10 @@ async fn no_final_verdict_while_the_roll_up_is_held_back() {
 
     // The downstream auditor starts after the last window's grace and catches up.
     sleep_until_ms(sent.end() + GRACE_MS).await;
-    let downstream = rig.spawn_auditor(rig.aggregate(&[&topic]));
+    let downstream = rig.spawn_auditor(rig.aggregate(&[topic]));
     let settled = sent.end() + GRACE_MS;
     let read_past = testkit::wait_until_async(Duration::from_secs(120), || async {
-        let p = state.store.progress(Some(&topic)).await.expect("progress");
+        let p = state.store.progress(Some(topic)).await.expect("progress");
         let agg: Vec<_> = p.iter().filter(|p| p.tier == "aggregate").collect();
         agg.len() == PARTITIONS as usize
             && agg
@@ -96,7 +83,7 @@ async fn no_final_verdict_while_the_roll_up_is_held_back() {
     for _ in 0..3 {
         state.evaluate(common::now_ms()).await.expect("cycle");
         judged_while_held.extend(
-            anomalies(&state, &topic, sent.first(), sent.end())
+            anomalies(state, topic, sent.first(), sent.end())
                 .into_iter()
                 .filter(|j| j.2 == Lifecycle::Final),
         );
@@ -104,17 +91,9 @@ async fn no_final_verdict_while_the_roll_up_is_held_back() {
     let aggregate_rows_while_held = tier_sum("aggregate").await;
     lock.commit().await.expect("release the lock");
 
-    let all_final = wait_final(
-        &state,
-        &topic,
-        (sent.first(), sent.end()),
-        &[("regional", up), ("aggregate", down)],
-        false,
-        Duration::from_secs(240),
-    )
-    .await;
-    let judged = anomalies(&state, &topic, sent.first(), sent.end());
-    rig.shutdown([upstream, downstream, collector], jobs).await;
+    let all_final = wait_sent_final(state, topic, &sent, Duration::from_secs(240)).await;
+    let judged = anomalies(state, topic, sent.first(), sent.end());
+    t.shutdown([downstream]).await;
 
     assert!(
         read_past,
@@ -134,7 +113,7 @@ async fn no_final_verdict_while_the_roll_up_is_held_back() {
     );
     assert!(judged.is_empty(), "anomalies: {judged:?}");
     assert!(
-        rig.pages.of(&topic).is_empty(),
+        rig.pages.of(topic).is_empty(),
         "pages: {:#?}",
         rig.pages.all()
     );

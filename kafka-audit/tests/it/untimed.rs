@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use e2e::*;
 use support::*;
-use web::engine::{Lifecycle, Verdict};
 
 const PARTITIONS: i32 = 3;
 const DAY_MS: i64 = 86_400_000;
@@ -48,14 +47,8 @@ fn untimed_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_late_auditor() {
     let _alone = crate::ALONE.lock().await;
-    let rig = TwoTiers::new("untimed-e2e").await;
-    let (a, b) = (&rig.a, &rig.b);
-    let topic = testkit::unique("untimed-e2e");
-    testkit::create_topic(a, &topic, PARTITIONS).await;
-    testkit::create_topic(b, &topic, PARTITIONS).await;
-    let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
-    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
-    let (state, jobs) = rig.serve("30m").await;
+    let t = OneTopic::start("untimed-e2e", PARTITIONS).await;
+    let (rig, topic, state) = (&t.rig, t.topic.as_str(), &t.state);
     let api = {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -64,56 +57,14 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
         base
     };
 
-    // 45 s of traffic at 100 messages/s: window 1 loses 37, window 2 gets 11 twice.
-    let faults = Faults {
-        loss: Some((1, 37)),
-        dup: Some((2, 11)),
-    };
-    let traffic = {
-        let (a, b, topic) = (a.clone(), b.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
-            replicate_live_with(
-                &a,
-                &b,
-                &topic,
-                PARTITIONS,
-                100,
-                Duration::from_secs(45),
-                faults,
-                untimed_message,
-            )
-        })
-    };
+    let traffic = rig.spawn_traffic_with(
+        topic,
+        Traffic::loss_then_duplication(PARTITIONS),
+        untimed_message,
+    );
     // The downstream auditor starts two windows (and a grace) after the traffic and
     // catches up over several reports.
-    let started = common::now_ms() / WINDOW_MS * WINDOW_MS;
-    sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
-    let mut late = rig.aggregate(&[&topic]);
-    for (k, v) in [
-        ("queued.min.messages", "1"),
-        ("fetch.queue.backoff.ms", "100"),
-        ("max.partition.fetch.bytes", "2000"),
-    ] {
-        late.kafka.consumer.insert(k.into(), v.into());
-    }
-    let downstream = rig.spawn_auditor(late);
-    let sent = traffic.await.expect("traffic");
-    let (up, down) = sent.total();
-    let all_final = wait_final(
-        &state,
-        &topic,
-        (sent.first(), sent.end()),
-        &[("regional", up), ("aggregate", down)],
-        false,
-        Duration::from_secs(240),
-    )
-    .await;
-    let (lossy, duplicated) = (sent.first() + WINDOW_MS, sent.first() + 2 * WINDOW_MS);
-    let both_paged = testkit::wait_until_async(Duration::from_secs(20), || {
-        let n = rig.pages.of(&topic).len();
-        async move { n >= 2 }
-    })
-    .await;
+    let (sent, all_final, both_paged) = t.late_downstream(traffic).await;
     // Every observation-time message is stored (the late tier's may land after the
     // traffic's windows).
     let to = common::now_ms() + WINDOW_MS;
@@ -157,34 +108,10 @@ async fn untimed_messages_are_judged_in_their_record_timestamp_windows_with_a_la
         sent.end()
     ))
     .await;
-    let judged = anomalies(&state, &topic, sent.first(), sent.end());
-    rig.shutdown([upstream, downstream, collector], jobs).await;
+    let judged = anomalies(state, topic, sent.first(), sent.end());
+    t.shutdown([]).await;
 
-    // Pages first: what woke someone over the whole run.
-    assert!(both_paged, "pages: {:?}", rig.pages.all());
-    let mut got = rig.pages.of(&topic);
-    got.sort();
-    assert_eq!(
-        got,
-        vec![
-            ("trigger".into(), "duplication".into(), Some(duplicated)),
-            ("trigger".into(), "loss".into(), Some(lossy)),
-        ],
-        "every page of the run (verdicts {judged:?}, sent {sent:?})"
-    );
-    assert!(
-        all_final,
-        "windows not all final with all counts in: {judged:?} (sent {sent:?})"
-    );
-    let (l, d) = (sent.windows[&lossy], sent.windows[&duplicated]);
-    assert_eq!(
-        judged,
-        vec![
-            (lossy, Verdict::Loss, Lifecycle::Final, l.0, l.1),
-            (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
-        ],
-        "sent {sent:?}"
-    );
+    t.assert_loss_then_duplication(&sent, &judged, all_final, both_paged);
 
     // The untimed counts per window and tier in the API: every message in `count` of
     // these windows had no payload time (binary: malformed, JSON: no_time), each

@@ -140,6 +140,20 @@ async fn partition_names(pool: &PgPool, parent: &str) -> Vec<String> {
     .unwrap()
 }
 
+/// The columns of `table`'s primary key.
+async fn primary_key(pool: &PgPool, table: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT a.attname::text FROM pg_constraint c
+         JOIN unnest(c.conkey) k(n) ON true
+         JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
+         WHERE c.conrelid = $1::regclass AND c.contype = 'p'",
+    )
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 fn day_name(parent: &str, day_ms: i64) -> String {
     let d = chrono::DateTime::from_timestamp_millis(day_ms).unwrap();
     format!("{parent}_p{}", d.format("%Y%m%d"))
@@ -174,16 +188,7 @@ async fn traffic_tables_are_partitioned_by_day_and_keyed_by_topic() {
             "{table}: partition key"
         );
 
-        let pk: Vec<String> = sqlx::query_scalar(
-            "SELECT a.attname::text FROM pg_constraint c
-             JOIN unnest(c.conkey) k(n) ON true
-             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
-             WHERE c.conrelid = $1::regclass AND c.contype = 'p'",
-        )
-        .bind(table)
-        .fetch_all(pool)
-        .await
-        .unwrap();
+        let pk = primary_key(pool, table).await;
         assert!(
             pk.iter().any(|c| c == "topic"),
             "{table}: primary key {pk:?} lacks topic"
@@ -231,16 +236,7 @@ async fn traffic_tables_are_partitioned_by_day_and_keyed_by_topic() {
     }
     // Co-located with them by topic (not time-partitioned: they grow with topics).
     for table in ["audit_progress", "audit_topic"] {
-        let pk: Vec<String> = sqlx::query_scalar(
-            "SELECT a.attname::text FROM pg_constraint c
-             JOIN unnest(c.conkey) k(n) ON true
-             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
-             WHERE c.conrelid = $1::regclass AND c.contype = 'p'",
-        )
-        .bind(table)
-        .fetch_all(pool)
-        .await
-        .unwrap();
+        let pk = primary_key(pool, table).await;
         assert!(
             pk.iter().any(|c| c == "topic"),
             "{table}: primary key {pk:?}"

@@ -139,6 +139,15 @@ impl Pages {
             })
             .collect()
     }
+
+    /// Waits (bounded by `timeout`) until `topic` has at least `n` pages; whether it has.
+    pub async fn wait_for(&self, topic: &str, n: usize, timeout: Duration) -> bool {
+        testkit::wait_until_async(timeout, || {
+            let got = self.of(topic).len();
+            async move { got >= n }
+        })
+        .await
+    }
 }
 
 /// A webhook receiver on 127.0.0.1: its pages and its URL.
@@ -246,6 +255,31 @@ pub struct Replicated {
 }
 
 impl Replicated {
+    /// What [`Traffic::loss_then_duplication`] must be judged: window 1 a final loss,
+    /// window 2 a final duplication, each with the counts sent in it.
+    pub fn loss_then_duplication_verdicts(&self) -> Vec<Judged> {
+        let (lossy, duplicated) = self.loss_then_duplication_windows();
+        let (l, d) = (self.windows[&lossy], self.windows[&duplicated]);
+        vec![
+            (lossy, Verdict::Loss, Lifecycle::Final, l.0, l.1),
+            (duplicated, Verdict::Duplication, Lifecycle::Final, d.0, d.1),
+        ]
+    }
+
+    /// The pages [`Traffic::loss_then_duplication`] must raise, sorted as
+    /// [`Pages::of`] sorted: one trigger per faulty window.
+    pub fn loss_then_duplication_pages(&self) -> Vec<(String, String, Option<i64>)> {
+        let (lossy, duplicated) = self.loss_then_duplication_windows();
+        vec![
+            ("trigger".into(), "duplication".into(), Some(duplicated)),
+            ("trigger".into(), "loss".into(), Some(lossy)),
+        ]
+    }
+
+    fn loss_then_duplication_windows(&self) -> (i64, i64) {
+        (self.first() + WINDOW_MS, self.first() + 2 * WINDOW_MS)
+    }
+
     pub fn first(&self) -> i64 {
         *self.windows.keys().next().expect("traffic")
     }
@@ -269,26 +303,74 @@ pub struct Faults {
     pub dup: Option<(i64, u64)>,
 }
 
+impl Faults {
+    /// A faithful replicator: every message copied once.
+    pub const NONE: Faults = Faults {
+        loss: None,
+        dup: None,
+    };
+}
+
 fn now_ms() -> i64 {
     common::now_ms()
 }
 
-/// Traffic now: `rate` JSON messages per second with event time = the time of
-/// sending (also the record timestamp) for `duration`, round-robin over `partitions`,
-/// each to `topic` on `a` and, as a replicator would with `faults`, on `b`. Runs on the
-/// calling thread (call it from `spawn_blocking`).
-pub fn replicate_live(
-    a: &str,
-    b: &str,
+/// The shape of a live replicator's traffic: `rate` messages per second for
+/// `duration`, round-robin over `partitions`, copied to the second cluster with `faults`.
+#[derive(Debug, Clone, Copy)]
+pub struct Traffic {
+    pub partitions: i32,
+    pub rate: u64,
+    pub duration: Duration,
+    pub faults: Faults,
+}
+
+impl Traffic {
+    /// 45 s at 100 messages/s over `partitions`: window 1 loses 37, window 2 gets 11
+    /// twice.
+    pub fn loss_then_duplication(partitions: i32) -> Traffic {
+        Traffic {
+            partitions,
+            rate: 100,
+            duration: Duration::from_secs(45),
+            faults: Faults {
+                loss: Some((1, 37)),
+                dup: Some((2, 11)),
+            },
+        }
+    }
+}
+
+/// [`wait_final`] over the windows of `sent`, with both tiers' counts of it in.
+pub async fn wait_sent_final(
+    state: &AppState,
     topic: &str,
-    partitions: i32,
-    rate: u64,
-    duration: Duration,
-    faults: Faults,
-) -> Replicated {
-    replicate_live_with(a, b, topic, partitions, rate, duration, faults, |i, ts| {
-        (format!("{{\"id\":{i},\"ts\":{ts}}}").into_bytes(), ts, true)
-    })
+    sent: &Replicated,
+    timeout: Duration,
+) -> bool {
+    let (up, down) = sent.total();
+    wait_final(
+        state,
+        topic,
+        (sent.first(), sent.end()),
+        &[("regional", up), ("aggregate", down)],
+        false,
+        timeout,
+    )
+    .await
+}
+
+/// Traffic now: `traffic.rate` JSON messages per second with event time = the time of
+/// sending (also the record timestamp), each to `topic` on `a` and, as a replicator
+/// would with `traffic.faults`, on `b`. Runs on the calling thread (call it from
+/// `spawn_blocking`, or use [`TwoTiers::spawn_traffic`]).
+pub fn replicate_live(a: &str, b: &str, topic: &str, traffic: Traffic) -> Replicated {
+    replicate_live_with(a, b, topic, traffic, json_message)
+}
+
+/// Message `i` of [`replicate_live`]: JSON with its event time `ts`, windowed by it.
+fn json_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
+    (format!("{{\"id\":{i},\"ts\":{ts}}}").into_bytes(), ts, true)
 }
 
 /// [`replicate_live`] with other messages: `message(i, now)` gives message `i`'s
@@ -296,17 +378,19 @@ pub fn replicate_live(
 /// window it by a tier-invariant time (else it is counted in
 /// [`Replicated::observation_time`], not in a window). Windows and faults go by the
 /// time of sending.
-#[allow(clippy::too_many_arguments)]
 pub fn replicate_live_with(
     a: &str,
     b: &str,
     topic: &str,
-    partitions: i32,
-    rate: u64,
-    duration: Duration,
-    faults: Faults,
+    traffic: Traffic,
     message: impl Fn(u64, i64) -> (Vec<u8>, i64, bool),
 ) -> Replicated {
+    let Traffic {
+        partitions,
+        rate,
+        duration,
+        faults,
+    } = traffic;
     let (pa, pb) = (producer(a), producer(b));
     let started = Instant::now();
     let first = now_ms() / WINDOW_MS * WINDOW_MS;
@@ -447,6 +531,47 @@ impl TwoTiers {
         cfg
     }
 
+    /// The aggregate auditor's config for `topics`, fetching a few KB at a time and each
+    /// partition again only 100 ms after its fetched messages were taken: started late,
+    /// it catches up over several reports.
+    pub fn slow_aggregate(&self, topics: &[&str]) -> audit_service::Config {
+        let mut cfg = self.aggregate(topics);
+        for (k, v) in [
+            ("queued.min.messages", "1"),
+            ("fetch.queue.backoff.ms", "100"),
+            ("max.partition.fetch.bytes", "2000"),
+        ] {
+            cfg.kafka.consumer.insert(k.into(), v.into());
+        }
+        cfg
+    }
+
+    /// Creates `topic` with `partitions` on both clusters.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) {
+        testkit::create_topic(&self.a, topic, partitions).await;
+        testkit::create_topic(&self.b, topic, partitions).await;
+    }
+
+    /// [`replicate_live`] of `topic` from A to B on a blocking thread.
+    pub fn spawn_traffic(
+        &self,
+        topic: &str,
+        traffic: Traffic,
+    ) -> tokio::task::JoinHandle<Replicated> {
+        self.spawn_traffic_with(topic, traffic, json_message)
+    }
+
+    /// [`replicate_live_with`] of `topic` from A to B on a blocking thread.
+    pub fn spawn_traffic_with(
+        &self,
+        topic: &str,
+        traffic: Traffic,
+        message: impl Fn(u64, i64) -> (Vec<u8>, i64, bool) + Send + 'static,
+    ) -> tokio::task::JoinHandle<Replicated> {
+        let (a, b, topic) = (self.a.clone(), self.b.clone(), topic.to_string());
+        tokio::task::spawn_blocking(move || replicate_live_with(&a, &b, &topic, traffic, message))
+    }
+
     /// Runs an auditor until the rig stops.
     pub fn spawn_auditor(&self, cfg: audit_service::Config) -> Service {
         tokio::spawn(audit_service::run(cfg, self.stop.clone()))
@@ -506,3 +631,96 @@ impl TwoTiers {
 
 /// A running auditor or collector.
 pub type Service = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+/// The start of the one-topic tests: [`TwoTiers::new`]`(name)`, a unique topic `name…`
+/// of `partitions` on both clusters, its regional auditor, the collector (500 messages
+/// a batch) and serve (stall after 30 min) with its jobs running. The aggregate auditor
+/// and the traffic are the test's.
+pub struct OneTopic {
+    pub rig: TwoTiers,
+    pub topic: String,
+    pub state: AppState,
+    services: std::sync::Mutex<Vec<Service>>,
+    jobs: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl OneTopic {
+    pub async fn start(name: &str, partitions: i32) -> OneTopic {
+        let rig = TwoTiers::new(name).await;
+        let topic = testkit::unique(name);
+        rig.create_topic(&topic, partitions).await;
+        let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
+        let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+        let (state, jobs) = rig.serve("30m").await;
+        OneTopic {
+            rig,
+            topic,
+            state,
+            services: std::sync::Mutex::new(vec![upstream, collector]),
+            jobs: std::sync::Mutex::new(jobs),
+        }
+    }
+
+    /// The late downstream tier of [`Traffic::loss_then_duplication`], `traffic` just
+    /// spawned: the aggregate auditor ([`TwoTiers::slow_aggregate`]) starts two windows
+    /// (and a grace) after the traffic and catches up over several reports. Waits for
+    /// the traffic to end, then (bounded) for its windows final with both tiers' counts
+    /// in, then for the two pages it must raise: the traffic, whether its windows were
+    /// all final, whether both pages came.
+    pub async fn late_downstream(
+        &self,
+        traffic: tokio::task::JoinHandle<Replicated>,
+    ) -> (Replicated, bool, bool) {
+        let (rig, topic) = (&self.rig, self.topic.as_str());
+        let started = now_ms() / WINDOW_MS * WINDOW_MS;
+        sleep_until_ms(started + 2 * WINDOW_MS + 5_000).await;
+        let downstream = rig.spawn_auditor(rig.slow_aggregate(&[topic]));
+        self.services.lock().unwrap().push(downstream);
+        let sent = traffic.await.expect("traffic");
+        let all_final = wait_sent_final(&self.state, topic, &sent, Duration::from_secs(240)).await;
+        let both_paged = rig.pages.wait_for(topic, 2, Duration::from_secs(20)).await;
+        (sent, all_final, both_paged)
+    }
+
+    /// What a run of [`OneTopic::late_downstream`] must show, asserted after
+    /// [`OneTopic::shutdown`]: first the pages (what woke someone over the whole run:
+    /// one trigger per faulty window, nothing else), then its windows all final with
+    /// both tiers' counts in and judged (`judged`) a final loss in window 1 and a final
+    /// duplication in window 2.
+    pub fn assert_loss_then_duplication(
+        &self,
+        sent: &Replicated,
+        judged: &[Judged],
+        all_final: bool,
+        both_paged: bool,
+    ) {
+        let pages = &self.rig.pages;
+        assert!(both_paged, "pages: {:?}", pages.all());
+        let mut got = pages.of(&self.topic);
+        got.sort();
+        assert_eq!(
+            got,
+            sent.loss_then_duplication_pages(),
+            "every page of the run (verdicts {judged:?}, sent {sent:?}): {:#?}",
+            pages.all()
+        );
+        assert!(
+            all_final,
+            "windows not all final with all counts in: {judged:?} (sent {sent:?})"
+        );
+        assert_eq!(
+            judged,
+            sent.loss_then_duplication_verdicts(),
+            "sent {sent:?}"
+        );
+    }
+
+    /// [`TwoTiers::shutdown`] of the regional auditor, the collector, serve's jobs, the
+    /// late downstream auditor if started, and `more`.
+    pub async fn shutdown(&self, more: impl IntoIterator<Item = Service>) {
+        let mut services = std::mem::take(&mut *self.services.lock().unwrap());
+        services.extend(more);
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap());
+        self.rig.shutdown(services, jobs).await;
+    }
+}
