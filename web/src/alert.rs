@@ -366,6 +366,12 @@ pub type Desired = Option<Arc<Published>>;
 pub struct Published {
     pub alerts: BTreeMap<String, Alert>,
     pub judged_from: Option<i64>,
+    /// Dedup keys of windows judged but not final (a newer progress report put them
+    /// back to settling, e.g. a lag that was 0 on a stale high watermark). An alert
+    /// open on one stays open: it resolves when its window is final again and no
+    /// longer anomalous, never for a moment of doubt (that would page the on-call a
+    /// second time when the window is final again).
+    pub unsettled: BTreeSet<String>,
 }
 
 impl std::ops::Deref for Published {
@@ -379,6 +385,17 @@ impl std::ops::Deref for Published {
 /// windows, and one alert per stalled auditor ("tier X audit stalled"). Windows judged
 /// `stalled` are listed by the API but not alerted one by one: the auditor's alert
 /// covers them all.
+/// Dedup keys of the windows in `index` that are not final ([`Published::unsettled`]).
+/// The index keeps no `ok` verdict, so this is the recent non-ok windows only.
+pub fn unsettled(index: &VerdictIndex) -> BTreeSet<String> {
+    index
+        .entries
+        .values()
+        .filter(|e| e.lifecycle != Lifecycle::Final)
+        .map(dedup_key)
+        .collect()
+}
+
 pub fn desired(
     index: &VerdictIndex,
     config: &AlertingConfig,
@@ -490,18 +507,18 @@ impl ChannelWorker {
     /// One pass: resolves what is open and no longer wanted, triggers what is wanted
     /// and not open (or changed verdict), within the rate limit.
     pub async fn sync(&mut self, desired: &BTreeMap<String, Alert>, now_ms: i64) {
-        self.sync_judged(desired, None, now_ms).await
+        let published = Published {
+            alerts: desired.clone(),
+            ..Published::default()
+        };
+        self.sync_judged(&published, now_ms).await
     }
 
-    /// [`Self::sync`] from a partial evaluation: alerts on windows starting before
-    /// `judged_from` (not judged yet) are not resolved for being absent from `desired`.
-    pub async fn sync_judged(
-        &mut self,
-        desired: &BTreeMap<String, Alert>,
-        judged_from: Option<i64>,
-        now_ms: i64,
-    ) {
-        let work = self.work(desired, judged_from, now_ms);
+    /// [`Self::sync`] from a publication: alerts on windows starting before
+    /// `judged_from` (not judged yet) or not final (`unsettled`) are not resolved for
+    /// being absent from its alerts.
+    pub async fn sync_judged(&mut self, published: &Published, now_ms: i64) {
+        let work = self.work(published, now_ms);
         self.waiting.clear();
         let mut limited = 0;
         for (action, alert) in work {
@@ -556,12 +573,9 @@ impl ChannelWorker {
 
     /// What a pass would do, in order: triggers of what is wanted and not open (or
     /// changed verdict), then resolves of what is open, judged, and no longer wanted.
-    fn work(
-        &self,
-        desired: &BTreeMap<String, Alert>,
-        judged_from: Option<i64>,
-        now_ms: i64,
-    ) -> Vec<(Action, Alert)> {
+    fn work(&self, published: &Published, now_ms: i64) -> Vec<(Action, Alert)> {
+        let desired = &published.alerts;
+        let judged_from = published.judged_from;
         let max_age = self.config.max_window_age.as_millis() as i64;
         let triggers: Vec<Alert> = desired
             .iter()
@@ -574,7 +588,7 @@ impl ChannelWorker {
         let resolves: Vec<Alert> = self
             .open
             .iter()
-            .filter(|(k, _)| !desired.contains_key(*k))
+            .filter(|(k, _)| !desired.contains_key(*k) && !published.unsettled.contains(*k))
             .filter(|(_, a)| judged_from.is_none_or(|from| a.judged_from(from)))
             .map(|(_, a)| a.clone())
             .collect();
@@ -598,15 +612,14 @@ impl ChannelWorker {
     /// evaluation and (cold start) of every load step, and a pass at their pace would
     /// send a failed delivery again and count it, and the deferred ones, each time.
     pub async fn on_publication(&mut self, published: &Published, now_ms: i64) -> bool {
-        let work = self.work(&published.alerts, published.judged_from, now_ms);
+        let work = self.work(published, now_ms);
         if work
             .iter()
             .all(|(action, alert)| self.waiting.contains(&work_item(*action, alert)))
         {
             return false;
         }
-        self.sync_judged(&published.alerts, published.judged_from, now_ms)
-            .await;
+        self.sync_judged(published, now_ms).await;
         true
     }
 
@@ -727,8 +740,7 @@ impl ChannelWorker {
         self.load_open().await;
         let first = rx.borrow_and_update().clone();
         if let Some(desired) = first {
-            self.sync_judged(&desired.alerts, desired.judged_from, common::now_ms())
-                .await;
+            self.sync_judged(&desired, common::now_ms()).await;
         }
         let mut next_pass = tokio::time::Instant::now() + retry_every;
         loop {
@@ -748,7 +760,7 @@ impl ChannelWorker {
                 _ = tokio::time::sleep_until(next_pass) => {
                     let desired = rx.borrow_and_update().clone();
                     if let Some(desired) = desired {
-                        self.sync_judged(&desired.alerts, desired.judged_from, common::now_ms())
+                        self.sync_judged(&desired, common::now_ms())
                             .await;
                     }
                     next_pass = tokio::time::Instant::now() + retry_every;

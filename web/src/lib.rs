@@ -155,6 +155,7 @@ impl AppState {
             alert::Published {
                 alerts: alert::desired(&index, &self.config.alerting, stall_after_ms),
                 judged_from: index.loading.as_ref().map(|l| l.loaded_from),
+                unsettled: alert::unsettled(&index),
             }
         };
         // Channels are woken when the publication changes: new alerts, or a load step's

@@ -871,8 +871,7 @@ url = "{base}/ok/webhook"
     first.evaluate(now).await.unwrap();
     let mut w = worker(&first);
     let published = first.published_alerts().unwrap();
-    w.sync_judged(&published.alerts, published.judged_from, now)
-        .await;
+    w.sync_judged(&published, now).await;
     assert_eq!(receiver.got().len(), 2, "{:#?}", receiver.got());
 
     // While serve is down: late data makes `orders` ok; a new loss arrives.
@@ -933,7 +932,7 @@ url = "{base}/ok/webhook"
     full.evaluate(now).await.unwrap();
     let published = full.published_alerts().unwrap();
     assert_eq!(published.judged_from, None);
-    w.sync_judged(&published.alerts, None, now).await;
+    w.sync_judged(&published, now).await;
     assert_eq!(receiver.got().len(), 4, "{:#?}", receiver.got());
     let keys: Vec<&String> = published.keys().collect();
     assert_eq!(keys.len(), 2, "{keys:?}");
@@ -1072,6 +1071,7 @@ url = "{base}/reject/slack"
         Some(Arc::new(web::alert::Published {
             alerts: [(alert.dedup_key.clone(), alert.clone())].into(),
             judged_from: Some(from),
+            ..Default::default()
         }))
     };
     let (tx, rx) = tokio::sync::watch::channel(publication(0));

@@ -32,6 +32,7 @@ datacenters = { dc1 = "agg", dc2 = "agg" }
 "#;
 
 on_both_backends!(
+    an_open_alert_stays_open_while_its_window_settles_again,
     many_to_one_region_only_topic,
     lag_zero_is_dated_by_emitted_at,
     window_size_mismatch_is_reported,
@@ -443,6 +444,89 @@ async fn late_auditor_catching_up_pages_nothing_postgres() {
         (first[0].2, first[0].3),
         (Verdict::Pending, Lifecycle::Settling),
         "{first:?}"
+    );
+}
+
+/// A final window in duplication pages; then a newer report of its downstream auditor
+/// says the partition is behind again, with an older record time (a lag of 0 computed
+/// on a stale high watermark, corrected by the next statistics), so the window is
+/// settling again; then final again with the same duplication. The on-call must get
+/// one page, not trigger, resolve, trigger (seen in the end-to-end `untimed` run: the
+/// worker resolved every open alert whose window was not final at that moment).
+async fn an_open_alert_stays_open_while_its_window_settles_again(backend: Backend) {
+    let (got, base) = start_receiver().await;
+    let cfg = one_webhook(&format!("{base}/hook"));
+    let (state, _db) = state(backend, &cfg).await;
+    let mut hook = ChannelWorker::new(
+        state.config.alerting.channels[0].clone(),
+        state.config.alerting.clone(),
+        state.metrics.clone(),
+        None,
+    );
+    let cycle = |state: &AppState| state.published_alerts().expect("published");
+    let w = settled_window();
+    let report = |record_time: i64, lag: i64| {
+        progress(
+            "orders",
+            "regional",
+            "dc1",
+            "regional-dc1-0",
+            0,
+            record_time,
+            lag,
+            now_ms(),
+        )
+    };
+    write(
+        &state.store,
+        vec![
+            increment("orders", "producer", "dc1", w, 100, 10),
+            increment("orders", "regional", "dc1", w, 110, 11),
+            report(now_ms(), 0),
+        ],
+    )
+    .await;
+    let mut lifecycles = vec![];
+    for step in 0..3 {
+        if step == 1 {
+            write(&state.store, vec![report(w + MIN, 5)]).await;
+        }
+        if step == 2 {
+            write(&state.store, vec![report(now_ms(), 0)]).await;
+        }
+        let now = now_ms();
+        state.evaluate(now).await.expect("cycle");
+        let v = verdicts(&state, "orders", w);
+        lifecycles.push(v.iter().map(|e| (e.2, e.3)).collect::<Vec<_>>());
+        hook.sync_judged(&cycle(&state), now).await;
+    }
+    assert_eq!(
+        lifecycles,
+        vec![
+            vec![(Verdict::Duplication, Lifecycle::Final)],
+            vec![(Verdict::Pending, Lifecycle::Settling)],
+            vec![(Verdict::Duplication, Lifecycle::Final)],
+        ],
+        "the scenario: final, settling again, final"
+    );
+    let pages: Vec<(String, String)> = got
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["action"].as_str().unwrap().to_string(),
+                p["dedup_key"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pages,
+        vec![(
+            "trigger".to_string(),
+            format!("kafka-audit:orders:producer->regional:dc1:{w}")
+        )],
+        "one page over the whole run"
     );
 }
 
