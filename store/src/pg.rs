@@ -1054,23 +1054,22 @@ impl PgStore {
                 crate::shared::WINDOW_COLUMNS
             )
         };
-        let mut rows: Vec<WindowDb> = sqlx::query_as(&sql(""))
-            .bind(first)
-            .bind(last)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .fetch_all(&self.pool)
-            .await
-            .context("reading windows of a range")?;
+        let read = |order: &str| {
+            let sql = sql(order);
+            async move {
+                sqlx::query_as::<_, WindowDb>(&sql)
+                    .bind(first)
+                    .bind(last)
+                    .bind(range.start_ms)
+                    .bind(range.end_ms)
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading windows of a range")
+            }
+        };
+        let mut rows = read("").await?;
         if rows.len() >= MAX_READ_ROWS {
-            rows = sqlx::query_as(&sql("ORDER BY topic, window_start_ms, tier, datacenter"))
-                .bind(first)
-                .bind(last)
-                .bind(range.start_ms)
-                .bind(range.end_ms)
-                .fetch_all(&self.pool)
-                .await
-                .context("reading windows of a range")?;
+            rows = read("ORDER BY topic, window_start_ms, tier, datacenter").await?;
         } else {
             rows.sort_unstable_by(|a, b| {
                 (&a.topic, a.window_start_ms, &a.tier, &a.datacenter).cmp(&(
