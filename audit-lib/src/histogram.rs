@@ -186,26 +186,47 @@ impl LatencyHistogram {
     /// of the element of rank `floor(q * (count - 1))` in the sorted latencies (values
     /// below 1 ms read as 0). `None` when empty or `q` is not in `[0, 1]`.
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        if !(0.0..=1.0).contains(&q) {
-            return None;
-        }
+        let [v] = self.quantiles([q]);
+        v
+    }
+
+    /// [`Self::quantile`] of each of `qs`, in one pass over the buckets (in any order;
+    /// each answer is where its `q` was).
+    pub fn quantiles<const N: usize>(&self, qs: [f64; N]) -> [Option<f64>; N] {
+        let mut out = [None; N];
         let n = self.count();
         if n == 0 {
-            return None;
+            return out;
         }
-        let rank = (q * (n - 1) as f64).floor() as u64;
-        if rank < self.zero_count {
-            return Some(0.0);
-        }
+        let mut order: [usize; N] = std::array::from_fn(|i| i);
+        order.sort_by(|&a, &b| qs[a].total_cmp(&qs[b]));
         let mut seen = self.zero_count;
-        for (i, c) in self.buckets() {
-            seen = seen.saturating_add(c);
-            if rank < seen {
-                return Some(bucket_value(i));
+        let mut buckets = self.buckets();
+        let mut last = None;
+        for i in order {
+            let q = qs[i];
+            if !(0.0..=1.0).contains(&q) {
+                continue;
             }
+            let rank = (q * (n - 1) as f64).floor() as u64;
+            if rank < self.zero_count {
+                out[i] = Some(0.0);
+                continue;
+            }
+            while rank >= seen {
+                let Some((b, c)) = buckets.next() else { break };
+                seen = seen.saturating_add(c);
+                last = Some(b);
+            }
+            out[i] = if rank < seen {
+                last.map(bucket_value)
+            } else {
+                // Unreachable when counts are consistent; the largest bucket is the
+                // safe answer.
+                self.buckets().last().map(|(b, _)| bucket_value(b))
+            };
         }
-        // Unreachable when counts are consistent; the largest bucket is the safe answer.
-        self.buckets().last().map(|(i, _)| bucket_value(i))
+        out
     }
 }
 
@@ -269,6 +290,20 @@ impl LatencyHistogram {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn quantiles_in_one_pass_equal_each_quantile_in_any_order() {
+        let mut h = LatencyHistogram::new();
+        for ms in [0, 0, 3, 7, 7, 40, 41, 900, 5_000, 60_000] {
+            h.record(ms);
+        }
+        let qs = [0.99, 0.0, 0.5, 1.0, 0.95, 0.25, 2.0, 0.1];
+        let each: Vec<Option<f64>> = qs.iter().map(|&q| h.quantile(q)).collect();
+        assert_eq!(h.quantiles(qs).to_vec(), each);
+        assert_eq!(h.quantiles(qs)[6], None, "q outside [0, 1]");
+        assert_eq!(h.quantiles(qs)[1], Some(0.0));
+        assert_eq!(LatencyHistogram::new().quantiles([0.5, 0.9]), [None, None]);
+    }
 
     #[test]
     fn pinned_bucket_indexes() {

@@ -59,6 +59,7 @@ impl Shared {
 
     /// Runs `f` on the counting state: the consume thread's checked-out copy when
     /// called there, else the one at home.
+    #[inline]
     fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
         let mut f = Some(f);
         let local = ACTIVE.with_borrow_mut(|a| match a {
@@ -82,8 +83,8 @@ impl Shared {
 /// thread-local of the thread that created it until dropped.
 pub(crate) struct Feeder {
     shared: Arc<Shared>,
-    /// False when this thread already held another instance's state (never in the
-    /// service): then every message goes through the lock at home.
+    /// Whether this feeder checked the state out (false when this thread already held
+    /// another instance's state, never in the service): only then it puts it back.
     local: bool,
 }
 
@@ -91,19 +92,8 @@ impl Feeder {
     /// Counts one message.
     #[inline]
     pub(crate) fn record(&self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
-        if self.local {
-            let counted = ACTIVE.with_borrow_mut(|a| match a {
-                Some((id, w)) if *id == self.shared.id => {
-                    w.count(m, observed_at_ms);
-                    true
-                }
-                _ => false,
-            });
-            if counted {
-                return;
-            }
-        }
-        // Never skipped: the state at home, or a panic if it is nowhere to be found.
+        // Never skipped: this thread's checked-out state, else the state at home, or a
+        // panic if it is nowhere to be found.
         self.shared.with(|w| w.count(m, observed_at_ms));
     }
 

@@ -381,10 +381,6 @@ impl std::ops::Deref for Published {
     }
 }
 
-/// What should be open now: anomalous verdicts of the configured kinds on final
-/// windows, and one alert per stalled auditor ("tier X audit stalled"). Windows judged
-/// `stalled` are listed by the API but not alerted one by one: the auditor's alert
-/// covers them all.
 /// Dedup keys of the windows in `index` that are not final ([`Published::unsettled`]).
 /// The index keeps no `ok` verdict, so this is the recent non-ok windows only.
 pub fn unsettled(index: &VerdictIndex) -> BTreeSet<String> {
@@ -396,6 +392,10 @@ pub fn unsettled(index: &VerdictIndex) -> BTreeSet<String> {
         .collect()
 }
 
+/// What should be open now: anomalous verdicts of the configured kinds on final
+/// windows, and one alert per stalled auditor ("tier X audit stalled"). Windows judged
+/// `stalled` are listed by the API but not alerted one by one: the auditor's alert
+/// covers them all.
 pub fn desired(
     index: &VerdictIndex,
     config: &AlertingConfig,
@@ -519,6 +519,12 @@ impl ChannelWorker {
     /// being absent from its alerts.
     pub async fn sync_judged(&mut self, published: &Published, now_ms: i64) {
         let work = self.work(published, now_ms);
+        self.pass(work, now_ms).await
+    }
+
+    /// Delivers `work` (from [`Self::work`]) within the rate limit, remembering what
+    /// failed or was deferred.
+    async fn pass(&mut self, work: Vec<(Action, Alert)>, now_ms: i64) {
         self.waiting.clear();
         let mut limited = 0;
         for (action, alert) in work {
@@ -619,7 +625,7 @@ impl ChannelWorker {
         {
             return false;
         }
-        self.sync_judged(published, now_ms).await;
+        self.pass(work, now_ms).await;
         true
     }
 

@@ -35,7 +35,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use audit_lib::{histogram, LatencyHistogram};
+use audit_lib::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -60,41 +60,16 @@ pub struct Percentiles {
 /// midpoint may overshoot. `None` for an empty histogram.
 pub fn percentiles(h: &LatencyHistogram) -> Option<Percentiles> {
     let max_ms = h.max_ms();
-    // `LatencyHistogram::quantile` for the three ranks in one pass over the buckets
-    // (the cold start computes this for every edge window of the horizon).
-    let n = h.count();
-    if n == 0 {
-        return None;
-    }
-    let rank = |q: f64| (q * (n - 1) as f64).floor() as u64;
-    let ranks = [rank(0.50), rank(0.95), rank(0.99)];
-    let mut values = [None; 3];
-    let mut seen = h.zero_count();
-    let mut buckets = h.buckets();
-    let mut last = None;
-    for (value, rank) in values.iter_mut().zip(ranks) {
-        if rank < h.zero_count() {
-            *value = Some(0.0);
-            continue;
-        }
-        while rank >= seen {
-            let Some((i, c)) = buckets.next() else { break };
-            seen = seen.saturating_add(c);
-            last = Some(i);
-        }
-        *value = if rank < seen {
-            last.map(histogram::bucket_value)
-        } else {
-            // Unreachable when counts are consistent: the largest bucket, as `quantile`.
-            h.buckets().last().map(|(i, _)| histogram::bucket_value(i))
-        };
-    }
-    let q = |v: Option<f64>| v.map(|v| v.min(max_ms as f64));
+    // One pass over the buckets for the three (the cold start computes this for every
+    // edge window of the horizon).
+    let [p50, p95, p99] = h
+        .quantiles([0.50, 0.95, 0.99])
+        .map(|v| v.map(|v| v.min(max_ms as f64)));
     Some(Percentiles {
-        count: n,
-        p50_ms: q(values[0])?,
-        p95_ms: q(values[1])?,
-        p99_ms: q(values[2])?,
+        count: h.count(),
+        p50_ms: p50?,
+        p95_ms: p95?,
+        p99_ms: p99?,
         max_ms: max_ms.max(0) as u64,
     })
 }
