@@ -59,7 +59,6 @@ impl Shared {
 
     /// Runs `f` on the counting state: the consume thread's checked-out copy when
     /// called there, else the one at home.
-    #[inline]
     fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
         let mut f = Some(f);
         let local = ACTIVE.with_borrow_mut(|a| match a {
@@ -83,8 +82,8 @@ impl Shared {
 /// thread-local of the thread that created it until dropped.
 pub(crate) struct Feeder {
     shared: Arc<Shared>,
-    /// Whether this feeder checked the state out (false when this thread already held
-    /// another instance's state, never in the service): only then it puts it back.
+    /// False when this thread already held another instance's state (never in the
+    /// service): then every message goes through the lock at home.
     local: bool,
 }
 
@@ -92,8 +91,22 @@ impl Feeder {
     /// Counts one message.
     #[inline]
     pub(crate) fn record(&self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
-        // Never skipped: this thread's checked-out state, else the state at home, or a
-        // panic if it is nowhere to be found.
+        // The thread-local is tried inline here: every message through `Shared::with`
+        // measured 0.848 against 0.784 µs CPU per 100-byte message (A/B in one
+        // `bench/audit-service.sh 10000000 3 0` run).
+        if self.local {
+            let counted = ACTIVE.with_borrow_mut(|a| match a {
+                Some((id, w)) if *id == self.shared.id => {
+                    w.count(m, observed_at_ms);
+                    true
+                }
+                _ => false,
+            });
+            if counted {
+                return;
+            }
+        }
+        // Never skipped: the state at home, or a panic if it is nowhere to be found.
         self.shared.with(|w| w.count(m, observed_at_ms));
     }
 
