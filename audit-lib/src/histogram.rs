@@ -2,10 +2,13 @@
 //! `docs/audit-message-v1.md`: a latency `v >= 1 ms` falls in bucket
 //! `i = ceil(ln(v) / ln(1.02))`; latencies `< 1 ms` go to `zero_count`.
 //!
-//! Buckets are stored densely (index = bucket) because every latency that fits in an
-//! i64 of milliseconds maps to an index below [`MAX_BUCKET_INDEX`] (~2 200): recording is
-//! one `ln`, one add, and no allocation once the vector has grown to the window's
-//! largest latency.
+//! Buckets are stored densely from the lowest non-empty one (`counts[i - base]`) because
+//! every latency that fits in an i64 of milliseconds maps to an index below
+//! [`MAX_BUCKET_INDEX`] (~2 200): recording is one `ln`, one add, and no allocation once
+//! the vector spans the window's latencies. Starting at the lowest bucket instead of 0
+//! keeps a histogram of seconds-long latencies (buckets ~350-470) a few slots long: a
+//! window read from the store is one bucket or a few, and serve's cold start builds and
+//! merges millions of them (a vector from 0 cost ~2-4 KB zeroed per window).
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -27,8 +30,10 @@ pub struct InvalidHistogram(pub String);
 pub struct LatencyHistogram {
     zero_count: u64,
     negative_count: u64,
-    /// counts[i] = number of latencies in bucket i; trailing zeros are allowed in memory
-    /// (the equality below ignores them).
+    /// Bucket index of `counts[0]` (0 while `counts` is empty).
+    base: u32,
+    /// counts[i] = number of latencies in bucket base + i; leading and trailing zeros are
+    /// allowed in memory (the equality below ignores them).
     counts: Vec<u64>,
     max_ms: i64,
 }
@@ -86,11 +91,28 @@ impl LatencyHistogram {
         if latency_ms > self.max_ms {
             self.max_ms = latency_ms;
         }
-        let i = bucket_index(latency_ms) as usize;
-        if i >= self.counts.len() {
-            self.counts.resize(i + 1, 0);
+        *self.slot(bucket_index(latency_ms)) += n;
+    }
+
+    /// The count of bucket `i`, the vector grown (at either end) to hold it.
+    #[inline]
+    fn slot(&mut self, i: u32) -> &mut u64 {
+        if self.counts.is_empty() {
+            self.base = i;
+        } else if i < self.base {
+            // At least doubled (down to bucket 0 at most): buckets given in descending
+            // order cost amortized O(1) each, not a shift of the vector each.
+            let grow = ((self.base - i) as usize)
+                .max(self.counts.len())
+                .min(self.base as usize);
+            self.counts.splice(0..0, std::iter::repeat_n(0, grow));
+            self.base -= grow as u32;
         }
-        self.counts[i] += n;
+        let at = (i - self.base) as usize;
+        if at >= self.counts.len() {
+            self.counts.resize(at + 1, 0);
+        }
+        &mut self.counts[at]
     }
 
     /// Adds `other` into `self`: exactly equal to having recorded both inputs here.
@@ -99,10 +121,14 @@ impl LatencyHistogram {
         self.zero_count = self.zero_count.saturating_add(other.zero_count);
         self.negative_count = self.negative_count.saturating_add(other.negative_count);
         self.max_ms = self.max_ms.max(other.max_ms);
-        if other.counts.len() > self.counts.len() {
-            self.counts.resize(other.counts.len(), 0);
-        }
-        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+        let Some(last) = other.counts.len().checked_sub(1) else {
+            return;
+        };
+        // Grow to span other's buckets (both ends), then add slot by slot.
+        self.slot(other.base);
+        self.slot(other.base + last as u32);
+        let from = (other.base - self.base) as usize;
+        for (mine, theirs) in self.counts[from..].iter_mut().zip(&other.counts) {
             *mine = mine.saturating_add(*theirs);
         }
     }
@@ -129,6 +155,7 @@ impl LatencyHistogram {
         let mut h = LatencyHistogram {
             zero_count,
             negative_count,
+            base: 0,
             counts: Vec::new(),
             max_ms,
         };
@@ -138,11 +165,8 @@ impl LatencyHistogram {
                     "latency: bucket index {i} above the maximum {MAX_BUCKET_INDEX}"
                 )));
             }
-            let i = i as usize;
-            if i >= h.counts.len() {
-                h.counts.resize(i + 1, 0);
-            }
-            h.counts[i] = h.counts[i].saturating_add(c);
+            let slot = h.slot(i);
+            *slot = slot.saturating_add(c);
         }
         Ok(h)
     }
@@ -179,7 +203,7 @@ impl LatencyHistogram {
             .iter()
             .enumerate()
             .filter(|(_, c)| **c > 0)
-            .map(|(i, c)| (i as u32, *c))
+            .map(|(i, c)| (self.base + i as u32, *c))
     }
 
     /// The `q`-quantile (`0 <= q <= 1`) in milliseconds, within 1 % of the exact value
@@ -258,7 +282,7 @@ impl<'de> Deserialize<'de> for LatencyHistogram {
     }
 }
 
-// Equality ignores trailing empty buckets (an in-memory capacity detail).
+// Equality ignores leading and trailing empty buckets (an in-memory capacity detail).
 impl PartialEq for LatencyHistogram {
     fn eq(&self, other: &Self) -> bool {
         self.same_as(other)
@@ -268,13 +292,18 @@ impl PartialEq for LatencyHistogram {
 impl Eq for LatencyHistogram {}
 
 impl LatencyHistogram {
-    fn trimmed(&self) -> &[u64] {
+    /// The index of the first non-empty bucket and the counts from it to the last
+    /// non-empty one (`(0, [])` when there is none).
+    fn trimmed(&self) -> (u32, &[u64]) {
+        let Some(start) = self.counts.iter().position(|c| *c > 0) else {
+            return (0, &[]);
+        };
         let end = self
             .counts
             .iter()
             .rposition(|c| *c > 0)
             .map_or(0, |p| p + 1);
-        &self.counts[..end]
+        (self.base + start as u32, &self.counts[start..end])
     }
 
     /// True when both histograms hold the same counts.
@@ -420,6 +449,32 @@ mod tests {
     }
 
     proptest! {
+        /// Buckets are stored from the lowest one: recording or decoding in any order
+        /// (the vector grown at the front as well as the back) gives the same histogram.
+        #[test]
+        fn recording_and_decoding_order_does_not_matter(values in skewed()) {
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            let mut up = LatencyHistogram::new();
+            let mut down = LatencyHistogram::new();
+            for v in &sorted { up.record(*v); }
+            for v in sorted.iter().rev() { down.record(*v); }
+            let buckets: Vec<(u32, u64)> = up.buckets().collect();
+            prop_assert_eq!(&down.buckets().collect::<Vec<_>>(), &buckets);
+            prop_assert!(up.same_as(&down));
+            prop_assert_eq!(down.count(), values.len() as u64);
+            let back = LatencyHistogram::from_buckets(
+                down.zero_count(), down.negative_count(), down.max_ms(),
+                buckets.iter().rev().copied(),
+            ).unwrap();
+            prop_assert!(back.same_as(&up));
+            prop_assert_eq!(back.quantiles([0.0, 0.5, 0.99, 1.0]), up.quantiles([0.0, 0.5, 0.99, 1.0]));
+            let mut merged = LatencyHistogram::new();
+            merged.merge(&back);
+            merged.merge(&LatencyHistogram::new());
+            prop_assert!(merged.same_as(&up));
+        }
+
         #[test]
         fn merging_n_histograms_equals_one_histogram_of_all_values_and_quantiles_are_within_1pct(
             values in skewed(),
