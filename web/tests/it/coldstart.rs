@@ -170,6 +170,27 @@ async fn cold_start_loads_recent_windows_first_then_equals_a_full_evaluation(bac
         assert_eq!(a.entries, b.entries);
         assert_eq!(a.topics, b.topics);
     }
+    // The anomaly gauges (set once the load is done, not after every step) too.
+    let gauges = |state: &AppState| -> Vec<String> {
+        let mut lines: Vec<String> = state
+            .metrics
+            .encode()
+            .lines()
+            .filter(|l| {
+                l.starts_with("kafka_audit_anomalies{")
+                    || l.starts_with("kafka_audit_topic_anomalies{")
+            })
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    };
+    let expected_gauges = gauges(&full);
+    assert!(
+        expected_gauges.iter().any(|l| l.ends_with(" 12")),
+        "{expected_gauges:?}"
+    );
+    assert_eq!(gauges(&cold), expected_gauges);
     // Alerts are published once loaded, the same as the full evaluation's.
     let desired = cold
         .published_alerts()
