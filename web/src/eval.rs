@@ -460,7 +460,7 @@ impl Evaluator {
                         &topo,
                         &topic,
                         Some(windows),
-                        rows,
+                        &rows,
                         &staged,
                         now,
                         &mut mismatches,
@@ -692,15 +692,23 @@ impl Evaluator {
             if let Some(after) = &requested {
                 next = Some(fetch(Some(after.clone()), self.page_topics));
             }
-            let mut rows = page.rows.into_iter().peekable();
-            while let Some(first) = rows.next() {
-                let topic = first.topic.clone();
-                let mut group = vec![first];
-                while let Some(r) = rows.next_if(|r| r.topic == topic) {
-                    group.push(r);
-                }
-                self.judge_topic(topo, &topic, None, group, staged, now, mismatches, stats)
-                    .await?;
+            // Rows come by topic: each topic's run is judged in place (no copy).
+            let mut rest = page.rows.as_slice();
+            while let Some(first) = rest.first() {
+                let n = rest.partition_point(|r| r.topic == first.topic);
+                let (group, next) = rest.split_at(n);
+                rest = next;
+                self.judge_topic(
+                    topo,
+                    &first.topic,
+                    None,
+                    group,
+                    staged,
+                    now,
+                    mismatches,
+                    stats,
+                )
+                .await?;
             }
         }
         Ok(())
@@ -714,13 +722,13 @@ impl Evaluator {
         topo: &Topology,
         topic: &str,
         windows: Option<Vec<i64>>,
-        rows: Vec<WindowRow>,
+        rows: &[WindowRow],
         staged: &HashMap<String, engine::Staged>,
         now: i64,
         mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
         stats: &mut CycleStats,
     ) -> Result<(), StoreError> {
-        note_window_mismatches(mismatches, topic, &rows, topo.window.as_millis());
+        note_window_mismatches(mismatches, topic, rows, topo.window.as_millis());
         let windows: Vec<i64> = match windows {
             Some(ws) => ws,
             None => rows
@@ -746,7 +754,7 @@ impl Evaluator {
         };
         let no_staged = engine::Staged::new();
         let staged = staged.get(topic).unwrap_or(&no_staged);
-        let verdicts = topo.evaluate_topic_staged(topic, &windows, &rows, p, staged, now);
+        let verdicts = topo.evaluate_topic_staged(topic, &windows, rows, p, staged, now);
         stats.windows += windows.len();
         stats.topics += 1;
         self.apply(topic, &windows, verdicts);
