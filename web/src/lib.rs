@@ -156,6 +156,8 @@ impl AppState {
                 alerts: alert::desired(&index, &self.config.alerting, stall_after_ms),
                 judged_from: index.loading.as_ref().map(|l| l.loaded_from),
                 unsettled: alert::unsettled(&index),
+                horizon_start: index.horizon_start,
+                auditors: Some(alert::known_auditors(&index)),
             }
         };
         // Channels are woken when the publication changes: new alerts, or a load step's
