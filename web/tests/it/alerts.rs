@@ -490,6 +490,7 @@ on_both_backends!(
     an_alert_whose_window_leaves_the_horizon_is_not_resolved,
     alerts_of_a_forgotten_topic_are_not_resolved,
     an_alert_whose_window_left_the_horizon_while_serve_was_down_is_not_resolved,
+    open_alerts_wait_while_nothing_is_judged,
 );
 
 /// The alerts a channel delivered are stored: a restarted process does not trigger
@@ -1345,4 +1346,62 @@ async fn an_alert_whose_window_left_the_horizon_while_serve_was_down_is_not_reso
     hook.sync_judged(&second.published_alerts().unwrap(), later)
         .await;
     assert_eq!(actions(&receiver), one_page, "over the whole run");
+}
+
+/// serve restarts on a store that holds no window yet, with `[topology] window` unset
+/// (its alert state may be another database, `alert_database_url`): nothing is judged
+/// until the window size is known. The alerts open before the restart are neither
+/// resolved nor expired by that: nothing is published until a cycle has judged.
+async fn open_alerts_wait_while_nothing_is_judged(backend: Backend) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let topology = TOPOLOGY.replace("window = \"10m\"\n", "");
+    assert!(!topology.contains("window ="), "{topology}");
+    let cfg: web::Config = toml::from_str(&format!(
+        "{topology}\n{}",
+        one_webhook(&format!("{base}/ok/webhook"))
+    ))
+    .unwrap();
+    cfg.validate().unwrap();
+    let now = now_ms();
+    let loss = loss_alert("orders", settled_window());
+    let stalled = web::alert::Alert {
+        dedup_key: web::alert::auditor_key("orders", "regional", "dc1"),
+        verdict: web::engine::Verdict::Stalled,
+        topic: "orders".into(),
+        subject: web::alert::Subject::Auditor {
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            last_report: now - 60 * MIN,
+        },
+        reason: "no progress report for longer than 1800 s".into(),
+    };
+    for a in [&loss, &stalled] {
+        store::AuditStore::save_open_alert(
+            &store,
+            "hook",
+            &a.dedup_key,
+            &serde_json::to_string(a).unwrap(),
+            now,
+        )
+        .await
+        .unwrap();
+    }
+    let state = AppState::new(cfg, store.clone()).unwrap();
+    let mut hook = stored_worker(&state);
+    hook.load_open().await;
+    state.evaluate(now).await.unwrap();
+    assert!(state.index.read().unwrap().waiting_for.is_some());
+    if let Some(published) = state.published_alerts() {
+        hook.sync_judged(&published, now).await;
+    }
+    assert_eq!(actions(&receiver), vec![]);
+    assert_eq!(expired_and_open(&state), (0, 2));
+    assert_eq!(
+        store::AuditStore::open_alerts(&store, "hook")
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 }
