@@ -558,8 +558,8 @@ impl ChannelWorker {
 
     /// [`Self::sync`] from a publication: alerts on windows starting before
     /// `judged_from` (not judged yet) or not final (`unsettled`) are not resolved for
-    /// being absent from its alerts.
-    /// Alerts whose subject is no longer judged at all expire ([`Self::expire`]).
+    /// being absent from its alerts; those whose subject is no longer judged at all
+    /// (window out of the horizon, auditor forgotten) expire ([`Self::expire`]).
     pub async fn sync_judged(&mut self, published: &Published, now_ms: i64) {
         self.expire(published).await;
         let work = self.work(published, now_ms);
