@@ -210,6 +210,17 @@ impl Alert {
         }
     }
 
+    /// Whether `published` came from a capped read of auditors that did not reach this
+    /// alert's auditor ([`Published::auditors_partial`]).
+    fn left_out(&self, published: &Published) -> bool {
+        matches!(self.subject, Subject::Auditor { .. })
+            && published.auditors_partial
+            && published
+                .auditors
+                .as_ref()
+                .is_none_or(|known| !known.contains(&self.dedup_key))
+    }
+
     /// Whether `published` no longer judges what this alert is about at all: its window
     /// starts before the horizon (it left the index), or its auditor is not among the
     /// known ones (progress forgotten after `forget_after`). Such an alert was never
@@ -217,10 +228,13 @@ impl Alert {
     fn expired(&self, published: &Published) -> bool {
         match &self.subject {
             Subject::Window { window_start, .. } => *window_start < published.horizon_start,
-            Subject::Auditor { .. } => published
-                .auditors
-                .as_ref()
-                .is_some_and(|known| !known.contains(&self.dedup_key)),
+            Subject::Auditor { .. } => {
+                !self.left_out(published)
+                    && published
+                        .auditors
+                        .as_ref()
+                        .is_some_and(|known| !known.contains(&self.dedup_key))
+            }
         }
     }
 
@@ -405,6 +419,10 @@ pub struct Published {
     /// forgotten, stalled or not: [`known_auditors`]). An open auditor alert not among
     /// them expires instead of resolving (`None`: not known; an absent one resolves).
     pub auditors: Option<BTreeSet<String>>,
+    /// The read of auditors was capped (more than `store::MAX_READ_ROWS`): an open
+    /// auditor alert whose auditor is not in `auditors` was not judged at all, and is
+    /// neither resolved nor expired.
+    pub auditors_partial: bool,
 }
 
 impl std::ops::Deref for Published {
@@ -640,7 +658,7 @@ impl ChannelWorker {
             .iter()
             .filter(|(k, _)| !desired.contains_key(*k) && !published.unsettled.contains(*k))
             .filter(|(_, a)| judged_from.is_none_or(|from| a.judged_from(from)))
-            .filter(|(_, a)| !a.expired(published))
+            .filter(|(_, a)| !a.expired(published) && !a.left_out(published))
             .map(|(_, a)| a.clone())
             .collect();
         // New pages before resolves: a resolve that waits costs a stale open alert,

@@ -4,6 +4,7 @@
 
 use crate::support;
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -1403,5 +1404,69 @@ async fn open_alerts_wait_while_nothing_is_judged(backend: Backend) {
             .unwrap()
             .len(),
         2
+    );
+}
+
+/// More auditors than the evaluator reads at once (`store::MAX_READ_ROWS`): the read of
+/// auditors is capped, and an auditor left out of it is neither judged ok nor forgotten.
+/// Its open stall alert must stay open — neither resolved nor expired — until a read
+/// that sees every auditor says otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auditor_left_out_of_a_capped_read_keeps_its_alert_open() {
+    let (receiver, base) = start_receiver().await;
+    let cfg = config(&one_webhook(&format!("{base}/ok/webhook")));
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut hook = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics.clone(),
+        None,
+    );
+    let key = web::alert::auditor_key("orders", "regional", "dc1");
+    let stalled = web::alert::Alert {
+        dedup_key: key.clone(),
+        verdict: web::engine::Verdict::Stalled,
+        topic: "orders".into(),
+        subject: web::alert::Subject::Auditor {
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            last_report: now_ms() - 120 * MIN,
+        },
+        reason: "no progress report for longer than 1800 s".into(),
+    };
+    let now = now_ms();
+    let page = web::alert::Published {
+        alerts: [(key.clone(), stalled)].into(),
+        auditors: Some([key.clone()].into()),
+        ..Default::default()
+    };
+    hook.sync_judged(&page, now).await;
+    let one_page = vec![("trigger".to_string(), key.clone())];
+    assert_eq!(actions(&receiver), one_page);
+    // A capped read that did not reach this auditor.
+    let capped = web::alert::Published {
+        auditors: Some(BTreeSet::new()),
+        auditors_partial: true,
+        ..Default::default()
+    };
+    hook.sync_judged(&capped, now + MIN).await;
+    assert_eq!(actions(&receiver), one_page, "neither resolved nor expired");
+    let hook_labels = ChannelLabels {
+        channel: "hook".into(),
+    };
+    assert_eq!(metrics.alerts_expired.get_or_create(&hook_labels).get(), 0);
+    assert_eq!(metrics.alerts_open.get_or_create(&hook_labels).get(), 1);
+    // A whole read: the auditor is known and no longer stalled: resolved.
+    let whole = web::alert::Published {
+        auditors: Some([key.clone()].into()),
+        ..Default::default()
+    };
+    hook.sync_judged(&whole, now + 2 * MIN).await;
+    assert_eq!(
+        actions(&receiver),
+        vec![
+            ("trigger".to_string(), key.clone()),
+            ("resolve".to_string(), key)
+        ]
     );
 }
