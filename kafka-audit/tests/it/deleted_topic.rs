@@ -9,19 +9,24 @@
 
 use crate::e2e;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::*;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use store::AuditStore;
+use tokio_util::sync::CancellationToken;
 use web::metrics::ChannelLabels;
 use web::AppState;
 
 const PARTITIONS: i32 = 2;
-/// Long enough that the rebalance a topic deletion causes (every partition revoked and
-/// assigned again) does not stall the kept topic's auditors (at 5 s it did).
-const STALL_AFTER: &str = "15s";
+/// The rebalance a topic deletion causes (every partition revoked and assigned again)
+/// takes milliseconds: the kept topic's auditors report every 500 ms throughout.
+const STALL_AFTER: &str = "8s";
+/// The longest the kept topic's latest progress may get old, per tier, across the
+/// deletion: measured ~0.5 s (one report interval) on an idle machine.
+const KEPT_GAP_MS: i64 = 4000;
 const FORGET_AFTER: Duration = Duration::from_secs(40);
 
 async fn delete_topic(bootstrap: &str, topic: &str) {
@@ -56,6 +61,64 @@ fn expected(state: &AppState, topic: &str) -> bool {
         .auditors
         .keys()
         .any(|(t, _, _)| t == topic)
+}
+
+/// The oldest the latest received progress report of `topic` got, per tier: (age ms,
+/// epoch ms when, age of its `emitted_at` ms), polled every 100 ms until `stop`.
+type Staleness = BTreeMap<String, (i64, i64, i64)>;
+
+fn watch_staleness(
+    store: store::Store,
+    topic: String,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<Staleness> {
+    tokio::spawn(async move {
+        let mut worst = Staleness::new();
+        while !stop.is_cancelled() {
+            let now = common::now_ms();
+            let mut latest: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+            for r in store.progress(Some(&topic)).await.expect("progress") {
+                let l = latest.entry(r.tier).or_default();
+                *l = (l.0.max(r.received_at_ms), l.1.max(r.emitted_at_ms));
+            }
+            for (tier, (received, emitted)) in latest {
+                let w = worst.entry(tier).or_default();
+                if now - received > w.0 {
+                    *w = (now - received, now, now - emitted);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        worst
+    })
+}
+
+/// The cause of this test's flake (a stalled, then resolved, kept topic): every rig's
+/// regional auditor was instance `regional-dc1-0`, so transactional id
+/// `kafka-audit-regional-dc1-0`, on the shared cluster. Another end-to-end test running
+/// at the same time (another test binary, another worktree) started the same
+/// transactional id: each producer's `init_transactions` fenced the other's, every
+/// transaction failed with "fenced by a newer instance", and neither auditor published
+/// progress until the other stopped. Two rigs' auditors must never share a
+/// transactional id; one auditor's configs (a restart) keep theirs.
+#[test]
+fn two_rigs_auditors_never_share_a_transactional_id() {
+    let wal = tempfile::tempdir().unwrap();
+    let tier = |tier, dc| tier_config("127.0.0.1:1", "t", "t-audit", tier, dc, wal.path());
+    let (one, other) = (tier("regional", "dc1"), tier("regional", "dc1"));
+    assert_eq!(one.audit.instance_id, other.audit.instance_id);
+    assert_ne!(
+        one.audit.transactional_id(),
+        other.audit.transactional_id(),
+        "two rigs' regional auditors fence each other"
+    );
+    let (a, b) = (tier("aggregate", "agg"), tier("aggregate", "agg"));
+    assert_ne!(a.audit.transactional_id(), b.audit.transactional_id());
+    let restarted = one.clone();
+    assert_eq!(
+        one.audit.transactional_id(),
+        restarted.audit.transactional_id()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -109,6 +172,8 @@ async fn a_deleted_topic_stops_being_expected_after_forget_after() {
 
     // Deleted from both clusters: its auditors stop reporting it. Stalled after
     // stall_after, then forgotten after forget_after: the alert expires unresolved.
+    let watching = CancellationToken::new();
+    let watch = watch_staleness(state.store.clone(), kept.clone(), watching.clone());
     delete_topic(&rig.a, &deleted).await;
     delete_topic(&rig.b, &deleted).await;
     let deleted_at = std::time::Instant::now();
@@ -129,6 +194,8 @@ async fn a_deleted_topic_stops_being_expected_after_forget_after() {
     })
     .await;
     let forgotten_after = deleted_at.elapsed();
+    watching.cancel();
+    let staleness = watch.await.expect("watch");
     let kept_judged = anomalies(&state, &kept, sent_kept.first(), sent_kept.end());
     let kept_stalled = stalled(&state, &kept);
     let now = common::now_ms();
@@ -145,6 +212,14 @@ async fn a_deleted_topic_stops_being_expected_after_forget_after() {
     assert!(all_final, "windows of both topics not final and complete");
     assert!(kept_judged.is_empty(), "kept topic: {kept_judged:?}");
     assert!(!kept_stalled, "the kept topic's auditors are stalled");
+    eprintln!(
+        "kept topic, oldest latest progress per tier (age ms, at, emitted age ms): {staleness:?}"
+    );
+    assert!(
+        staleness.len() == 2 && staleness.values().all(|(age, _, _)| *age < KEPT_GAP_MS),
+        "the kept topic's progress went {KEPT_GAP_MS} ms or more without a report across the \
+         deletion (tier: age ms, at, emitted age ms): {staleness:?}"
+    );
     assert!(
         rig.pages.of(&kept).is_empty(),
         "kept topic paged: {:#?}",

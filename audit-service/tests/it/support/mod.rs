@@ -58,6 +58,12 @@ pub fn audit_config(
     cfg.kafka.bootstrap_servers = bootstrap.to_string();
     let a = &mut cfg.audit;
     a.instance_id = instance.to_string();
+    // The transactional id is prefix + instance id, and instance ids repeat across tests
+    // ("regional-dc1-0" in every two-tier rig): two tests at once on the shared cluster
+    // (other test binaries, other worktrees) would fence each other's transactions and
+    // stall both auditors' progress. One prefix per group: a restart of an instance of
+    // the same group keeps its id and fences its predecessor, as in production.
+    a.transactional_id_prefix = format!("kafka-audit-{group}-");
     a.tier = "regional".into();
     a.datacenter = "dc1".into();
     a.group_id = group.to_string();
