@@ -3,8 +3,13 @@
 # CONNECTIONS, DURATION from the caller.
 
 # Builds the release server and seeder in their own target dir (so the shared one stays
-# unlocked); sets BIN.
+# unlocked); sets BIN. BENCH_BIN=DIR uses the web-bench-serve and web-bench-seed already
+# in DIR instead (an A/B of two builds: `cp` each build's binaries to a directory).
 build_web_bench() {
+    if [ -n "${BENCH_BIN:-}" ]; then
+        BIN=$BENCH_BIN
+        return
+    fi
     CARGO_TARGET_DIR=$TARGET cargo build --release -p web --features bench-bins \
         --bin web-bench-serve --bin web-bench-seed
     BIN=$TARGET/release
