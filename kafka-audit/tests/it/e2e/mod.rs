@@ -192,12 +192,11 @@ pub fn anomalies(state: &AppState, topic: &str, from: i64, to: i64) -> Vec<Judge
         .collect()
 }
 
-/// Waits (bounded by `timeout`) until every window of `topic` in `[from, to)` is final
-/// and the stored counts of each tier add up to `counts`, then runs one more
-/// evaluation cycle, so the verdicts read next are of the complete counts (a cycle of
-/// the job loop may have started before the last increments were in). With
-/// `evaluate`, runs an evaluation cycle per poll (for a state whose jobs are not
-/// running).
+/// Waits (bounded by `timeout`) until the stored counts of each tier of `topic` in
+/// `[from, to)` add up to `counts` and an evaluation cycle run after that judges every
+/// window final, so the verdicts read next are of the complete counts (a cycle of the
+/// job loop may have started before the last increments were in). With `evaluate`,
+/// runs an evaluation cycle per poll too (for a state whose jobs are not running).
 pub async fn wait_final(
     state: &AppState,
     topic: &str,
@@ -209,16 +208,6 @@ pub async fn wait_final(
     testkit::wait_until_async(timeout, || async move {
         if evaluate {
             state.evaluate(common::now_ms()).await.expect("cycle");
-        }
-        let waiting = state
-            .index
-            .read()
-            .unwrap()
-            .in_range(from, to)
-            .any(|e| e.topic == topic && e.lifecycle != Lifecycle::Final);
-        if waiting {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            return false;
         }
         let rows = state
             .store
@@ -234,14 +223,24 @@ pub async fn wait_final(
         });
         if !all_in {
             tokio::time::sleep(Duration::from_millis(200)).await;
+            return false;
         }
-        all_in
+        // Judged from the complete counts: a cycle that began before the last
+        // increments (or before the windows were stored at all: an index without the
+        // topic's entries says nothing) cannot answer "final".
+        state.evaluate(common::now_ms()).await.expect("cycle");
+        let waiting = state
+            .index
+            .read()
+            .unwrap()
+            .in_range(from, to)
+            .any(|e| e.topic == topic && e.lifecycle != Lifecycle::Final);
+        if waiting {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        !waiting
     })
     .await
-        && {
-            state.evaluate(common::now_ms()).await.expect("cycle");
-            true
-        }
 }
 
 /// Messages per window at each end of a live replication.
