@@ -37,7 +37,7 @@ use crate::counting::Counting;
 use crate::metrics::{Metrics, PartitionLabel, ServiceError};
 use crate::offsets_seen::OffsetsSeen;
 use crate::publish::AuditProducer;
-use crate::report::{FastHash, LogEnds, PartState, Reason};
+use crate::report::{EndsSnapshot, FastHash, LogEnds, PartState, Reason};
 use crate::restart::{Committed, Decision, Origin, RestartRule};
 use crate::topics::resolve_topics;
 use crate::wal::{CommittedRange, Wal};
@@ -75,12 +75,22 @@ pub(crate) struct Core {
     pub(crate) paused: bool,
     /// Partitions this instance has seen committed offsets for (expiry detection).
     pub(crate) offsets_seen: OffsetsSeen,
+    /// When the log ends in `parts` were measured (`EndsSnapshot::at`): what their
+    /// progress is dated by.
+    pub(crate) ends_at: Option<i64>,
+    /// Statistics measured before this (the last assignment or resume) are not used:
+    /// their ends may be from a fetch before it.
+    pub(crate) ends_from: i64,
 }
 
 pub(crate) struct AuditContext {
     core: Mutex<Option<Core>>,
-    /// Log ends per partition from the statistics callback.
-    ends: Mutex<HashMap<TopicPartition, LogEnds>>,
+    /// Log ends per partition from the last statistics callback.
+    ends: Mutex<EndsSnapshot>,
+    /// How much older than the statistics callback the high watermark it carries can
+    /// be while the partition is fetched: `fetch.wait.max.ms` (a fetch response is
+    /// at most that long in coming). Subtracted from the callback's time.
+    fetch_age_ms: i64,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     incremental: AtomicBool,
 }
@@ -99,7 +109,13 @@ impl AuditContext {
 
 impl ClientContext for AuditContext {
     fn stats(&self, stats: Statistics) {
-        let mut ends = self.ends.lock().unwrap_or_else(|e| e.into_inner());
+        // The high watermark is the one of the partition's last fetch response, not
+        // of this moment: records appended since may be unread even by a consumer
+        // whose position is past it. So the ends are dated, and replace the previous
+        // snapshot wholesale (a partition missing here has no known end any more,
+        // rather than an old one with a new date).
+        let at = now_ms().saturating_sub(self.fetch_age_ms);
+        let mut ends = HashMap::new();
         for (topic, t) in stats.topics {
             for (p, part) in t.partitions {
                 if p >= 0 && part.hi_offset >= 0 {
@@ -118,6 +134,7 @@ impl ClientContext for AuditContext {
                 }
             }
         }
+        *self.ends.lock().unwrap_or_else(|e| e.into_inner()) = EndsSnapshot { at: Some(at), ends };
     }
 }
 
@@ -212,13 +229,23 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
     )
 }
 
+/// The consumer's `fetch.wait.max.ms` (librdkafka's default 500 ms when not set).
+fn fetch_age_ms(cfg: &Config) -> i64 {
+    consumer_client_config(cfg)
+        .get("fetch.wait.max.ms")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|&ms| ms >= 0)
+        .unwrap_or(500)
+}
+
 pub(crate) fn create_consumer(
     cfg: &Config,
     core: Core,
 ) -> anyhow::Result<BaseConsumer<AuditContext>> {
     let ctx = AuditContext {
         core: Mutex::new(Some(core)),
-        ends: Mutex::new(HashMap::new()),
+        ends: Mutex::new(EndsSnapshot::default()),
+        fetch_age_ms: fetch_age_ms(cfg),
         incremental: AtomicBool::new(false),
     };
     consumer_client_config(cfg)
@@ -263,6 +290,8 @@ impl Core {
             unsettled,
             paused: false,
             offsets_seen,
+            ends_at: None,
+            ends_from: i64::MIN,
         })
     }
 
@@ -429,6 +458,9 @@ impl Core {
         }
         self.unsettled = None;
         self.paused = false;
+        // Statistics taken before now may carry ends of an earlier fetch (a partition
+        // owned before, or paused).
+        self.ends_from = now_ms();
         // Each range starts at the committed offset, which is where the assignment
         // starts reading. Unknown (the read failed): the range's start says so, and
         // the restart rule never resends it.
@@ -694,6 +726,11 @@ fn consume(
                     if let Err(e) = res {
                         tracing::warn!(error = %e, "cannot pause/resume");
                     } else {
+                        if !over {
+                            // The ends of statistics from before the first fetch after
+                            // the resume are those of before the pause.
+                            core.ends_from = now_ms();
+                        }
                         core.paused = over;
                         core.metrics.paused.set(over as i64);
                         tracing::warn!(
@@ -838,7 +875,8 @@ mod tests {
         let consumer: BaseConsumer<AuditContext> = client
             .create_with_context(AuditContext {
                 core: Mutex::new(Some(core)),
-                ends: Mutex::new(HashMap::new()),
+                ends: Mutex::new(EndsSnapshot::default()),
+                fetch_age_ms: fetch_age_ms(&cfg),
                 incremental: AtomicBool::new(false),
             })
             .unwrap();
@@ -911,5 +949,117 @@ mod tests {
         assert!(core.assigned.is_empty(), "assignment kept");
         assert!(core.parts.is_empty(), "positions kept");
         assert_eq!(core.wal.pending_count(), 0, "this session's entry kept");
+    }
+
+    /// A core for tests that call its methods directly (no consumer polled).
+    fn core_for(name: &str, wal: &std::path::Path) -> Core {
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = testkit::kafka_a();
+        let a = &mut cfg.audit;
+        a.instance_id = testkit::unique(name);
+        a.group_id = testkit::unique(name);
+        a.topics = vec!["t".into()];
+        a.mode = crate::Mode::AtLeastOnce;
+        a.wal_dir = wal.to_path_buf();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
+        let producer = crate::publish::create_producer(&cfg).unwrap();
+        Core::new(cfg, w, metrics, producer).unwrap()
+    }
+
+    /// The progress messages of `core`'s pending WAL entries, oldest first.
+    fn progress_reports(core: &Core) -> Vec<audit_lib::AuditMessage> {
+        core.wal
+            .pending_entries()
+            .unwrap()
+            .iter()
+            .flat_map(|e| &e.messages)
+            .map(|m| audit_lib::AuditMessage::from_json(m.payload.as_bytes()).unwrap())
+            .filter(|m| m.as_progress().is_some())
+            .collect()
+    }
+
+    fn snapshot(at: i64, ends: &[(i32, i64)]) -> EndsSnapshot {
+        EndsSnapshot {
+            at: Some(at),
+            ends: ends
+                .iter()
+                .map(|&(p, end)| (TopicPartition::new("t", p), LogEnds { low: 0, end }))
+                .collect(),
+        }
+    }
+
+    /// Lag 0 holds as of when librdkafka's statistics measured the high watermark,
+    /// not as of the report: a burst written after the statistics, of which the
+    /// consumer has read part (position past the stale end, lag clamped to 0) or
+    /// nothing (position at the stale end), is unread at the report. Progress is
+    /// dated by the measurement, so the engine's "read past emitted_at" never covers
+    /// the burst. Before, the report was dated when it was made (a false "final").
+    #[test]
+    fn lag_zero_is_dated_by_when_the_log_ends_were_measured() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut core = core_for("lag-dated", wal.path());
+        for p in [0, 1] {
+            core.assigned.insert(TopicPartition::new("t", p));
+            core.parts.entry("t".into()).or_default().insert(
+                p,
+                PartState {
+                    start: Some(0),
+                    ..Default::default()
+                },
+            );
+        }
+        let measured = now_ms() - 60_000;
+        core.update_ends(&snapshot(measured, &[(0, 20), (1, 5)]));
+        // Since then: partition 0 got a burst, the consumer read 5 of its records
+        // (position 25 past the stale end 20); partition 1 got records not read yet
+        // (position 5 = the stale end).
+        core.parts.get_mut("t").unwrap().get_mut(&0).unwrap().next = Some(25);
+        core.parts.get_mut("t").unwrap().get_mut(&1).unwrap().next = Some(5);
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        assert_eq!(reports.len(), 1);
+        let lags: Vec<_> = reports[0]
+            .as_progress()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.next_offset, p.lag))
+            .collect();
+        assert_eq!(lags, vec![(0, 25, Some(0)), (1, 5, Some(0))]);
+        // reverted (dated when the report was made): emitted_at = now > measured
+        assert!(
+            reports[0].emitted_at <= measured,
+            "lag 0 dated {} ms after the ends were measured",
+            reports[0].emitted_at - measured
+        );
+
+        // While paused, fetching stops: a newer snapshot still carries the ends of
+        // before the pause, with a new time. It is not taken.
+        core.paused = true;
+        core.update_ends(&snapshot(now_ms(), &[(0, 25), (1, 5)]));
+        assert_eq!(core.ends_at, Some(measured));
+        // After the resume (or an assignment), only statistics measured after it.
+        core.paused = false;
+        core.ends_from = now_ms();
+        core.update_ends(&snapshot(core.ends_from - 1, &[(0, 25), (1, 5)]));
+        assert_eq!(core.ends_at, Some(measured));
+        // A partition the new snapshot lacks has no known end: lag null, never the
+        // old end with the new date.
+        let fresh = core.ends_from;
+        core.update_ends(&snapshot(fresh, &[(0, 30)]));
+        assert_eq!(core.ends_at, Some(fresh));
+        core.parts.get_mut("t").unwrap().get_mut(&0).unwrap().next = Some(30);
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        let last = reports.last().unwrap();
+        let lags: Vec<_> = last
+            .as_progress()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.lag))
+            .collect();
+        assert_eq!(lags, vec![(0, Some(0)), (1, None)]);
+        assert_eq!(last.emitted_at, fresh);
     }
 }
