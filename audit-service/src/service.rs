@@ -89,7 +89,8 @@ pub(crate) struct AuditContext {
     ends: Mutex<EndsSnapshot>,
     /// How much older than the statistics callback the high watermark it carries can
     /// be while the partition is fetched: `fetch.wait.max.ms` (a fetch response is
-    /// at most that long in coming). Subtracted from the callback's time.
+    /// at most that long in coming) plus [`FETCH_SLACK_MS`]. Subtracted from the
+    /// callback's time.
     fetch_age_ms: i64,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     incremental: AtomicBool,
@@ -229,13 +230,21 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
     )
 }
 
-/// The consumer's `fetch.wait.max.ms` (librdkafka's default 500 ms when not set).
+/// Beyond `fetch.wait.max.ms`, how late a fetch response may be (round trip, a busy
+/// broker or client thread). Progress is dated that much earlier: windows settle as
+/// much later, which grace (minutes) absorbs.
+const FETCH_SLACK_MS: i64 = 1000;
+
+/// The consumer's `fetch.wait.max.ms` (librdkafka's default 500 ms when not set)
+/// plus [`FETCH_SLACK_MS`]: the longest the high watermark of a fetched partition in
+/// the statistics is taken to be older than the statistics.
 fn fetch_age_ms(cfg: &Config) -> i64 {
     consumer_client_config(cfg)
         .get("fetch.wait.max.ms")
         .and_then(|v| v.trim().parse::<i64>().ok())
         .filter(|&ms| ms >= 0)
         .unwrap_or(500)
+        .saturating_add(FETCH_SLACK_MS)
 }
 
 pub(crate) fn create_consumer(
