@@ -81,6 +81,10 @@ pub(crate) struct Core {
     /// Statistics measured before this (the last assignment or resume) are not used:
     /// their ends may be from a fetch before it.
     pub(crate) ends_from: i64,
+    /// The ends of the partitions revoked last (not lost) and when they were measured:
+    /// given back to those of them assigned again, so their lag stays known (and 0
+    /// when read) across a rebalance instead of null until the next statistics.
+    pub(crate) revoked_ends: Option<(i64, HashMap<TopicPartition, LogEnds>)>,
 }
 
 pub(crate) struct AuditContext {
@@ -301,6 +305,7 @@ impl Core {
             offsets_seen,
             ends_at: None,
             ends_from: i64::MIN,
+            revoked_ends: None,
         })
     }
 
@@ -496,6 +501,50 @@ impl Core {
             st.next = None;
             st.position = None;
         }
+        self.restore_revoked_ends();
+    }
+
+    /// Before the parts are forgotten at a revoke: keeps their ends (all from the
+    /// snapshot measured at `ends_at`, taken while they were assigned).
+    fn keep_revoked_ends(&mut self) {
+        let Some(at) = self.ends_at else { return };
+        let ends = self
+            .parts
+            .iter()
+            .flat_map(|(topic, parts)| {
+                parts.iter().filter_map(move |(&partition, st)| {
+                    st.ends
+                        .map(|e| (TopicPartition::new(topic.as_str(), partition), e))
+                })
+            })
+            .filter(|(tp, _)| self.assigned.contains(tp))
+            .collect();
+        self.revoked_ends = Some((at, ends));
+    }
+
+    /// After an assignment: a partition assigned again gets the ends it had at the
+    /// revoke, and progress is dated by their measurement again (never later: the
+    /// statistics since may be from before the assignment's first fetch). The ends
+    /// were measured while the partition was fetched and the high watermark only
+    /// grows, so lag 0 against them (read up to the committed offset) holds as of then.
+    pub(crate) fn restore_revoked_ends(&mut self) {
+        let Some((at, ends)) = self.revoked_ends.take() else {
+            return;
+        };
+        let mut restored = false;
+        for (tp, e) in ends {
+            if let Some(st) = self
+                .parts
+                .get_mut(tp.topic.as_str())
+                .and_then(|t| t.get_mut(&tp.partition))
+            {
+                st.ends = Some(e);
+                restored = true;
+            }
+        }
+        if restored {
+            self.ends_at = Some(self.ends_at.map_or(at, |now_at| now_at.min(at)));
+        }
     }
 
     /// An assigned partition without a committed offset although this instance saw
@@ -526,6 +575,7 @@ impl Core {
     fn reset_after_consumer_loss(&mut self) {
         let _ = self.counting.drain(now_ms());
         self.parts.clear();
+        self.revoked_ends = None;
         self.forget_assignment();
         self.paused = false;
         self.unsettled = (self.wal.pending_count() > 0).then_some(Origin::EarlierSession);
@@ -566,6 +616,11 @@ impl Core {
             }
         }
         self.unsettled = None;
+        if lost {
+            self.revoked_ends = None;
+        } else {
+            self.keep_revoked_ends();
+        }
         self.forget_assignment();
         self.parts.clear();
         self.metrics.assigned_partitions.set(0);
@@ -1070,5 +1125,56 @@ mod tests {
             .collect();
         assert_eq!(lags, vec![(0, Some(0)), (1, None)]);
         assert_eq!(last.emitted_at, fresh);
+    }
+
+    /// An eager rebalance revokes every partition and assigns them again: the ends
+    /// measured while they were fetched before the revoke are given back (dated as
+    /// then), so lag stays known and 0 for a partition read to its end instead of
+    /// null (its windows back to pending) until statistics measured after the
+    /// assignment. Ends of partitions not assigned again are not handed out.
+    #[test]
+    fn a_partition_assigned_again_keeps_the_ends_measured_before_the_revoke() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut core = core_for("lag-reassigned", wal.path());
+        for p in [0, 1] {
+            core.assigned.insert(TopicPartition::new("t", p));
+            core.parts.entry("t".into()).or_default().insert(
+                p,
+                PartState {
+                    start: Some(0),
+                    ..Default::default()
+                },
+            );
+        }
+        let measured = now_ms() - 60_000;
+        core.update_ends(&snapshot(measured, &[(0, 20), (1, 5)]));
+        // What on_revoke and on_assign do with the parts, without a consumer.
+        core.keep_revoked_ends();
+        core.forget_assignment();
+        core.parts.clear();
+        core.ends_from = now_ms();
+        // Statistics between the revoke and the assignment (no parts to apply to).
+        core.update_ends(&snapshot(core.ends_from, &[(0, 20), (1, 5)]));
+        core.assigned.insert(TopicPartition::new("t", 0));
+        core.parts.entry("t".into()).or_default().insert(
+            0,
+            PartState {
+                start: Some(20),
+                ..Default::default()
+            },
+        );
+        core.restore_revoked_ends();
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        let last = reports.last().unwrap();
+        let lags: Vec<_> = last
+            .as_progress()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.next_offset, p.lag))
+            .collect();
+        // without the restored ends: [(0, 20, None)]
+        assert_eq!(lags, vec![(0, 20, Some(0))]);
+        assert_eq!(last.emitted_at, measured);
     }
 }
