@@ -11,9 +11,9 @@
 #     with /healthz as the baseline of the same run;
 #   - the collector's ingest rate into this store and its ratio to a raw COPY
 #     (bench/collector-store.sh --url);
-#   - retention of one day: time and WAL volume (bench/store-retention.sh, partitions
-#     dropped vs the old batched DELETE, when it exists; else the store's batched
-#     retention of the oldest day of this database).
+#   - retention of one day on this store: time and WAL volume of the day partitions
+#     dropped vs the old batched DELETE of the next day (bench/store-retention.sh measures
+#     the same on a private instance, against the old schema).
 #
 #   bench/store-scale.sh                   # 60 M window rows
 #   TOPICS=1000 bench/store-scale.sh       # 6 M (development)
@@ -21,11 +21,12 @@
 #                                          # the cold start reads before /readyz (720 000 rows)
 #   KEEP=1 ... / SEED=0 ...                # keep the database / reuse a kept one
 #   INGEST= ... / RETENTION=0 ...          # leave out the collector ingest / retention
+#                                          # (retention deletes two days and a half: off
+#                                          # by default with KEEP=1)
 #   LOADED_WAIT=300 ...                    # wait at most 5 min for the whole horizon (default 30)
 #
 # Needs the dev PostgreSQL (deploy/dev/postgres start), wrk, bc. Refuses to seed when
-# less than 10 GB of disk would stay free (about 0.4 GB per million window rows); the
-# database is dropped before the retention bench, which seeds a private instance of its own.
+# less than 10 GB of disk would stay free (about 0.4 GB per million window rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +35,7 @@ DB=${DB:-kafka_audit_scale}
 TOPICS=${TOPICS:-10000}
 DAYS=${DAYS:-7}
 WINDOWS=${WINDOWS:-$(( DAYS * 144 ))}
-ADDR=127.0.0.1:18482
+ADDR=${ADDR:-127.0.0.1:18482}
 DURATION=${DURATION:-15s}
 CONNECTIONS=${CONNECTIONS:-8}
 THREADS=${THREADS:-2}
@@ -45,7 +46,6 @@ TARGET=${BENCH_TARGET_DIR:-/tmp/kafka-audit-bench-target}
 OUT=${OUT:-/tmp/kafka-audit-scale}
 mkdir -p "$OUT"
 rows=$(( TOPICS * 6 * WINDOWS ))
-bench_started=$(date +%s)
 
 . bench/web-lib.sh
 cleanup() {
@@ -62,7 +62,13 @@ if [ "$SEED" = 1 ]; then
         exit 1
     fi
 fi
+# Builds first (not part of the bench's time): the server and seeder, and the collector
+# bench that bench/collector-store.sh runs.
+build_started=$(date +%s)
 build_web_bench
+if [ -n "$INGEST" ]; then cargo bench -p store --bench collector_store --no-run -q 2>&1 | grep -v '^ *Executable' || true; fi
+bench_started=$(date +%s)
+echo "== builds: $(( bench_started - build_started )) s (not counted below)"
 
 echo "== store: $TOPICS topics x 3 tiers x 2 dcs x $WINDOWS windows of 10 min = $rows window rows"
 # Windows up to the one before the current: a store being written to, so that the cold
@@ -76,6 +82,7 @@ if [ "$SEED" = 1 ]; then
     echo "  VACUUM ANALYZE (what autovacuum does to a store that is not fresh): $(echo "$(date +%s.%N) - $start" | bc) s"
 else
     LAST=$(psql "$PG/$DB" -Atc "SELECT max(window_start_ms) FROM audit_window")
+    FIRST=$(psql "$PG/$DB" -Atc "SELECT min(window_start_ms) FROM audit_window")
 fi
 psql "$PG/$DB" -At <<'SQL' | sed 's/^/  /'
 SELECT 'window rows: ' || count(*) FROM audit_window;
@@ -89,7 +96,7 @@ echo "== serve cold start (horizon 7 days)"
 sed -e "s/^listen = .*/listen = \"$ADDR\"/" \
     -e "s|^database_url = .*|database_url = \"$PG/$DB\"|" \
     bench/web-anomalies.toml >"$OUT/serve.toml"
-start_serve "$OUT/serve.toml"
+start_serve "$OUT/serve.toml" "$ADDR"
 echo "  ready (/readyz 200) after $(wait_ready "http://$ADDR/readyz") s; RSS $(ps -o rss= -p "$SERVER") KB"
 curl -fsS "http://$ADDR/readyz" | sed 's/^/  \/readyz: /'; echo
 # (At most LOADED_WAIT s, default 1800: at 60 M rows the load took 677 s on this machine
@@ -120,23 +127,64 @@ bench/collector-store.sh --url "$PG/$DB" $INGEST | sed 's/^/  /' || true
 fi
 
 psql "$PG/$DB" -Atc "SELECT '  database after: ' || pg_size_pretty(pg_database_size(current_database()))"
-if [ "$KEEP" != 1 ]; then
-    # Disk back before the retention bench fills a private instance of its own.
-    psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
-fi
 
-RETENTION=${RETENTION:-1}
+RETENTION=${RETENTION:-$(( KEEP != 1 ))}
 if [ "$RETENTION" = 1 ]; then
-echo "== retention of the oldest day"
-if [ -x bench/store-retention.sh ]; then
-    # One day of the same fleet (TOPICS x 6 x 144 windows) on a private PostgreSQL of its
-    # own, so that the WAL it measures is its own: DROP of partitions vs batched DELETE.
-    TOPICS=$TOPICS bench/store-retention.sh | sed 's/^/  /'
+# Two whole days of this store, one each way: the day partitions of the oldest whole
+# day dropped (the store's retention since issue #17), and the next day deleted by the
+# old retention statement (the collector's before #17: 10 000 windows with their
+# buckets and offsets per transaction, here with the new keys). The oldest day is
+# partial (the horizon starts mid-day) and is dropped unmeasured first. WAL from
+# pg_current_wal_lsn() is the whole server's: nothing else writes while the bench runs.
+day_ms=86400000
+first_day=$(( FIRST / day_ms * day_ms ))
+d1=$(( first_day + day_ms )) d2=$(( first_day + 2 * day_ms )) d3=$(( first_day + 3 * day_ms ))
+if [ "$d3" -le "$LAST" ]; then
+    echo "== retention of one day (TOPICS x 6 x 144 = $(( TOPICS * 6 * 144 )) window rows), on this store"
+    psql "$PG/$DB" -qAtc "SELECT audit_drop_day_partitions($d1, 0)" >/dev/null
+    psql "$PG/$DB" -qc "CHECKPOINT"
+    retention_measure() { # label, SQL
+        local before after start end rows
+        rows=$(psql "$PG/$DB" -Atc "SELECT count(*) FROM audit_window WHERE window_start_ms < $3")
+        before=$(psql "$PG/$DB" -Atc "SELECT pg_current_wal_lsn()")
+        start=$(date +%s.%N)
+        psql "$PG/$DB" -v ON_ERROR_STOP=1 -q -o /dev/null -c "$2"
+        end=$(date +%s.%N)
+        after=$(psql "$PG/$DB" -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$before')")
+        printf '  %-52s %9d rows %8.2f s  WAL %8.1f MB\n' "$1" "$rows" \
+            "$(echo "$end - $start" | bc)" "$(echo "$after / 1048576" | bc -l)"
+    }
+    retention_measure "new: DROP of the day's partitions" \
+        "SELECT audit_drop_day_partitions($d2, 0)" "$d2"
+    retention_measure "old: batched DELETE (10 000 per transaction)" "
+DO \$\$
+DECLARE n bigint;
+BEGIN
+  LOOP
+    WITH doomed AS (
+        SELECT topic, window_start_ms, tier, datacenter, id FROM audit_window
+        WHERE window_start_ms >= $d2 AND window_start_ms < $d3
+        ORDER BY window_start_ms LIMIT 10000 FOR UPDATE SKIP LOCKED),
+    w AS (DELETE FROM audit_window a USING doomed d
+          WHERE a.window_start_ms >= $d2 AND a.window_start_ms < $d3
+            AND (a.topic, a.window_start_ms, a.tier, a.datacenter)
+              = (d.topic, d.window_start_ms, d.tier, d.datacenter)
+          RETURNING a.topic, a.window_start_ms, a.id),
+    b AS (DELETE FROM audit_window_bucket x USING w
+          WHERE x.window_start_ms >= $d2 AND x.window_start_ms < $d3
+            AND (x.topic, x.window_start_ms, x.window_id) = (w.topic, w.window_start_ms, w.id)),
+    o AS (DELETE FROM audit_window_offset x USING w
+          WHERE x.window_start_ms >= $d2 AND x.window_start_ms < $d3
+            AND (x.topic, x.window_start_ms, x.window_id) = (w.topic, w.window_start_ms, w.id))
+    SELECT count(*) INTO n FROM w;
+    COMMIT;
+    EXIT WHEN n = 0;
+  END LOOP;
+END \$\$;" "$d3"
+    psql "$PG/$DB" -Atc "SELECT '  window rows of that day left: ' || count(*) FROM audit_window
+        WHERE window_start_ms >= $d2 AND window_start_ms < $d3"
 else
-    cutoff=$(psql "$PG/$DB" -Atc "SELECT min(window_start_ms) + 86400000 FROM audit_window")
-    lsn=$(psql "$PG/$DB" -Atc "SELECT pg_current_wal_lsn()")
-    "$BIN/web-bench-seed" --retention "$PG/$DB" "$cutoff" 10000 | sed 's/^/  batched DELETE (the store'"'"'s retention, batches of 10 000): /'
-    psql "$PG/$DB" -Atc "SELECT '  WAL written meanwhile (whole server: other databases too): ' || pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn'))"
+    echo "== retention: left out (the store holds less than three days)"
 fi
 fi
-echo "== total $(( $(date +%s) - bench_started )) s"
+echo "== total $(( $(date +%s) - bench_started )) s (builds not counted)"

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 PG=${PG:-postgres://postgres@127.0.0.1:55432}
 DB=kafka_audit_bench
-ADDR=127.0.0.1:18481
+ADDR=127.0.0.1:18481  # (the listen address of bench/web-anomalies.toml)
 DURATION=${DURATION:-20s}
 CONNECTIONS=${CONNECTIONS:-8}
 THREADS=${THREADS:-2}
@@ -36,7 +36,7 @@ if [ "$SEED" = 1 ]; then
 fi
 psql "$PG/$DB" -Atc "SELECT 'window rows: ' || count(*) FROM audit_window"
 
-start_serve bench/web-anomalies.toml
+start_serve bench/web-anomalies.toml "$ADDR"
 trap stop_serve EXIT
 ready=$(wait_ready "http://$ADDR/readyz")
 echo "ready (recent windows evaluated) in $ready s"

@@ -41,8 +41,13 @@ seed_windows() {
 }
 
 # Starts web-bench-serve with CONFIG (log in $OUT/server.log); sets SERVER and
-# SERVER_STARTED. The caller's EXIT trap should call stop_serve.
+# SERVER_STARTED. The caller's EXIT trap should call stop_serve. With ADDR, refuses when
+# something already answers there (another bench's server would be measured instead).
 start_serve() {
+    if [ -n "${2:-}" ] && curl -fsS -o /dev/null --max-time 2 "http://$2/healthz" 2>/dev/null; then
+        echo "refusing: something already answers on $2 (another bench running? set ADDR)" >&2
+        return 1
+    fi
     "$BIN/web-bench-serve" "$1" 2>"$OUT/server.log" &
     SERVER=$!
     SERVER_STARTED=$(date +%s.%N)
@@ -58,7 +63,7 @@ stop_serve() {
 
 # Waits (at most 30 min) until URL answers 200; prints the seconds since start_serve.
 wait_ready() {
-    until curl -fsS "$1" >/dev/null 2>&1; do
+    until kill -0 "$SERVER" 2>/dev/null && curl -fsS "$1" >/dev/null 2>&1; do
         kill -0 "$SERVER" 2>/dev/null || { tail -20 "$OUT/server.log" >&2; return 1; }
         sleep 0.2
         if [ "$(echo "$(date +%s.%N) - $SERVER_STARTED > 1800" | bc)" = 1 ]; then

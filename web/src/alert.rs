@@ -12,6 +12,13 @@
 //! failing channel is retried with exponential backoff; one that still fails is
 //! counted, and the notification is retried on a later pass. A rate limit per channel
 //! defers notifications beyond it to the next period.
+//!
+//! An open alert whose subject is no longer judged at all — its window left the
+//! horizon (`serve.horizon`), or its auditor's progress was forgotten (`forget_after`:
+//! the topic was deleted or is no longer audited) — was never fixed: it is not
+//! resolved. It expires: forgotten without a notification (counted in
+//! `alerts_expired_total`, logged), so the receiver keeps it open until someone
+//! closes it, as PagerDuty keeps an incident open until someone resolves it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -63,6 +70,11 @@ pub enum Subject {
     },
 }
 
+/// The dedup key of the alert on the auditor of `topic` at `tier` in `datacenter`.
+pub fn auditor_key(topic: &str, tier: &str, datacenter: &str) -> String {
+    format!("kafka-audit:{topic}:auditor:{tier}:{datacenter}")
+}
+
 pub fn dedup_key(e: &EdgeWindow) -> String {
     format!(
         "kafka-audit:{}:{}->{}:{}:{}",
@@ -99,7 +111,7 @@ impl Alert {
 
     fn from_auditor(topic: &str, a: &AuditorStatus, stall_after_ms: i64) -> Self {
         Self {
-            dedup_key: format!("kafka-audit:{topic}:auditor:{}:{}", a.tier, a.datacenter),
+            dedup_key: auditor_key(topic, &a.tier, &a.datacenter),
             verdict: Verdict::Stalled,
             topic: topic.to_string(),
             subject: Subject::Auditor {
@@ -195,6 +207,34 @@ impl Alert {
         match &self.subject {
             Subject::Window { window_start, .. } => *window_start >= from,
             Subject::Auditor { .. } => true,
+        }
+    }
+
+    /// Whether `published` came from a capped read of auditors that did not reach this
+    /// alert's auditor ([`Published::auditors_partial`]).
+    fn left_out(&self, published: &Published) -> bool {
+        matches!(self.subject, Subject::Auditor { .. })
+            && published.auditors_partial
+            && published
+                .auditors
+                .as_ref()
+                .is_none_or(|known| !known.contains(&self.dedup_key))
+    }
+
+    /// Whether `published` no longer judges what this alert is about at all: its window
+    /// starts before the horizon (it left the index), or its auditor is not among the
+    /// known ones (progress forgotten after `forget_after`). Such an alert was never
+    /// fixed: it expires, it is not resolved.
+    fn expired(&self, published: &Published) -> bool {
+        match &self.subject {
+            Subject::Window { window_start, .. } => *window_start < published.horizon_start,
+            Subject::Auditor { .. } => {
+                !self.left_out(published)
+                    && published
+                        .auditors
+                        .as_ref()
+                        .is_some_and(|known| !known.contains(&self.dedup_key))
+            }
         }
     }
 
@@ -372,6 +412,17 @@ pub struct Published {
     /// longer anomalous, never for a moment of doubt (that would page the on-call a
     /// second time when the window is final again).
     pub unsettled: BTreeSet<String>,
+    /// Start of the horizon: windows starting before it are no longer judged (they
+    /// left the index). An open alert on one expires instead of resolving (0: none).
+    pub horizon_start: i64,
+    /// Dedup keys of the auditor alerts whose auditor is known (its progress is not
+    /// forgotten, stalled or not: [`known_auditors`]). An open auditor alert not among
+    /// them expires instead of resolving (`None`: not known; an absent one resolves).
+    pub auditors: Option<BTreeSet<String>>,
+    /// The read of auditors was capped (more than `store::MAX_READ_ROWS`): an open
+    /// auditor alert whose auditor is not in `auditors` was not judged at all, and is
+    /// neither resolved nor expired.
+    pub auditors_partial: bool,
 }
 
 impl std::ops::Deref for Published {
@@ -389,6 +440,15 @@ pub fn unsettled(index: &VerdictIndex) -> BTreeSet<String> {
         .values()
         .filter(|e| e.lifecycle != Lifecycle::Final)
         .map(dedup_key)
+        .collect()
+}
+
+/// Dedup keys of the auditor alerts of every auditor in `index` ([`Published::auditors`]).
+pub fn known_auditors(index: &VerdictIndex) -> BTreeSet<String> {
+    index
+        .auditors
+        .keys()
+        .map(|(topic, tier, datacenter)| auditor_key(topic, tier, datacenter))
         .collect()
 }
 
@@ -516,8 +576,10 @@ impl ChannelWorker {
 
     /// [`Self::sync`] from a publication: alerts on windows starting before
     /// `judged_from` (not judged yet) or not final (`unsettled`) are not resolved for
-    /// being absent from its alerts.
+    /// being absent from its alerts; those whose subject is no longer judged at all
+    /// (window out of the horizon, auditor forgotten) expire ([`Self::expire`]).
     pub async fn sync_judged(&mut self, published: &Published, now_ms: i64) {
+        self.expire(published).await;
         let work = self.work(published, now_ms);
         self.pass(work, now_ms).await
     }
@@ -596,6 +658,7 @@ impl ChannelWorker {
             .iter()
             .filter(|(k, _)| !desired.contains_key(*k) && !published.unsettled.contains(*k))
             .filter(|(_, a)| judged_from.is_none_or(|from| a.judged_from(from)))
+            .filter(|(_, a)| !a.expired(published) && !a.left_out(published))
             .map(|(_, a)| a.clone())
             .collect();
         // New pages before resolves: a resolve that waits costs a stale open alert,
@@ -618,6 +681,7 @@ impl ChannelWorker {
     /// evaluation and (cold start) of every load step, and a pass at their pace would
     /// send a failed delivery again and count it, and the deferred ones, each time.
     pub async fn on_publication(&mut self, published: &Published, now_ms: i64) -> bool {
+        self.expire(published).await;
         let work = self.work(published, now_ms);
         if work
             .iter()
@@ -627,6 +691,44 @@ impl ChannelWorker {
         }
         self.pass(work, now_ms).await;
         true
+    }
+
+    /// Forgets the open alerts that `published` no longer judges at all (window out of
+    /// the horizon, auditor forgotten), without a notification: the anomaly was never
+    /// fixed, so a resolve would tell the on-call it was; the receiver keeps the alert
+    /// open until someone closes it. Their stored rows go too, so the alert state does
+    /// not grow with them and a restart neither resolves nor pages them again.
+    async fn expire(&mut self, published: &Published) {
+        let expired: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(k, a)| !published.alerts.contains_key(*k) && a.expired(published))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        for key in expired {
+            let Some(alert) = self.open.remove(&key) else {
+                continue;
+            };
+            self.metrics
+                .alerts_expired
+                .get_or_create(&self.labels())
+                .inc();
+            tracing::info!(channel = %self.channel.name, key = %key, verdict = alert.verdict.as_str(),
+                "alert expired unresolved: what it is about is no longer judged (window out of the horizon, or auditor forgotten); no resolve is sent");
+            if let Some(store) = &self.store {
+                if let Err(e) = store.delete_open_alert(&self.channel.name, &key).await {
+                    tracing::warn!(channel = %self.channel.name, key = %key, error = %e,
+                        "cannot forget an expired alert; it expires again after a restart");
+                }
+            }
+        }
+        self.metrics
+            .alerts_open
+            .get_or_create(&self.labels())
+            .set(self.open.len() as i64);
     }
 
     /// Loads the alerts this channel had open before a restart (and sets their gauge).

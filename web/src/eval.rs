@@ -84,6 +84,9 @@ pub struct VerdictIndex {
     pub topics: BTreeSet<String>,
     /// Every auditor that reported progress, by (topic, tier, datacenter).
     pub auditors: BTreeMap<(String, String, String), engine::AuditorStatus>,
+    /// The read of auditors was capped (more than `AUDITOR_LIMIT`): `auditors` lacks
+    /// some, whose alerts are then neither resolved nor expired.
+    pub auditors_capped: bool,
     /// Windows starting before this are not judged.
     pub horizon_start: i64,
     /// When the last successful cycle ran (epoch ms); `None` before the first.
@@ -380,9 +383,12 @@ impl Evaluator {
         // Auditor status from one row per auditor, not from the per-partition rows
         // above: those are capped, and a capped read must not freeze stall alerts.
         let mut auditors = BTreeMap::new();
-        for (topic, tier, datacenter, last_report) in
-            self.store.auditor_reports(AUDITOR_LIMIT).await?
-        {
+        let reports = self.store.auditor_reports(AUDITOR_LIMIT).await?;
+        let auditors_capped = reports.len() >= AUDITOR_LIMIT as usize;
+        if auditors_capped {
+            tracing::warn!(limit = AUDITOR_LIMIT, "more auditors than one read holds: stall alerts of those left out are neither raised nor resolved");
+        }
+        for (topic, tier, datacenter, last_report) in reports {
             // An auditor silent for `forget_after` (deleted or no longer audited
             // topic) is no longer expected.
             if now.saturating_sub(last_report) > topo.forget_after_ms {
@@ -410,7 +416,11 @@ impl Evaluator {
             }
         }
         self.update_auditor_metrics(&auditors);
-        self.index.write().expect("verdict index lock").auditors = auditors;
+        {
+            let mut index = self.index.write().expect("verdict index lock");
+            index.auditors = auditors;
+            index.auditors_capped = auditors_capped;
+        }
         let progress = Arc::new(progress);
         self.progress = progress.clone();
         self.progress_capped = progress_capped;

@@ -150,12 +150,21 @@ impl AppState {
     fn publish_alerts(&self) {
         let published = {
             let index = self.index.read().expect("verdict index lock");
+            // Nothing judged yet (the window size is not known: no window stored and
+            // `[topology] window` not set): a publication of nothing would resolve, or
+            // expire, every alert open before a restart.
+            if index.evaluated_at.is_none() {
+                return;
+            }
             let stall_after_ms =
                 i64::try_from(self.config.topology.stall_after.as_millis()).unwrap_or(i64::MAX);
             alert::Published {
                 alerts: alert::desired(&index, &self.config.alerting, stall_after_ms),
                 judged_from: index.loading.as_ref().map(|l| l.loaded_from),
                 unsettled: alert::unsettled(&index),
+                horizon_start: index.horizon_start,
+                auditors: Some(alert::known_auditors(&index)),
+                auditors_partial: index.auditors_capped,
             }
         };
         // Channels are woken when the publication changes: new alerts, or a load step's

@@ -89,6 +89,7 @@ pub struct Metrics {
     pub alert_retries: Family<ChannelLabels, Counter>,
     pub alerts_rate_limited: Family<ChannelLabels, Counter>,
     pub alerts_open: Family<ChannelLabels, Gauge>,
+    pub alerts_expired: Family<ChannelLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -212,6 +213,12 @@ impl Metrics {
             "Alerts triggered and not yet resolved, per channel",
             alerts_open.clone(),
         );
+        let alerts_expired = Family::<ChannelLabels, Counter>::default();
+        registry.register(
+            "alerts_expired",
+            "Open alerts forgotten unresolved, without a notification: their window left the horizon or their auditor was forgotten",
+            alerts_expired.clone(),
+        );
         Self {
             registry,
             completeness,
@@ -233,6 +240,7 @@ impl Metrics {
             alert_retries,
             alerts_rate_limited,
             alerts_open,
+            alerts_expired,
         }
     }
 

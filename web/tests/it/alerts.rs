@@ -4,6 +4,7 @@
 
 use crate::support;
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -487,6 +488,10 @@ async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
 on_both_backends!(
     open_alerts_survive_a_restart,
     a_cold_start_pages_judged_windows_and_resolves_only_judged_ones,
+    an_alert_whose_window_leaves_the_horizon_is_not_resolved,
+    alerts_of_a_forgotten_topic_are_not_resolved,
+    an_alert_whose_window_left_the_horizon_while_serve_was_down_is_not_resolved,
+    open_alerts_wait_while_nothing_is_judged,
 );
 
 /// The alerts a channel delivered are stored: a restarted process does not trigger
@@ -1102,4 +1107,366 @@ url = "{base}/reject/slack"
     shutdown.cancel();
     run.await.unwrap();
     stepping.await.unwrap();
+}
+
+const DAY: i64 = 24 * 60 * MIN;
+
+/// (action, dedup key) of every notification the receiver got, in order.
+fn actions(receiver: &Receiver) -> Vec<(String, String)> {
+    receiver
+        .got()
+        .iter()
+        .map(|(_, b)| {
+            (
+                b["action"].as_str().unwrap_or_default().to_string(),
+                b["dedup_key"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A channel worker of `state`'s first channel whose open alerts are stored.
+fn stored_worker(state: &AppState) -> web::alert::ChannelWorker {
+    web::alert::ChannelWorker::new(
+        state.config.alerting.channels[0].clone(),
+        state.config.alerting.clone(),
+        state.metrics.clone(),
+        Some(state.store.clone()),
+    )
+}
+
+/// `alerts_expired_total` and `alerts_open` of the channel "hook".
+fn expired_and_open(state: &AppState) -> (u64, i64) {
+    let hook = ChannelLabels {
+        channel: "hook".into(),
+    };
+    (
+        state.metrics.alerts_expired.get_or_create(&hook).get(),
+        state.metrics.alerts_open.get_or_create(&hook).get(),
+    )
+}
+
+/// One evaluation at `now` and the channel's pass on what it published.
+async fn evaluate_and_sync(state: &AppState, hook: &mut web::alert::ChannelWorker, now: i64) {
+    state.evaluate(now).await.unwrap();
+    let published = state.published_alerts().expect("published");
+    hook.sync_judged(&published, now).await;
+}
+
+/// A loss pages and nobody fixes it. Days later its window leaves the horizon
+/// (`serve.horizon`, 7 days) and is no longer judged: its alert must not be resolved by
+/// its absence (on-call would read "resolved" for a loss that was never fixed). It
+/// expires quietly: no notification, its stored row goes (the alert state does not grow
+/// with them), and a restarted serve neither pages it again nor resolves it.
+async fn an_alert_whose_window_leaves_the_horizon_is_not_resolved(backend: Backend) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let w = settled_window();
+    seed_loss(&store, "orders", w).await;
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
+    let state = AppState::new(config(&cfg), store.clone()).unwrap();
+    let horizon = state.config.serve.horizon.as_millis() as i64;
+    let mut hook = stored_worker(&state);
+    hook.load_open().await;
+    let now = now_ms();
+    let key = format!("kafka-audit:orders:producer->regional:dc1:{w}");
+    let one_page = vec![("trigger".to_string(), key.clone())];
+    evaluate_and_sync(&state, &mut hook, now).await;
+    assert_eq!(actions(&receiver), one_page);
+    // Within the horizon (past max_window_age, 24 h) the window is still judged: open.
+    for later in [now + 2 * DAY, w + horizon] {
+        evaluate_and_sync(&state, &mut hook, later).await;
+        assert_eq!(
+            store::AuditStore::open_alerts(&store, "hook")
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+    // The window leaves the horizon.
+    for later in [w + horizon + WINDOW, now + horizon + DAY] {
+        evaluate_and_sync(&state, &mut hook, later).await;
+        assert!(
+            !state
+                .index
+                .read()
+                .unwrap()
+                .entries
+                .values()
+                .any(|e| e.window_start == w),
+            "the window left the index"
+        );
+    }
+    assert_eq!(actions(&receiver), one_page, "over the whole run");
+    assert_eq!(
+        store::AuditStore::open_alerts(&store, "hook")
+            .await
+            .unwrap(),
+        vec![],
+        "no stored row is left behind"
+    );
+    assert_eq!(expired_and_open(&state), (1, 0));
+    // A restart: nothing to load, nothing sent.
+    let second = AppState::new(config(&cfg), store.clone()).unwrap();
+    let mut hook = stored_worker(&second);
+    hook.load_open().await;
+    evaluate_and_sync(&second, &mut hook, now + horizon + DAY).await;
+    assert_eq!(actions(&receiver), one_page, "after a restart");
+    assert_eq!(expired_and_open(&second), (0, 0), "nothing left to expire");
+}
+
+/// A topic deleted (or no longer audited) with an unfixed loss: its auditor stops
+/// reporting and pages `stalled`; after `forget_after` (24 h) its progress is forgotten,
+/// and a week later the loss window leaves the horizon. Neither alert was fixed: neither
+/// may be resolved by its absence, and nothing is left in the alert state.
+async fn alerts_of_a_forgotten_topic_are_not_resolved(backend: Backend) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let w = settled_window();
+    let now = now_ms();
+    // Read past the window's settle time an hour ago, then nothing: stalled.
+    let last = now - 60 * MIN;
+    store::AuditStore::write_batch(
+        &store,
+        &store::Batch {
+            messages: vec![
+                increment("deleted", "producer", "dc1", w, 100, 1000),
+                increment("deleted", "regional", "dc1", w, 90, 900),
+                progress_of(
+                    "deleted",
+                    "regional",
+                    "dc1",
+                    "regional-dc1-0",
+                    last,
+                    0,
+                    5000,
+                    Some(last),
+                    Some(0),
+                ),
+            ],
+            rejects: vec![],
+            received_at_ms: last,
+        },
+    )
+    .await
+    .unwrap();
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
+    let state = AppState::new(config(&cfg), store.clone()).unwrap();
+    let horizon = state.config.serve.horizon.as_millis() as i64;
+    let mut hook = stored_worker(&state);
+    hook.load_open().await;
+    evaluate_and_sync(&state, &mut hook, now).await;
+    let mut pages = actions(&receiver);
+    pages.sort();
+    let two_pages = vec![
+        (
+            "trigger".to_string(),
+            "kafka-audit:deleted:auditor:regional:dc1".to_string(),
+        ),
+        (
+            "trigger".to_string(),
+            format!("kafka-audit:deleted:producer->regional:dc1:{w}"),
+        ),
+    ];
+    assert_eq!(pages, two_pages);
+    // Forgotten after forget_after; then the window leaves the horizon.
+    for later in [
+        last + DAY + MIN,
+        last + 2 * DAY,
+        w + horizon + WINDOW,
+        now + horizon + DAY,
+    ] {
+        evaluate_and_sync(&state, &mut hook, later).await;
+        assert!(
+            actions(&receiver).iter().all(|(a, _)| a == "trigger"),
+            "at {}: {:#?}",
+            later - now,
+            receiver.got()
+        );
+    }
+    assert!(state.index.read().unwrap().auditors.is_empty());
+    assert_eq!(actions(&receiver).len(), 2, "{:#?}", receiver.got());
+    assert_eq!(
+        store::AuditStore::open_alerts(&store, "hook")
+            .await
+            .unwrap(),
+        vec![]
+    );
+    assert_eq!(expired_and_open(&state), (2, 0));
+    let second = AppState::new(config(&cfg), store.clone()).unwrap();
+    let mut hook = stored_worker(&second);
+    hook.load_open().await;
+    evaluate_and_sync(&second, &mut hook, now + horizon + DAY).await;
+    assert_eq!(actions(&receiver).len(), 2, "after a restart");
+    assert_eq!(expired_and_open(&second), (0, 0), "nothing left to expire");
+}
+
+/// serve is down while an open alert's window leaves the horizon. The restarted process
+/// loads the alert and, from its first publication (cold start, still loading), expires
+/// it: no resolve, no page, no stored row left.
+async fn an_alert_whose_window_left_the_horizon_while_serve_was_down_is_not_resolved(
+    backend: Backend,
+) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let w = settled_window();
+    seed_loss(&store, "orders", w).await;
+    let cfg = one_webhook(&format!("{base}/ok/webhook"));
+    let first = AppState::new(config(&cfg), store.clone()).unwrap();
+    let horizon = first.config.serve.horizon.as_millis() as i64;
+    let mut hook = stored_worker(&first);
+    let now = now_ms();
+    evaluate_and_sync(&first, &mut hook, now).await;
+    let one_page = vec![(
+        "trigger".to_string(),
+        format!("kafka-audit:orders:producer->regional:dc1:{w}"),
+    )];
+    assert_eq!(actions(&receiver), one_page);
+
+    let later = now + horizon + DAY;
+    let second = AppState::new(config(&cfg), store.clone()).unwrap();
+    let mut hook = stored_worker(&second);
+    hook.load_open().await;
+    assert_eq!(expired_and_open(&second), (0, 1), "loaded");
+    second.evaluate_cycle(later).await.unwrap();
+    let published = second.published_alerts().expect("published");
+    assert!(published.judged_from.is_some(), "still loading");
+    hook.on_publication(&published, later).await;
+    assert_eq!(expired_and_open(&second), (1, 0));
+    assert_eq!(
+        store::AuditStore::open_alerts(&store, "hook")
+            .await
+            .unwrap(),
+        vec![]
+    );
+    while !second.load_step(later).await.unwrap() {
+        hook.on_publication(&second.published_alerts().unwrap(), later)
+            .await;
+    }
+    hook.sync_judged(&second.published_alerts().unwrap(), later)
+        .await;
+    assert_eq!(actions(&receiver), one_page, "over the whole run");
+}
+
+/// serve restarts on a store that holds no window yet, with `[topology] window` unset
+/// (its alert state may be another database, `alert_database_url`): nothing is judged
+/// until the window size is known. The alerts open before the restart are neither
+/// resolved nor expired by that: nothing is published until a cycle has judged.
+async fn open_alerts_wait_while_nothing_is_judged(backend: Backend) {
+    let (receiver, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let topology = TOPOLOGY.replace("window = \"10m\"\n", "");
+    assert!(!topology.contains("window ="), "{topology}");
+    let cfg: web::Config = toml::from_str(&format!(
+        "{topology}\n{}",
+        one_webhook(&format!("{base}/ok/webhook"))
+    ))
+    .unwrap();
+    cfg.validate().unwrap();
+    let now = now_ms();
+    let loss = loss_alert("orders", settled_window());
+    let stalled = web::alert::Alert {
+        dedup_key: web::alert::auditor_key("orders", "regional", "dc1"),
+        verdict: web::engine::Verdict::Stalled,
+        topic: "orders".into(),
+        subject: web::alert::Subject::Auditor {
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            last_report: now - 60 * MIN,
+        },
+        reason: "no progress report for longer than 1800 s".into(),
+    };
+    for a in [&loss, &stalled] {
+        store::AuditStore::save_open_alert(
+            &store,
+            "hook",
+            &a.dedup_key,
+            &serde_json::to_string(a).unwrap(),
+            now,
+        )
+        .await
+        .unwrap();
+    }
+    let state = AppState::new(cfg, store.clone()).unwrap();
+    let mut hook = stored_worker(&state);
+    hook.load_open().await;
+    state.evaluate(now).await.unwrap();
+    assert!(state.index.read().unwrap().waiting_for.is_some());
+    if let Some(published) = state.published_alerts() {
+        hook.sync_judged(&published, now).await;
+    }
+    assert_eq!(actions(&receiver), vec![]);
+    assert_eq!(expired_and_open(&state), (0, 2));
+    assert_eq!(
+        store::AuditStore::open_alerts(&store, "hook")
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+/// More auditors than the evaluator reads at once (`store::MAX_READ_ROWS`): the read of
+/// auditors is capped, and an auditor left out of it is neither judged ok nor forgotten.
+/// Its open stall alert must stay open — neither resolved nor expired — until a read
+/// that sees every auditor says otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auditor_left_out_of_a_capped_read_keeps_its_alert_open() {
+    let (receiver, base) = start_receiver().await;
+    let cfg = config(&one_webhook(&format!("{base}/ok/webhook")));
+    let metrics = Arc::new(web::metrics::Metrics::new());
+    let mut hook = web::alert::ChannelWorker::new(
+        cfg.alerting.channels[0].clone(),
+        cfg.alerting.clone(),
+        metrics.clone(),
+        None,
+    );
+    let key = web::alert::auditor_key("orders", "regional", "dc1");
+    let stalled = web::alert::Alert {
+        dedup_key: key.clone(),
+        verdict: web::engine::Verdict::Stalled,
+        topic: "orders".into(),
+        subject: web::alert::Subject::Auditor {
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            last_report: now_ms() - 120 * MIN,
+        },
+        reason: "no progress report for longer than 1800 s".into(),
+    };
+    let now = now_ms();
+    let page = web::alert::Published {
+        alerts: [(key.clone(), stalled)].into(),
+        auditors: Some([key.clone()].into()),
+        ..Default::default()
+    };
+    hook.sync_judged(&page, now).await;
+    let one_page = vec![("trigger".to_string(), key.clone())];
+    assert_eq!(actions(&receiver), one_page);
+    // A capped read that did not reach this auditor.
+    let capped = web::alert::Published {
+        auditors: Some(BTreeSet::new()),
+        auditors_partial: true,
+        ..Default::default()
+    };
+    hook.sync_judged(&capped, now + MIN).await;
+    assert_eq!(actions(&receiver), one_page, "neither resolved nor expired");
+    let hook_labels = ChannelLabels {
+        channel: "hook".into(),
+    };
+    assert_eq!(metrics.alerts_expired.get_or_create(&hook_labels).get(), 0);
+    assert_eq!(metrics.alerts_open.get_or_create(&hook_labels).get(), 1);
+    // A whole read: the auditor is known and no longer stalled: resolved.
+    let whole = web::alert::Published {
+        auditors: Some([key.clone()].into()),
+        ..Default::default()
+    };
+    hook.sync_judged(&whole, now + 2 * MIN).await;
+    assert_eq!(
+        actions(&receiver),
+        vec![
+            ("trigger".to_string(), key.clone()),
+            ("resolve".to_string(), key)
+        ]
+    );
 }
