@@ -119,7 +119,11 @@ impl ClientContext for AuditContext {
         // whose position is past it. So the ends are dated, and replace the previous
         // snapshot wholesale (a partition missing here has no known end any more,
         // rather than an old one with a new date).
-        let at = now_ms().saturating_sub(self.fetch_age_ms);
+        // The callback runs when the consume loop polls, which may be well after
+        // librdkafka emitted the statistics (a loop busy with a report): their own
+        // wall-clock time (whole seconds, rounded down) bounds it.
+        let emitted = now_ms().min(stats.time.saturating_mul(1000));
+        let at = emitted.saturating_sub(self.fetch_age_ms);
         let mut ends = HashMap::new();
         for (topic, t) in stats.topics {
             for (p, part) in t.partitions {
