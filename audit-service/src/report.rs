@@ -64,9 +64,9 @@ pub(crate) struct PartState {
 /// they were measured.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EndsSnapshot {
-    /// Epoch ms as of which the ends hold (None: no statistics yet): the callback's
-    /// clock minus the longest a fetch response can be older than it (see
-    /// `AuditContext::stats`).
+    /// Epoch ms as of which the ends hold (None: no statistics yet): when librdkafka
+    /// emitted the statistics minus the longest a fetch response can be older than
+    /// them (see `AuditContext::stats`).
     pub(crate) at: Option<i64>,
     pub(crate) ends: HashMap<TopicPartition, LogEnds>,
 }
