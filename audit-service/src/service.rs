@@ -85,6 +85,9 @@ pub(crate) struct Core {
     /// given back to those of them assigned again, so their lag stays known (and 0
     /// when read) across a rebalance instead of null until the next statistics.
     pub(crate) revoked_ends: Option<(i64, HashMap<TopicPartition, LogEnds>)>,
+    /// Whether the current consumer has had an assignment before: only then can its
+    /// statistics carry high watermarks of fetches before the current assignment.
+    pub(crate) assigned_before: bool,
 }
 
 pub(crate) struct AuditContext {
@@ -310,6 +313,7 @@ impl Core {
             ends_at: None,
             ends_from: i64::MIN,
             revoked_ends: None,
+            assigned_before: false,
         })
     }
 
@@ -477,8 +481,14 @@ impl Core {
         self.unsettled = None;
         self.paused = false;
         // Statistics taken before now may carry ends of an earlier fetch (a partition
-        // owned before, or paused).
-        self.ends_from = now_ms();
+        // owned before) — not those of a consumer's first assignment: it fetched
+        // nothing before, so its statistics have ends only from its own fetches, and
+        // lag is known from the first statistics on (not one statistics interval and
+        // fetch.wait.max.ms + 1 s later).
+        if self.assigned_before {
+            self.ends_from = now_ms();
+        }
+        self.assigned_before = true;
         // Each range starts at the committed offset, which is where the assignment
         // starts reading. Unknown (the read failed): the range's start says so, and
         // the restart rule never resends it.
@@ -580,6 +590,8 @@ impl Core {
         let _ = self.counting.drain(now_ms());
         self.parts.clear();
         self.revoked_ends = None;
+        // The next consumer is a new client: it has fetched nothing yet.
+        self.assigned_before = false;
         self.forget_assignment();
         self.paused = false;
         self.unsettled = (self.wal.pending_count() > 0).then_some(Origin::EarlierSession);
