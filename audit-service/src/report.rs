@@ -213,7 +213,9 @@ impl Core {
         // auditor has read everything written *before then* (records appended since
         // may be unread, and a consumer past a stale end is no more caught up). The
         // engine trusts lag 0 as of `emitted_at` (docs/audit-message-v1.md).
-        let dated = self.ends_at.map_or(now, |at| at.min(now));
+        // Before any statistics, no lag is known and the date only orders reports: an
+        // early one, so the first dated by statistics is not older.
+        let dated = self.ends_at.unwrap_or(self.undated).min(now);
         let mut ranges = Vec::new();
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();

@@ -88,6 +88,11 @@ pub(crate) struct Core {
     /// Whether the current consumer has had an assignment before: only then can its
     /// statistics carry high watermarks of fetches before the current assignment.
     pub(crate) assigned_before: bool,
+    /// What progress is dated by before any statistics (every lag null): no later
+    /// than the first statistics can be dated (`EndsSnapshot::at`), so the store,
+    /// which keeps a partition's progress of the latest `emitted_at`, does not drop
+    /// the first reports with a known lag as older than these.
+    pub(crate) undated: i64,
 }
 
 pub(crate) struct AuditContext {
@@ -125,8 +130,7 @@ impl ClientContext for AuditContext {
         // The callback runs when the consume loop polls, which may be well after
         // librdkafka emitted the statistics (a loop busy with a report): their own
         // wall-clock time (whole seconds, rounded down) bounds it.
-        let emitted = now_ms().min(stats.time.saturating_mul(1000));
-        let at = emitted.saturating_sub(self.fetch_age_ms);
+        let at = measured_at(now_ms(), stats.time, self.fetch_age_ms);
         let mut ends = HashMap::new();
         for (topic, t) in stats.topics {
             for (p, part) in t.partitions {
@@ -241,6 +245,14 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
     )
 }
 
+/// As of when the high watermarks of statistics emitted at `time_s` (librdkafka's
+/// whole seconds) and seen by the callback at `callback_ms` hold.
+fn measured_at(callback_ms: i64, time_s: i64, fetch_age_ms: i64) -> i64 {
+    callback_ms
+        .min(time_s.saturating_mul(1000))
+        .saturating_sub(fetch_age_ms)
+}
+
 /// Beyond `fetch.wait.max.ms`, how late a fetch response may be (round trip, a busy
 /// broker or client thread). Progress is dated that much earlier: windows settle as
 /// much later, which grace (minutes) absorbs.
@@ -285,6 +297,9 @@ impl Core {
         let counting = Counting::new(&cfg, identity.clone(), &metrics)?;
         let unsettled = (wal.pending_count() > 0).then_some(Origin::EarlierSession);
         let mut offsets_seen = OffsetsSeen::load(wal.dir());
+        // Statistics are emitted after the Core and its consumer were created, and
+        // dated by their whole second minus the fetch age.
+        let undated = now_ms() - fetch_age_ms(&cfg) - 1000;
         // A pending entry that starts at a committed offset shows one existed.
         let pending_starts: Vec<TopicPartition> = wal
             .pending_ids()
@@ -314,6 +329,7 @@ impl Core {
             ends_from: i64::MIN,
             revoked_ends: None,
             assigned_before: false,
+            undated,
         })
     }
 
@@ -1192,5 +1208,40 @@ mod tests {
         // without the restored ends: [(0, 20, None)]
         assert_eq!(lags, vec![(0, 20, Some(0))]);
         assert_eq!(last.emitted_at, measured);
+    }
+
+    /// Before its first statistics an auditor reports lag null; those reports must
+    /// not be dated later than the first one with statistics, or the store (which
+    /// keeps the progress of the latest `emitted_at`) drops the known lags as older
+    /// and keeps the nulls: windows pending until the dating catches up (seen in the
+    /// e2e region_only test).
+    #[test]
+    fn reports_before_the_statistics_are_not_dated_after_the_first_statistics() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut core = core_for("lag-undated", wal.path());
+        core.assigned.insert(TopicPartition::new("t", 0));
+        core.parts.entry("t".into()).or_default().insert(
+            0,
+            PartState {
+                start: Some(0),
+                next: Some(5),
+                ..Default::default()
+            },
+        );
+        assert!(core.write_report(Reason::Interval).unwrap());
+        // The first statistics, emitted and seen right after that report.
+        let now = now_ms();
+        let at = measured_at(now, now / 1000, fetch_age_ms(&core.cfg));
+        core.update_ends(&snapshot(at, &[(0, 6)]));
+        core.parts.get_mut("t").unwrap().get_mut(&0).unwrap().next = Some(6);
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        let dates: Vec<_> = reports
+            .iter()
+            .map(|m| (m.emitted_at, m.as_progress().unwrap()[0].lag))
+            .collect();
+        assert_eq!(dates[1].1, Some(0));
+        // reverted (dated when made before the statistics): the first is the later
+        assert!(dates[0].0 <= dates[1].0, "{dates:?}");
     }
 }
