@@ -83,7 +83,8 @@ pub struct AuditMessage {
     pub datacenter: String,
     pub host: String,
     pub topic: String,
-    /// Epoch ms when the message was created.
+    /// Epoch ms when the message was created; for progress, when its lags were
+    /// measured (docs/audit-message-v1.md, Progress).
     pub emitted_at: i64,
     pub body: AuditBody,
 }

@@ -60,6 +60,17 @@ pub(crate) struct PartState {
     pub(crate) position: Option<i64>,
 }
 
+/// The log ends of every partition from one librdkafka statistics callback, and when
+/// they were measured.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EndsSnapshot {
+    /// Epoch ms as of which the ends hold (None: no statistics yet): when librdkafka
+    /// emitted the statistics minus the longest a fetch response can be older than
+    /// them (see `AuditContext::stats`).
+    pub(crate) at: Option<i64>,
+    pub(crate) ends: HashMap<TopicPartition, LogEnds>,
+}
+
 /// A partition's log ends from librdkafka's statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LogEnds {
@@ -132,16 +143,29 @@ impl Reason {
 }
 
 impl Core {
-    pub(crate) fn update_ends(&mut self, ends: &HashMap<TopicPartition, LogEnds>) {
-        for (tp, e) in ends {
-            if let Some(part) = self
-                .parts
-                .get_mut(tp.topic.as_str())
-                .and_then(|t| t.get_mut(&tp.partition))
-            {
-                part.ends = Some(*e);
+    /// Takes the log ends of a statistics snapshot for every partition (a partition
+    /// the snapshot lacks has no known end: lag null), and the time they were measured
+    /// at, which dates the next reports' progress (lag 0 holds as of then, not as of
+    /// the report: records written since may be unread).
+    ///
+    /// A snapshot is not taken while consumption is paused (fetching stopped, so the
+    /// ends it carries are from before the pause while its time is new), nor when it
+    /// was measured before the last assignment or resume (`ends_from`): its ends may
+    /// come from a fetch before it. The ends taken before stay, with their own time.
+    pub(crate) fn update_ends(&mut self, snap: &EndsSnapshot) {
+        let Some(at) = snap.at else { return };
+        if self.paused || at < self.ends_from {
+            return;
+        }
+        for (topic, parts) in &mut self.parts {
+            for (&partition, st) in parts.iter_mut() {
+                st.ends = snap
+                    .ends
+                    .get(&TopicPartition::new(topic.as_str(), partition))
+                    .copied();
             }
         }
+        self.ends_at = Some(at);
     }
 
     /// Records the consumer's position of every assigned partition. Called on the
@@ -185,6 +209,13 @@ impl Core {
             }
         }
         let from_log_start = starts_at_log_start(&self.cfg);
+        // Progress is dated by when the log ends were measured: a lag of 0 says the
+        // auditor has read everything written *before then* (records appended since
+        // may be unread, and a consumer past a stale end is no more caught up). The
+        // engine trusts lag 0 as of `emitted_at` (docs/audit-message-v1.md).
+        // Before any statistics, no lag is known and the date only orders reports: an
+        // early one, so the first dated by statistics is not older.
+        let dated = self.ends_at.unwrap_or(self.undated).min(now);
         let mut ranges = Vec::new();
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();
@@ -226,7 +257,7 @@ impl Core {
                     &self.identity,
                     topic.clone(),
                     progress,
-                    now,
+                    dated,
                 ));
             }
         }

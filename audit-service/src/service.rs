@@ -37,7 +37,7 @@ use crate::counting::Counting;
 use crate::metrics::{Metrics, PartitionLabel, ServiceError};
 use crate::offsets_seen::OffsetsSeen;
 use crate::publish::AuditProducer;
-use crate::report::{FastHash, LogEnds, PartState, Reason};
+use crate::report::{EndsSnapshot, FastHash, LogEnds, PartState, Reason};
 use crate::restart::{Committed, Decision, Origin, RestartRule};
 use crate::topics::resolve_topics;
 use crate::wal::{CommittedRange, Wal};
@@ -75,12 +75,35 @@ pub(crate) struct Core {
     pub(crate) paused: bool,
     /// Partitions this instance has seen committed offsets for (expiry detection).
     pub(crate) offsets_seen: OffsetsSeen,
+    /// When the log ends in `parts` were measured (`EndsSnapshot::at`): what their
+    /// progress is dated by.
+    pub(crate) ends_at: Option<i64>,
+    /// Statistics measured before this (the last assignment or resume) are not used:
+    /// their ends may be from a fetch before it.
+    pub(crate) ends_from: i64,
+    /// The ends of the partitions revoked last (not lost) and when they were measured:
+    /// given back to those of them assigned again, so their lag stays known (and 0
+    /// when read) across a rebalance instead of null until the next statistics.
+    pub(crate) revoked_ends: Option<(i64, HashMap<TopicPartition, LogEnds>)>,
+    /// Whether the current consumer has had an assignment before: only then can its
+    /// statistics carry high watermarks of fetches before the current assignment.
+    pub(crate) assigned_before: bool,
+    /// What progress is dated by before any statistics (every lag null): no later
+    /// than the first statistics can be dated (`EndsSnapshot::at`), so the store,
+    /// which keeps a partition's progress of the latest `emitted_at`, does not drop
+    /// the first reports with a known lag as older than these.
+    pub(crate) undated: i64,
 }
 
 pub(crate) struct AuditContext {
     core: Mutex<Option<Core>>,
-    /// Log ends per partition from the statistics callback.
-    ends: Mutex<HashMap<TopicPartition, LogEnds>>,
+    /// Log ends per partition from the last statistics callback.
+    ends: Mutex<EndsSnapshot>,
+    /// How much older than the statistics callback the high watermark it carries can
+    /// be while the partition is fetched: `fetch.wait.max.ms` (a fetch response is
+    /// at most that long in coming) plus [`FETCH_SLACK_MS`]. Subtracted from the
+    /// callback's time.
+    fetch_age_ms: i64,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     incremental: AtomicBool,
 }
@@ -99,7 +122,16 @@ impl AuditContext {
 
 impl ClientContext for AuditContext {
     fn stats(&self, stats: Statistics) {
-        let mut ends = self.ends.lock().unwrap_or_else(|e| e.into_inner());
+        // The high watermark is the one of the partition's last fetch response, not
+        // of this moment: records appended since may be unread even by a consumer
+        // whose position is past it. So the ends are dated, and replace the previous
+        // snapshot wholesale (a partition missing here has no known end any more,
+        // rather than an old one with a new date).
+        // The callback runs when the consume loop polls, which may be well after
+        // librdkafka emitted the statistics (a loop busy with a report): their own
+        // wall-clock time (whole seconds, rounded down) bounds it.
+        let at = measured_at(now_ms(), stats.time, self.fetch_age_ms);
+        let mut ends = HashMap::new();
         for (topic, t) in stats.topics {
             for (p, part) in t.partitions {
                 if p >= 0 && part.hi_offset >= 0 {
@@ -118,6 +150,7 @@ impl ClientContext for AuditContext {
                 }
             }
         }
+        *self.ends.lock().unwrap_or_else(|e| e.into_inner()) = EndsSnapshot { at: Some(at), ends };
     }
 }
 
@@ -212,13 +245,39 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
     )
 }
 
+/// As of when the high watermarks of statistics emitted at `time_s` (librdkafka's
+/// whole seconds) and seen by the callback at `callback_ms` hold.
+fn measured_at(callback_ms: i64, time_s: i64, fetch_age_ms: i64) -> i64 {
+    callback_ms
+        .min(time_s.saturating_mul(1000))
+        .saturating_sub(fetch_age_ms)
+}
+
+/// Beyond `fetch.wait.max.ms`, how late a fetch response may be (round trip, a busy
+/// broker or client thread). Progress is dated that much earlier: windows settle as
+/// much later, which grace (minutes) absorbs.
+const FETCH_SLACK_MS: i64 = 1000;
+
+/// The consumer's `fetch.wait.max.ms` (librdkafka's default 500 ms when not set)
+/// plus [`FETCH_SLACK_MS`]: the longest the high watermark of a fetched partition in
+/// the statistics is taken to be older than the statistics.
+fn fetch_age_ms(cfg: &Config) -> i64 {
+    consumer_client_config(cfg)
+        .get("fetch.wait.max.ms")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|&ms| ms >= 0)
+        .unwrap_or(500)
+        .saturating_add(FETCH_SLACK_MS)
+}
+
 pub(crate) fn create_consumer(
     cfg: &Config,
     core: Core,
 ) -> anyhow::Result<BaseConsumer<AuditContext>> {
     let ctx = AuditContext {
         core: Mutex::new(Some(core)),
-        ends: Mutex::new(HashMap::new()),
+        ends: Mutex::new(EndsSnapshot::default()),
+        fetch_age_ms: fetch_age_ms(cfg),
         incremental: AtomicBool::new(false),
     };
     consumer_client_config(cfg)
@@ -238,6 +297,9 @@ impl Core {
         let counting = Counting::new(&cfg, identity.clone(), &metrics)?;
         let unsettled = (wal.pending_count() > 0).then_some(Origin::EarlierSession);
         let mut offsets_seen = OffsetsSeen::load(wal.dir());
+        // Statistics are emitted after the Core and its consumer were created, and
+        // dated by their whole second minus the fetch age.
+        let undated = now_ms() - fetch_age_ms(&cfg) - 1000;
         // A pending entry that starts at a committed offset shows one existed.
         let pending_starts: Vec<TopicPartition> = wal
             .pending_ids()
@@ -263,6 +325,11 @@ impl Core {
             unsettled,
             paused: false,
             offsets_seen,
+            ends_at: None,
+            ends_from: i64::MIN,
+            revoked_ends: None,
+            assigned_before: false,
+            undated,
         })
     }
 
@@ -429,6 +496,15 @@ impl Core {
         }
         self.unsettled = None;
         self.paused = false;
+        // Statistics taken before now may carry ends of an earlier fetch (a partition
+        // owned before) — not those of a consumer's first assignment: it fetched
+        // nothing before, so its statistics have ends only from its own fetches, and
+        // lag is known from the first statistics on (not one statistics interval and
+        // fetch.wait.max.ms + 1 s later).
+        if self.assigned_before {
+            self.ends_from = now_ms();
+        }
+        self.assigned_before = true;
         // Each range starts at the committed offset, which is where the assignment
         // starts reading. Unknown (the read failed): the range's start says so, and
         // the restart rule never resends it.
@@ -454,6 +530,50 @@ impl Core {
             st.start = start;
             st.next = None;
             st.position = None;
+        }
+        self.restore_revoked_ends();
+    }
+
+    /// Before the parts are forgotten at a revoke: keeps their ends (all from the
+    /// snapshot measured at `ends_at`, taken while they were assigned).
+    fn keep_revoked_ends(&mut self) {
+        let Some(at) = self.ends_at else { return };
+        let ends = self
+            .parts
+            .iter()
+            .flat_map(|(topic, parts)| {
+                parts.iter().filter_map(move |(&partition, st)| {
+                    st.ends
+                        .map(|e| (TopicPartition::new(topic.as_str(), partition), e))
+                })
+            })
+            .filter(|(tp, _)| self.assigned.contains(tp))
+            .collect();
+        self.revoked_ends = Some((at, ends));
+    }
+
+    /// After an assignment: a partition assigned again gets the ends it had at the
+    /// revoke, and progress is dated by their measurement again (never later: the
+    /// statistics since may be from before the assignment's first fetch). The ends
+    /// were measured while the partition was fetched and the high watermark only
+    /// grows, so lag 0 against them (read up to the committed offset) holds as of then.
+    pub(crate) fn restore_revoked_ends(&mut self) {
+        let Some((at, ends)) = self.revoked_ends.take() else {
+            return;
+        };
+        let mut restored = false;
+        for (tp, e) in ends {
+            if let Some(st) = self
+                .parts
+                .get_mut(tp.topic.as_str())
+                .and_then(|t| t.get_mut(&tp.partition))
+            {
+                st.ends = Some(e);
+                restored = true;
+            }
+        }
+        if restored {
+            self.ends_at = Some(self.ends_at.map_or(at, |now_at| now_at.min(at)));
         }
     }
 
@@ -485,6 +605,9 @@ impl Core {
     fn reset_after_consumer_loss(&mut self) {
         let _ = self.counting.drain(now_ms());
         self.parts.clear();
+        self.revoked_ends = None;
+        // The next consumer is a new client: it has fetched nothing yet.
+        self.assigned_before = false;
         self.forget_assignment();
         self.paused = false;
         self.unsettled = (self.wal.pending_count() > 0).then_some(Origin::EarlierSession);
@@ -525,6 +648,11 @@ impl Core {
             }
         }
         self.unsettled = None;
+        if lost {
+            self.revoked_ends = None;
+        } else {
+            self.keep_revoked_ends();
+        }
         self.forget_assignment();
         self.parts.clear();
         self.metrics.assigned_partitions.set(0);
@@ -694,6 +822,11 @@ fn consume(
                     if let Err(e) = res {
                         tracing::warn!(error = %e, "cannot pause/resume");
                     } else {
+                        if !over {
+                            // The ends of statistics from before the first fetch after
+                            // the resume are those of before the pause.
+                            core.ends_from = now_ms();
+                        }
                         core.paused = over;
                         core.metrics.paused.set(over as i64);
                         tracing::warn!(
@@ -838,7 +971,8 @@ mod tests {
         let consumer: BaseConsumer<AuditContext> = client
             .create_with_context(AuditContext {
                 core: Mutex::new(Some(core)),
-                ends: Mutex::new(HashMap::new()),
+                ends: Mutex::new(EndsSnapshot::default()),
+                fetch_age_ms: fetch_age_ms(&cfg),
                 incremental: AtomicBool::new(false),
             })
             .unwrap();
@@ -911,5 +1045,203 @@ mod tests {
         assert!(core.assigned.is_empty(), "assignment kept");
         assert!(core.parts.is_empty(), "positions kept");
         assert_eq!(core.wal.pending_count(), 0, "this session's entry kept");
+    }
+
+    /// A core for tests that call its methods directly (no consumer polled).
+    fn core_for(name: &str, wal: &std::path::Path) -> Core {
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = testkit::kafka_a();
+        let a = &mut cfg.audit;
+        a.instance_id = testkit::unique(name);
+        a.group_id = testkit::unique(name);
+        a.topics = vec!["t".into()];
+        a.mode = crate::Mode::AtLeastOnce;
+        a.wal_dir = wal.to_path_buf();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
+        let producer = crate::publish::create_producer(&cfg).unwrap();
+        Core::new(cfg, w, metrics, producer).unwrap()
+    }
+
+    /// The progress messages of `core`'s pending WAL entries, oldest first.
+    fn progress_reports(core: &Core) -> Vec<audit_lib::AuditMessage> {
+        core.wal
+            .pending_entries()
+            .unwrap()
+            .iter()
+            .flat_map(|e| &e.messages)
+            .map(|m| audit_lib::AuditMessage::from_json(m.payload.as_bytes()).unwrap())
+            .filter(|m| m.as_progress().is_some())
+            .collect()
+    }
+
+    fn snapshot(at: i64, ends: &[(i32, i64)]) -> EndsSnapshot {
+        EndsSnapshot {
+            at: Some(at),
+            ends: ends
+                .iter()
+                .map(|&(p, end)| (TopicPartition::new("t", p), LogEnds { low: 0, end }))
+                .collect(),
+        }
+    }
+
+    /// Lag 0 holds as of when librdkafka's statistics measured the high watermark,
+    /// not as of the report: a burst written after the statistics, of which the
+    /// consumer has read part (position past the stale end, lag clamped to 0) or
+    /// nothing (position at the stale end), is unread at the report. Progress is
+    /// dated by the measurement, so the engine's "read past emitted_at" never covers
+    /// the burst. Before, the report was dated when it was made (a false "final").
+    #[test]
+    fn lag_zero_is_dated_by_when_the_log_ends_were_measured() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut core = core_for("lag-dated", wal.path());
+        for p in [0, 1] {
+            core.assigned.insert(TopicPartition::new("t", p));
+            core.parts.entry("t".into()).or_default().insert(
+                p,
+                PartState {
+                    start: Some(0),
+                    ..Default::default()
+                },
+            );
+        }
+        let measured = now_ms() - 60_000;
+        core.update_ends(&snapshot(measured, &[(0, 20), (1, 5)]));
+        // Since then: partition 0 got a burst, the consumer read 5 of its records
+        // (position 25 past the stale end 20); partition 1 got records not read yet
+        // (position 5 = the stale end).
+        core.parts.get_mut("t").unwrap().get_mut(&0).unwrap().next = Some(25);
+        core.parts.get_mut("t").unwrap().get_mut(&1).unwrap().next = Some(5);
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        assert_eq!(reports.len(), 1);
+        let lags: Vec<_> = reports[0]
+            .as_progress()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.next_offset, p.lag))
+            .collect();
+        assert_eq!(lags, vec![(0, 25, Some(0)), (1, 5, Some(0))]);
+        // reverted (dated when the report was made): emitted_at = now > measured
+        assert!(
+            reports[0].emitted_at <= measured,
+            "lag 0 dated {} ms after the ends were measured",
+            reports[0].emitted_at - measured
+        );
+
+        // While paused, fetching stops: a newer snapshot still carries the ends of
+        // before the pause, with a new time. It is not taken.
+        core.paused = true;
+        core.update_ends(&snapshot(now_ms(), &[(0, 25), (1, 5)]));
+        assert_eq!(core.ends_at, Some(measured));
+        // After the resume (or an assignment), only statistics measured after it.
+        core.paused = false;
+        core.ends_from = now_ms();
+        core.update_ends(&snapshot(core.ends_from - 1, &[(0, 25), (1, 5)]));
+        assert_eq!(core.ends_at, Some(measured));
+        // A partition the new snapshot lacks has no known end: lag null, never the
+        // old end with the new date.
+        let fresh = core.ends_from;
+        core.update_ends(&snapshot(fresh, &[(0, 30)]));
+        assert_eq!(core.ends_at, Some(fresh));
+        core.parts.get_mut("t").unwrap().get_mut(&0).unwrap().next = Some(30);
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        let last = reports.last().unwrap();
+        let lags: Vec<_> = last
+            .as_progress()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.lag))
+            .collect();
+        assert_eq!(lags, vec![(0, Some(0)), (1, None)]);
+        assert_eq!(last.emitted_at, fresh);
+    }
+
+    /// An eager rebalance revokes every partition and assigns them again: the ends
+    /// measured while they were fetched before the revoke are given back (dated as
+    /// then), so lag stays known and 0 for a partition read to its end instead of
+    /// null (its windows back to pending) until statistics measured after the
+    /// assignment. Ends of partitions not assigned again are not handed out.
+    #[test]
+    fn a_partition_assigned_again_keeps_the_ends_measured_before_the_revoke() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut core = core_for("lag-reassigned", wal.path());
+        for p in [0, 1] {
+            core.assigned.insert(TopicPartition::new("t", p));
+            core.parts.entry("t".into()).or_default().insert(
+                p,
+                PartState {
+                    start: Some(0),
+                    ..Default::default()
+                },
+            );
+        }
+        let measured = now_ms() - 60_000;
+        core.update_ends(&snapshot(measured, &[(0, 20), (1, 5)]));
+        // What on_revoke and on_assign do with the parts, without a consumer.
+        core.keep_revoked_ends();
+        core.forget_assignment();
+        core.parts.clear();
+        core.ends_from = now_ms();
+        // Statistics between the revoke and the assignment (no parts to apply to).
+        core.update_ends(&snapshot(core.ends_from, &[(0, 20), (1, 5)]));
+        core.assigned.insert(TopicPartition::new("t", 0));
+        core.parts.entry("t".into()).or_default().insert(
+            0,
+            PartState {
+                start: Some(20),
+                ..Default::default()
+            },
+        );
+        core.restore_revoked_ends();
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        let last = reports.last().unwrap();
+        let lags: Vec<_> = last
+            .as_progress()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.next_offset, p.lag))
+            .collect();
+        // without the restored ends: [(0, 20, None)]
+        assert_eq!(lags, vec![(0, 20, Some(0))]);
+        assert_eq!(last.emitted_at, measured);
+    }
+
+    /// Before its first statistics an auditor reports lag null; those reports must
+    /// not be dated later than the first one with statistics, or the store (which
+    /// keeps the progress of the latest `emitted_at`) drops the known lags as older
+    /// and keeps the nulls: windows pending until the dating catches up (seen in the
+    /// e2e region_only test).
+    #[test]
+    fn reports_before_the_statistics_are_not_dated_after_the_first_statistics() {
+        let wal = tempfile::tempdir().unwrap();
+        let mut core = core_for("lag-undated", wal.path());
+        core.assigned.insert(TopicPartition::new("t", 0));
+        core.parts.entry("t".into()).or_default().insert(
+            0,
+            PartState {
+                start: Some(0),
+                next: Some(5),
+                ..Default::default()
+            },
+        );
+        assert!(core.write_report(Reason::Interval).unwrap());
+        // The first statistics, emitted and seen right after that report.
+        let now = now_ms();
+        let at = measured_at(now, now / 1000, fetch_age_ms(&core.cfg));
+        core.update_ends(&snapshot(at, &[(0, 6)]));
+        core.parts.get_mut("t").unwrap().get_mut(&0).unwrap().next = Some(6);
+        assert!(core.write_report(Reason::Interval).unwrap());
+        let reports = progress_reports(&core);
+        let dates: Vec<_> = reports
+            .iter()
+            .map(|m| (m.emitted_at, m.as_progress().unwrap()[0].lag))
+            .collect();
+        assert_eq!(dates[1].1, Some(0));
+        // reverted (dated when made before the statistics): the first is the later
+        assert!(dates[0].0 <= dates[1].0, "{dates:?}");
     }
 }

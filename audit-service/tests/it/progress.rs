@@ -307,3 +307,84 @@ async fn a_partition_not_read_yet_by_a_new_group_is_reported_behind() {
     txn.abort_transaction(Duration::from_secs(30)).unwrap();
     svc.stop().await;
 }
+
+/// Lag 0 holds as of when librdkafka's statistics measured the high watermark, not
+/// as of the report. The auditor's fetches are held back by the broker (fetch.min.bytes
+/// never reached, fetch.wait.max.ms 3 s), so bursts appended after a fetch response
+/// stay unread, and the statistics' high watermark stale, for up to 3 s, while reports
+/// go out every 100 ms. No report may claim lag 0 dated at or after a burst was
+/// acknowledged while the burst is unread (its `next_offset` short of the burst's end):
+/// the engine would judge windows read past records not counted yet (a false final).
+/// Before, reports were dated when made: lag 0 (position at the stale end) with
+/// `emitted_at` after the burst, in reports of every burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lag_zero_is_dated_after_records_still_unread() {
+    init_tracing();
+    let mut s = Setup::new("lagdated", 1).await;
+    s.cfg.audit.report_interval = Duration::from_millis(100);
+    let consumer = &mut s.cfg.kafka.consumer;
+    consumer.insert("fetch.min.bytes".into(), "50000000".into());
+    consumer.insert("fetch.wait.max.ms".into(), "3000".into());
+    let base = base_time();
+    send_flushed(&s, 0, 0, base, 10);
+
+    let svc = spawn_service(s.cfg.clone());
+    let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
+    // Until a report claims lag 0 at `end` dated at or after `since`: the dating
+    // moves on with the statistics (a claim read past the bursts is made).
+    let read_to = |reader: &mut AuditReader, end: i64, since: i64| {
+        testkit::wait_until(Duration::from_secs(90), || {
+            reader.poll_for(Duration::from_millis(100));
+            reader
+                .progress
+                .iter()
+                .filter(|m| m.topic == s.topic && m.emitted_at >= since)
+                .flat_map(|m| m.as_progress().unwrap_or_default())
+                .any(|p| p.lag == Some(0) && p.next_offset == end)
+        })
+    };
+    let ok = tokio::task::block_in_place(|| read_to(&mut reader, 10, 0));
+    assert!(
+        ok,
+        "first records never read: {:?}",
+        latest(&reader, &s.topic)
+    );
+
+    // Four bursts 700 ms apart: spread over the 3 s fetch cycle.
+    let mut bursts = Vec::new();
+    let mut end = 10;
+    for _ in 0..4 {
+        send_flushed(&s, 0, end as u64, base, 10);
+        end += 10;
+        bursts.push((common::now_ms(), end));
+        tokio::task::block_in_place(|| reader.poll_for(Duration::from_millis(700)));
+    }
+    let last_acked = bursts[bursts.len() - 1].0;
+    let ok = tokio::task::block_in_place(|| read_to(&mut reader, end, last_acked));
+    assert!(ok, "bursts never read: {:?}", latest(&reader, &s.topic));
+    svc.stop().await;
+
+    let mut claims = 0;
+    let mut false_claims = Vec::new();
+    for m in reader.progress.iter().filter(|m| m.topic == s.topic) {
+        for p in m.as_progress().unwrap_or_default() {
+            if p.lag != Some(0) {
+                continue;
+            }
+            claims += 1;
+            for &(acked, burst_end) in &bursts {
+                if m.emitted_at >= acked && p.next_offset < burst_end {
+                    false_claims.push(format!(
+                        "lag 0 at next_offset {} dated {} ms after the burst ending at {burst_end} \
+                         was acknowledged",
+                        p.next_offset,
+                        m.emitted_at - acked
+                    ));
+                }
+            }
+        }
+    }
+    assert!(claims > 0);
+    // reverted (dated when the report was made): dozens of false claims
+    assert!(false_claims.is_empty(), "{}", false_claims.join("\n"));
+}
