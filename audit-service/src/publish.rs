@@ -12,7 +12,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use std::sync::Mutex;
 
@@ -152,7 +152,35 @@ impl Core {
         }
         match a.mode {
             Mode::ExactlyOnce => {
-                let res = self.publish_transaction(consumer, entry, &tpl);
+                // The offsets of a deleted topic are answered UNKNOWN_TOPIC_OR_PARTITION,
+                // which librdkafka retries until the timeout while the open transaction
+                // and the core hold every other topic back: a first try with a short
+                // bound, then, after an abort, the offsets of partitions that still
+                // exist with the full timeout. A deleted partition has nothing left to
+                // re-read, so its offset is the only thing dropped; the messages and the
+                // other offsets stay in one transaction.
+                let full = a.publish_timeout;
+                let quick = full.min(OFFSETS_FIRST_TRY);
+                let mut res = self.publish_transaction(consumer, entry, &tpl, quick);
+                if let Err(e) = &res {
+                    if e.downcast_ref::<OffsetsFailed>().is_some() {
+                        self.recover_producer(e);
+                        if self.unsettled.is_some() {
+                            return res.with_context(|| {
+                                format!("transaction of WAL entry {} failed", entry.id)
+                            });
+                        }
+                        let kept = existing_partitions(consumer, &tpl, quick);
+                        if kept.count() < tpl.count() {
+                            tracing::warn!(
+                                entry = entry.id,
+                                dropped = tpl.count() - kept.count(),
+                                "offsets of deleted partitions left out of the transaction"
+                            );
+                        }
+                        res = self.publish_transaction(consumer, entry, &kept, full);
+                    }
+                }
                 if let Err(e) = &res {
                     self.recover_producer(e);
                 }
@@ -227,6 +255,7 @@ impl Core {
         consumer: &BaseConsumer<AuditContext>,
         entry: &WalEntry,
         tpl: &TopicPartitionList,
+        offsets_timeout: Duration,
     ) -> anyhow::Result<()> {
         let t = self.cfg.audit.publish_timeout;
         self.producer
@@ -238,8 +267,8 @@ impl Core {
                 .group_metadata()
                 .context("consumer has no group metadata")?;
             self.producer
-                .send_offsets_to_transaction(tpl, &meta, t)
-                .context("send_offsets_to_transaction")?;
+                .send_offsets_to_transaction(tpl, &meta, offsets_timeout)
+                .context(OffsetsFailed)?;
         }
         self.producer
             .commit_transaction(t)
@@ -288,6 +317,63 @@ impl Core {
             }
         }
     }
+}
+
+/// How long the first `send_offsets_to_transaction` of an entry may take before the
+/// entry's topics are checked for deletion (see [`Core::publish`]).
+const OFFSETS_FIRST_TRY: Duration = Duration::from_secs(5);
+
+/// The context of a failed `send_offsets_to_transaction`.
+#[derive(Debug)]
+struct OffsetsFailed;
+
+impl std::fmt::Display for OffsetsFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("send_offsets_to_transaction")
+    }
+}
+
+/// `tpl` without the partitions whose topic the cluster says no longer exists (one
+/// metadata request per topic of the list; on the failure path only). A topic whose
+/// metadata cannot be read is kept: only a proven deletion drops an offset.
+fn existing_partitions(
+    consumer: &BaseConsumer<AuditContext>,
+    tpl: &TopicPartitionList,
+    timeout: Duration,
+) -> TopicPartitionList {
+    let mut topics: Vec<String> = tpl
+        .elements()
+        .iter()
+        .map(|e| e.topic().to_string())
+        .collect();
+    topics.sort();
+    topics.dedup();
+    let mut gone = std::collections::HashSet::new();
+    for topic in topics {
+        let Ok(md) = consumer.fetch_metadata(Some(&topic), timeout) else {
+            continue;
+        };
+        if md.topics().iter().any(|t| {
+            t.name() == topic
+                && matches!(
+                    t.error(),
+                    Some(
+                        RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+                            | RDKafkaRespErr::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+                    )
+                )
+        }) {
+            gone.insert(topic);
+        }
+    }
+    let mut kept = TopicPartitionList::new();
+    for e in tpl.elements() {
+        if !gone.contains(e.topic()) {
+            // Copied from a valid list: cannot fail.
+            let _ = kept.add_partition_offset(e.topic(), e.partition(), e.offset());
+        }
+    }
+    kept
 }
 
 pub(crate) fn commit_sync(

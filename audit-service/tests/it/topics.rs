@@ -73,3 +73,91 @@ fn regex_escape(s: &str) -> String {
         })
         .collect()
 }
+
+/// A topic deleted while its counts wait for publication: the entry carrying them also
+/// carries offsets of partitions that no longer exist, which `send_offsets_to_transaction`
+/// retries until the publish timeout (30 s) while every other topic of the auditor waits.
+/// The kept topic's counts must keep arriving well within that, and the deleted topic's
+/// counts must still be published (only the offsets of its gone partitions are dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_topic_with_pending_counts_neither_stalls_the_others_nor_loses_its_counts() {
+    init_tracing();
+    let bootstrap = testkit::kafka_a();
+    let kept = testkit::create_unique_topic(&bootstrap, "delpub-kept", 2).await;
+    let gone = testkit::create_unique_topic(&bootstrap, "delpub-gone", 2).await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "delpub-audit", 3).await;
+    let wal = tempfile::tempdir().unwrap();
+    let mut cfg = audit_config(
+        &bootstrap,
+        &[kept.clone(), gone.clone()],
+        &audit_topic,
+        &testkit::unique("delpub-group"),
+        &testkit::unique("d"),
+        wal.path(),
+    );
+    // Long enough that the deletion lands between counting and publishing.
+    cfg.audit.report_interval = Duration::from_secs(3);
+    let port = free_port();
+    enable_ops(&mut cfg, port);
+    let base = base_time();
+    let p = producer(&bootstrap);
+    let mut truth = Totals::new();
+    produce_known(&p, &kept, 2, 200, 0, base, 2, &mut truth);
+    produce_known(&p, &gone, 2, 200, 0, base, 2, &mut truth);
+    let svc = spawn_service(cfg);
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
+    tokio::task::block_in_place(|| {
+        assert!(reader.wait_for_count(&kept, 200, Duration::from_secs(60)));
+        assert!(reader.wait_for_count(&gone, 200, Duration::from_secs(60)));
+    });
+    // More for the doomed topic; delete it as soon as the auditor has consumed them,
+    // before the next report publishes them.
+    let consumed = tokio::task::block_in_place(|| metric(port, "kafka_audit_consumed_messages"));
+    produce_known(&p, &gone, 2, 100, 200, base, 2, &mut truth);
+    let read = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(30), || {
+            metric(port, "kafka_audit_consumed_messages") >= consumed + 100.0
+        })
+    });
+    assert!(
+        read,
+        "the auditor did not consume the last messages of {gone}"
+    );
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        testkit::client_config(&bootstrap).create().unwrap();
+    admin
+        .delete_topics(&[&gone], &rdkafka::admin::AdminOptions::new())
+        .await
+        .expect("delete topic");
+    // The kept topic keeps being counted and published: each batch within 12 s (the
+    // publish timeout is 30 s; the report interval 3 s).
+    let mut seq = 200;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(35) {
+        produce_known(&p, &kept, 2, 50, seq, base, 2, &mut truth);
+        seq += 50;
+        let t = std::time::Instant::now();
+        let ok = tokio::task::block_in_place(|| {
+            reader.wait_for_count(&kept, seq, Duration::from_secs(12))
+        });
+        assert!(
+            ok,
+            "{kept} not published for {:?} after {gone} was deleted ({} of {seq} counted)",
+            t.elapsed(),
+            reader.total_count(&kept)
+        );
+    }
+    tokio::task::block_in_place(|| {
+        assert!(
+            reader.wait_for_count(&gone, 300, Duration::from_secs(30)),
+            "the counts of the deleted topic were lost: {} of 300",
+            reader.total_count(&gone)
+        )
+    });
+    svc.stop().await;
+    tokio::task::block_in_place(|| reader.poll_for(Duration::from_secs(1)));
+    let mut seen = reader.topic_totals(&kept);
+    seen.extend(reader.topic_totals(&gone));
+    let d = diff(&truth, &seen);
+    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+}
