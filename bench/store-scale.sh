@@ -99,8 +99,8 @@ sed -e "s/^listen = .*/listen = \"$ADDR\"/" \
 start_serve "$OUT/serve.toml" "$ADDR"
 echo "  ready (/readyz 200) after $(wait_ready "http://$ADDR/readyz") s; RSS $(ps -o rss= -p "$SERVER") KB"
 curl -fsS "http://$ADDR/readyz" | sed 's/^/  \/readyz: /'; echo
-# (At most LOADED_WAIT s, default 1800: at 60 M rows the load took 677 s on this machine
-# under load ~4; past it the wrk runs go on beside the background load, and ranges not
+# (At most LOADED_WAIT s, default 1800: at 60 M rows the load took 409 s on this machine
+# when quiet; past it the wrk runs go on beside the background load, and ranges not
 # loaded yet answer 503.)
 if loaded=$(LOADED_WAIT=${LOADED_WAIT:-1800} wait_loaded "http://$ADDR/readyz"); then
     echo "  whole horizon evaluated after $loaded s; RSS $(ps -o rss= -p "$SERVER") KB"
