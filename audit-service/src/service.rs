@@ -1064,6 +1064,20 @@ mod tests {
         Core::new(cfg, w, metrics, producer).unwrap()
     }
 
+    /// Assigns `partitions` of topic "t" to `core`, each read from offset 0 on.
+    fn assign_from_start(core: &mut Core, partitions: &[i32]) {
+        for &p in partitions {
+            core.assigned.insert(TopicPartition::new("t", p));
+            core.parts.entry("t".into()).or_default().insert(
+                p,
+                PartState {
+                    start: Some(0),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+
     /// The progress messages of `core`'s pending WAL entries, oldest first.
     fn progress_reports(core: &Core) -> Vec<audit_lib::AuditMessage> {
         core.wal
@@ -1096,16 +1110,7 @@ mod tests {
     fn lag_zero_is_dated_by_when_the_log_ends_were_measured() {
         let wal = tempfile::tempdir().unwrap();
         let mut core = core_for("lag-dated", wal.path());
-        for p in [0, 1] {
-            core.assigned.insert(TopicPartition::new("t", p));
-            core.parts.entry("t".into()).or_default().insert(
-                p,
-                PartState {
-                    start: Some(0),
-                    ..Default::default()
-                },
-            );
-        }
+        assign_from_start(&mut core, &[0, 1]);
         let measured = now_ms() - 60_000;
         core.update_ends(&snapshot(measured, &[(0, 20), (1, 5)]));
         // Since then: partition 0 got a burst, the consumer read 5 of its records
@@ -1168,16 +1173,7 @@ mod tests {
     fn a_partition_assigned_again_keeps_the_ends_measured_before_the_revoke() {
         let wal = tempfile::tempdir().unwrap();
         let mut core = core_for("lag-reassigned", wal.path());
-        for p in [0, 1] {
-            core.assigned.insert(TopicPartition::new("t", p));
-            core.parts.entry("t".into()).or_default().insert(
-                p,
-                PartState {
-                    start: Some(0),
-                    ..Default::default()
-                },
-            );
-        }
+        assign_from_start(&mut core, &[0, 1]);
         let measured = now_ms() - 60_000;
         core.update_ends(&snapshot(measured, &[(0, 20), (1, 5)]));
         // What on_revoke and on_assign do with the parts, without a consumer.
