@@ -87,6 +87,26 @@ fn a_misspelt_metric_or_label_value_in_a_rule_is_caught() {
     );
 }
 
+/// The rules pass their unit tests (`promtool test rules`, deploy/prometheus/
+/// alerts_test.yml): each alert fires, with its labels and annotations, when its series
+/// say so, and not before. promtool comes with Debian's `prometheus` package, which
+/// test.sh installs.
+#[test]
+fn the_rules_pass_their_promtool_unit_tests() {
+    let out = std::process::Command::new("promtool")
+        .arg("test")
+        .arg("rules")
+        .arg(repo().join("deploy/prometheus/alerts_test.yml"))
+        .output()
+        .expect("promtool (apt-get install prometheus; test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "promtool test rules failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The job names alerts.yml filters on are the jobs Prometheus scrapes, in compose
 /// (prometheus.yml) and on Kubernetes (scrape-kubernetes.yml, by component label).
 #[test]
