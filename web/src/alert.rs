@@ -211,10 +211,10 @@ impl Alert {
     }
 
     /// Whether `published` came from a capped read of auditors that did not reach this
-    /// alert's auditor ([`Published::auditors_partial`]).
+    /// alert's auditor ([`Published::auditors_capped`]).
     fn left_out(&self, published: &Published) -> bool {
         matches!(self.subject, Subject::Auditor { .. })
-            && published.auditors_partial
+            && published.auditors_capped
             && published
                 .auditors
                 .as_ref()
@@ -228,8 +228,9 @@ impl Alert {
     fn expired(&self, published: &Published) -> bool {
         match &self.subject {
             Subject::Window { window_start, .. } => *window_start < published.horizon_start,
+            // (Not after a capped read: an auditor it left out is not judged at all.)
             Subject::Auditor { .. } => {
-                !self.left_out(published)
+                !published.auditors_capped
                     && published
                         .auditors
                         .as_ref()
@@ -422,7 +423,7 @@ pub struct Published {
     /// The read of auditors was capped (more than `store::MAX_READ_ROWS`): an open
     /// auditor alert whose auditor is not in `auditors` was not judged at all, and is
     /// neither resolved nor expired.
-    pub auditors_partial: bool,
+    pub auditors_capped: bool,
 }
 
 impl std::ops::Deref for Published {

@@ -164,7 +164,7 @@ impl AppState {
                 unsettled: alert::unsettled(&index),
                 horizon_start: index.horizon_start,
                 auditors: Some(alert::known_auditors(&index)),
-                auditors_partial: index.auditors_capped,
+                auditors_capped: index.auditors_capped,
             }
         };
         // Channels are woken when the publication changes: new alerts, or a load step's

@@ -1446,7 +1446,7 @@ async fn an_auditor_left_out_of_a_capped_read_keeps_its_alert_open() {
     // A capped read that did not reach this auditor.
     let capped = web::alert::Published {
         auditors: Some(BTreeSet::new()),
-        auditors_partial: true,
+        auditors_capped: true,
         ..Default::default()
     };
     hook.sync_judged(&capped, now + MIN).await;
