@@ -341,13 +341,11 @@ fn existing_partitions(
     tpl: &TopicPartitionList,
     timeout: Duration,
 ) -> TopicPartitionList {
-    let mut topics: Vec<String> = tpl
+    let topics: std::collections::BTreeSet<String> = tpl
         .elements()
         .iter()
         .map(|e| e.topic().to_string())
         .collect();
-    topics.sort();
-    topics.dedup();
     let mut gone = std::collections::HashSet::new();
     for topic in topics {
         let Ok(md) = consumer.fetch_metadata(Some(&topic), timeout) else {
