@@ -4,6 +4,7 @@
 //! every other test running in the same process.
 
 mod aggregator;
+mod conformance;
 mod differential;
 mod oracle;
 mod schema;
