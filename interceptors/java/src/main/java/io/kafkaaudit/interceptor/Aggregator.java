@@ -72,35 +72,38 @@ final class Aggregator {
     return t;
   }
 
-  /** Counts one classified message. */
+  /** Counts one classified message; an offset below 0 (none known) is not tracked. */
   void record(String topicName, Classifier.Classification c, long hash, long byteLen, long observedAt, int partition, long offset) {
+    window(topicName, Math.floorDiv(c.countedAt(observedAt), config.windowSizeMs))
+        .record(c, hash, byteLen, observedAt, partition, offset, trackOffsets);
+  }
+
+  /** Counts one message by the contribution kept since it was observed (see {@link WindowStats#add}). */
+  void add(String topicName, long windowIndex, int kind, long hash, long byteLen, long latencyMs, int partition, long offset) {
+    window(topicName, windowIndex).add(kind, hash, byteLen, latencyMs, partition, offset, trackOffsets);
+  }
+
+  /** Counts one record whose delivery failed, in the window of {@code countedAt}. */
+  void deliveryFailed(String topicName, long countedAt) {
+    window(topicName, Math.floorDiv(countedAt, config.windowSizeMs)).deliveryFailedCount++;
+  }
+
+  long windowIndex(long countedAt) {
+    return Math.floorDiv(countedAt, config.windowSizeMs);
+  }
+
+  private WindowStats window(String topicName, long index) {
     Topic t = topic(topicName);
-    long index = Math.floorDiv(c.countedAt(observedAt), config.windowSizeMs);
     WindowStats w = t.windows.get(index);
     if (w == null) {
+      while (open >= maxOpenWindows) {
+        evictOldest();
+      }
       w = new WindowStats();
       t.windows.put(index, w);
       open++;
-      while (open > maxOpenWindows) {
-        evictOldest();
-      }
     }
-    w.record(c, hash, byteLen, observedAt, partition, offset, trackOffsets);
-  }
-
-  /** Adds already-aggregated statistics of one window (a consumer's committed range). */
-  void add(String topicName, long windowIndex, WindowStats stats) {
-    Topic t = topic(topicName);
-    WindowStats w = t.windows.get(windowIndex);
-    if (w == null) {
-      t.windows.put(windowIndex, stats);
-      open++;
-      while (open > maxOpenWindows) {
-        evictOldest();
-      }
-    } else {
-      w.merge(stats);
-    }
+    return w;
   }
 
   private void evictOldest() {

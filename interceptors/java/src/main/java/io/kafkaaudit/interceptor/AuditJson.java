@@ -46,6 +46,9 @@ final class AuditJson {
     if (st.observationTimeCount != 0) {
       out.append(",\"observation_time_count\":").append(Long.toUnsignedString(st.observationTimeCount));
     }
+    if (st.deliveryFailedCount != 0) {
+      out.append(",\"delivery_failed_count\":").append(Long.toUnsignedString(st.deliveryFailedCount));
+    }
     out.append(",\"checksum\":\"").append(hex16(st.checksum)).append('"');
     out.append(",\"latency\":");
     st.latency.writeJson(out);

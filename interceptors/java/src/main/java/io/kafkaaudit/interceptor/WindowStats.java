@@ -15,6 +15,11 @@ final class WindowStats {
   long malformedCount;
   long outOfBoundsCount;
   long observationTimeCount;
+  /**
+   * Not in {@code count}: records a producer was told it could not deliver, windowed
+   * like {@code count} (the field issue #26 adds to the format; written only when not 0).
+   */
+  long deliveryFailedCount;
   long checksum;
   final LatencyHistogram latency = new LatencyHistogram();
   final List<OffsetSpan> offsets = new ArrayList<>(2);
@@ -42,17 +47,34 @@ final class WindowStats {
   }
 
   boolean isEmpty() {
-    return count == 0 && observationTimeCount == 0;
+    return count == 0 && observationTimeCount == 0 && deliveryFailedCount == 0;
+  }
+
+  /** How a message counts in its window: a {@link Classifier.Classification} label, or this. */
+  static final int OBSERVATION_TIME = 4;
+
+  /** The kind {@code c} counts as. */
+  static int kindOf(Classifier.Classification c) {
+    return c.isTierInvariant() ? c.label : OBSERVATION_TIME;
   }
 
   /** Counts one message classified as {@code c}, with its checksum hash and size. */
   void record(Classifier.Classification c, long hash, long byteLen, long observedAt, int partition, long offset, boolean trackOffsets) {
-    if (c.isTierInvariant()) {
+    add(kindOf(c), hash, byteLen, saturatingSub(observedAt, c.countedAt(observedAt)), partition, offset, trackOffsets);
+  }
+
+  /**
+   * Counts one message by its contribution, computed when it was observed (a consumer
+   * keeps these until its group commits the message). Offsets below 0 (none known)
+   * are not tracked.
+   */
+  void add(int kind, long hash, long byteLen, long latencyMs, int partition, long offset, boolean trackOffsets) {
+    if (kind != OBSERVATION_TIME) {
       count++;
       bytes += byteLen;
       checksum += hash;
-      latency.record(saturatingSub(observedAt, c.countedAt(observedAt)));
-      switch (c.label) {
+      latency.record(latencyMs);
+      switch (kind) {
         case Classifier.Classification.NO_TIME:
           noTimeCount++;
           break;
@@ -68,7 +90,7 @@ final class WindowStats {
     } else {
       observationTimeCount++;
     }
-    if (trackOffsets) {
+    if (trackOffsets && offset >= 0) {
       trackOffset(partition, offset);
     }
   }
@@ -99,6 +121,7 @@ final class WindowStats {
     malformedCount += o.malformedCount;
     outOfBoundsCount += o.outOfBoundsCount;
     observationTimeCount += o.observationTimeCount;
+    deliveryFailedCount += o.deliveryFailedCount;
     checksum += o.checksum;
     latency.merge(o.latency);
     for (OffsetSpan s : o.offsets) {
