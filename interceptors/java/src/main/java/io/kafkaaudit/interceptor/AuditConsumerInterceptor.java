@@ -21,8 +21,9 @@ import org.slf4j.LoggerFactory;
  * checksum hash, size, latency, offset; not the record) per partition; {@code onCommit}
  * counts the kept records below the committed offset. A record read again (a seek
  * back, a partition read again from its committed offset) replaces the copy kept from
- * its first reading, so it is counted once. A consumer that never commits counts
- * nothing (docs/java-interceptors.md).
+ * its first reading, and one read again behind this client's last commit of its
+ * partition was counted already, so each offset is counted once. A consumer that
+ * never commits counts nothing (docs/java-interceptors.md).
  */
 public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V> {
   private static final Logger log = LoggerFactory.getLogger(AuditConsumerInterceptor.class);
@@ -37,6 +38,8 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
   private final Map<String, EventTimeConfig.Rule> rules = new HashMap<>();
   /** Guarded by itself: onConsume runs on the polling thread, onCommit may run elsewhere. */
   private final Map<TopicPartition, ArrayDeque<Kept>> uncommitted = new HashMap<>();
+  /** Per partition, the highest offset this client's commits have counted up to. */
+  private final Map<TopicPartition, Long> countedUpTo = new HashMap<>();
   private int kept;
 
   /** One record's contribution to its window, as {@link WindowStats#add} takes it. */
@@ -78,6 +81,17 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
 
   AuditMetrics metrics() {
     return metrics;
+  }
+
+  /** What was counted and not reported yet, as the next report would send it (tests). */
+  java.util.List<String> drainForTest(AuditJson.Identity id, long now) {
+    java.util.List<String> out = new java.util.ArrayList<>();
+    synchronized (emitter.lock) {
+      for (Aggregator.Increment inc : emitter.aggregator().drain()) {
+        out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
+      }
+    }
+    return out;
   }
 
   @Override
@@ -125,6 +139,12 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
             (key == null ? 0 : key.length) + (value == null ? 0 : value.length),
             WindowStats.saturatingSub(now, countedAt));
     synchronized (uncommitted) {
+      Long counted = countedUpTo.get(tp);
+      if (counted != null && k.offset < counted) {
+        // Read again behind a commit (a seek back): already counted once.
+        metrics.discardedReread.increment();
+        return;
+      }
       ArrayDeque<Kept> log = uncommitted.computeIfAbsent(tp, x -> new ArrayDeque<>());
       // Read again (a seek back, a partition read again from its committed offset):
       // the copies kept from the first reading are replaced.
@@ -168,11 +188,15 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
         synchronized (emitter.lock) {
           Aggregator agg = emitter.aggregator();
           for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
-            ArrayDeque<Kept> log = uncommitted.get(e.getKey());
-            if (log == null || e.getValue() == null) {
+            if (e.getValue() == null) {
               continue;
             }
             long committed = e.getValue().offset();
+            countedUpTo.merge(e.getKey(), committed, Math::max);
+            ArrayDeque<Kept> log = uncommitted.get(e.getKey());
+            if (log == null) {
+              continue;
+            }
             String topic = e.getKey().topic();
             int partition = e.getKey().partition();
             while (!log.isEmpty() && log.peekFirst().offset < committed) {
