@@ -26,6 +26,9 @@ final class Aggregator {
     final String name;
     final EventTimeConfig.Rule rule;
     final TreeMap<Long, WindowStats> windows = new TreeMap<>();
+    /** Consecutive messages mostly fall in one window: the last one, without a tree search. */
+    long lastIndex;
+    WindowStats last;
 
     Topic(String name, EventTimeConfig.Rule rule) {
       this.name = name;
@@ -63,12 +66,19 @@ final class Aggregator {
     return topic(topic).rule;
   }
 
+  private Topic lastTopic;
+
   private Topic topic(String name) {
-    Topic t = topics.get(name);
+    Topic t = lastTopic;
+    if (t != null && t.name.equals(name)) {
+      return t;
+    }
+    t = topics.get(name);
     if (t == null) {
       t = new Topic(name, config.ruleFor(name));
       topics.put(name, t);
     }
+    lastTopic = t;
     return t;
   }
 
@@ -94,6 +104,9 @@ final class Aggregator {
 
   private WindowStats window(String topicName, long index) {
     Topic t = topic(topicName);
+    if (t.last != null && t.lastIndex == index) {
+      return t.last;
+    }
     WindowStats w = t.windows.get(index);
     if (w == null) {
       while (open >= maxOpenWindows) {
@@ -103,6 +116,8 @@ final class Aggregator {
       t.windows.put(index, w);
       open++;
     }
+    t.last = w;
+    t.lastIndex = index;
     return w;
   }
 
@@ -115,6 +130,9 @@ final class Aggregator {
     }
     if (oldest != null) {
       Map.Entry<Long, WindowStats> e = oldest.windows.pollFirstEntry();
+      if (oldest.last == e.getValue()) {
+        oldest.last = null;
+      }
       evicted.add(increment(oldest.name, e.getKey(), e.getValue()));
       open--;
     }
@@ -162,6 +180,7 @@ final class Aggregator {
         });
       }
       t.windows.clear();
+      t.last = null;
     }
     open = 0;
     String[] names = all.keySet().toArray(new String[0]);

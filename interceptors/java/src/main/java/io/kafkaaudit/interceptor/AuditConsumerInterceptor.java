@@ -36,7 +36,7 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
   private KnownBytes values;
   private EventTimeConfig config;
   private final Map<String, EventTimeConfig.Rule> rules = new HashMap<>();
-  /** Guarded by itself: onConsume runs on the polling thread, onCommit may run elsewhere. */
+  /** Touched on the reporter's thread only (the lock is for the tests' reads). */
   private final Map<TopicPartition, ArrayDeque<Kept>> uncommitted = new HashMap<>();
   /** Per partition, the highest offset this client's commits have counted up to. */
   private final Map<TopicPartition, Long> countedUpTo = new HashMap<>();
@@ -84,33 +84,44 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
   }
 
   /** What was counted and not reported yet, as the next report would send it (tests). */
-  java.util.List<String> drainForTest(AuditJson.Identity id, long now) {
-    java.util.List<String> out = new java.util.ArrayList<>();
-    synchronized (emitter.lock) {
-      for (Aggregator.Increment inc : emitter.aggregator().drain()) {
-        out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
-      }
-    }
-    return out;
+  java.util.List<String> drainForTest(AuditJson.Identity id, long now) throws Exception {
+    return emitter.runAndWait(
+        () -> {
+          java.util.List<String> out = new java.util.ArrayList<>();
+          synchronized (emitter.lock) {
+            for (Aggregator.Increment inc : emitter.aggregator().drain()) {
+              out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
+            }
+          }
+          return out;
+        });
   }
 
+  /**
+   * The records are handed on unchanged and counted on the reporter's thread, in order
+   * with the commits: the polling thread only notes the batch and the time.
+   */
   @Override
   public ConsumerRecords<K, V> onConsume(ConsumerRecords<K, V> records) {
     if (emitter == null || records.isEmpty()) {
       return records;
     }
-    try {
-      long now = System.currentTimeMillis();
-      for (TopicPartition tp : records.partitions()) {
-        EventTimeConfig.Rule rule = rules.computeIfAbsent(tp.topic(), config::ruleFor);
-        for (ConsumerRecord<K, V> r : records.records(tp)) {
+    long now = System.currentTimeMillis();
+    emitter.submit(() -> consumed(records, now));
+    return records;
+  }
+
+  private void consumed(ConsumerRecords<K, V> records, long now) {
+    for (TopicPartition tp : records.partitions()) {
+      EventTimeConfig.Rule rule = rules.computeIfAbsent(tp.topic(), config::ruleFor);
+      for (ConsumerRecord<K, V> r : records.records(tp)) {
+        try {
           consumed(tp, rule, r, now);
+        } catch (Throwable t) {
+          metrics.internalErrors.increment();
         }
       }
-    } catch (Throwable t) {
-      metrics.internalErrors.increment();
     }
-    return records;
   }
 
   private void consumed(TopicPartition tp, EventTimeConfig.Rule rule, ConsumerRecord<K, V> r, long now) {
@@ -183,35 +194,36 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
     if (emitter == null) {
       return;
     }
-    try {
-      synchronized (uncommitted) {
-        synchronized (emitter.lock) {
-          Aggregator agg = emitter.aggregator();
-          for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
-            if (e.getValue() == null) {
-              continue;
-            }
-            long committed = e.getValue().offset();
-            countedUpTo.merge(e.getKey(), committed, Math::max);
-            ArrayDeque<Kept> log = uncommitted.get(e.getKey());
-            if (log == null) {
-              continue;
-            }
-            String topic = e.getKey().topic();
-            int partition = e.getKey().partition();
-            while (!log.isEmpty() && log.peekFirst().offset < committed) {
-              Kept k = log.pollFirst();
-              kept--;
-              agg.add(topic, k.windowIndex, k.kind, k.hash, k.byteLen, k.latencyMs, partition, k.offset);
-              metrics.counted.increment();
-            }
+    Map<TopicPartition, OffsetAndMetadata> committed = new HashMap<>(offsets);
+    emitter.submit(() -> committed(committed));
+  }
+
+  private void committed(Map<TopicPartition, OffsetAndMetadata> offsets) {
+    synchronized (uncommitted) {
+      synchronized (emitter.lock) {
+        Aggregator agg = emitter.aggregator();
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+          if (e.getValue() == null) {
+            continue;
+          }
+          long committed = e.getValue().offset();
+          countedUpTo.merge(e.getKey(), committed, Math::max);
+          ArrayDeque<Kept> log = uncommitted.get(e.getKey());
+          if (log == null) {
+            continue;
+          }
+          String topic = e.getKey().topic();
+          int partition = e.getKey().partition();
+          while (!log.isEmpty() && log.peekFirst().offset < committed) {
+            Kept k = log.pollFirst();
+            kept--;
+            agg.add(topic, k.windowIndex, k.kind, k.hash, k.byteLen, k.latencyMs, partition, k.offset);
+            metrics.counted.increment();
           }
         }
-        metrics.uncommitted.reset();
-        metrics.uncommitted.add(kept);
       }
-    } catch (Throwable t) {
-      metrics.internalErrors.increment();
+      metrics.uncommitted.reset();
+      metrics.uncommitted.add(kept);
     }
   }
 
@@ -220,14 +232,18 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
     if (emitter == null) {
       return;
     }
-    synchronized (uncommitted) {
-      // Never committed: whoever reads these next counts them when it commits.
-      if (kept > 0) {
-        log.info("kafka-audit: {} records read but not committed are not counted", kept);
-      }
-      uncommitted.clear();
-      kept = 0;
-    }
+    // After the commits handed over before (KafkaConsumer.close commits first).
+    emitter.submit(
+        () -> {
+          synchronized (uncommitted) {
+            // Never committed: whoever reads these next counts them when it commits.
+            if (kept > 0) {
+              log.info("kafka-audit: {} records read but not committed are not counted", kept);
+            }
+            uncommitted.clear();
+            kept = 0;
+          }
+        });
     emitter.close();
     metrics.unregister();
     emitter = null;

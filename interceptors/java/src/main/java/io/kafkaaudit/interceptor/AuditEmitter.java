@@ -79,6 +79,32 @@ final class AuditEmitter {
     return aggregator;
   }
 
+  /** Runs {@code task} on the reporter's thread after everything handed over before it, and waits (tests). */
+  <T> T runAndWait(java.util.concurrent.Callable<T> task) throws Exception {
+    return timer.submit(task).get(30, TimeUnit.SECONDS);
+  }
+
+  /**
+   * Runs {@code task} on the reporter's thread, in order with the reports: where the
+   * interceptors do the counting the application's threads (and the producer's I/O
+   * thread) hand over. A task that throws is counted, never propagated.
+   */
+  void submit(Runnable task) {
+    try {
+      timer.execute(
+          () -> {
+            try {
+              task.run();
+            } catch (Throwable t) {
+              metrics.internalErrors.increment();
+            }
+          });
+    } catch (java.util.concurrent.RejectedExecutionException closed) {
+      // After close began: the closing thread does what is left (see close).
+      task.run();
+    }
+  }
+
   private void reportQuietly() {
     try {
       report();
@@ -164,6 +190,7 @@ final class AuditEmitter {
   /** The last counts out, then the audit producer closed: bounded by {@link #CLOSE_TIMEOUT_MS}. */
   void close() {
     long deadline = System.currentTimeMillis() + CLOSE_TIMEOUT_MS;
+    // Counting handed over before close runs first (shutdown lets queued tasks finish).
     timer.shutdown();
     try {
       timer.awaitTermination(CLOSE_TIMEOUT_MS / 3, TimeUnit.MILLISECONDS);

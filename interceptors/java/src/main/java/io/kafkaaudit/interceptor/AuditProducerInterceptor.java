@@ -46,7 +46,7 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     keys = KnownBytes.of(configs, true, true);
     values = KnownBytes.of(configs, false, true);
     metrics = new AuditMetrics();
-    emitter = new AuditEmitter(settings, metrics, () -> {});
+    emitter = new AuditEmitter(settings, metrics, this::countPending);
     metrics.register("producer", settings.clientId);
     log.info(
         "kafka-audit: producer tier {} in {} as {}, reporting every {} ms to {}",
@@ -73,14 +73,18 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
   }
 
   /** What was counted and not reported yet, as the next report would send it (tests). */
-  java.util.List<String> drainForTest(AuditJson.Identity id, long now) {
-    java.util.List<String> out = new java.util.ArrayList<>();
-    synchronized (emitter.lock) {
-      for (Aggregator.Increment inc : emitter.aggregator().drain()) {
-        out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
-      }
-    }
-    return out;
+  java.util.List<String> drainForTest(AuditJson.Identity id, long now) throws Exception {
+    return emitter.runAndWait(
+        () -> {
+        countPending();
+          java.util.List<String> out = new java.util.ArrayList<>();
+          synchronized (emitter.lock) {
+            for (Aggregator.Increment inc : emitter.aggregator().drain()) {
+              out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
+            }
+          }
+          return out;
+        });
   }
 
   @Override
@@ -91,9 +95,15 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     try {
       String topic = record.topic();
       EventTimeConfig.Rule rule = rules.computeIfAbsent(topic, config::ruleFor);
-      SentRecord.Sent sent =
-          new SentRecord.Sent(
-              topic, rule, record.timestamp(), System.currentTimeMillis(), keys.bytes(record.key()), values.bytes(record.value()));
+      SentRecord.SentHeaders sent =
+          new SentRecord.SentHeaders(
+              record.headers(),
+              topic,
+              rule,
+              record.timestamp(),
+              System.currentTimeMillis(),
+              keys.bytes(record.key()),
+              values.bytes(record.value()));
       return new SentRecord<>(record, sent);
     } catch (Throwable t) {
       metrics.internalErrors.increment();
@@ -107,36 +117,101 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     metrics.uncorrelated.increment();
   }
 
+  /**
+   * Acknowledgements are only noted here (the producer's I/O thread: its time is the
+   * producer's throughput) and counted in chunks on the reporter's thread: the record's
+   * state is not even dereferenced here, since it is long out of the cache by now.
+   */
   @Override
   public void onAcknowledgement(RecordMetadata metadata, Exception exception, Headers headers) {
     if (emitter == null) {
       return;
     }
     try {
-      acknowledged(metadata, exception, headers);
+      long now = System.currentTimeMillis();
+      Acks full = null;
+      synchronized (this) {
+        acks.add(headers, metadata, exception != null, now);
+        if (acks.n == Acks.CHUNK) {
+          full = acks;
+          acks = new Acks();
+        }
+      }
+      if (full != null) {
+        Acks chunk = full;
+        emitter.submit(() -> count(chunk));
+      }
     } catch (Throwable t) {
       metrics.internalErrors.increment();
     }
   }
 
-  private void acknowledged(RecordMetadata metadata, Exception exception, Headers headers) {
+  /** Acknowledgements noted and not counted yet, column by column. */
+  private static final class Acks {
+    static final int CHUNK = 4096;
+    final Object[] headers = new Object[CHUNK];
+    final int[] partition = new int[CHUNK];
+    final long[] offset = new long[CHUNK];
+    /** Long.MIN_VALUE: none. */
+    final long[] timestamp = new long[CHUNK];
+    final long[] at = new long[CHUNK];
+    final boolean[] failed = new boolean[CHUNK];
+    final int[] keySize = new int[CHUNK];
+    final int[] valueSize = new int[CHUNK];
+    int n;
+
+    void add(Headers h, RecordMetadata md, boolean failed, long at) {
+      int i = n++;
+      headers[i] = h;
+      partition[i] = md.partition();
+      offset[i] = md.hasOffset() ? md.offset() : -1;
+      timestamp[i] = md.hasTimestamp() ? md.timestamp() : Long.MIN_VALUE;
+      this.at[i] = at;
+      this.failed[i] = failed;
+      keySize[i] = md.serializedKeySize();
+      valueSize[i] = md.serializedValueSize();
+    }
+  }
+
+  private Acks acks = new Acks();
+
+  /** Counts the acknowledgements noted so far (before a report, and at close). */
+  private void countPending() {
+    Acks chunk;
+    synchronized (this) {
+      chunk = acks;
+      acks = new Acks();
+    }
+    count(chunk);
+  }
+
+  private void count(Acks a) {
+    for (int i = 0; i < a.n; i++) {
+      try {
+        acknowledged(a, i);
+      } catch (Throwable t) {
+        metrics.internalErrors.increment();
+      }
+    }
+  }
+
+  private void acknowledged(Acks a, int i) {
+    Object headers = a.headers[i];
     if (!(headers instanceof SentRecord.SentHeaders)) {
       // An interceptor after this one replaced the record (or its headers).
       metrics.uncorrelated.increment();
       return;
     }
-    SentRecord.Sent sent = ((SentRecord.SentHeaders) headers).sent;
-    long now = System.currentTimeMillis();
-    Classifier.Headers lookup = name -> first(headers, name);
-    if (exception != null) {
+    SentRecord.SentHeaders sent = (SentRecord.SentHeaders) headers;
+    long now = a.at[i];
+    Classifier.Headers lookup = name -> first(sent, name);
+    if (a.failed[i]) {
       // Windowed as it would have been: the payload's time, else the record's own
       // timestamp (or, unstamped, when it was sent: the producer stamps it then).
       long stamp = sent.timestamp != null ? sent.timestamp : sent.sentAt;
       long countedAt = stamp;
       if (sent.seen) {
-        countedAt =
-            Classifier.finish(sent.rule, sent.payload, lookup, new Classifier.RecordTimestamp(stamp, false), now)
-                .countedAt(now);
+        countedAt = classify(sent, lookup, new Classifier.RecordTimestamp(stamp, false), now).countedAt(now);
       }
       synchronized (emitter.lock) {
         emitter.aggregator().deliveryFailed(sent.topic, countedAt);
@@ -144,20 +219,22 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
       metrics.deliveryFailed.increment();
       return;
     }
-    if (!sent.seen
-        || !sizeMatches(sent.keySize, metadata.serializedKeySize())
-        || !sizeMatches(sent.valueSize, metadata.serializedValueSize())) {
+    if (!sent.seen || !sizeMatches(sent.keySize, a.keySize[i]) || !sizeMatches(sent.valueSize, a.valueSize[i])) {
       metrics.unseenBytes.increment();
       return;
     }
     Classifier.RecordTimestamp ts =
-        metadata.hasTimestamp() ? new Classifier.RecordTimestamp(metadata.timestamp(), false) : null;
-    Classifier.Classification c = Classifier.finish(sent.rule, sent.payload, lookup, ts, now);
-    long offset = metadata.hasOffset() ? metadata.offset() : -1;
+        a.timestamp[i] == Long.MIN_VALUE ? null : new Classifier.RecordTimestamp(a.timestamp[i], false);
+    Classifier.Classification c = classify(sent, lookup, ts, now);
     synchronized (emitter.lock) {
-      emitter.aggregator().record(sent.topic, c, sent.hash, sent.byteLen(), now, metadata.partition(), offset);
+      emitter.aggregator().record(sent.topic, c, sent.hash, sent.byteLen(), now, a.partition[i], a.offset[i]);
     }
     metrics.counted.increment();
+  }
+
+  private static Classifier.Classification classify(
+      SentRecord.SentHeaders s, Classifier.Headers lookup, Classifier.RecordTimestamp ts, long now) {
+    return Classifier.finish(s.rule, s.payloadKind, s.fieldIndex, s.found, s.foundMs, s.foundUnit, lookup, ts, now);
   }
 
   private static boolean sizeMatches(int known, int reported) {

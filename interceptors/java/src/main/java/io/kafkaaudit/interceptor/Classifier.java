@@ -91,21 +91,38 @@ final class Classifier {
 
   static Classification finish(
       EventTimeConfig.Rule rule, PayloadTime p, Headers headers, RecordTimestamp recordTs, long observedAt) {
+    return p.kind == PayloadTime.FIELD
+        ? finish(rule, p.kind, p.fieldIndex, p.found.outcome, p.found.ms, p.found.unit, headers, recordTs, observedAt)
+        : finish(rule, p.kind, 0, null, 0, null, headers, recordTs, observedAt);
+  }
+
+  /** {@link #finish(EventTimeConfig.Rule, PayloadTime, Headers, RecordTimestamp, long)} of a payload time kept in parts. */
+  static Classification finish(
+      EventTimeConfig.Rule rule,
+      int payloadKind,
+      int fieldIndex,
+      TimeParse.Outcome found,
+      long foundMs,
+      TimeParse.TimeUnit foundUnit,
+      Headers headers,
+      RecordTimestamp recordTs,
+      long observedAt) {
     RecordTimestamp fallback =
         recordTs != null && rule.recordTimestamp && rule.withinSkewBounds(recordTs.ms, observedAt) ? recordTs : null;
-    if (p.kind == PayloadTime.FIELD) {
-      return bounded(rule, p.found, p.fieldIndex, Classification.BAD_FIELD, fallback, observedAt);
+    if (payloadKind == PayloadTime.FIELD) {
+      return bounded(rule, found, foundMs, foundUnit, fieldIndex, Classification.BAD_FIELD, fallback, observedAt);
     }
-    boolean notJson = p.kind == PayloadTime.NOT_JSON;
+    boolean notJson = payloadKind == PayloadTime.NOT_JSON;
     if (rule.header != null) {
       byte[] h = headers.first(rule.header);
       if (h != null) {
-        TimeParse.Result found =
+        TimeParse.Result fromHeader =
             Utf8.isValid(h, 0, h.length)
                 ? TimeParse.textToMs(new String(h, StandardCharsets.UTF_8), rule.headerUnit)
                 : TimeParse.Result.NOT_A_TIME;
         int bad = notJson ? Classification.NOT_JSON : Classification.BAD_HEADER;
-        return bounded(rule, found, Classification.HEADER, bad, fallback, observedAt);
+        return bounded(
+            rule, fromHeader.outcome, fromHeader.ms, fromHeader.unit, Classification.HEADER, bad, fallback, observedAt);
       }
     }
     if (notJson) {
@@ -116,24 +133,26 @@ final class Classifier {
 
   private static Classification bounded(
       EventTimeConfig.Rule rule,
-      TimeParse.Result found,
+      TimeParse.Outcome outcome,
+      long ms,
+      TimeParse.TimeUnit unit,
       int source,
       int badReason,
       RecordTimestamp fallback,
       long observedAt) {
-    switch (found.outcome) {
+    switch (outcome) {
       case OUT_OF_RANGE:
-        return Classification.outOfBounds(found.ms, source, found.unit, fallback);
+        return Classification.outOfBounds(ms, source, unit, fallback);
       case NOT_A_TIME:
         return Classification.malformed(badReason, fallback);
       default:
         // Against the record timestamp when there is a usable one: every tier that
         // preserves it decides alike, however late it reads the message.
         long reference = fallback != null ? fallback.ms : observedAt;
-        if (rule.withinSkewBounds(found.ms, reference)) {
-          return Classification.eventTime(found.ms, source, found.unit);
+        if (rule.withinSkewBounds(ms, reference)) {
+          return Classification.eventTime(ms, source, unit);
         }
-        return Classification.outOfBounds(found.ms, source, found.unit, fallback);
+        return Classification.outOfBounds(ms, source, unit, fallback);
     }
   }
 

@@ -43,17 +43,26 @@ final class LatencyHistogram {
     }
   }
 
-  /** The bucket of a latency of at least 1 ms. */
+  private static final double LN_GAMMA = Math.log(1.02);
+
+  /**
+   * The bucket of a latency of at least 1 ms: the first bucket whose largest latency is
+   * not below it. Java's logarithm gives the bucket or its neighbour; the table decides.
+   */
   static int bucketIndex(long v) {
-    int i = Arrays.binarySearch(LARGEST, v);
-    if (i >= 0) {
-      // Equal bounds (empty buckets) repeat a value: the first bucket that holds it.
-      while (i > 0 && LARGEST[i - 1] == v) {
-        i--;
-      }
-      return i;
+    int i = (int) Math.ceil(Math.log((double) v) / LN_GAMMA);
+    if (i < 0) {
+      i = 0;
+    } else if (i > LARGEST.length) {
+      i = LARGEST.length;
     }
-    return -i - 1; // the first bucket whose largest latency is above v
+    while (i > 0 && v <= LARGEST[i - 1]) {
+      i--;
+    }
+    while (i < LARGEST.length && v > LARGEST[i]) {
+      i++;
+    }
+    return i;
   }
 
   private long zeroCount;

@@ -242,6 +242,7 @@ class InterceptorTest {
       assertEquals(0, i.metrics().getUncommitted());
       // Never committed: never counted.
       i.onConsume(batch(tp, 13, 20));
+      assertEquals(List.of(), i.drainForTest(ID, T0));
       assertEquals(7, i.metrics().getUncommitted());
     } finally {
       i.close();
