@@ -22,8 +22,9 @@ import org.slf4j.LoggerFactory;
  * <p>{@code onSend} (the sending thread) reads the key and value bytes where the
  * configured serializer makes them known (ByteArray, Bytes, String), hashes them and
  * scans the payload for its event time; {@code onAcknowledgement} (the I/O thread)
- * finishes the classification with the record timestamp the broker acknowledged and
- * counts the record with its partition and offset. Failed deliveries are counted
+ * only notes the outcome, partition, offset, record timestamp and time; the reporter's
+ * thread then finishes the classification with the acknowledged record timestamp and
+ * counts the record. Failed deliveries are counted
  * apart ({@code delivery_failed_count}); records whose bytes it cannot see are not
  * counted but reported in JMX. Nothing here throws into the application or waits for
  * the audit topic.

@@ -97,7 +97,7 @@ public final class E2eClient {
             });
       }
       producer.flush();
-      metrics = metrics("producer", "e2e-producer");
+      metrics = metrics("producer", "e2e-producer", count - failed.get());
     }
     System.out.print(out);
     System.out.println(metrics);
@@ -125,16 +125,23 @@ public final class E2eClient {
           consumer.commitSync();
         }
       }
-      metrics = metrics("consumer", "e2e-consumer");
+      metrics = metrics("consumer", "e2e-consumer", seen);
     }
     System.out.println("consumed " + seen);
     System.out.println(metrics);
   }
 
-  /** The interceptor's JMX counters, as "metrics Name=value ...". */
-  static String metrics(String role, String clientId) throws Exception {
+  /**
+   * The interceptor's JMX counters, as "metrics Name=value ...", once it has counted
+   * {@code expected} records (it counts on its own thread; bounded wait, 30 s).
+   */
+  static String metrics(String role, String clientId, long expected) throws Exception {
     MBeanServer s = ManagementFactory.getPlatformMBeanServer();
     ObjectName n = new ObjectName("io.kafkaaudit:type=" + role + "-interceptor,client-id=" + ObjectName.quote(clientId));
+    long deadline = System.currentTimeMillis() + 30_000;
+    while ((Long) s.getAttribute(n, "Counted") < expected && System.currentTimeMillis() < deadline) {
+      Thread.sleep(20);
+    }
     StringBuilder b = new StringBuilder("metrics");
     for (javax.management.MBeanAttributeInfo attr : s.getMBeanInfo(n).getAttributes()) {
       b.append(' ').append(attr.getName()).append('=').append(s.getAttribute(n, attr.getName()));
