@@ -43,24 +43,8 @@ const BUCKET_TABLE: &str =
 const T0: i64 = 1_764_410_400_000; // 2025-11-29T10:00:00Z, a 10-minute boundary
 const MIN: i64 = 60_000;
 
-/// Deterministic generator: the vectors must not change from run to run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+// Deterministic: the vectors must not change from run to run.
+use crate::rng::Rng;
 
 fn bytes(b: &[u8]) -> Value {
     match std::str::from_utf8(b) {

@@ -7,5 +7,6 @@ mod aggregator;
 mod conformance;
 mod differential;
 mod oracle;
+mod rng;
 mod schema;
 mod sinks;

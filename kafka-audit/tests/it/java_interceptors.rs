@@ -130,26 +130,16 @@ fn truth<'a>(records: impl Iterator<Item = &'a Acked>) -> Windows {
     w
 }
 
+/// Tiers producer (no progress: a client reports none) and regional, one edge.
 fn serve_config(hook: &str) -> web::Config {
-    toml::from_str(&format!(
-        r#"
-[serve]
-evaluate_every = "500ms"
-[topology]
-window = "10s"
-grace = "5s"
-stall_after = "30m"
-tiers = [{{ name = "producer", progress = false }}, {{ name = "regional" }}]
+    serve_config_with(
+        r#"tiers = [{ name = "producer", progress = false }, { name = "regional" }]
 [[topology.edges]]
 upstream = "producer"
-downstream = "regional"
-[[alerting.channels]]
-name = "hook"
-kind = "webhook"
-url = "{hook}"
-"#
-    ))
-    .expect("serve config parses")
+downstream = "regional""#,
+        "30m",
+        hook,
+    )
 }
 
 async fn stored(state: &web::AppState, topic: &str, tier: &str, (from, to): (i64, i64)) -> Windows {

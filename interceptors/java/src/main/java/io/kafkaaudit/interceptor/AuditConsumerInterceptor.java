@@ -67,16 +67,8 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
     config = settings.eventTime;
     keys = KnownBytes.of(configs, true, false);
     values = KnownBytes.of(configs, false, false);
-    metrics = new AuditMetrics();
-    emitter = new AuditEmitter(settings, metrics, () -> {});
-    metrics.register("consumer", settings.clientId);
-    log.info(
-        "kafka-audit: consumer tier {} in {} as {}, counting committed records, reporting every {} ms to {}",
-        settings.identity.tier,
-        settings.identity.datacenter,
-        settings.identity.host,
-        settings.reportIntervalMs,
-        settings.auditTopic);
+    emitter = AuditEmitter.start(settings, "consumer", () -> {});
+    metrics = emitter.metrics;
   }
 
   AuditMetrics metrics() {
@@ -85,16 +77,7 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
 
   /** What was counted and not reported yet, as the next report would send it (tests). */
   java.util.List<String> drainForTest(AuditJson.Identity id, long now) throws Exception {
-    return emitter.runAndWait(
-        () -> {
-          java.util.List<String> out = new java.util.ArrayList<>();
-          synchronized (emitter.lock) {
-            for (Aggregator.Increment inc : emitter.aggregator().drain()) {
-              out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
-            }
-          }
-          return out;
-        });
+    return emitter.drainForTest(id, now);
   }
 
   /**

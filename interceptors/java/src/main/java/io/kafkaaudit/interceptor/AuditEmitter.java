@@ -75,6 +75,36 @@ final class AuditEmitter {
     timer.scheduleWithFixedDelay(this::reportQuietly, every, every, TimeUnit.MILLISECONDS);
   }
 
+  /** An interceptor's start, either kind: the emitter running, its counters in JMX. */
+  static AuditEmitter start(AuditSettings settings, String role, Runnable beforeReport) {
+    AuditEmitter e = new AuditEmitter(settings, new AuditMetrics(), beforeReport);
+    e.metrics.register(role, settings.clientId);
+    log.info(
+        "kafka-audit: {} tier {} in {} as {}, reporting every {} ms to {}",
+        role,
+        settings.identity.tier,
+        settings.identity.datacenter,
+        settings.identity.host,
+        settings.reportIntervalMs,
+        settings.auditTopic);
+    return e;
+  }
+
+  /** What was counted and not reported yet, as the next report would send it (tests). */
+  java.util.List<String> drainForTest(AuditJson.Identity id, long now) throws Exception {
+    return runAndWait(
+        () -> {
+          beforeReport.run();
+          java.util.List<String> out = new java.util.ArrayList<>();
+          synchronized (lock) {
+            for (Aggregator.Increment inc : aggregator.drain()) {
+              out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
+            }
+          }
+          return out;
+        });
+  }
+
   Aggregator aggregator() {
     return aggregator;
   }

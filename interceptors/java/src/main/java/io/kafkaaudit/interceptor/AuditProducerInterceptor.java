@@ -9,8 +9,6 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * The producer tier of kafka-audit for Kafka's Java producer, by configuration:
@@ -30,7 +28,6 @@ import org.slf4j.LoggerFactory;
  * the audit topic.
  */
 public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V> {
-  private static final Logger log = LoggerFactory.getLogger(AuditProducerInterceptor.class);
 
   private AuditEmitter emitter;
   private AuditMetrics metrics;
@@ -46,16 +43,8 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     config = settings.eventTime;
     keys = KnownBytes.of(configs, true, true);
     values = KnownBytes.of(configs, false, true);
-    metrics = new AuditMetrics();
-    emitter = new AuditEmitter(settings, metrics, this::countPending);
-    metrics.register("producer", settings.clientId);
-    log.info(
-        "kafka-audit: producer tier {} in {} as {}, reporting every {} ms to {}",
-        settings.identity.tier,
-        settings.identity.datacenter,
-        settings.identity.host,
-        settings.reportIntervalMs,
-        settings.auditTopic);
+    emitter = AuditEmitter.start(settings, "producer", this::countPending);
+    metrics = emitter.metrics;
   }
 
   /** Payload and outcome meet through the headers given to onAcknowledgement (KIP-512). */
@@ -75,17 +64,7 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
 
   /** What was counted and not reported yet, as the next report would send it (tests). */
   java.util.List<String> drainForTest(AuditJson.Identity id, long now) throws Exception {
-    return emitter.runAndWait(
-        () -> {
-        countPending();
-          java.util.List<String> out = new java.util.ArrayList<>();
-          synchronized (emitter.lock) {
-            for (Aggregator.Increment inc : emitter.aggregator().drain()) {
-              out.add(AuditJson.increment(id, new java.util.UUID(0, out.size()), now, inc));
-            }
-          }
-          return out;
-        });
+    return emitter.drainForTest(id, now);
   }
 
   @Override

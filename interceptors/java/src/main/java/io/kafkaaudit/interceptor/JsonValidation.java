@@ -140,49 +140,10 @@ final class JsonValidation {
     return -1;
   }
 
+  /** The scanner's strict number grammar (a number byte right after a number is invalid JSON anyway). */
   private static int number(byte[] b, int i) {
-    if (b[i] == '-') {
-      i++;
-    }
-    if (i >= b.length) {
-      return -1;
-    }
-    if (b[i] == '0') {
-      i++;
-      if (i < b.length && b[i] >= '0' && b[i] <= '9') {
-        return -1;
-      }
-    } else if (b[i] >= '1' && b[i] <= '9') {
-      while (i < b.length && b[i] >= '0' && b[i] <= '9') {
-        i++;
-      }
-    } else {
-      return -1;
-    }
-    if (i < b.length && b[i] == '.') {
-      i++;
-      int s = i;
-      while (i < b.length && b[i] >= '0' && b[i] <= '9') {
-        i++;
-      }
-      if (i == s) {
-        return -1;
-      }
-    }
-    if (i < b.length && (b[i] == 'e' || b[i] == 'E')) {
-      i++;
-      if (i < b.length && (b[i] == '+' || b[i] == '-')) {
-        i++;
-      }
-      int s = i;
-      while (i < b.length && b[i] >= '0' && b[i] <= '9') {
-        i++;
-      }
-      if (i == s) {
-        return -1;
-      }
-    }
-    return i;
+    int len = JsonScan.numberLen(b, i, b.length);
+    return len < 0 ? -1 : i + len;
   }
 
   private static int literal(byte[] b, int i, String lit) {
