@@ -73,6 +73,17 @@ final class AuditEmitter {
             });
     long every = settings.reportIntervalMs;
     timer.scheduleWithFixedDelay(this::reportQuietly, every, every, TimeUnit.MILLISECONDS);
+    timer.scheduleAtFixedRate(() -> coarseNow = System.currentTimeMillis(), 10, 10, TimeUnit.MILLISECONDS);
+  }
+
+  private volatile long coarseNow = System.currentTimeMillis();
+
+  /**
+   * The time to within ~10 ms (more while this thread is busy), without a clock read:
+   * when a record was sent, which windows a failed delivery that has no other time.
+   */
+  long coarseNow() {
+    return coarseNow;
   }
 
   /** An interceptor's start, either kind: the emitter running, its counters in JMX. */

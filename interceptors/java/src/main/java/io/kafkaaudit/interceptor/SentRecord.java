@@ -3,7 +3,6 @@ package io.kafkaaudit.interceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
-import org.apache.kafka.common.header.internals.RecordHeaders;
 
 /**
  * The record {@code onSend} hands on: the application's record, field for field, whose
@@ -11,7 +10,9 @@ import org.apache.kafka.common.header.internals.RecordHeaders;
  * very headers object to {@code onAcknowledgement} (KIP-512, kafka-clients 4.1), so the
  * acknowledgement finds the payload's event time and checksum hash without a lookup,
  * exactly, on whichever thread it runs. (ProducerRecord copies the headers it is
- * given, hence the overridden {@link #headers()}.)
+ * given, hence the overridden {@link #headers()}; and since these are no
+ * RecordHeaders, a send() that fails early hands them to onAcknowledgement uncopied
+ * too.)
  */
 final class SentRecord<K, V> extends ProducerRecord<K, V> {
   private final SentHeaders headers;
@@ -38,31 +39,40 @@ final class SentRecord<K, V> extends ProducerRecord<K, V> {
    * is long out of the cache; every further object to follow would be another miss
    * there (measured: most of the interceptor's cost on the I/O thread).
    */
-  static final class SentHeaders extends RecordHeaders {
+  static final class SentHeaders implements Headers {
+    /**
+     * The application's headers themselves, not a copy: what is sent is what they hold
+     * when the producer serializes the record, as without the interceptor.
+     */
+    private final Headers original;
     final String topic;
     final EventTimeConfig.Rule rule;
     /** The record's own timestamp, or null (the producer then stamps it at send). */
     final Long timestamp;
     final long sentAt;
     /** Whether key and value bytes were known; then the fields below are set. */
-    final boolean seen;
-    final int keySize;
-    final int valueSize;
-    final long hash;
+    boolean seen;
+    int keySize;
+    int valueSize;
+    long hash;
     /** {@link Classifier.PayloadTime}'s parts. */
-    final int payloadKind;
-    final int fieldIndex;
-    final TimeParse.Outcome found;
-    final long foundMs;
-    final TimeParse.TimeUnit foundUnit;
+    int payloadKind;
+    int fieldIndex;
+    TimeParse.Outcome found;
+    long foundMs;
+    TimeParse.TimeUnit foundUnit;
 
-    SentHeaders(Headers original, String topic, EventTimeConfig.Rule rule, Long timestamp, long sentAt, byte[] key, byte[] value) {
-      super(original);
+    SentHeaders(Headers original, String topic, EventTimeConfig.Rule rule, Long timestamp, long sentAt) {
+      this.original = original;
       this.topic = topic;
       this.rule = rule;
       this.timestamp = timestamp;
       this.sentAt = sentAt;
-      this.seen = key != KnownBytes.UNSEEN && value != KnownBytes.UNSEEN;
+    }
+
+    /** Hashes and scans the bytes that are sent ({@link KnownBytes#UNSEEN} if unknown). */
+    SentHeaders read(byte[] key, byte[] value) {
+      seen = key != KnownBytes.UNSEEN && value != KnownBytes.UNSEEN;
       if (seen) {
         keySize = key == null ? -1 : key.length;
         valueSize = value == null ? -1 : value.length;
@@ -73,20 +83,65 @@ final class SentRecord<K, V> extends ProducerRecord<K, V> {
         found = p.found == null ? null : p.found.outcome;
         foundMs = p.found == null ? 0 : p.found.ms;
         foundUnit = p.found == null ? null : p.found.unit;
-      } else {
-        keySize = 0;
-        valueSize = 0;
-        hash = 0;
-        payloadKind = Classifier.PayloadTime.ABSENT;
-        fieldIndex = 0;
-        found = null;
-        foundMs = 0;
-        foundUnit = null;
       }
+      return this;
     }
 
     long byteLen() {
       return Math.max(keySize, 0) + Math.max(valueSize, 0);
+    }
+
+    @Override
+    public Headers add(Header header) {
+      original.add(header);
+      return this;
+    }
+
+    @Override
+    public Headers add(String key, byte[] value) {
+      original.add(key, value);
+      return this;
+    }
+
+    @Override
+    public Headers remove(String key) {
+      original.remove(key);
+      return this;
+    }
+
+    @Override
+    public Header lastHeader(String key) {
+      return original.lastHeader(key);
+    }
+
+    @Override
+    public Iterable<Header> headers(String key) {
+      return original.headers(key);
+    }
+
+    @Override
+    public Header[] toArray() {
+      return original.toArray();
+    }
+
+    @Override
+    public java.util.Iterator<Header> iterator() {
+      return original.iterator();
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof SentHeaders ? original.equals(((SentHeaders) o).original) : original.equals(o);
+    }
+
+    @Override
+    public int hashCode() {
+      return original.hashCode();
+    }
+
+    @Override
+    public String toString() {
+      return original.toString();
     }
   }
 }
