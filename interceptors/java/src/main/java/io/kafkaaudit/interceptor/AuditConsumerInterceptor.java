@@ -122,7 +122,7 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
             ? null
             : new Classifier.RecordTimestamp(r.timestamp(), r.timestampType() == TimestampType.LOG_APPEND_TIME);
     Classifier.Classification c =
-        Classifier.classify(rule, value, name -> AuditProducerInterceptor.first(r.headers(), name), ts, now);
+        Classifier.classify(rule, value, name -> SentRecord.firstHeader(r.headers(), name), ts, now);
     long countedAt = c.countedAt(now);
     Kept k =
         new Kept(

@@ -1,13 +1,11 @@
 package io.kafkaaudit.interceptor;
 
-import java.util.Iterator;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.producer.ProducerInterceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.config.ConfigException;
-import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
 
 /**
@@ -184,7 +182,7 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     }
     SentRecord.SentHeaders sent = (SentRecord.SentHeaders) headers;
     long now = a.at[i];
-    Classifier.Headers lookup = name -> first(sent, name);
+    Classifier.Headers lookup = sent;
     if (a.failed[i]) {
       // Windowed as it would have been: the payload's time, else the record's own
       // timestamp (or, unstamped, when it was sent: the producer stamps it then).
@@ -221,11 +219,6 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     return known == reported;
   }
 
-  /** The first header named {@code name}: audit-lib's rule (a null value is no header). */
-  static byte[] first(Headers headers, String name) {
-    Iterator<Header> it = headers.headers(name).iterator();
-    return it.hasNext() ? it.next().value() : null;
-  }
 
   @Override
   public void close() {

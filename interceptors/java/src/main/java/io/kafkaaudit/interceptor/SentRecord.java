@@ -33,13 +33,19 @@ final class SentRecord<K, V> extends ProducerRecord<K, V> {
         + ", value=" + value() + ", timestamp=" + timestamp() + ")";
   }
 
+  /** The first header named {@code name}: audit-lib's rule (a null value is no header). */
+  static byte[] firstHeader(Headers headers, String name) {
+    java.util.Iterator<Header> it = headers.headers(name).iterator();
+    return it.hasNext() ? it.next().value() : null;
+  }
+
   /**
    * The record's headers, and what the payload gave, read on the sending thread. Flat:
    * the acknowledgement arrives milliseconds later on the I/O thread, when this object
    * is long out of the cache; every further object to follow would be another miss
    * there (measured: most of the interceptor's cost on the I/O thread).
    */
-  static final class SentHeaders implements Headers {
+  static final class SentHeaders implements Headers, Classifier.Headers {
     /**
      * The application's headers themselves, not a copy: what is sent is what they hold
      * when the producer serializes the record, as without the interceptor.
@@ -107,6 +113,11 @@ final class SentRecord<K, V> extends ProducerRecord<K, V> {
     public Headers remove(String key) {
       original.remove(key);
       return this;
+    }
+
+    @Override
+    public byte[] first(String name) {
+      return firstHeader(original, name);
     }
 
     @Override

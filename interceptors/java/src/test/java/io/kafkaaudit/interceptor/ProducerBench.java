@@ -82,6 +82,25 @@ public final class ProducerBench {
     double p50Us;
     double p99Us;
     double p999Us;
+    /** CPU per message by thread (sending, I/O, kafka-audit's own), ns. */
+    String threads;
+  }
+
+  private static final java.lang.management.ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
+
+  static Map<String, Long> threadCpu() {
+    Map<String, Long> m = new java.util.TreeMap<>();
+    for (java.lang.management.ThreadInfo t : THREADS.getThreadInfo(THREADS.getAllThreadIds())) {
+      if (t == null) {
+        continue;
+      }
+      String name = t.getThreadName().replaceAll("-\\d+$", "").replaceAll("producer-\\d+", "producer");
+      long cpu = THREADS.getThreadCpuTime(t.getThreadId());
+      if (cpu > 0) {
+        m.merge(name, cpu, Long::sum);
+      }
+    }
+    return m;
   }
 
   static Result side(String bootstrap, String topic, String auditTopic, boolean audited, long messages, long rate, long seconds, int size)
@@ -94,6 +113,7 @@ public final class ProducerBench {
       }
       p.flush();
       AtomicLong failed = new AtomicLong();
+      Map<String, Long> threads0 = threadCpu();
       long cpu0 = OS.getProcessCpuTime();
       long t0 = System.nanoTime();
       for (long i = 0; i < messages; i++) {
@@ -106,6 +126,15 @@ public final class ProducerBench {
       p.flush();
       long t1 = System.nanoTime();
       long cpu1 = OS.getProcessCpuTime();
+      Map<String, Long> threads1 = threadCpu();
+      StringBuilder th = new StringBuilder();
+      for (Map.Entry<String, Long> e : threads1.entrySet()) {
+        long d = e.getValue() - threads0.getOrDefault(e.getKey(), 0L);
+        if (d * 20 > cpu1 - cpu0) { // threads with at least 5 % of the CPU
+          th.append(th.length() == 0 ? "" : ", ").append(e.getKey()).append(' ').append(d / messages).append(" ns");
+        }
+      }
+      r.threads = th.toString();
       if (failed.get() > 0) {
         throw new IllegalStateException(failed.get() + " deliveries failed");
       }
@@ -170,6 +199,7 @@ public final class ProducerBench {
           "round %d (%s first): bare %.0f msg/s, %.0f ns CPU/msg, send() p50/p99/p99.9 %.1f/%.1f/%.1f us | audited %.0f msg/s, %.0f ns CPU/msg, send() %.1f/%.1f/%.1f us | ratio %.3f%n",
           round, round % 2 == 0 ? "bare" : "audited", bare.rate, bare.cpuNsPerMessage, bare.p50Us, bare.p99Us, bare.p999Us,
           audited.rate, audited.cpuNsPerMessage, audited.p50Us, audited.p99Us, audited.p999Us, ratio);
+      System.out.printf("  CPU per message by thread: bare [%s] | audited [%s]%n", bare.threads, audited.threads);
     }
     System.out.printf(
         "%d B: median throughput ratio %.3f (rounds %.3f-%.3f); send() p99 added %.1f us (median); CPU/msg bare %.0f ns, audited %.0f ns (medians)%n",
