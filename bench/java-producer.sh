@@ -6,7 +6,8 @@
 #
 # Per round and side: MESSAGES JSON messages of each SIZE as fast as send() takes them
 # (rate = messages / time to the end of flush), with the process CPU per message; then
-# RATE msg/s for SECONDS with every send() call timed (p50/p99/p99.9). Target: the
+# RATE msg/s for SECONDS with every send() call timed (p50/p99/p99.9), and the CPU per
+# message of each busy thread (sending, I/O, kafka-audit's counting). Target: the
 # audited producer's throughput >= 0.95x the bare one's; the p99 of send() it adds is
 # stated. The machine is shared: the load average is printed before and after; rerun
 # when it is high.
