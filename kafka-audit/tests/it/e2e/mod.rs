@@ -93,6 +93,22 @@ bootstrap_servers = "{bootstrap}"
 /// 10 s windows, 5 s grace, `stall_after`; evaluation every 500 ms; alerts to a
 /// webhook at `hook`.
 pub fn serve_config(datacenters: &str, stall_after: &str, hook: &str) -> web::Config {
+    serve_config_with(
+        &format!(
+            r#"tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = {datacenters}"#
+        ),
+        stall_after,
+        hook,
+    )
+}
+
+/// [`serve_config`] with other tiers and edges (`tiers = ...` and `[[topology.edges]]`
+/// tables, TOML of the `[topology]` section).
+pub fn serve_config_with(tiers_and_edges: &str, stall_after: &str, hook: &str) -> web::Config {
     toml::from_str(&format!(
         r#"
 [serve]
@@ -101,11 +117,7 @@ evaluate_every = "500ms"
 window = "10s"
 grace = "5s"
 stall_after = "{stall_after}"
-tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = {datacenters}
+{tiers_and_edges}
 [[alerting.channels]]
 name = "hook"
 kind = "webhook"
