@@ -51,9 +51,9 @@ pub struct Plugin {
 }
 
 impl Plugin {
-    /// A plugin instance on `conf`, or `Ok(false)` when one is there already (the
-    /// configuration was copied, or lists the plugin twice).
-    pub fn attach(host: Arc<Host>, conf: *mut Conf) -> Result<bool, String> {
+    /// A plugin instance on `conf` (librdkafka owns it), or `None` when one is there
+    /// already (the configuration was copied, or lists the plugin twice).
+    pub fn attach(host: Arc<Host>, conf: *mut Conf) -> Result<Option<&'static Plugin>, String> {
         let plugin = Box::into_raw(Box::new(Plugin {
             host: host.clone(),
             settings: Mutex::new(Settings::default()),
@@ -66,7 +66,7 @@ impl Plugin {
         if err == host::ERR_CONFLICT {
             // SAFETY: nothing refers to it yet.
             drop(unsafe { Box::from_raw(plugin) });
-            return Ok(false);
+            return Ok(None);
         }
         if err != host::NO_ERROR {
             drop(unsafe { Box::from_raw(plugin) });
@@ -77,8 +77,36 @@ impl Plugin {
             (host.rd_kafka_conf_interceptor_add_on_conf_destroy)(conf, name, on_conf_destroy, opaque);
             (host.rd_kafka_conf_interceptor_add_on_conf_set)(conf, name, on_conf_set, opaque);
             (host.rd_kafka_conf_interceptor_add_on_conf_dup)(conf, name, on_conf_dup, opaque);
+            Ok(Some(&*plugin))
         }
-        Ok(true)
+    }
+
+    /// Applies the `kafka_audit.*` lines of a properties file (`name=value`, `#`
+    /// comments): for bindings that set properties in no fixed order, where a
+    /// `kafka_audit.*` property would reach librdkafka before `plugin.library.paths`
+    /// (rust-rdkafka's ClientConfig). Properties the client sets later override them.
+    pub fn apply_file(&self, path: &str) -> Result<(), String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("KAFKA_AUDIT_INTERCEPTOR_PROPERTIES: cannot read {path}: {e}"))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (name, value) = line.split_once('=').ok_or_else(|| {
+                format!("{path}:{}: not name=value: {line:?}", n + 1)
+            })?;
+            let Some(own) = name.trim().strip_prefix(PREFIX) else {
+                return Err(format!(
+                    "{path}:{}: {:?} is not a {PREFIX}* property",
+                    n + 1,
+                    name.trim()
+                ));
+            };
+            self.conf_set(own, Some(value.trim()))
+                .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
+        }
+        Ok(())
     }
 
     fn conf_set(&self, name: &str, value: Option<&str>) -> Result<(), String> {
@@ -236,8 +264,21 @@ impl Client {
         match &settings.bootstrap_servers {
             Some(b) => properties.push(("bootstrap.servers".to_string(), b.clone())),
             None => {
+                // Only what the client's security.protocol uses (librdkafka warns
+                // about SASL settings without SASL, and they would be its defaults).
+                let protocol = host
+                    .conf_get(conf, "security.protocol")
+                    .unwrap_or_default()
+                    .to_ascii_lowercase();
                 for name in INHERITED {
-                    if let Some(v) = host.conf_get(conf, name) {
+                    let used = if name.starts_with("sasl.") {
+                        protocol.contains("sasl")
+                    } else if name.starts_with("ssl.") {
+                        protocol.contains("ssl")
+                    } else {
+                        true
+                    };
+                    if let Some(v) = used.then(|| host.conf_get(conf, name)).flatten() {
                         properties.push((name.to_string(), v));
                     }
                 }

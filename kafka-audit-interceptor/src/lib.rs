@@ -27,6 +27,10 @@ use std::sync::Arc;
 
 pub use counters::COUNTERS;
 
+/// Names a file of `kafka_audit.*` properties applied to every client when the plugin
+/// is loaded, before the client's own properties (`Plugin::apply_file`).
+pub const PROPERTIES_ENV: &str = "KAFKA_AUDIT_INTERCEPTOR_PROPERTIES";
+
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -51,7 +55,10 @@ pub unsafe extern "C" fn conf_init(
         let caller = host::first_foreign_frame()
             .ok_or("cannot find the librdkafka that called conf_init (no stack frame outside the plugin)")?;
         let host = Arc::new(host::Host::of_caller(caller)?);
-        client::Plugin::attach(host, conf).map(|_| ())
+        match (client::Plugin::attach(host, conf)?, std::env::var(PROPERTIES_ENV)) {
+            (Some(plugin), Ok(path)) if !path.is_empty() => plugin.apply_file(&path),
+            _ => Ok(()),
+        }
     });
     let result = result.unwrap_or_else(|_| Err("kafka-audit-interceptor panicked in conf_init".into()));
     if !plug_opaquep.is_null() {

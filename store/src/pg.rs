@@ -738,6 +738,7 @@ impl StagedDb {
                     malformed_count: u(self.malformed_count)?,
                     out_of_bounds_count: u(self.out_of_bounds_count)?,
                     observation_time_count: u(Some(self.observation_time_count))?,
+                    delivery_failed_count: 0,
                     checksum: audit_lib::Checksum(self.checksum? as u64),
                     latency,
                     offsets,

@@ -1,0 +1,70 @@
+"""The Python test client: confluent-kafka from PyPI (its wheel bundles librdkafka and
+loads it RTLD_LOCAL), with the plugin added by configuration only.
+
+    client.py produce BOOTSTRAP TOPIC COUNT BASE_MS SPAN_MS PARTITIONS [PROP=VALUE...]
+    client.py consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]
+
+Message i: key k<i>, value {"id":i,"ts":BASE_MS + i*SPAN_MS//COUNT}, partition i %
+PARTITIONS (the same messages as client.c and rdkafka_client.rs). Prints one JSON line.
+"""
+import json
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer
+
+
+def props(args):
+    return dict(a.split("=", 1) for a in args)
+
+
+def produce(bootstrap, topic, count, base, span, partitions, extra):
+    count, base, span, partitions = int(count), int(base), int(span), int(partitions)
+    result = {"delivered": 0, "failed": 0}
+
+    def delivered(err, _msg):
+        result["failed" if err else "delivered"] += 1
+
+    p = Producer({"bootstrap.servers": bootstrap, **props(extra)})
+    for i in range(count):
+        value = '{"id":%d,"ts":%d}' % (i, base + i * span // count)
+        while True:
+            try:
+                p.produce(topic, value.encode(), key=b"k%d" % i, partition=i % partitions,
+                          on_delivery=delivered)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    p.flush(30)
+    del p  # rd_kafka_destroy: the plugin's last report
+    print(json.dumps(result))
+
+
+def consume(bootstrap, topic, group, expected, timeout, extra):
+    expected, until = int(expected), time.time() + float(timeout)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "auto.offset.reset": "earliest", **props(extra)})
+    c.subscribe([topic])
+    consumed = 0
+    while consumed < expected and time.time() < until:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            consumed += 1
+    c.close()  # commits what was read
+    del c
+    print(json.dumps({"consumed": consumed}))
+
+
+if __name__ == "__main__":
+    mode, rest = sys.argv[1], sys.argv[2:]
+    try:
+        if mode == "produce":
+            produce(*rest[:6], rest[6:])
+        elif mode == "consume":
+            consume(*rest[:5], rest[5:])
+        else:
+            sys.exit("usage: see the module docstring")
+    except KafkaException as e:
+        print(json.dumps({"error": str(e)}))
+        sys.exit(2)
