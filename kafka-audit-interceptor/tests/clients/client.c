@@ -234,7 +234,8 @@ static int consume(int argc, char **argv) {
         snprintf(group, sizeof(group), "group.id=%s", argv[4]);
         char *props[64];
         int n = 0;
-        props[n++] = "auto.offset.reset=earliest";
+        /* client() writes into its properties: no string literals. */
+        props[n++] = strdup("auto.offset.reset=earliest");
         for (int i = 7; i < argc && n < 62; i++)
                 props[n++] = argv[i];
         props[n++] = group;

@@ -124,9 +124,14 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
     let base = common::now_ms() / WINDOW_MS * WINDOW_MS - 5 * WINDOW_MS;
     let span = 3 * WINDOW_MS;
     let range = (base, base + span);
+    // The auditors' event-time config: 10 s windows, the default rules.
+    let event_time = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(event_time.path(), "window_size = \"10s\"\n").unwrap();
+    let event_time_path = event_time.path().display().to_string();
     let settings = |audit: &str| {
         vec![
             ("datacenter".to_string(), "dc1".to_string()),
+            ("event_time.config".to_string(), event_time_path.clone()),
             ("audit_topic".to_string(), audit.to_string()),
             ("report.interval.ms".to_string(), "1000".to_string()),
         ]
