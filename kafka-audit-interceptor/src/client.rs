@@ -53,10 +53,11 @@ pub struct Plugin {
 impl Plugin {
     /// A plugin instance on `conf` (librdkafka owns it), or `None` when one is there
     /// already (the configuration was copied, or lists the plugin twice).
-    pub fn attach(host: Arc<Host>, conf: *mut Conf) -> Result<Option<&'static Plugin>, String> {
+    /// `settings` are its settings so far (from the properties file).
+    pub fn attach(host: Arc<Host>, conf: *mut Conf, settings: Settings) -> Result<bool, String> {
         let plugin = Box::into_raw(Box::new(Plugin {
             host: host.clone(),
-            settings: Mutex::new(Settings::default()),
+            settings: Mutex::new(settings),
             client: OnceLock::new(),
         }));
         let opaque = plugin.cast::<c_void>();
@@ -66,7 +67,7 @@ impl Plugin {
         if err == host::ERR_CONFLICT {
             // SAFETY: nothing refers to it yet.
             drop(unsafe { Box::from_raw(plugin) });
-            return Ok(None);
+            return Ok(false);
         }
         if err != host::NO_ERROR {
             drop(unsafe { Box::from_raw(plugin) });
@@ -77,54 +78,58 @@ impl Plugin {
             (host.rd_kafka_conf_interceptor_add_on_conf_destroy)(conf, name, on_conf_destroy, opaque);
             (host.rd_kafka_conf_interceptor_add_on_conf_set)(conf, name, on_conf_set, opaque);
             (host.rd_kafka_conf_interceptor_add_on_conf_dup)(conf, name, on_conf_dup, opaque);
-            Ok(Some(&*plugin))
         }
-    }
-
-    /// Applies the `kafka_audit.*` lines of a properties file (`name=value`, `#`
-    /// comments): for bindings that set properties in no fixed order, where a
-    /// `kafka_audit.*` property would reach librdkafka before `plugin.library.paths`
-    /// (rust-rdkafka's ClientConfig). Properties the client sets later override them.
-    pub fn apply_file(&self, path: &str) -> Result<(), String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("KAFKA_AUDIT_INTERCEPTOR_PROPERTIES: cannot read {path}: {e}"))?;
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (name, value) = line.split_once('=').ok_or_else(|| {
-                format!("{path}:{}: not name=value: {line:?}", n + 1)
-            })?;
-            let Some(own) = name.trim().strip_prefix(PREFIX) else {
-                return Err(format!(
-                    "{path}:{}: {:?} is not a {PREFIX}* property",
-                    n + 1,
-                    name.trim()
-                ));
-            };
-            self.conf_set(own, Some(value.trim()))
-                .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
-        }
-        Ok(())
+        Ok(true)
     }
 
     fn conf_set(&self, name: &str, value: Option<&str>) -> Result<(), String> {
-        let claimed = self
-            .settings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set(name, value)?;
-        if let Claimed::Producer(value) = claimed {
-            self.check_producer_property(name, &value)?;
-        }
-        Ok(())
+        let mut settings = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        set(&self.host, &mut settings, name, value)
     }
+}
 
-    /// A `kafka_audit.<name>` that is not the plugin's own must be a property librdkafka
-    /// knows: tried on a scratch configuration now, so a typo fails the client's creation.
-    fn check_producer_property(&self, name: &str, value: &str) -> Result<(), String> {
-        let h = &self.host;
+/// Applies `kafka_audit.<name> = value` to `settings`.
+fn set(host: &Host, settings: &mut Settings, name: &str, value: Option<&str>) -> Result<(), String> {
+    if let Claimed::Producer(value) = settings.set(name, value)? {
+        check_producer_property(host, name, &value)?;
+    }
+    Ok(())
+}
+
+/// The `kafka_audit.*` lines of a properties file (`name=value`, `#` comments) as
+/// settings: for bindings that set properties in no fixed order, where a
+/// `kafka_audit.*` property would reach librdkafka before `plugin.library.paths`
+/// (rust-rdkafka's ClientConfig). Properties the client sets later override them.
+/// Read before the plugin is put on the configuration: a failed `conf_init` makes
+/// librdkafka unload the library, which then must have registered nothing.
+pub fn settings_file(host: &Host, path: &str) -> Result<Settings, String> {
+    let mut settings = Settings::default();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read {path}: {e}", crate::PROPERTIES_ENV))?;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{path}:{}: not name=value: {line:?}", n + 1))?;
+        let Some(own) = name.trim().strip_prefix(PREFIX) else {
+            return Err(format!(
+                "{path}:{}: {:?} is not a {PREFIX}* property",
+                n + 1,
+                name.trim()
+            ));
+        };
+        set(host, &mut settings, own, Some(value.trim())).map_err(|e| format!("{path}:{}: {e}", n + 1))?;
+    }
+    Ok(settings)
+}
+
+/// A `kafka_audit.<name>` that is not the plugin's own must be a property librdkafka
+/// knows: tried on a scratch configuration now, so a typo fails the client's creation.
+fn check_producer_property(host: &Host, name: &str, value: &str) -> Result<(), String> {
+        let h = host;
         let (Ok(k), Ok(v)) = (CString::new(name), CString::new(value)) else {
             return Err(format!("{PREFIX}{name}: NUL in name or value"));
         };
@@ -150,7 +155,6 @@ impl Plugin {
             "{PREFIX}{name}: not a kafka_audit setting, and as a property of the audit producer: {}",
             String::from_utf8_lossy(&errstr[..end])
         ))
-    }
 }
 
 /// The in-memory windows of one client, and what its consumer tier keeps uncommitted.
@@ -587,7 +591,7 @@ unsafe extern "C" fn on_conf_dup(
     guard(host::NO_ERROR, || {
         let host = unsafe { plugin(opaque) }.host.clone();
         // librdkafka replays the claimed properties into the copy's instance.
-        if let Err(e) = Plugin::attach(host, new_conf) {
+        if let Err(e) = Plugin::attach(host, new_conf, Settings::default()) {
             counters::report_error(format!("copied configuration not audited: {e}"));
         }
         host::NO_ERROR

@@ -55,10 +55,13 @@ pub unsafe extern "C" fn conf_init(
         let caller = host::first_foreign_frame()
             .ok_or("cannot find the librdkafka that called conf_init (no stack frame outside the plugin)")?;
         let host = Arc::new(host::Host::of_caller(caller)?);
-        match (client::Plugin::attach(host, conf)?, std::env::var(PROPERTIES_ENV)) {
-            (Some(plugin), Ok(path)) if !path.is_empty() => plugin.apply_file(&path),
-            _ => Ok(()),
-        }
+        let settings = match std::env::var(PROPERTIES_ENV) {
+            Ok(path) if !path.is_empty() => client::settings_file(&host, &path)?,
+            _ => settings::Settings::default(),
+        };
+        // The last step: after it, conf_init must not fail (librdkafka would unload
+        // the library under the interceptors it registered).
+        client::Plugin::attach(host, conf, settings).map(|_| ())
     });
     let result = result.unwrap_or_else(|_| Err("kafka-audit-interceptor panicked in conf_init".into()));
     if !plug_opaquep.is_null() {

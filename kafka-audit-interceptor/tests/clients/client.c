@@ -66,6 +66,20 @@ int rd_kafka_consumer_close(rd_kafka_t *);
 
 static long delivered, failed;
 
+/* Prints {"error": "<what>: <why>"} with the text escaped for JSON, and exits. */
+static void fail(const char *what, const char *why) {
+        printf("{\"error\": \"%s: ", what);
+        for (const char *c = why; *c; c++) {
+                if (*c == '"' || *c == '\\')
+                        putchar('\\');
+                if ((unsigned char)*c >= 0x20)
+                        putchar(*c);
+        }
+        printf("\"}\n");
+        fflush(stdout);
+        exit(2);
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
         (void)rk;
         (void)opaque;
@@ -96,18 +110,12 @@ static rd_kafka_t *client(int type, char **props, int n, const char *plugin) {
                         value = plugin;
                 int r = rd_kafka_conf_set(conf, props[i], value, errstr, sizeof(errstr));
                 *eq = '=';
-                if (r != 0) {
-                        printf("{\"error\": \"config: %s\"}\n", errstr);
-                        fflush(stdout);
-                        exit(2);
-                }
+                if (r != 0)
+                        fail("config", errstr);
         }
         rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof(errstr));
-        if (!rk) {
-                printf("{\"error\": \"create: %s\"}\n", errstr);
-                fflush(stdout);
-                exit(2);
-        }
+        if (!rk)
+                fail("create", errstr);
         return rk;
 }
 
@@ -128,11 +136,8 @@ static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long i, long long
         int vlen = snprintf(value, sizeof(value), "{\"id\":%ld,\"ts\":%lld}", i, ts);
         while (rd_kafka_produce(rkt, (int32_t)(i % partitions), MSG_F_COPY, value, (size_t)vlen,
                                 key, (size_t)klen, NULL) == -1) {
-                if (rd_kafka_last_error() != ERR_QUEUE_FULL) {
-                        printf("{\"error\": \"produce: %s\"}\n",
-                               rd_kafka_err2str(rd_kafka_last_error()));
-                        exit(2);
-                }
+                if (rd_kafka_last_error() != ERR_QUEUE_FULL)
+                        fail("produce", rd_kafka_err2str(rd_kafka_last_error()));
                 rd_kafka_poll(rk, 10);
         }
         rd_kafka_poll(rk, 0);

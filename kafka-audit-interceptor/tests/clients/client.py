@@ -42,16 +42,24 @@ def produce(bootstrap, topic, count, base, span, partitions, extra):
 
 
 def consume(bootstrap, topic, group, expected, timeout, extra):
+    """kai.commit_after=M: commit once, after M messages, and never again (a consumer
+    that stops before committing the rest)."""
     expected, until = int(expected), time.time() + float(timeout)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "auto.offset.reset": "earliest", **props(extra)})
+    conf = {"bootstrap.servers": bootstrap, "group.id": group,
+            "auto.offset.reset": "earliest", **props(extra)}
+    commit_after = conf.pop("kai.commit_after", None)
+    if commit_after is not None:
+        conf["enable.auto.commit"] = "false"
+    c = Consumer(conf)
     c.subscribe([topic])
     consumed = 0
     while consumed < expected and time.time() < until:
         m = c.poll(0.2)
         if m is not None and not m.error():
             consumed += 1
-    c.close()  # commits what was read
+            if commit_after is not None and consumed == int(commit_after):
+                c.commit(asynchronous=False)
+    c.close()  # commits what was read, unless auto commit is off
     del c
     print(json.dumps({"consumed": consumed}))
 

@@ -121,6 +121,7 @@ impl PluginConfig {
     }
 
     /// No plugin at all.
+    #[allow(dead_code)]
     pub fn none() -> PluginConfig {
         PluginConfig {
             props: Vec::new(),
