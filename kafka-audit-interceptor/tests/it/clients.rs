@@ -32,12 +32,12 @@ impl Kind {
     }
 }
 
-/// The plugin as cargo built it for these tests: `target/<profile>/libkafka_audit_interceptor.so`,
-/// beside the directory of this test binary.
+/// The plugin as cargo built it for these tests: `target/<profile>/deps/libkafka_audit_interceptor.so`,
+/// beside this test binary (the copy in `target/<profile>/` is only refreshed by a
+/// `cargo build` of the crate itself, so it may be stale).
 pub fn plugin() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-    let so = dir.join("libkafka_audit_interceptor.so");
+    let so = exe.with_file_name("libkafka_audit_interceptor.so");
     assert!(so.exists(), "{} not built", so.display());
     so
 }

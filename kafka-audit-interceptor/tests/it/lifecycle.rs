@@ -175,3 +175,21 @@ async fn a_consumer_tier_counts_what_its_group_committed_once_across_a_restart()
         "every message once: the first consumer's 200 uncommitted ones only by the second"
     );
 }
+
+#[test]
+#[allow(unsafe_code)]
+fn the_plugin_brings_no_librdkafka_of_its_own() {
+    // What the PyPI wheel needs: nothing of librdkafka defined in the plugin (it would
+    // be a second copy) and nothing left for the loader to find (there is none global).
+    let path = std::ffi::CString::new(clients::plugin().display().to_string()).unwrap();
+    // SAFETY: loading the plugin runs no code of it (it has no initialisers that act).
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "the plugin loads without any librdkafka in the process");
+        for sym in [c"rd_kafka_new", c"rd_kafka_conf_interceptor_add_on_new"] {
+            assert!(libc::dlsym(h, sym.as_ptr()).is_null(), "{sym:?} defined by the plugin");
+        }
+        assert!(!libc::dlsym(h, c"conf_init".as_ptr()).is_null());
+        libc::dlclose(h);
+    }
+}
