@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -127,19 +128,44 @@ static const char *option(char **props, int n, const char *name) {
         return NULL;
 }
 
+/* The value's size (kai.size: a "pad" field fills it up), and each produce() call's
+ * duration in ns (for the benchmark's p99 added to produce()). */
+static int value_size;
+static long long *call_ns;
+static long calls;
+
+static long long now_ns(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+        long long x = *(const long long *)a, y = *(const long long *)b;
+        return (x > y) - (x < y);
+}
+
 /* Message i: key k<i>, JSON with its id and event time, to partition i % partitions. */
 static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long i, long long base,
                         long long span, long count, int partitions) {
-        char key[32], value[128];
+        char key[32], value[4096];
         int klen = snprintf(key, sizeof(key), "k%ld", i);
         long long ts = base + (long long)i * span / count;
         int vlen = snprintf(value, sizeof(value), "{\"id\":%ld,\"ts\":%lld}", i, ts);
+        if (value_size > vlen + 10 && value_size < (int)sizeof(value)) {
+                int pad = value_size - vlen - 9; /* ,"pad":"" */
+                vlen = snprintf(value, sizeof(value), "{\"id\":%ld,\"ts\":%lld,\"pad\":\"%0*d\"}",
+                                i, ts, pad, 0);
+        }
+        long long t0 = now_ns();
         while (rd_kafka_produce(rkt, (int32_t)(i % partitions), MSG_F_COPY, value, (size_t)vlen,
                                 key, (size_t)klen, NULL) == -1) {
                 if (rd_kafka_last_error() != ERR_QUEUE_FULL)
                         fail("produce", rd_kafka_err2str(rd_kafka_last_error()));
                 rd_kafka_poll(rk, 10);
         }
+        if (call_ns)
+                call_ns[calls++] = now_ns() - t0;
         rd_kafka_poll(rk, 0);
 }
 
@@ -161,8 +187,11 @@ static int threads(void) {
  *   kai.alt_plugin=P   every second producer loads the plugin from path P
  *   kai.fork=M         after the flush, a forked child destroys the inherited
  *                      producers, then produces M more messages (ids COUNT..) with a
- *                      producer of its own
- * Prints {"delivered", "failed", "plugin_loaded_after", "threads_after"}. */
+ *                      producer of its own (librdkafka 2.12 itself crashed destroying
+ *                      three inherited producers in a child; one it survives)
+ *   kai.size=S         values of S bytes (a "pad" field fills them up)
+ * Prints {"delivered", "failed", "plugin_loaded_after", "threads_after", "seconds" (first
+ * produce to the last flush), "cpu_s" (the process's), "produce_p50_ns", "produce_p99_ns"}. */
 static int produce(int argc, char **argv) {
         const char *topic = argv[3];
         long count = atol(argv[4]);
@@ -175,6 +204,9 @@ static int produce(int argc, char **argv) {
         const char *fork_more = option(props, n, "kai.fork");
         const char *plugin = option(props, n, "plugin.library.paths");
         int clients = k ? atoi(k) : 1;
+        const char *size = option(props, n, "kai.size");
+        value_size = size ? atoi(size) : 0;
+        call_ns = calloc((size_t)count + 1, sizeof(*call_ns));
         rd_kafka_t *rk[16];
         rd_kafka_topic_t *rkt[16];
         if (clients < 1 || clients > 16)
@@ -183,10 +215,20 @@ static int produce(int argc, char **argv) {
                 rk[c] = client(PRODUCER, props, n, (alt && c % 2) ? alt : NULL);
                 rkt[c] = rd_kafka_topic_new(rk[c], topic, NULL);
         }
+        long long started = now_ns();
         for (long i = 0; i < count; i++)
                 produce_one(rk[i % clients], rkt[i % clients], i, base, span, count, partitions);
         for (int c = 0; c < clients; c++)
                 rd_kafka_flush(rk[c], 30000);
+        double seconds = (double)(now_ns() - started) / 1e9;
+        long long p50 = 0, p99 = 0;
+        if (calls > 0) {
+                qsort(call_ns, (size_t)calls, sizeof(*call_ns), cmp_ll);
+                p50 = call_ns[calls / 2];
+                p99 = call_ns[calls * 99 / 100];
+        }
+        long forked = calls;
+        call_ns = NULL; /* the child's messages are not timed */
         if (fork_more) {
                 fflush(stdout);
                 pid_t child = fork();
@@ -222,9 +264,15 @@ static int produce(int argc, char **argv) {
         int loaded = plugin && dlopen(plugin, RTLD_NOW | RTLD_NOLOAD) != NULL;
         if (alt && dlopen(alt, RTLD_NOW | RTLD_NOLOAD))
                 loaded = 1;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                     (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
         printf("{\"delivered\": %ld, \"failed\": %ld, \"plugin_loaded_after\": %s, "
-               "\"threads_after\": %d}\n",
-               delivered, failed, loaded ? "true" : "false", threads());
+               "\"threads_after\": %d, \"seconds\": %.6f, \"cpu_s\": %.6f, "
+               "\"produce_calls\": %ld, \"produce_p50_ns\": %lld, \"produce_p99_ns\": %lld}\n",
+               delivered, failed, loaded ? "true" : "false", threads(), seconds, cpu, forked,
+               p50, p99);
         return 0;
 }
 

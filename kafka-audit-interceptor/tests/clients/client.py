@@ -8,6 +8,7 @@ Message i: key k<i>, value {"id":i,"ts":BASE_MS + i*SPAN_MS//COUNT}, partition i
 PARTITIONS (the same messages as client.c and rdkafka_client.rs). Prints one JSON line.
 """
 import json
+import resource
 import sys
 import time
 
@@ -25,9 +26,17 @@ def produce(bootstrap, topic, count, base, span, partitions, extra):
     def delivered(err, _msg):
         result["failed" if err else "delivered"] += 1
 
-    p = Producer({"bootstrap.servers": bootstrap, **props(extra)})
+    conf = {"bootstrap.servers": bootstrap, **props(extra)}
+    size = int(conf.pop("kai.size", 0))  # the value's size: a "pad" field fills it up
+    p = Producer(conf)
+    calls = []
+    clock = time.perf_counter_ns
+    started = clock()
     for i in range(count):
         value = '{"id":%d,"ts":%d}' % (i, base + i * span // count)
+        if size > len(value) + 10:
+            value = value[:-1] + ',"pad":"%s"}' % ("0" * (size - len(value) - 9))
+        t0 = clock()
         while True:
             try:
                 p.produce(topic, value.encode(), key=b"k%d" % i, partition=i % partitions,
@@ -35,9 +44,16 @@ def produce(bootstrap, topic, count, base, span, partitions, extra):
                 break
             except BufferError:
                 p.poll(0.01)
+        calls.append(clock() - t0)
         p.poll(0)
     p.flush(30)
+    result["seconds"] = (clock() - started) / 1e9
     del p  # rd_kafka_destroy: the plugin's last report
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    calls.sort()
+    result.update(cpu_s=ru.ru_utime + ru.ru_stime, produce_calls=len(calls),
+                  produce_p50_ns=calls[len(calls) // 2] if calls else 0,
+                  produce_p99_ns=calls[len(calls) * 99 // 100] if calls else 0)
     print(json.dumps(result))
 
 
