@@ -206,7 +206,9 @@ impl Aggregator {
     fn record_with(&mut self, obs: &Observation<'_>, hash: Option<u64>) -> Classification {
         let slot = self.topic_slot(obs.topic);
         let class = classify(&self.topics[slot].rule, obs);
-        let index = self.window_size.index_of(class.counted_at(obs.observed_at_ms));
+        let index = self
+            .window_size
+            .index_of(class.counted_at(obs.observed_at_ms));
         let track_offsets = self.limits.track_offsets;
         self.window(slot, index, |stats| match hash {
             Some(h) => stats.record_hashed(obs, &class, track_offsets, h),
@@ -222,7 +224,9 @@ impl Aggregator {
     pub fn observe(&mut self, obs: &Observation<'_>) -> (i64, Counted) {
         let slot = self.topic_slot(obs.topic);
         let class = classify(&self.topics[slot].rule, obs);
-        let index = self.window_size.index_of(class.counted_at(obs.observed_at_ms));
+        let index = self
+            .window_size
+            .index_of(class.counted_at(obs.observed_at_ms));
         let hash = crate::message_hash(obs.key, obs.value.unwrap_or_default());
         (index, Counted::of(obs, &class, hash))
     }
@@ -241,7 +245,9 @@ impl Aggregator {
     pub fn record_delivery_failure(&mut self, obs: &Observation<'_>) -> Classification {
         let slot = self.topic_slot(obs.topic);
         let class = classify(&self.topics[slot].rule, obs);
-        let index = self.window_size.index_of(class.counted_at(obs.observed_at_ms));
+        let index = self
+            .window_size
+            .index_of(class.counted_at(obs.observed_at_ms));
         self.window(slot, index, |stats| stats.delivery_failed_count += 1);
         class
     }

@@ -63,7 +63,8 @@ impl Plugin {
         let opaque = plugin.cast::<c_void>();
         let name = IC_NAME.as_ptr();
         // SAFETY: conf is librdkafka's; the callbacks match librdkafka's prototypes.
-        let err = unsafe { (host.rd_kafka_conf_interceptor_add_on_new)(conf, name, on_new, opaque) };
+        let err =
+            unsafe { (host.rd_kafka_conf_interceptor_add_on_new)(conf, name, on_new, opaque) };
         if err == host::ERR_CONFLICT {
             // SAFETY: nothing refers to it yet.
             drop(unsafe { Box::from_raw(plugin) });
@@ -71,11 +72,19 @@ impl Plugin {
         }
         if err != host::NO_ERROR {
             drop(unsafe { Box::from_raw(plugin) });
-            return Err(format!("cannot add the on_new interceptor: {}", host.err_str(err)));
+            return Err(format!(
+                "cannot add the on_new interceptor: {}",
+                host.err_str(err)
+            ));
         }
         // on_conf_destroy first: from here on librdkafka frees the instance.
         unsafe {
-            (host.rd_kafka_conf_interceptor_add_on_conf_destroy)(conf, name, on_conf_destroy, opaque);
+            (host.rd_kafka_conf_interceptor_add_on_conf_destroy)(
+                conf,
+                name,
+                on_conf_destroy,
+                opaque,
+            );
             (host.rd_kafka_conf_interceptor_add_on_conf_set)(conf, name, on_conf_set, opaque);
             (host.rd_kafka_conf_interceptor_add_on_conf_dup)(conf, name, on_conf_dup, opaque);
         }
@@ -89,7 +98,12 @@ impl Plugin {
 }
 
 /// Applies `kafka_audit.<name> = value` to `settings`.
-fn set(host: &Host, settings: &mut Settings, name: &str, value: Option<&str>) -> Result<(), String> {
+fn set(
+    host: &Host,
+    settings: &mut Settings,
+    name: &str,
+    value: Option<&str>,
+) -> Result<(), String> {
     if let Claimed::Producer(value) = settings.set(name, value)? {
         check_producer_property(host, name, &value)?;
     }
@@ -121,7 +135,8 @@ pub fn settings_file(host: &Host, path: &str) -> Result<Settings, String> {
                 name.trim()
             ));
         };
-        set(host, &mut settings, own, Some(value.trim())).map_err(|e| format!("{path}:{}: {e}", n + 1))?;
+        set(host, &mut settings, own, Some(value.trim()))
+            .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
     }
     Ok(settings)
 }
@@ -129,32 +144,32 @@ pub fn settings_file(host: &Host, path: &str) -> Result<Settings, String> {
 /// A `kafka_audit.<name>` that is not the plugin's own must be a property librdkafka
 /// knows: tried on a scratch configuration now, so a typo fails the client's creation.
 fn check_producer_property(host: &Host, name: &str, value: &str) -> Result<(), String> {
-        let h = host;
-        let (Ok(k), Ok(v)) = (CString::new(name), CString::new(value)) else {
-            return Err(format!("{PREFIX}{name}: NUL in name or value"));
-        };
-        let mut errstr = [0u8; 512];
-        // SAFETY: a conf of our own, destroyed here.
-        let res = unsafe {
-            let conf = (h.rd_kafka_conf_new)();
-            let res = (h.rd_kafka_conf_set)(
-                conf,
-                k.as_ptr(),
-                v.as_ptr(),
-                errstr.as_mut_ptr().cast(),
-                errstr.len(),
-            );
-            (h.rd_kafka_conf_destroy)(conf);
-            res
-        };
-        if res == host::CONF_OK {
-            return Ok(());
-        }
-        let end = errstr.iter().position(|&b| b == 0).unwrap_or(0);
-        Err(format!(
-            "{PREFIX}{name}: not a kafka_audit setting, and as a property of the audit producer: {}",
-            String::from_utf8_lossy(&errstr[..end])
-        ))
+    let h = host;
+    let (Ok(k), Ok(v)) = (CString::new(name), CString::new(value)) else {
+        return Err(format!("{PREFIX}{name}: NUL in name or value"));
+    };
+    let mut errstr = [0u8; 512];
+    // SAFETY: a conf of our own, destroyed here.
+    let res = unsafe {
+        let conf = (h.rd_kafka_conf_new)();
+        let res = (h.rd_kafka_conf_set)(
+            conf,
+            k.as_ptr(),
+            v.as_ptr(),
+            errstr.as_mut_ptr().cast(),
+            errstr.len(),
+        );
+        (h.rd_kafka_conf_destroy)(conf);
+        res
+    };
+    if res == host::CONF_OK {
+        return Ok(());
+    }
+    let end = errstr.iter().position(|&b| b == 0).unwrap_or(0);
+    Err(format!(
+        "{PREFIX}{name}: not a kafka_audit setting, and as a property of the audit producer: {}",
+        String::from_utf8_lossy(&errstr[..end])
+    ))
 }
 
 /// The in-memory windows of one client, and what its consumer tier keeps uncommitted.
@@ -309,7 +324,7 @@ impl Client {
             stop: (Mutex::new(false), Condvar::new()),
             emitter: Mutex::new(None),
         });
-        let timeout = report_interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let timeout = crate::emitter::SEND_TIMEOUT;
         let topic = settings.audit_topic().to_string();
         let spool = settings
             .spool_dir
@@ -322,7 +337,9 @@ impl Client {
                 let h = me.host.clone();
                 let outbox = Outbox::new(
                     || HostSink::new(h.clone(), properties.clone(), &topic, timeout),
-                    spool.clone().map(|(dir, max)| (slot_dir(&dir, &me.identity), max)),
+                    spool
+                        .clone()
+                        .map(|(dir, max)| (slot_dir(&dir, &me.identity), max)),
                 );
                 me.run(outbox)
             })
@@ -396,10 +413,16 @@ impl Client {
             *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
             cvar.notify_all();
         }
-        let thread = self.emitter.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let thread = self
+            .emitter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(t) = thread {
             if t.join().is_err() {
-                counters::report_error("the report thread panicked; its last report is lost".into());
+                counters::report_error(
+                    "the report thread panicked; its last report is lost".into(),
+                );
             }
         }
         counters::sub(&COUNTERS.clients_active, 1);
@@ -463,7 +486,8 @@ impl Client {
         self.observe(msg, |obs| {
             let mut c = self.lock();
             let (index, counted) = c.aggregator.observe(obs);
-            c.uncommitted.consumed(obs.topic, obs.partition, index, counted);
+            c.uncommitted
+                .consumed(obs.topic, obs.partition, index, counted);
             c.tally[2] += 1;
         });
     }
@@ -646,11 +670,21 @@ unsafe extern "C" fn on_new(
         unsafe {
             (h.rd_kafka_interceptor_add_on_destroy)(rk, name, on_destroy, opaque);
             if producer {
-                (h.rd_kafka_interceptor_add_on_acknowledgement)(rk, name, on_acknowledgement, opaque);
+                (h.rd_kafka_interceptor_add_on_acknowledgement)(
+                    rk,
+                    name,
+                    on_acknowledgement,
+                    opaque,
+                );
             } else {
                 (h.rd_kafka_interceptor_add_on_consume)(rk, name, on_consume, opaque);
                 (h.rd_kafka_interceptor_add_on_commit)(rk, name, on_commit, opaque);
-                (h.rd_kafka_interceptor_add_on_response_received)(rk, name, on_response_received, opaque);
+                (h.rd_kafka_interceptor_add_on_response_received)(
+                    rk,
+                    name,
+                    on_response_received,
+                    opaque,
+                );
             }
         }
         host::NO_ERROR
@@ -662,7 +696,11 @@ unsafe extern "C" fn on_destroy(_rk: *mut Rk, _opaque: *mut c_void) -> Err {
     host::NO_ERROR
 }
 
-unsafe extern "C" fn on_acknowledgement(_rk: *mut Rk, msg: *mut Message, opaque: *mut c_void) -> Err {
+unsafe extern "C" fn on_acknowledgement(
+    _rk: *mut Rk,
+    msg: *mut Message,
+    opaque: *mut c_void,
+) -> Err {
     guard(host::NO_ERROR, || {
         if let Some(c) = unsafe { plugin(opaque) }.client.get() {
             c.acknowledged(unsafe { &*msg });
@@ -712,7 +750,8 @@ unsafe extern "C" fn on_response_received(
     opaque: *mut c_void,
 ) -> Err {
     if err != host::NO_ERROR
-        || (api_key != host::API_KEY_SYNC_GROUP && api_key != host::API_KEY_CONSUMER_GROUP_HEARTBEAT)
+        || (api_key != host::API_KEY_SYNC_GROUP
+            && api_key != host::API_KEY_CONSUMER_GROUP_HEARTBEAT)
     {
         return host::NO_ERROR;
     }

@@ -93,5 +93,8 @@ pub fn report_error(e: String) {
     {
         eprintln!("kafka-audit-interceptor: {e}");
     }
-    *COUNTERS.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    *COUNTERS
+        .last_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some(e);
 }

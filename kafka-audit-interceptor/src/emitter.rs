@@ -22,6 +22,12 @@ use crate::host::{self, Host, Message, Rk, Rkt};
 /// Audit messages kept in memory while they cannot be delivered (without a spool, or
 /// with a full one); beyond it the oldest are dropped (`increments_dropped`).
 pub const MAX_BACKLOG: usize = 100_000;
+/// How long one send of reports may take (also the audit producer's
+/// `message.timeout.ms`), the last one at the client's destroy included: long enough
+/// for a first connection and the idempotent producer's id on a loaded machine (1 s
+/// was not), short enough that an unreachable audit topic holds a closing
+/// application only this long.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Audit messages per send.
 const CHUNK: usize = 1_000;
 
@@ -75,10 +81,7 @@ impl HostSink {
         for (k, v) in [
             ("acks", "all".to_string()),
             ("enable.idempotence", "true".to_string()),
-            (
-                "message.timeout.ms",
-                timeout.as_millis().max(1).to_string(),
-            ),
+            ("message.timeout.ms", timeout.as_millis().max(1).to_string()),
             ("linger.ms", "5".to_string()),
             ("client.id", "kafka-audit-interceptor".to_string()),
         ] {
@@ -128,7 +131,10 @@ impl HostSink {
                 }
             }
             (h.rd_kafka_conf_set_dr_msg_cb)(conf, delivered);
-            (h.rd_kafka_conf_set_opaque)(conf, (&*self.deliveries as *const Deliveries).cast_mut().cast());
+            (h.rd_kafka_conf_set_opaque)(
+                conf,
+                (&*self.deliveries as *const Deliveries).cast_mut().cast(),
+            );
             let rk = (h.rd_kafka_new)(
                 host::TYPE_PRODUCER,
                 conf,
@@ -145,7 +151,9 @@ impl HostSink {
             let rkt = (h.rd_kafka_topic_new)(rk, self.topic.as_ptr(), std::ptr::null_mut());
             if rkt.is_null() {
                 (h.rd_kafka_destroy)(rk);
-                return Err(SinkError::Unavailable("cannot create the audit topic handle".into()));
+                return Err(SinkError::Unavailable(
+                    "cannot create the audit topic handle".into(),
+                ));
             }
             self.rk = rk;
             self.rkt = rkt;

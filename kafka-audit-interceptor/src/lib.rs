@@ -52,8 +52,9 @@ pub unsafe extern "C" fn conf_init(
     errstr_size: usize,
 ) -> host::Err {
     let result = std::panic::catch_unwind(|| {
-        let caller = host::first_foreign_frame()
-            .ok_or("cannot find the librdkafka that called conf_init (no stack frame outside the plugin)")?;
+        let caller = host::first_foreign_frame().ok_or(
+            "cannot find the librdkafka that called conf_init (no stack frame outside the plugin)",
+        )?;
         let host = Arc::new(host::Host::of_caller(caller)?);
         let settings = match std::env::var(PROPERTIES_ENV) {
             Ok(path) if !path.is_empty() => client::settings_file(&host, &path)?,
@@ -63,7 +64,8 @@ pub unsafe extern "C" fn conf_init(
         // the library under the interceptors it registered).
         client::Plugin::attach(host, conf, settings).map(|_| ())
     });
-    let result = result.unwrap_or_else(|_| Err("kafka-audit-interceptor panicked in conf_init".into()));
+    let result =
+        result.unwrap_or_else(|_| Err("kafka-audit-interceptor panicked in conf_init".into()));
     if !plug_opaquep.is_null() {
         // SAFETY: librdkafka's out-parameter.
         unsafe { *plug_opaquep = std::ptr::null_mut() };
@@ -71,7 +73,11 @@ pub unsafe extern "C" fn conf_init(
     match result {
         Ok(()) => host::NO_ERROR,
         Err(e) => {
-            host::write_errstr(errstr, errstr_size, &format!("kafka-audit-interceptor: {e}"));
+            host::write_errstr(
+                errstr,
+                errstr_size,
+                &format!("kafka-audit-interceptor: {e}"),
+            );
             host::ERR_INVALID_ARG
         }
     }

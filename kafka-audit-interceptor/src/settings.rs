@@ -130,9 +130,8 @@ impl Settings {
             }
             "spool.dir" => {
                 if let Some(v) = v {
-                    std::fs::create_dir_all(v).map_err(|e| {
-                        format!("{PREFIX}spool.dir: cannot create {v}: {e}")
-                    })?;
+                    std::fs::create_dir_all(v)
+                        .map_err(|e| format!("{PREFIX}spool.dir: cannot create {v}: {e}"))?;
                 }
                 self.spool_dir = v.map(PathBuf::from);
             }

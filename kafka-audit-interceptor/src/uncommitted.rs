@@ -159,7 +159,11 @@ mod tests {
             u.consumed("t", 0, 0, at(o));
         }
         assert_eq!(commit(&mut u, 4), vec![0, 1, 2, 3]);
-        assert_eq!(commit(&mut u, 4), Vec::<i64>::new(), "committed again: nothing new");
+        assert_eq!(
+            commit(&mut u, 4),
+            Vec::<i64>::new(),
+            "committed again: nothing new"
+        );
         assert_eq!(commit(&mut u, 10), (4..10).collect::<Vec<_>>());
         assert_eq!(u.kept(), 0);
     }
@@ -183,13 +187,29 @@ mod tests {
         let mut u = Uncommitted::new(100);
         for o in 0..5 {
             u.consumed("t", 0, 0, at(o));
-            u.consumed("t", 1, 0, Counted { partition: 1, ..at(o) });
+            u.consumed(
+                "t",
+                1,
+                0,
+                Counted {
+                    partition: 1,
+                    ..at(o)
+                },
+            );
         }
         u.assignment_changed();
         // Partition 0 goes on at 5: still ours. Partition 1 comes back at 20 (another
         // member committed up to it): its kept messages were counted by that member.
         u.consumed("t", 0, 0, at(5));
-        u.consumed("t", 1, 0, Counted { partition: 1, ..at(20) });
+        u.consumed(
+            "t",
+            1,
+            0,
+            Counted {
+                partition: 1,
+                ..at(20)
+            },
+        );
         assert_eq!(commit(&mut u, 6), (0..6).collect::<Vec<_>>());
         let mut got = Vec::new();
         u.committed("t", 1, 21, |_, c| got.push(c.offset));

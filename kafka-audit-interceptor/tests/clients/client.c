@@ -131,6 +131,9 @@ static const char *option(char **props, int n, const char *name) {
 /* The value's size (kai.size: a "pad" field fills it up), and each produce() call's
  * duration in ns (for the benchmark's p99 added to produce()). */
 static int value_size;
+/* kai.fail_every=K: message i with i % K == K - 1 goes to partition PARTITIONS, which
+ * the topic has not: its delivery fails (at once, or in its delivery report). */
+static long fail_every;
 static long long *call_ns;
 static long calls;
 
@@ -157,11 +160,18 @@ static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long i, long long
                 vlen = snprintf(value, sizeof(value), "{\"id\":%ld,\"ts\":%lld,\"pad\":\"%0*d\"}",
                                 i, ts, pad, 0);
         }
+        int32_t partition = (int32_t)(i % partitions);
+        if (fail_every > 0 && i % fail_every == fail_every - 1)
+                partition = partitions;
         long long t0 = now_ns();
-        while (rd_kafka_produce(rkt, (int32_t)(i % partitions), MSG_F_COPY, value, (size_t)vlen,
-                                key, (size_t)klen, NULL) == -1) {
-                if (rd_kafka_last_error() != ERR_QUEUE_FULL)
-                        fail("produce", rd_kafka_err2str(rd_kafka_last_error()));
+        while (rd_kafka_produce(rkt, partition, MSG_F_COPY, value, (size_t)vlen, key,
+                                (size_t)klen, NULL) == -1) {
+                if (rd_kafka_last_error() != ERR_QUEUE_FULL) {
+                        if (partition != partitions)
+                                fail("produce", rd_kafka_err2str(rd_kafka_last_error()));
+                        failed++; /* refused at once: no delivery report comes */
+                        break;
+                }
                 rd_kafka_poll(rk, 10);
         }
         if (call_ns)
@@ -190,6 +200,7 @@ static int threads(void) {
  *                      producer of its own (librdkafka 2.12 itself crashed destroying
  *                      three inherited producers in a child; one it survives)
  *   kai.size=S         values of S bytes (a "pad" field fills them up)
+ *   kai.fail_every=K   every K-th message to a partition the topic has not (fails)
  * Prints {"delivered", "failed", "plugin_loaded_after", "threads_after", "seconds" (first
  * produce to the last flush), "cpu_s" (the process's), "produce_p50_ns", "produce_p99_ns"}. */
 static int produce(int argc, char **argv) {
@@ -206,6 +217,8 @@ static int produce(int argc, char **argv) {
         int clients = k ? atoi(k) : 1;
         const char *size = option(props, n, "kai.size");
         value_size = size ? atoi(size) : 0;
+        const char *fails = option(props, n, "kai.fail_every");
+        fail_every = fails ? atol(fails) : 0;
         call_ns = calloc((size_t)count + 1, sizeof(*call_ns));
         rd_kafka_t *rk[16];
         rd_kafka_topic_t *rkt[16];

@@ -28,6 +28,8 @@ def produce(bootstrap, topic, count, base, span, partitions, extra):
 
     conf = {"bootstrap.servers": bootstrap, **props(extra)}
     size = int(conf.pop("kai.size", 0))  # the value's size: a "pad" field fills it up
+    # Every K-th message to a partition the topic has not: its delivery fails.
+    fail_every = int(conf.pop("kai.fail_every", 0))
     p = Producer(conf)
     calls = []
     clock = time.perf_counter_ns
@@ -36,14 +38,22 @@ def produce(bootstrap, topic, count, base, span, partitions, extra):
         value = '{"id":%d,"ts":%d}' % (i, base + i * span // count)
         if size > len(value) + 10:
             value = value[:-1] + ',"pad":"%s"}' % ("0" * (size - len(value) - 9))
+        partition = i % partitions
+        if fail_every and i % fail_every == fail_every - 1:
+            partition = partitions
         t0 = clock()
         while True:
             try:
-                p.produce(topic, value.encode(), key=b"k%d" % i, partition=i % partitions,
+                p.produce(topic, value.encode(), key=b"k%d" % i, partition=partition,
                           on_delivery=delivered)
                 break
             except BufferError:
                 p.poll(0.01)
+            except KafkaException:
+                if partition != partitions:
+                    raise
+                result["failed"] += 1  # refused at once: no delivery report comes
+                break
         calls.append(clock() - t0)
         p.poll(0)
     p.flush(30)

@@ -29,7 +29,11 @@ impl ClientContext for Counted {}
 impl ProducerContext for Counted {
     type DeliveryOpaque = ();
     fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
-        let c = if r.is_ok() { &self.delivered } else { &self.failed };
+        let c = if r.is_ok() {
+            &self.delivered
+        } else {
+            &self.failed
+        };
         c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
@@ -79,21 +83,26 @@ fn main() {
             }
             p.flush(Duration::from_secs(30)).ok();
             let c = p.context();
-            let load = |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
+            let load =
+                |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
             println!(
                 "{}",
                 serde_json::json!({ "delivered": load(&c.delivered), "failed": load(&c.failed) })
             );
         }
         Some("consume") if a.len() >= 7 => {
-            let mut props = vec!["auto.offset.reset=earliest".to_string(), format!("group.id={}", a[4])];
+            let mut props = vec![
+                "auto.offset.reset=earliest".to_string(),
+                format!("group.id={}", a[4]),
+            ];
             props.extend(a[7..].iter().cloned());
             let expected: u64 = a[5].parse().unwrap();
             let until = Instant::now() + Duration::from_secs(a[6].parse().unwrap());
             let c: BaseConsumer = config(&a[2], &props)
                 .create()
                 .unwrap_or_else(|e| fail("create", e));
-            c.subscribe(&[a[3].as_str()]).unwrap_or_else(|e| fail("subscribe", e));
+            c.subscribe(&[a[3].as_str()])
+                .unwrap_or_else(|e| fail("subscribe", e));
             let mut consumed = 0u64;
             while consumed < expected && Instant::now() < until {
                 if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// A librdkafka client of the tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     /// confluent-kafka's wheel from PyPI.
     Python,
@@ -93,7 +93,11 @@ impl PluginConfig {
         Self::with_library(kind, &plugin(), settings)
     }
 
-    pub fn with_library(kind: Kind, library: &std::path::Path, settings: &[(&str, &str)]) -> PluginConfig {
+    pub fn with_library(
+        kind: Kind,
+        library: &std::path::Path,
+        settings: &[(&str, &str)],
+    ) -> PluginConfig {
         let mut props = vec![format!("plugin.library.paths={}", library.display())];
         let lines: Vec<String> = settings
             .iter()
@@ -109,7 +113,12 @@ impl PluginConfig {
         }
         use std::io::Write;
         let mut f = tempfile::NamedTempFile::new().unwrap();
-        writeln!(f, "# kafka-audit-interceptor settings\n{}", lines.join("\n")).unwrap();
+        writeln!(
+            f,
+            "# kafka-audit-interceptor settings\n{}",
+            lines.join("\n")
+        )
+        .unwrap();
         PluginConfig {
             props,
             env: vec![(
@@ -147,7 +156,9 @@ pub fn run(kind: Kind, args: &[String], plugin: &PluginConfig, limit: Duration) 
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {kind:?} client: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {kind:?} client: {e}"));
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait for client") {
@@ -205,7 +216,13 @@ pub fn produce_args(
 }
 
 /// `consume` arguments.
-pub fn consume_args(bootstrap: &str, topic: &str, group: &str, expected: u64, timeout_s: u64) -> Vec<String> {
+pub fn consume_args(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    expected: u64,
+    timeout_s: u64,
+) -> Vec<String> {
     [
         "consume",
         bootstrap,

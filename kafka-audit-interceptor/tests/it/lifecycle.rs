@@ -25,7 +25,10 @@ async fn topics(name: &str) -> (String, String, String) {
 fn truth(ids: impl Iterator<Item = i64>, count: i64, base: i64, span: i64) -> (u64, u64) {
     ids.fold((0, 0), |(n, sum), i| {
         let (k, v, _) = clients::message(i, count, base, span);
-        (n + 1, sum.wrapping_add(audit_lib::message_hash(Some(k.as_bytes()), v.as_bytes())))
+        (
+            n + 1,
+            sum.wrapping_add(audit_lib::message_hash(Some(k.as_bytes()), v.as_bytes())),
+        )
     })
 }
 
@@ -39,7 +42,11 @@ fn reported(a: &str, audit: &str, topic: &str, n: u64) -> (WindowTotals, u64) {
 }
 
 fn settings(audit: &str) -> Vec<(&str, &str)> {
-    vec![("datacenter", "dc1"), ("audit_topic", audit), ("report.interval.ms", "500")]
+    vec![
+        ("datacenter", "dc1"),
+        ("audit_topic", audit),
+        ("report.interval.ms", "500"),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -48,14 +55,23 @@ async fn several_clients_in_one_process_report_each_message_once_and_leave_no_th
     let (n, base) = (400, common::now_ms());
     let mut args = clients::produce_args(&a, &topic, n, base, 10_000, PARTITIONS);
     args.push("kai.clients=4".into());
-    let out = clients::run(Kind::C, &args, &PluginConfig::new(Kind::C, &settings(&audit)), LIMIT);
+    let out = clients::run(
+        Kind::C,
+        &args,
+        &PluginConfig::new(Kind::C, &settings(&audit)),
+        LIMIT,
+    );
     assert!(out.ok, "{} {}", out.json, out.stderr);
     assert_eq!(out.json["delivered"], n);
     // Every client's report thread was joined when it was destroyed (librdkafka never
     // unloads a plugin, so the library itself stays mapped).
     assert_eq!(out.json["threads_after"], 1, "threads left: {}", out.json);
     let (seen, resent) = reported(&a, &audit, &topic, n as u64);
-    assert_eq!((seen.count, seen.checksum), truth(0..n, n, base, 10_000), "resent {resent}");
+    assert_eq!(
+        (seen.count, seen.checksum),
+        truth(0..n, n, base, 10_000),
+        "resent {resent}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -70,8 +86,16 @@ async fn the_plugin_loaded_from_two_files_counts_each_message_once() {
 
     // Two clients, one per copy.
     let mut args = clients::produce_args(&a, &topic, n, base, 10_000, PARTITIONS);
-    args.extend(["kai.clients=2".to_string(), format!("kai.alt_plugin={}", copy.display())]);
-    let out = clients::run(Kind::C, &args, &PluginConfig::new(Kind::C, &settings(&audit)), LIMIT);
+    args.extend([
+        "kai.clients=2".to_string(),
+        format!("kai.alt_plugin={}", copy.display()),
+    ]);
+    let out = clients::run(
+        Kind::C,
+        &args,
+        &PluginConfig::new(Kind::C, &settings(&audit)),
+        LIMIT,
+    );
     assert!(out.ok, "{} {}", out.json, out.stderr);
     // One client listing both copies: the second registers nothing (same interceptor
     // name on one configuration), so its messages are counted once too.
@@ -118,19 +142,47 @@ async fn configuration_errors_fail_the_clients_creation_with_their_reason() {
     let (a, topic, audit) = topics("kai-config").await;
     let args = clients::produce_args(&a, &topic, 1, common::now_ms(), 1, PARTITIONS);
     for (kind, bad, says) in [
-        (Kind::C, ("report.interval.ms", "soon"), "kafka_audit.report.interval.ms"),
-        (Kind::C, ("event_time.config", "/nonexistent/event-time.toml"), "/nonexistent/event-time.toml"),
+        (
+            Kind::C,
+            ("report.interval.ms", "soon"),
+            "kafka_audit.report.interval.ms",
+        ),
+        (
+            Kind::C,
+            ("event_time.config", "/nonexistent/event-time.toml"),
+            "/nonexistent/event-time.toml",
+        ),
         (Kind::C, ("tier", "producer tier"), "kafka_audit.tier"),
-        (Kind::C, ("no.such.property", "1"), "kafka_audit.no.such.property"),
-        (Kind::Python, ("report.interval.ms", "soon"), "kafka_audit.report.interval.ms"),
-        (Kind::Rust, ("audit_topic", "a/b"), "kafka_audit.audit_topic"),
+        (
+            Kind::C,
+            ("no.such.property", "1"),
+            "kafka_audit.no.such.property",
+        ),
+        (
+            Kind::Python,
+            ("report.interval.ms", "soon"),
+            "kafka_audit.report.interval.ms",
+        ),
+        (
+            Kind::Rust,
+            ("audit_topic", "a/b"),
+            "kafka_audit.audit_topic",
+        ),
     ] {
         let mut s = settings(&audit);
         s.push(bad);
         let out = clients::run(kind, &args, &PluginConfig::new(kind, &s), LIMIT);
-        assert!(!out.ok, "{kind:?} {bad:?}: the client was created: {}", out.json);
+        assert!(
+            !out.ok,
+            "{kind:?} {bad:?}: the client was created: {}",
+            out.json
+        );
         let error = out.json["error"].as_str().unwrap_or_default();
-        assert!(error.contains(says), "{kind:?} {bad:?}: {error} (stderr {})", out.stderr);
+        assert!(
+            error.contains(says),
+            "{kind:?} {bad:?}: {error} (stderr {})",
+            out.stderr
+        );
     }
     // Without a datacenter librdkafka creates the client anyway (it only logs an
     // on_new error): the client works, unaudited, and says why.
@@ -152,7 +204,10 @@ async fn a_consumer_tier_counts_what_its_group_committed_once_across_a_restart()
     for i in 0..n {
         let (k, v, _) = clients::message(i, n, base, 10_000);
         let p = (i % PARTITIONS as i64) as i32;
-        send_queued(&plain, BaseRecord::to(&topic).key(&k).payload(&v).partition(p));
+        send_queued(
+            &plain,
+            BaseRecord::to(&topic).key(&k).payload(&v).partition(p),
+        );
     }
     plain.flush(Duration::from_secs(30)).unwrap();
     let group = testkit::unique("kai-restart-group");
@@ -161,11 +216,21 @@ async fn a_consumer_tier_counts_what_its_group_committed_once_across_a_restart()
     // messages; the second, in the same group, reads the rest again from there.
     let mut first = clients::consume_args(&a, &topic, &group, n as u64, 60);
     first.push("kai.commit_after=100".into());
-    let out = clients::run(Kind::Python, &first, &PluginConfig::new(Kind::Python, &s), LIMIT);
+    let out = clients::run(
+        Kind::Python,
+        &first,
+        &PluginConfig::new(Kind::Python, &s),
+        LIMIT,
+    );
     assert!(out.ok, "{} {}", out.json, out.stderr);
     assert_eq!(out.json["consumed"], n);
     let second = clients::consume_args(&a, &topic, &group, (n - 100) as u64, 60);
-    let out = clients::run(Kind::Python, &second, &PluginConfig::new(Kind::Python, &s), LIMIT);
+    let out = clients::run(
+        Kind::Python,
+        &second,
+        &PluginConfig::new(Kind::Python, &s),
+        LIMIT,
+    );
     assert!(out.ok, "{} {}", out.json, out.stderr);
     assert_eq!(out.json["consumed"], n - 100);
     let (seen, _) = reported(&a, &audit, &topic, n as u64);
@@ -185,9 +250,15 @@ fn the_plugin_brings_no_librdkafka_of_its_own() {
     // SAFETY: loading the plugin runs no code of it (it has no initialisers that act).
     unsafe {
         let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        assert!(!h.is_null(), "the plugin loads without any librdkafka in the process");
+        assert!(
+            !h.is_null(),
+            "the plugin loads without any librdkafka in the process"
+        );
         for sym in [c"rd_kafka_new", c"rd_kafka_conf_interceptor_add_on_new"] {
-            assert!(libc::dlsym(h, sym.as_ptr()).is_null(), "{sym:?} defined by the plugin");
+            assert!(
+                libc::dlsym(h, sym.as_ptr()).is_null(),
+                "{sym:?} defined by the plugin"
+            );
         }
         assert!(!libc::dlsym(h, c"conf_init".as_ptr()).is_null());
         libc::dlclose(h);

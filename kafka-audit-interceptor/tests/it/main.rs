@@ -4,11 +4,11 @@
 
 // The e2e rig of kafka-audit's tests (auditors, collector, serve, webhook receiver) and
 // the audit-service test helpers it builds on.
+#[path = "../../../kafka-audit/tests/it/e2e/mod.rs"]
+mod e2e;
 #[path = "../../../audit-service/tests/it/support/mod.rs"]
 #[allow(dead_code)]
 mod support;
-#[path = "../../../kafka-audit/tests/it/e2e/mod.rs"]
-mod e2e;
 
 mod clients;
 mod lifecycle;

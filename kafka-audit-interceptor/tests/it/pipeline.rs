@@ -6,8 +6,10 @@
 //! PostgreSQL and serve's evaluator with a webhook receiver judge it. Asserted: the
 //! pages over the whole run (a loss in the window of the deleted records and a
 //! duplication in the window of the copies, per client, nothing else), the producer
-//! tier's counts and checksums per window against the ground truth, and the consumer
-//! tier's windows equal to the regional tier's.
+//! tier's counts and checksums per window against the ground truth, the consumer
+//! tier's windows equal to the regional tier's, and (Python and C) the messages whose
+//! delivery the producer was told failed, per window in the windows API: the loss
+//! the producer knew about, apart from the silent loss paged.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,6 +32,27 @@ const PARTITIONS: i32 = 3;
 const DELETED: i64 = 20;
 /// Messages 200..207 (window 2) produced again by a client without the plugin.
 const DUPLICATED: std::ops::Range<i64> = 200..207;
+/// Python and C: every 25th message goes to a partition the topic has not (its
+/// delivery fails): 4 per window.
+const FAIL_EVERY: i64 = 25;
+
+/// Whether the run of `kind` sends message `i` to a partition that does not exist.
+fn fails(kind: Kind, i: i64) -> bool {
+    kind != Kind::Rust && i % FAIL_EVERY == FAIL_EVERY - 1
+}
+
+/// The messages of `kind`'s run that reached the topic, in order, and the records the
+/// deletion removes (the first `DELETED` of partition 0).
+fn delivered(kind: Kind) -> (Vec<i64>, Vec<i64>) {
+    let sent: Vec<i64> = (0..N).filter(|i| !fails(kind, *i)).collect();
+    let deleted = sent
+        .iter()
+        .copied()
+        .filter(|i| i % PARTITIONS as i64 == 0)
+        .take(DELETED as usize)
+        .collect();
+    (sent, deleted)
+}
 
 /// Tiers producer → regional → consumer in dc1; the plugin's tiers report no progress
 /// (they read nothing an auditor would), so only the regional auditor's holds a window.
@@ -73,9 +96,10 @@ fn truth(ids: impl Iterator<Item = i64>, base: i64, span: i64) -> BTreeMap<i64, 
         let (key, value, ts) = clients::message(i, N, base, span);
         let w = out.entry(ts / WINDOW_MS * WINDOW_MS).or_default();
         w.0 += 1;
-        w.1 = w
-            .1
-            .wrapping_add(audit_lib::message_hash(Some(key.as_bytes()), value.as_bytes()));
+        w.1 = w.1.wrapping_add(audit_lib::message_hash(
+            Some(key.as_bytes()),
+            value.as_bytes(),
+        ));
     }
     out
 }
@@ -96,6 +120,41 @@ async fn delete_first_records(bootstrap: &str, topic: &str, partition: i32, befo
     }
 }
 
+/// Per window start, the producer tier's `delivery_failed_count` in serve's
+/// `GET /api/v1/topics/{topic}/windows` (windows with none left out).
+async fn delivery_failures(
+    state: &web::AppState,
+    topic: &str,
+    range: (i64, i64),
+) -> BTreeMap<i64, u64> {
+    use tower::ServiceExt;
+    let uri = format!(
+        "/api/v1/topics/{topic}/windows?from={}&to={}&tier=producer",
+        range.0, range.1
+    );
+    let req = axum::http::Request::get(uri)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let res = web::app(state.clone()).oneshot(req).await.expect("windows");
+    assert_eq!(res.status(), 200);
+    let body = axum::body::to_bytes(res.into_body(), 1 << 24)
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    v["windows"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .filter(|w| w["delivery_failed_count"].as_u64().unwrap_or(0) > 0)
+        .map(|w| {
+            (
+                w["window_start"].as_i64().unwrap(),
+                w["delivery_failed_count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 async fn stored(state: &web::AppState, topic: &str, range: (i64, i64)) -> Vec<WindowRow> {
     state
         .store
@@ -114,9 +173,11 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
         testkit::create_topic(&a, &t, PARTITIONS).await;
         topics.push((kind, t));
     }
-    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+    // Migrated before the collector starts: both creating the day partitions at once
+    // waited out PostgreSQL's lock timeout on a loaded machine.
     let store = store::Store::connect(rig.db.url()).await.expect("connect");
     store.migrate().await.expect("migrate");
+    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
     let state = web::AppState::new(serve_config(&rig.hook), store).expect("state");
     let jobs = state.spawn_jobs(&rig.stop);
 
@@ -140,19 +201,40 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
     // 1. The producers, all at once, with the plugin's properties only.
     let mut runs = Vec::new();
     for (kind, topic) in &topics {
-        let (kind, args) = (*kind, clients::produce_args(&a, topic, N, base, span, PARTITIONS));
+        let (kind, mut args) = (
+            *kind,
+            clients::produce_args(&a, topic, N, base, span, PARTITIONS),
+        );
+        if kind != Kind::Rust {
+            args.push(format!("kai.fail_every={FAIL_EVERY}"));
+        }
         let s = settings(&rig.audit_a);
         runs.push(tokio::task::spawn_blocking(move || {
             let s: Vec<(&str, &str)> = s.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let out = clients::run(kind, &args, &PluginConfig::new(kind, &s), Duration::from_secs(120));
+            let out = clients::run(
+                kind,
+                &args,
+                &PluginConfig::new(kind, &s),
+                Duration::from_secs(120),
+            );
             (kind, out)
         }));
     }
     for r in runs {
         let (kind, out) = r.await.unwrap();
         assert!(out.ok, "{kind:?} producer: {} {}", out.json, out.stderr);
-        assert_eq!(out.json["delivered"], N, "{kind:?} producer: {}", out.json);
-        assert_eq!(out.json["failed"], 0, "{kind:?} producer: {}", out.json);
+        let failed = (0..N).filter(|i| fails(kind, *i)).count();
+        assert_eq!(
+            out.json["delivered"],
+            N as usize - failed,
+            "{kind:?} producer: {}",
+            out.json
+        );
+        assert_eq!(
+            out.json["failed"], failed,
+            "{kind:?} producer: {}",
+            out.json
+        );
     }
 
     // 2. Loss: records deleted at the broker before the regional auditor reads them.
@@ -163,11 +245,20 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
         for i in DUPLICATED {
             let (key, value, _) = clients::message(i, N, base, span);
             let partition = (i % PARTITIONS as i64) as i32;
-            send_queued(&plain, BaseRecord::to(topic).key(&key).payload(&value).partition(partition));
+            send_queued(
+                &plain,
+                BaseRecord::to(topic)
+                    .key(&key)
+                    .payload(&value)
+                    .partition(partition),
+            );
         }
     }
-    plain.flush(Duration::from_secs(30)).expect("flush the plain producer");
-    let in_topic = (N - DELETED) as u64 + DUPLICATED.count() as u64;
+    plain
+        .flush(Duration::from_secs(30))
+        .expect("flush the plain producer");
+    let in_topic =
+        |kind| (delivered(kind).0.len() as i64 - DELETED) as u64 + DUPLICATED.count() as u64;
 
     // 4. The consumers with the plugin, each in its own group, before the regional
     // auditor: the consumer tier reports no progress, so its counts must be in when the
@@ -175,41 +266,85 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
     let mut runs = Vec::new();
     for (kind, topic) in &topics {
         let kind = *kind;
-        let args = clients::consume_args(&a, topic, &testkit::unique("kai-consumer"), in_topic, 90);
+        let args = clients::consume_args(
+            &a,
+            topic,
+            &testkit::unique("kai-consumer"),
+            in_topic(kind),
+            90,
+        );
         let s = settings(&rig.audit_a);
         runs.push(tokio::task::spawn_blocking(move || {
             let s: Vec<(&str, &str)> = s.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            (kind, clients::run(kind, &args, &PluginConfig::new(kind, &s), Duration::from_secs(120)))
+            (
+                kind,
+                clients::run(
+                    kind,
+                    &args,
+                    &PluginConfig::new(kind, &s),
+                    Duration::from_secs(120),
+                ),
+            )
         }));
     }
     for r in runs {
         let (kind, out) = r.await.unwrap();
         assert!(out.ok, "{kind:?} consumer: {} {}", out.json, out.stderr);
-        assert_eq!(out.json["consumed"], in_topic, "{kind:?} consumer: {}", out.json);
+        assert_eq!(
+            out.json["consumed"],
+            in_topic(kind),
+            "{kind:?} consumer: {}",
+            out.json
+        );
     }
     for (kind, topic) in &topics {
         let both_in = testkit::wait_until_async(Duration::from_secs(60), || async {
             let rows = stored(&state, topic, range).await;
             let sum = |tier| tier_windows(&rows, tier).values().map(|w| w.0).sum::<u64>();
-            sum("producer") == N as u64 && sum("consumer") == in_topic
+            sum("producer") == delivered(*kind).0.len() as u64 && sum("consumer") == in_topic(*kind)
         })
         .await;
-        assert!(both_in, "{kind:?}: producer and consumer tiers not stored: {:?}", stored(&state, topic, range).await);
+        assert!(
+            both_in,
+            "{kind:?}: producer and consumer tiers not stored: {:?}",
+            stored(&state, topic, range).await
+        );
     }
 
     // 5. The regional auditor reads what is left, and the windows are judged.
     let names: Vec<&str> = topics.iter().map(|(_, t)| t.as_str()).collect();
     let regional = rig.spawn_auditor(rig.regional(&names));
     for (kind, topic) in &topics {
-        let counts = [("producer", N as u64), ("regional", in_topic), ("consumer", in_topic)];
-        let all_final = e2e::wait_final(&state, topic, range, &counts, false, Duration::from_secs(180)).await;
-        assert!(all_final, "{kind:?}: windows not final: {:?}", stored(&state, topic, range).await);
+        let produced = delivered(*kind).0.len() as u64;
+        let counts = [
+            ("producer", produced),
+            ("regional", in_topic(*kind)),
+            ("consumer", in_topic(*kind)),
+        ];
+        let all_final = e2e::wait_final(
+            &state,
+            topic,
+            range,
+            &counts,
+            false,
+            Duration::from_secs(180),
+        )
+        .await;
+        assert!(
+            all_final,
+            "{kind:?}: windows not final: {:?}",
+            stored(&state, topic, range).await
+        );
     }
     for (_, topic) in &topics {
         rig.pages.wait_for(topic, 2, Duration::from_secs(20)).await;
     }
     // A few more evaluation cycles: a page that should not come has its chance to.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut failed_in_api = BTreeMap::new();
+    for (kind, topic) in &topics {
+        failed_in_api.insert(*kind, delivery_failures(&state, topic, range).await);
+    }
     rig.shutdown([regional, collector], jobs).await;
 
     let lossy = base;
@@ -220,23 +355,40 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
         assert_eq!(
             pages,
             vec![
-                ("trigger".to_string(), "duplication".to_string(), Some(duplicated)),
+                (
+                    "trigger".to_string(),
+                    "duplication".to_string(),
+                    Some(duplicated)
+                ),
                 ("trigger".to_string(), "loss".to_string(), Some(lossy)),
             ],
             "{kind:?}: every page of the run: {:#?}",
             rig.pages.all()
         );
         let rows = stored(&state, topic, range).await;
+        let (sent, deleted) = delivered(*kind);
         assert_eq!(
             tier_windows(&rows, "producer"),
-            truth(0..N, base, span),
-            "{kind:?}: producer tier per window (count, checksum) against what was sent"
+            truth(sent.iter().copied(), base, span),
+            "{kind:?}: producer tier per window (count, checksum) against what was delivered"
         );
-        let deleted = (0..DELETED).map(|o| o * PARTITIONS as i64);
-        let kept = (0..N).filter(|i| !deleted.clone().any(|d| d == *i));
+        let mut told: BTreeMap<i64, u64> = BTreeMap::new();
+        for i in (0..N).filter(|i| fails(*kind, *i)) {
+            let ts = clients::message(i, N, base, span).2;
+            *told.entry(ts / WINDOW_MS * WINDOW_MS).or_default() += 1;
+        }
+        assert_eq!(
+            failed_in_api[kind], told,
+            "{kind:?}: the windows API's delivery_failed_count of the producer tier"
+        );
+        let kept = sent.iter().copied().filter(|i| !deleted.contains(i));
         let mut regional_truth = truth(kept.chain(DUPLICATED), base, span);
         regional_truth.retain(|_, w| w.0 > 0);
-        assert_eq!(tier_windows(&rows, "regional"), regional_truth, "{kind:?}: regional tier");
+        assert_eq!(
+            tier_windows(&rows, "regional"),
+            regional_truth,
+            "{kind:?}: regional tier"
+        );
         assert_eq!(
             tier_windows(&rows, "consumer"),
             tier_windows(&rows, "regional"),
