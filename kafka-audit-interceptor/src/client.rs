@@ -436,13 +436,13 @@ impl Client {
         let mut kind: c_int = 0;
         // SAFETY: reads the message's timestamp.
         let ts = unsafe { (self.host.rd_kafka_message_timestamp)(msg, &mut kind) };
-        let record_timestamp = (ts >= 0)
-            .then(|| match kind {
-                host::TIMESTAMP_CREATE_TIME => Some(TimestampType::CreateTime),
-                host::TIMESTAMP_LOG_APPEND_TIME => Some(TimestampType::LogAppendTime),
-                _ => None,
-            })
-            .flatten()
+        let kind = match kind {
+            host::TIMESTAMP_CREATE_TIME => Some(TimestampType::CreateTime),
+            host::TIMESTAMP_LOG_APPEND_TIME => Some(TimestampType::LogAppendTime),
+            _ => None,
+        };
+        let record_timestamp = kind
+            .filter(|_| ts >= 0)
             .map(|kind| RecordTimestamp { ms: ts, kind });
         let slice = |p: *mut c_void, len: usize| {
             // SAFETY: librdkafka's pointer and length of the key or payload.
@@ -460,7 +460,7 @@ impl Client {
             value: slice(msg.payload, msg.len),
             headers: &headers,
             record_timestamp,
-            observed_at_ms: crate::now_ms(),
+            observed_at_ms: crate::observed_at_ms(),
         };
         Some(f(&obs))
     }

@@ -7,7 +7,6 @@
 #[path = "../../../kafka-audit/tests/it/e2e/mod.rs"]
 mod e2e;
 #[path = "../../../audit-service/tests/it/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 mod clients;
