@@ -44,7 +44,8 @@ cargo_args=("$@")
 echo "== dependencies"
 missing=()
 # prometheus: its promtool checks the /metrics exposition (web metrics tests).
-for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus; do
+# python3-venv: the interceptor plugin's tests run confluent-kafka's wheel from PyPI.
+for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 command -v pkg-config >/dev/null || missing+=(pkg-config)
@@ -62,6 +63,7 @@ else
 fi
 command -v cargo >/dev/null || fail "cargo not found: install Rust (https://rustup.rs)"
 deploy/dev/kafka fetch || fail "could not fetch the Kafka broker jars"
+deploy/dev/python-clients >/dev/null || fail "could not install the Python test clients (confluent-kafka from PyPI)"
 phase deps
 
 # --- 2. build ---------------------------------------------------------------------------

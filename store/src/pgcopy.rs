@@ -8,9 +8,10 @@ pub const COPY_MESSAGES: &str = "COPY audit_message (uuid, kind, topic, tier, da
     window_start_ms, emitted_at_ms, received_at_ms, count, checksum, window_end_ms, bytes,
     no_time_count, malformed_count, out_of_bounds_count, latency_zero_count,
     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition,
-    offset_min, offset_max, observation_time_count, partition_ms) FROM STDIN (FORMAT binary)";
+    offset_min, offset_max, observation_time_count, partition_ms, delivery_failed_count)
+    FROM STDIN (FORMAT binary)";
 
-const COLUMNS: i16 = 26;
+const COLUMNS: i16 = 27;
 const INT4_OID: i32 = 23;
 const INT8_OID: i32 = 20;
 
@@ -132,6 +133,7 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 row.int8_array(s.offsets.iter().map(|o| o.max));
                 row.int8(i(s.observation_time_count));
                 row.int8(inc.window_start);
+                row.int8(i(s.delivery_failed_count));
             }
             AuditBody::Progress(_) => {
                 row.field(m.uuid.as_bytes());
@@ -149,6 +151,8 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 // observation_time_count is NOT NULL (0 for rows that are not increments).
                 row.int8(0);
                 row.int8(m.emitted_at);
+                // delivery_failed_count too.
+                row.int8(0);
             }
         }
     }
