@@ -391,6 +391,7 @@ impl AuditStore for SqliteStore {
             messages,
             rejects,
             partitions: 0,
+            failed_steps: 0,
         })
     }
 }

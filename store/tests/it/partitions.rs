@@ -659,3 +659,75 @@ async fn a_store_that_applied_the_observation_count_migration_first_converts_too
     let rows = all_windows(&store).await;
     assert_eq!((rows[0].count, rows[0].observation_time_count), (80, 10));
 }
+
+/// Each retention step is its own transaction and fails alone: a day partition whose
+/// drop cannot get its lock (a long reader holds the table), or a default partition
+/// whose delete the database refuses, leaves the other steps to delete what they
+/// should, and the failures are counted in the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_retention_step_leaves_the_others_to_run() {
+    let (store, _db) = pg_store("store_retention_steps").await;
+    let pool = store.pool();
+    let day0 = today() - 3 * DAY;
+    store.prepare_partitions(day0, today()).await.unwrap();
+    let old_day = message("orders", "regional", "dc1", day0 + 3 * W, 5, 1);
+    let ancient = message("orders", "regional", "dc1", DAY + 3 * W, 2, 2); // default partition
+    let mut old = batch(vec![old_day, ancient], day0);
+    old.rejects = vec![Reject {
+        source: "test".into(),
+        reason: "old".into(),
+        payload: "x".into(),
+    }];
+    store.write_batch(&old).await.unwrap();
+    let cutoff = day0 + DAY + W;
+    let count = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+
+    // A reader holds audit_window: the day's drop waits out its lock timeout.
+    let mut reader = pool.begin().await.unwrap();
+    sqlx::query("SELECT count(*) FROM audit_window")
+        .execute(&mut *reader)
+        .await
+        .unwrap();
+    let out = store.retention(cutoff, cutoff, 1000).await.unwrap();
+    assert_eq!(out.failed_steps, 1, "{out:?}");
+    assert_eq!(out.partitions, 0, "{out:?}");
+    assert_eq!(
+        (out.windows, out.messages, out.rejects),
+        (1, 1, 1),
+        "the default partitions and the rejects were still cleaned: {out:?}"
+    );
+    reader.rollback().await.unwrap();
+    assert_eq!(count("SELECT count(*) FROM audit_window_default").await, 0);
+    assert_eq!(count("SELECT count(*) FROM audit_reject").await, 0);
+
+    // The next pass drops the day; a refused delete of the default windows does not
+    // keep the UUIDs behind it from going.
+    let ancient = message("orders", "regional", "dc1", DAY + 5 * W, 2, 3);
+    store
+        .write_batch(&batch(vec![ancient], day0))
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '55000'; END $$;
+         CREATE TRIGGER refuse_delete BEFORE DELETE ON audit_window_bucket_default
+             FOR EACH ROW EXECUTE FUNCTION refuse_delete();",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let out = store.retention(cutoff, cutoff, 1000).await.unwrap();
+    assert_eq!(out.failed_steps, 1, "{out:?}");
+    assert_eq!(
+        (out.partitions, out.windows, out.messages),
+        (4, 0, 1),
+        "{out:?}"
+    );
+    assert_eq!(count("SELECT count(*) FROM audit_window_default").await, 1);
+    assert_eq!(count("SELECT count(*) FROM audit_message_default").await, 0);
+}
