@@ -43,7 +43,8 @@ cargo_args=("$@")
 echo "== dependencies"
 missing=()
 # prometheus: its promtool checks the /metrics exposition (web metrics tests).
-for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus; do
+# openssl: the store's TLS tests make a self-signed X.509 v1 certificate with it.
+for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus openssl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 command -v pkg-config >/dev/null || missing+=(pkg-config)

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
@@ -75,10 +75,35 @@ impl PgStore {
         })?;
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections.max(1))
-            .acquire_timeout(opts.acquire_timeout)
-            .connect_with(options)
+            .acquire_timeout(opts.acquire_timeout);
+        let first = match pool.clone().connect_with(options.clone()).await {
+            Ok(pool) => return Ok(PgStore { pool }),
+            Err(e) => e,
+        };
+        let Some(cause) = tls_failure(&first) else {
+            return Err(first).context("connecting to PostgreSQL");
+        };
+        let host = format!("{}:{}", options.get_host(), options.get_port());
+        let mode = options.get_ssl_mode();
+        if !matches!(mode, PgSslMode::Prefer) {
+            return Err(StoreError::Tls {
+                host,
+                mode: libpq_name(mode),
+                cause,
+                source: first,
+            });
+        }
+        // libpq's `prefer` (the default): "first try an SSL connection; if that fails,
+        // try a non-SSL connection". sqlx treats a failed handshake as fatal instead.
+        tracing::warn!(%host, %cause,
+            "TLS with PostgreSQL failed under sslmode=prefer; connecting without TLS, as prefer allows \
+             (sslmode=require or verify-full refuse to)");
+        let pool = pool
+            .connect_with(options.ssl_mode(PgSslMode::Disable))
             .await
-            .context("connecting to PostgreSQL")?;
+            .context(
+                "connecting to PostgreSQL (without TLS, after TLS failed under sslmode=prefer)",
+            )?;
         Ok(PgStore { pool })
     }
 
@@ -776,6 +801,61 @@ async fn seqscan(tx: &mut Transaction<'_, Postgres>, on: bool) -> Result<()> {
         .await
         .context("planning a lookup by UUID")?;
     Ok(())
+}
+
+/// What went wrong in words, when `e` is a failure of TLS (the server refused it, or
+/// the handshake failed), `None` for any other connection error. rustls' errors reach
+/// here as I/O errors of kind `InvalidData` and are told apart by their text: the
+/// store does not link rustls itself (sqlx does), so it cannot match their types.
+fn tls_failure(e: &sqlx::Error) -> Option<String> {
+    let text = match e {
+        sqlx::Error::Tls(e) => e.to_string(),
+        sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => e.to_string(),
+        _ => return None,
+    };
+    let words = [
+        (
+            "UnsupportedCertVersion",
+            "the server's certificate is X.509 v1, which rustls (kafka-audit's TLS library) \
+             cannot use even unverified; give the server an X.509 v3 certificate, or connect \
+             without TLS (sslmode=prefer or disable)",
+        ),
+        (
+            "UnknownIssuer",
+            "the server's certificate is not signed by a root of sslrootcert (nor by a \
+             public web root)",
+        ),
+        (
+            "NotValidForName",
+            "the server's certificate is not valid for the URL's host name",
+        ),
+        ("Expired", "the server's certificate has expired"),
+        ("NotValidYet", "the server's certificate is not valid yet"),
+        (
+            "server does not support TLS",
+            "the server does not offer TLS (ssl = off)",
+        ),
+    ];
+    let said = words
+        .iter()
+        .find(|(key, _)| text.contains(key))
+        .map(|w| w.1);
+    Some(match said {
+        Some(words) => format!("{words} ({text})"),
+        None => text,
+    })
+}
+
+/// `sslmode` as libpq (and the URL) spells it.
+fn libpq_name(mode: PgSslMode) -> &'static str {
+    match mode {
+        PgSslMode::Disable => "disable",
+        PgSslMode::Allow => "allow",
+        PgSslMode::Prefer => "prefer",
+        PgSslMode::Require => "require",
+        PgSslMode::VerifyCa => "verify-ca",
+        PgSslMode::VerifyFull => "verify-full",
+    }
 }
 
 fn is_unique_violation(e: &StoreError) -> bool {
