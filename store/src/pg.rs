@@ -982,27 +982,30 @@ impl AuditStore for PgStore {
     }
 
     async fn prepare_partitions(&self, from_ms: i64, to_ms: i64) -> Result<u64> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .context("beginning partition maintenance")?;
-        // Attaching a partition locks its table briefly; never queue ingestion behind
-        // a long wait for that lock (the next call tries again).
-        sqlx::query("SET LOCAL lock_timeout = '5s'")
-            .execute(&mut *tx)
-            .await
-            .context("setting a lock timeout")?;
-        let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $2)")
-            .bind(from_ms)
-            .bind(to_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .context("creating day partitions")?;
-        tx.commit()
-            .await
-            .context("committing partition maintenance")?;
-        Ok(created.max(0) as u64)
+        // One day per transaction, the days traffic needs first (today and ahead, then
+        // back from yesterday): the locks a day's creation takes are held for that day
+        // only (on Citus a day of four tables takes about a second), and a day that
+        // fails (its lock timeout) keeps neither the others nor ingestion waiting. The
+        // next call retries it.
+        let today = common::now_ms().div_euclid(DAY_MS) * DAY_MS;
+        let (first, last) = (from_ms.div_euclid(DAY_MS), to_ms.div_euclid(DAY_MS));
+        let days = (first..=last).map(|d| d * DAY_MS);
+        let (back, ahead): (Vec<i64>, Vec<i64>) = days.partition(|&d| d < today);
+        let mut created = 0;
+        let mut failed = None;
+        for day in ahead.into_iter().chain(back.into_iter().rev()) {
+            match self.prepare_day(day).await {
+                Ok(n) => created += n,
+                Err(e) => {
+                    tracing::warn!(day_ms = day, error = %e, "creating a day's partitions failed; the other days go on");
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            None => Ok(created),
+            Some(e) => Err(e),
+        }
     }
 
     async fn retention(
@@ -1055,24 +1058,41 @@ impl AuditStore for PgStore {
     }
 }
 
-/// The steps of [`AuditStore::retention`], each in a transaction of its own. No
-/// `FOR UPDATE` on the tables that Citus distributes (it refuses row locks in a
-/// multi-shard query): a step waits at most [`RETENTION_LOCK_TIMEOUT`] for rows an
-/// ingesting transaction holds and otherwise fails alone, to be retried at the next
-/// pass. The old rows it deletes are rarely written (late data older than the
-/// retention), so waiting is rare.
+/// Partition upkeep and the steps of [`AuditStore::retention`], each in a transaction
+/// of its own. No `FOR UPDATE` on the tables that Citus distributes (it refuses row
+/// locks in a multi-shard query): a step waits at most [`MAINTENANCE_LOCK_TIMEOUT`]
+/// for rows an ingesting transaction holds and otherwise fails alone, to be retried at
+/// the next pass. The old rows retention deletes are rarely written (late data older
+/// than the retention), so waiting is rare.
 impl PgStore {
-    /// A transaction whose statements wait at most [`RETENTION_LOCK_TIMEOUT`] for a lock.
-    async fn retention_transaction(&self) -> Result<Transaction<'static, Postgres>> {
+    /// Creates the missing partitions of the UTC day starting at `day_ms`, in one
+    /// transaction; how many.
+    async fn prepare_day(&self, day_ms: i64) -> Result<u64> {
+        let mut tx = self.maintenance_transaction().await?;
+        let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $1)")
+            .bind(day_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .context("creating day partitions")?;
+        tx.commit()
+            .await
+            .context("committing partition maintenance")?;
+        Ok(created.max(0) as u64)
+    }
+
+    /// A transaction whose statements wait at most [`MAINTENANCE_LOCK_TIMEOUT`] for a lock.
+    async fn maintenance_transaction(&self) -> Result<Transaction<'static, Postgres>> {
         let mut tx = self
             .pool
             .begin()
             .await
-            .context("beginning a retention transaction")?;
-        sqlx::query(RETENTION_LOCK_TIMEOUT)
-            .execute(&mut *tx)
-            .await
-            .context("setting a lock timeout")?;
+            .context("beginning a maintenance transaction")?;
+        for setting in MAINTENANCE_LOCK_TIMEOUT {
+            sqlx::query(setting)
+                .execute(&mut *tx)
+                .await
+                .context("setting a lock timeout")?;
+        }
         Ok(tx)
     }
 
@@ -1081,7 +1101,7 @@ impl PgStore {
     /// ingestion never queues behind it for long, and a pass that times out leaves
     /// the days to the next one.
     async fn drop_old_days(&self, window_cutoff_ms: i64, message_cutoff_ms: i64) -> Result<u64> {
-        let mut tx = self.retention_transaction().await?;
+        let mut tx = self.maintenance_transaction().await?;
         let partitions: i32 = sqlx::query_scalar("SELECT audit_drop_day_partitions($1, $2)")
             .bind(window_cutoff_ms)
             .bind(message_cutoff_ms)
@@ -1095,7 +1115,7 @@ impl PgStore {
     /// Topics whose newest window is a day older than the cutoff have no window left
     /// in a day partition (and the default partition's go with the windows below).
     async fn forget_old_topics(&self, window_cutoff_ms: i64) -> Result<u64> {
-        let mut tx = self.retention_transaction().await?;
+        let mut tx = self.maintenance_transaction().await?;
         let n = sqlx::query("DELETE FROM audit_topic WHERE last_window_start_ms < $1")
             .bind(window_cutoff_ms.saturating_sub(DAY_MS))
             .execute(&mut *tx)
@@ -1109,7 +1129,7 @@ impl PgStore {
     /// Up to `limit` windows of the default partition (times no day partition
     /// covered) older than the cutoff, with their buckets and offsets.
     async fn delete_old_default_windows(&self, window_cutoff_ms: i64, limit: i64) -> Result<u64> {
-        let mut tx = self.retention_transaction().await?;
+        let mut tx = self.maintenance_transaction().await?;
         let windows: i64 = sqlx::query_scalar(
             "WITH doomed AS (
                  SELECT topic, window_start_ms, id FROM audit_window_default
@@ -1135,7 +1155,7 @@ impl PgStore {
 
     /// Up to `limit` message UUIDs of the default partition older than the cutoff.
     async fn delete_old_default_messages(&self, message_cutoff_ms: i64, limit: i64) -> Result<u64> {
-        let mut tx = self.retention_transaction().await?;
+        let mut tx = self.maintenance_transaction().await?;
         let n = sqlx::query(
             "DELETE FROM audit_message_default WHERE (uuid, topic, partition_ms) IN (
                  SELECT uuid, topic, partition_ms FROM audit_message_default
@@ -1168,9 +1188,14 @@ impl PgStore {
     }
 }
 
-/// How long a retention step waits for a lock before it fails (and is retried at the
-/// next pass).
-const RETENTION_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
+/// How long a maintenance step waits for a lock before it fails (and is retried at
+/// the next pass). On Citus the setting must reach the workers too, where the shards'
+/// rows are locked: `citus.propagate_set_commands` sends the transaction's `SET LOCAL`s
+/// along (on plain PostgreSQL it is an unused placeholder setting).
+const MAINTENANCE_LOCK_TIMEOUT: [&str; 2] = [
+    "SET LOCAL citus.propagate_set_commands = 'local'",
+    "SET LOCAL lock_timeout = '5s'",
+];
 
 impl PgStore {
     crate::shared::shared_window_reads!();

@@ -272,12 +272,7 @@ impl Drop for TestDatabase {
                 return;
             };
             runtime.block_on(async {
-                let conn = if citus {
-                    citus_connect(&admin_url).await
-                } else {
-                    PgConnection::connect(&admin_url).await
-                };
-                if let Ok(mut conn) = conn {
+                if let Ok(mut conn) = admin_connect(&admin_url).await {
                     if citus {
                         let _ = conn.execute(PROPAGATE_DATABASES).await;
                     }
@@ -316,7 +311,7 @@ pub async fn fresh_database(prefix: &str) -> TestDatabase {
     let admin_url = pg_url();
     // Unquoted SQL identifiers fold to lower case and may not contain '-'.
     let name = unique(prefix).to_ascii_lowercase().replace('-', "_");
-    let mut conn = PgConnection::connect(&admin_url)
+    let mut conn = admin_connect(&admin_url)
         .await
         .unwrap_or_else(|e| panic!("connect to {admin_url}: {e}"));
     conn.execute(format!("CREATE DATABASE \"{name}\"").as_str())
@@ -351,11 +346,11 @@ pub fn citus_url() -> Option<String> {
 
 const PROPAGATE_DATABASES: &str = "SET citus.enable_create_database_propagation = on";
 
-/// The harness's own connection to a Citus node. Citus gives a node without a
-/// certificate a self-signed X.509 v1 one, which rustls cannot use even unverified:
-/// when the URL's mode fails, the harness (not the store under test, which has its own
-/// `sslmode` handling) retries without TLS.
-async fn citus_connect(url: &str) -> Result<PgConnection, sqlx::Error> {
+/// The harness's own connection to a test server. `CREATE EXTENSION citus` gives a
+/// server without a certificate a self-signed X.509 v1 one (`ssl = on`), which rustls
+/// cannot use even unverified: when the URL's mode fails, the harness (not the store
+/// under test, which has its own `sslmode` handling) retries without TLS.
+async fn admin_connect(url: &str) -> Result<PgConnection, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
     match PgConnection::connect_with(&options).await {
         Ok(conn) => Ok(conn),
@@ -379,7 +374,7 @@ pub async fn fresh_citus_database(prefix: &str) -> Option<TestDatabase> {
         return None;
     };
     let fail = |what: &str, e: sqlx::Error| -> ! { panic!("Citus at {admin_url}: {what}: {e}") };
-    let mut admin = citus_connect(&admin_url)
+    let mut admin = admin_connect(&admin_url)
         .await
         .unwrap_or_else(|e| fail("connect", e));
     // (host, port, group): group 0 is the coordinator.
@@ -409,7 +404,7 @@ pub async fn fresh_citus_database(prefix: &str) -> Option<TestDatabase> {
     let mut coordinator = None;
     for (host, port, group) in &nodes {
         let url = with_host(&db.url, host, *port);
-        let mut conn = citus_connect(&url)
+        let mut conn = admin_connect(&url)
             .await
             .unwrap_or_else(|e| fail("connect to a node's new database", e));
         conn.execute("CREATE EXTENSION citus")
@@ -421,7 +416,7 @@ pub async fn fresh_citus_database(prefix: &str) -> Option<TestDatabase> {
     }
     let mut coordinator = match coordinator {
         Some(c) => c,
-        None => citus_connect(&db.url)
+        None => admin_connect(&db.url)
             .await
             .unwrap_or_else(|e| fail("connect to the new database", e)),
     };
