@@ -914,3 +914,116 @@ async fn a_failing_retention_step_leaves_the_others_to_run() {
     assert_eq!(count("SELECT count(*) FROM audit_window_default").await, 1);
     assert_eq!(count("SELECT count(*) FROM audit_message_default").await, 0);
 }
+
+/// On Citus, what the collector and serve do for the topics of a batch goes to the
+/// shards that hold those topics, never to every shard: the UUID probe (a replay),
+/// staging new increments, the roll-up, the staged-increment read serve makes every
+/// cycle, and a topic's windows, offsets and progress. Counted by Citus itself
+/// (`citus_stat_counters`, multi-shard query executions of this test's database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_citus_a_batchs_probes_and_reads_go_to_the_shards_of_its_topics() {
+    let Some(db) = testkit::fresh_citus_database("store_citus_routed").await else {
+        return;
+    };
+    {
+        let admin = PgStore::connect(db.url()).await.unwrap();
+        sqlx::query(&format!(
+            "ALTER DATABASE \"{}\" SET citus.enable_stat_counters = on",
+            db.name()
+        ))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+    }
+    // Connections opened from now on count.
+    let store = crate::citus::distributed_store(db.url()).await;
+    let pool = store.pool();
+    let now = common::now_ms();
+    let window = today() + 6 * W;
+    let increments = |topic: &str, n: u64| -> Vec<Message> {
+        (0..n)
+            .map(|i| message(topic, "regional", "dc1", window, 10 + i, i))
+            .collect()
+    };
+    let seeded: Vec<Message> = ["orders", "payments", "refunds", "shipments"]
+        .into_iter()
+        .flat_map(|t| increments(t, 20))
+        .chain([progress("orders", "regional", "dc1", now, 7)])
+        .collect();
+    store
+        .stage_batch(&batch(seeded.clone(), now))
+        .await
+        .unwrap();
+    rollup_all(&store).await;
+    let multi_shard = || async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT query_execution_multi_shard FROM citus_stat_counters
+             WHERE name = current_database()",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    let mut fanned_out = vec![];
+    macro_rules! routed {
+        ($what:literal, $op:expr) => {{
+            let before = multi_shard().await;
+            let result = $op;
+            let after = multi_shard().await;
+            if after > before {
+                fanned_out.push(($what, after - before));
+            }
+            result
+        }};
+    }
+    // The collector: a replay of two topics, new increments and progress of one, the
+    // roll-up.
+    let replay: Vec<Message> = seeded
+        .iter()
+        .filter(|m| m.topic == "orders" || m.topic == "refunds")
+        .cloned()
+        .collect();
+    let out = routed!(
+        "probe of a replay",
+        store.stage_batch(&batch(replay, now)).await.unwrap()
+    );
+    assert_eq!(out.accepted(), 0);
+    let fresh: Vec<Message> = increments("orders", 5)
+        .into_iter()
+        .chain([progress("orders", "regional", "dc1", now + 1, 9)])
+        .collect();
+    let out = routed!(
+        "staging",
+        store.stage_batch(&batch(fresh, now)).await.unwrap()
+    );
+    assert_eq!(out.accepted(), 6);
+    // serve, every cycle, then on a topic's page
+    let staged = routed!(
+        "staged windows",
+        store.staged_windows(None, 0).await.unwrap()
+    );
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    let staged = routed!(
+        "staged windows of a topic",
+        store.staged_windows(Some("orders"), 0).await.unwrap()
+    );
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    let rolled = routed!("roll-up", store.rollup(1000).await.unwrap());
+    assert_eq!(rolled, 5);
+    let rows = routed!(
+        "a topic's windows",
+        store.topic_windows("orders", everything()).await.unwrap()
+    );
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].count, (10..30).sum::<u64>() + (10..15).sum::<u64>());
+    routed!(
+        "a window's offsets",
+        store.window_offsets(&rows[0].key()).await.unwrap()
+    );
+    let p = routed!(
+        "a topic's progress",
+        store.progress(Some("orders")).await.unwrap()
+    );
+    assert_eq!(p[0].next_offset, 9);
+    assert!(fanned_out.is_empty(), "went to every shard: {fanned_out:?}");
+}
