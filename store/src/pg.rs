@@ -2,6 +2,8 @@
 //! statement per table per batch, whatever the batch size.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -61,6 +63,11 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Whether Citus distributes `audit_message`, which decides how rows are read by
+    /// key ([`MessageReads`]). Looked up at connect, after migrating and at each
+    /// partition upkeep (hourly), so a store distributed while running is read routed
+    /// from the next upkeep on; until then reads are correct, only fanned out.
+    distributed: Arc<AtomicBool>,
 }
 
 impl PgStore {
@@ -77,7 +84,7 @@ impl PgStore {
             .max_connections(opts.max_connections.max(1))
             .acquire_timeout(opts.acquire_timeout);
         let first = match pool.clone().connect_with(options.clone()).await {
-            Ok(pool) => return Ok(PgStore { pool }),
+            Ok(pool) => return Self::from_pool(pool).distribution_known().await,
             Err(e) => e,
         };
         let Some(cause) = tls_failure(&first) else {
@@ -104,11 +111,50 @@ impl PgStore {
             .context(
                 "connecting to PostgreSQL (without TLS, after TLS failed under sslmode=prefer)",
             )?;
-        Ok(PgStore { pool })
+        Self::from_pool(pool).distribution_known().await
     }
 
+    /// A store on `pool`, read as a store on one PostgreSQL until its next partition
+    /// upkeep or migration finds out otherwise.
     pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { pool }
+        PgStore {
+            pool,
+            distributed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Looks up whether Citus distributes `audit_message` (see `distributed`).
+    async fn distribution_known(self) -> Result<PgStore> {
+        self.learn_distribution().await?;
+        Ok(self)
+    }
+
+    async fn learn_distribution(&self) -> Result<()> {
+        let citus: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .context("looking for the citus extension")?;
+        // pg_dist_partition exists only with Citus.
+        let distributed = citus
+            && sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+                                WHERE logicalrelid = to_regclass('audit_message'))",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .context("asking Citus whether audit_message is distributed")?;
+        self.distributed.store(distributed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn message_reads(&self) -> MessageReads {
+        if self.distributed.load(Ordering::Relaxed) {
+            MessageReads::Routed
+        } else {
+            MessageReads::Local
+        }
     }
 
     /// The connection pool, for tests and benchmarks that poison, lock or seed tables
@@ -506,7 +552,11 @@ impl PgStore {
 }
 
 impl PgStore {
-    async fn stage_in(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<BatchOutcome> {
+    async fn stage_in(
+        tx: &mut Transaction<'_, Postgres>,
+        batch: &Batch,
+        reads: MessageReads,
+    ) -> Result<BatchOutcome> {
         let firsts = first_in_batch(batch)?;
         let received = batch.received_at_ms;
         let uuids: Vec<Uuid> = firsts.iter().map(|f| f.0).collect();
@@ -526,9 +576,12 @@ impl PgStore {
                 .map(|&(_, i)| batch.messages[i].topic.as_str())
                 .collect();
             seqscan(tx, false).await?;
-            let known = sqlx::query_as::<_, (Uuid, String, i64)>(PROBE_MESSAGES)
-                .bind(&uuids)
-                .bind(&topics)
+            let known = reads
+                .bind_keys(
+                    sqlx::query_as::<_, (Uuid, String, i64)>(reads.probe()),
+                    &uuids,
+                    &topics,
+                )
                 .bind(lo)
                 .bind(hi)
                 .fetch_all(&mut **tx)
@@ -595,6 +648,7 @@ impl PgStore {
     async fn take_staged(
         tx: &mut Transaction<'_, Postgres>,
         limit: u32,
+        reads: MessageReads,
     ) -> Result<(u64, Vec<Message>)> {
         let taken: Vec<(Uuid, String, i64)> = sqlx::query_as(
             "DELETE FROM audit_pending WHERE ctid = ANY(ARRAY(
@@ -613,21 +667,13 @@ impl PgStore {
         let (lo, hi) = span(taken.iter().map(|t| t.2));
         let taken_keys: HashSet<(Uuid, String, i64)> = taken.iter().cloned().collect();
         seqscan(tx, false).await?;
-        let rows: Vec<StagedDb> = sqlx::query_as(
-            "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
-                    count, bytes, no_time_count, malformed_count, out_of_bounds_count,
-                    observation_time_count, checksum,
-                    latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
-                    bucket_count, offset_partition, offset_min, offset_max, partition_ms
-             FROM audit_messages_by_key($1, $2, $3, $4) WHERE kind = 0",
-        )
-        .bind(&uuids)
-        .bind(&topics)
-        .bind(lo)
-        .bind(hi)
-        .fetch_all(&mut **tx)
-        .await
-        .context("reading staged increments")?;
+        let rows: Vec<StagedDb> = reads
+            .bind_keys(sqlx::query_as(reads.staged()), &uuids, &topics)
+            .bind(lo)
+            .bind(hi)
+            .fetch_all(&mut **tx)
+            .await
+            .context("reading staged increments")?;
         seqscan(tx, true).await?;
         // A staged UUID whose message retention already deleted has nothing to add.
         let increments: Vec<Message> = rows
@@ -638,8 +684,12 @@ impl PgStore {
         Ok((taken.len() as u64, increments))
     }
 
-    async fn rollup_in(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
-        let (taken, increments) = Self::take_staged(tx, limit).await?;
+    async fn rollup_in(
+        tx: &mut Transaction<'_, Postgres>,
+        limit: u32,
+        reads: MessageReads,
+    ) -> Result<u64> {
+        let (taken, increments) = Self::take_staged(tx, limit, reads).await?;
         if taken > 0 {
             let rollup = Rollup::of(&increments);
             Self::add_windows(tx, &rollup, common::now_ms()).await?;
@@ -652,9 +702,13 @@ impl PgStore {
     /// the one increment that causes it is found, which is taken off the queue and
     /// kept as a reject (source `rollup`) with the reason. The others go on, at a cost
     /// of about twice the work of a normal roll-up.
-    async fn rollup_isolating(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
+    async fn rollup_isolating(
+        tx: &mut Transaction<'_, Postgres>,
+        limit: u32,
+        reads: MessageReads,
+    ) -> Result<u64> {
         use sqlx::Acquire;
-        let (taken, increments) = Self::take_staged(tx, limit).await?;
+        let (taken, increments) = Self::take_staged(tx, limit, reads).await?;
         let now = common::now_ms();
         let mut quarantined = Vec::new();
         let mut parts: Vec<&[Message]> = vec![&increments];
@@ -778,15 +832,104 @@ impl StagedDb {
     }
 }
 
-/// The messages of a batch already stored: `$1` UUIDs, `$2` their topics (one each),
-/// `$3..=$4` the span of their `partition_ms`. A span, not `partition_ms = ANY(...)`:
-/// two arrays in one index condition make the B-tree descend once per pair (UUIDs ×
-/// distinct windows); the span prunes to the batch's days (usually one or two) and
-/// costs one descent per UUID and day (the topics are a filter there, not an index
-/// condition: the planner keeps them out of it). On Citus, audit_messages_by_key
-/// sends each shard only its topics' UUIDs. The caller matches the keys exactly.
-const PROBE_MESSAGES: &str =
-    "SELECT uuid, topic, partition_ms FROM audit_messages_by_key($1, $2, $3, $4)";
+/// How `audit_message` rows are read by key: by their UUIDs (and, routed, their
+/// topics: one each) and the span of their `partition_ms`. A span, not `partition_ms
+/// = ANY(...)`: two arrays in one index condition make the B-tree descend once per
+/// pair (UUIDs × distinct windows); the span prunes to the batch's days (usually one
+/// or two) and costs one descent per UUID and day. The rows are a superset of the
+/// exact keys: callers match them exactly.
+#[derive(Clone, Copy, Debug)]
+enum MessageReads {
+    /// One PostgreSQL: one query on the table by UUID (`$1` UUIDs, `$2..=$3` the span).
+    Local,
+    /// Citus: `audit_messages_by_key` (migration 20261201170100, `$1` UUIDs, `$2`
+    /// their topics, `$3..=$4` the span), one query per shard with only its topics'
+    /// UUIDs, each routed to that shard. Not used on one PostgreSQL, where it cost the
+    /// probe of a replay about 2× (the rows go through the function's tuplestore, and
+    /// a bound array of topics is compared row by row, not hashed).
+    Routed,
+}
+
+impl MessageReads {
+    /// `query` with the keys bound as the variant's SQL takes them.
+    fn bind_keys<'q, O>(
+        self,
+        query: sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>,
+        uuids: &'q [Uuid],
+        topics: &'q [&'q str],
+    ) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
+        match self {
+            MessageReads::Local => query.bind(uuids),
+            MessageReads::Routed => query.bind(uuids).bind(topics),
+        }
+    }
+
+    /// The keys of the messages of a batch already stored (the deduplication probe).
+    fn probe(self) -> &'static str {
+        match self {
+            MessageReads::Local => {
+                "SELECT uuid, topic, partition_ms FROM audit_message
+                 WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3"
+            }
+            MessageReads::Routed => {
+                "SELECT uuid, topic, partition_ms FROM audit_messages_by_key($1, $2, $3, $4)"
+            }
+        }
+    }
+
+    /// Staged increments whole, for the roll-up.
+    fn staged(self) -> &'static str {
+        static LOCAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {STAGED_COLUMNS} FROM audit_message
+                 WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3 AND kind = 0"
+            )
+        });
+        static ROUTED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {STAGED_COLUMNS} FROM audit_messages_by_key($1, $2, $3, $4) WHERE kind = 0"
+            )
+        });
+        match self {
+            MessageReads::Local => &LOCAL,
+            MessageReads::Routed => &ROUTED,
+        }
+    }
+
+    /// `(topic, tier, datacenter, window_start_ms)` of the queued increments: `$1` a
+    /// topic or NULL, `$2` the first window start.
+    fn staged_windows(self) -> &'static str {
+        match self {
+            MessageReads::Local => {
+                "SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
+                 FROM audit_pending p JOIN audit_message m
+                      ON m.uuid = p.uuid AND m.topic = p.topic AND m.partition_ms = p.partition_ms
+                 WHERE ($1::text IS NULL OR m.topic = $1) AND m.window_start_ms >= $2"
+            }
+            // The queue is local (a coordinator table) and short: its keys are read
+            // first and their messages looked up by key, routed to the shards of the
+            // queued topics; the join above goes to every shard (~420 ms a serve cycle
+            // on two workers, issue #32).
+            MessageReads::Routed => {
+                "WITH p AS (SELECT uuid, topic, partition_ms FROM audit_pending
+                            WHERE $1::text IS NULL OR topic = $1),
+                      k AS (SELECT array_agg(uuid) AS uuids, array_agg(topic) AS topics,
+                                   min(partition_ms) AS lo, max(partition_ms) AS hi FROM p)
+                 SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
+                 FROM k, audit_messages_by_key(k.uuids, k.topics, k.lo, k.hi) m
+                 JOIN p ON p.uuid = m.uuid AND p.topic = m.topic AND p.partition_ms = m.partition_ms
+                 WHERE m.window_start_ms >= $2"
+            }
+        }
+    }
+}
+
+/// The columns of a staged increment ([`StagedDb`]).
+const STAGED_COLUMNS: &str = "uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms,
+     emitted_at_ms, count, bytes, no_time_count, malformed_count, out_of_bounds_count,
+     observation_time_count, checksum, latency_zero_count, latency_negative_count,
+     latency_max_ms, bucket_index, bucket_count, offset_partition, offset_min, offset_max,
+     partition_ms";
 
 /// The lowest and highest of `values` (an empty span, `(i64::MAX, i64::MIN)`, for none).
 fn span(values: impl Iterator<Item = i64>) -> (i64, i64) {
@@ -874,7 +1017,24 @@ fn libpq_name(mode: PgSslMode) -> &'static str {
 }
 
 fn is_unique_violation(e: &StoreError) -> bool {
-    matches!(e, StoreError::Database { source: sqlx::Error::Database(db), .. } if db.code().as_deref() == Some("23505"))
+    let StoreError::Database {
+        source: sqlx::Error::Database(db),
+        ..
+    } = e
+    else {
+        return false;
+    };
+    match db.code().as_deref() {
+        Some("23505") => true,
+        // Citus re-raises a shard's error in a COPY without its SQLSTATE (XX000,
+        // ReportCopyError in multi_copy.c), with PostgreSQL's text. A server whose
+        // lc_messages is not English is not recognised here: the batch fails and the
+        // collector's own retry stages it again.
+        Some("XX000") => db
+            .message()
+            .starts_with("duplicate key value violates unique constraint"),
+        _ => false,
+    }
 }
 
 impl AuditStore for PgStore {
@@ -913,7 +1073,7 @@ impl AuditStore for PgStore {
                 .begin()
                 .await
                 .context("beginning a batch transaction")?;
-            match Self::stage_in(&mut tx, batch).await {
+            match Self::stage_in(&mut tx, batch, self.message_reads()).await {
                 Ok(outcome) => {
                     tx.commit().await.context("committing a batch")?;
                     return Ok(outcome);
@@ -938,7 +1098,7 @@ impl AuditStore for PgStore {
             .begin()
             .await
             .context("beginning a roll-up transaction")?;
-        match Self::rollup_in(&mut tx, limit).await {
+        match Self::rollup_in(&mut tx, limit, self.message_reads()).await {
             Ok(n) => {
                 tx.commit().await.context("committing a roll-up")?;
                 Ok(n)
@@ -959,7 +1119,7 @@ impl AuditStore for PgStore {
                     .begin()
                     .await
                     .context("beginning a roll-up transaction")?;
-                let n = Self::rollup_isolating(&mut tx, limit).await?;
+                let n = Self::rollup_isolating(&mut tx, limit, self.message_reads()).await?;
                 tx.commit().await.context("committing a roll-up")?;
                 Ok(n)
             }
@@ -983,28 +1143,18 @@ impl AuditStore for PgStore {
         topic: Option<&str>,
         from_window_ms: i64,
     ) -> Result<Vec<(String, String, String, i64)>> {
-        // The queue is local (a coordinator table under Citus) and short: its keys are
-        // read first and their messages looked up by key, which Citus routes to the
-        // shards of the queued topics; a join of the two went to every shard (~420 ms
-        // per serve cycle on two workers).
-        sqlx::query_as(
-            "WITH p AS (SELECT uuid, topic, partition_ms FROM audit_pending
-                        WHERE $1::text IS NULL OR topic = $1),
-                  k AS (SELECT array_agg(uuid) AS uuids, array_agg(topic) AS topics,
-                               min(partition_ms) AS lo, max(partition_ms) AS hi FROM p)
-             SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
-             FROM k, audit_messages_by_key(k.uuids, k.topics, k.lo, k.hi) m
-             JOIN p ON p.uuid = m.uuid AND p.topic = m.topic AND p.partition_ms = m.partition_ms
-             WHERE m.window_start_ms >= $2",
-        )
-        .bind(topic)
-        .bind(from_window_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading staged increments")
+        sqlx::query_as(self.message_reads().staged_windows())
+            .bind(topic)
+            .bind(from_window_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading staged increments")
     }
 
     async fn prepare_partitions(&self, from_ms: i64, to_ms: i64) -> Result<u64> {
+        // Hourly from the collector, and at every migration: a store distributed since
+        // the connect is read routed from here on.
+        self.learn_distribution().await?;
         // One day per transaction, the days traffic needs first (today and ahead, then
         // back from yesterday): the locks a day's creation takes are held for that day
         // only (on Citus a day of four tables takes about a second), and a day that

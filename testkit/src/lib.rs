@@ -386,6 +386,13 @@ pub async fn fresh_citus_database(prefix: &str) -> Option<TestDatabase> {
     .await
     .unwrap_or_else(|e| fail("list the nodes (is it a Citus coordinator?)", e));
     let name = unique(prefix).to_ascii_lowercase().replace('-', "_");
+    // One test database is set up at a time across every test process: node
+    // registrations of two databases at once update the same shared catalog rows on a
+    // worker ("tuple concurrently updated"). Released with the admin connection.
+    admin
+        .execute("SELECT pg_advisory_lock(hashtext('kafka-audit fresh_citus_database'))")
+        .await
+        .unwrap_or_else(|e| fail("wait for the other tests' set-up", e));
     admin
         .execute(PROPAGATE_DATABASES)
         .await
@@ -394,7 +401,6 @@ pub async fn fresh_citus_database(prefix: &str) -> Option<TestDatabase> {
         .execute(format!("CREATE DATABASE \"{name}\"").as_str())
         .await
         .unwrap_or_else(|e| fail("create the database", e));
-    let _ = admin.close().await;
     let db = TestDatabase {
         url: with_database(&admin_url, &name),
         name,
@@ -434,6 +440,7 @@ pub async fn fresh_citus_database(prefix: &str) -> Option<TestDatabase> {
             .unwrap_or_else(|e| fail("register a node", e));
     }
     let _ = coordinator.close().await;
+    let _ = admin.close().await;
     Some(db)
 }
 

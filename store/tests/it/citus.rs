@@ -6,8 +6,8 @@ use store::{AuditStore, PgStore};
 /// The operator's commands, run by the tests as they are published.
 pub const DISTRIBUTE: &str = include_str!("../../../deploy/citus/distribute.sql");
 
-/// Connects to `url` (a database of a Citus cluster), migrates, and distributes the
-/// store with [`DISTRIBUTE`].
+/// Migrates the store at `url` (a database of a Citus cluster), distributes it with
+/// [`DISTRIBUTE`], and connects to it as the services do when they start after that.
 pub async fn distributed_store(url: &str) -> PgStore {
     let store = PgStore::connect(url).await.expect("connect to Citus");
     store.migrate().await.expect("migrate on Citus");
@@ -15,5 +15,6 @@ pub async fn distributed_store(url: &str) -> PgStore {
         .execute(store.pool())
         .await
         .expect("deploy/citus/distribute.sql");
-    store
+    store.pool().close().await;
+    PgStore::connect(url).await.expect("connect to Citus")
 }

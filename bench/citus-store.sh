@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The collector's store path into Citus against one PostgreSQL on the same machine, in
+# the same run: store/benches/collector_store.rs alternately into a fresh database on
+# the dev PostgreSQL (deploy/dev/postgres) and a fresh database on the Citus cluster of
+# deploy/dev/citus (distributed with deploy/citus/distribute.sql), RUNS times each, one
+# round a run. Prints each run's lines and, per measure, the medians and their ratio
+# Citus / PostgreSQL. "replay" is a batch of duplicates only: the UUID probe.
+#   KAFKA_AUDIT_CITUS_PG_CONFIG=... bench/citus-store.sh [RUNS] [collector_store args...]
+# Default workload: 100 000 increments in batches of 10 000 (--increments, --batch ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-3}
+(($# > 0)) && shift
+args=(--increments 100000 --batch 10000 "$@")
+deploy/dev/postgres start >/dev/null
+deploy/dev/citus start >/dev/null
+export KAFKA_AUDIT_TEST_CITUS_URL=${KAFKA_AUDIT_TEST_CITUS_URL:-$(deploy/dev/citus url)}
+exe=$(cargo bench -p store --bench collector_store --no-run --message-format=json 2>/dev/null \
+  | grep -o '"executable":"[^"]*collector_store[^"]*"' | tail -1 | cut -d'"' -f4)
+[[ -n $exe ]] || { cargo bench -p store --bench collector_store --no-run >&2; exit 1; }
+echo "citus: $(deploy/dev/citus psql -tAc 'SELECT citus_version()' | cut -d' ' -f1-2), $(deploy/dev/citus psql -tAc 'SELECT count(*) FROM pg_dist_node WHERE groupid > 0') workers; postgres: $(deploy/dev/postgres psql -tAc 'SHOW server_version')"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+log=$(mktemp)
+for ((r = 1; r <= runs; r++)); do
+  for target in postgres citus; do
+    extra=()
+    [[ $target == citus ]] && extra=(--citus)
+    # `targets` fails the PostgreSQL run when missed; the figures are still wanted.
+    line=$("$exe" --bench "${args[@]}" --rounds 1 "${extra[@]}" | grep '^round 1:' || true)
+    echo "run $r $target: ${line#round 1: }"
+    echo "$target $line" >>"$log"
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Medians per target of: stage_batch/s, raw COPY rows/s, replay s per batch, roll-up/s.
+awk '
+  function median(a, n,   i, j, t) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  {
+    t = $1; n[t]++
+    match($0, /stage_batch +[0-9]+/); s[t, n[t]] = substr($0, RSTART + 12, RLENGTH - 12) + 0
+    match($0, /raw COPY +[0-9]+/); c[t, n[t]] = substr($0, RSTART + 9, RLENGTH - 9) + 0
+    match($0, /\([0-9.]+ s per batch/); p[t, n[t]] = substr($0, RSTART + 1, RLENGTH - 13) + 0
+    match($0, /roll-up +[0-9]+/); u[t, n[t]] = substr($0, RSTART + 8, RLENGTH - 8) + 0
+  }
+  END {
+    for (t in n) {
+      for (i = 1; i <= n[t]; i++) { a1[i] = s[t, i]; a2[i] = c[t, i]; a3[i] = p[t, i]; a4[i] = u[t, i] }
+      S[t] = median(a1, n[t]); C[t] = median(a2, n[t]); P[t] = median(a3, n[t]); U[t] = median(a4, n[t])
+      printf "median %-8s stage_batch %8.0f increments/s | raw COPY %8.0f rows/s | probe (replay) %.3f s per batch | roll-up %8.0f increments/s\n", t, S[t], C[t], P[t], U[t]
+    }
+    if (("postgres" in n) && ("citus" in n))
+      printf "citus / postgres: stage_batch %.3f | raw COPY %.3f | probe time %.2f | roll-up %.3f\n",
+        S["citus"] / S["postgres"], C["citus"] / C["postgres"], P["citus"] / P["postgres"], U["citus"] / U["postgres"]
+  }' "$log"
+rm -f "$log"
