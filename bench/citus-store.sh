@@ -4,7 +4,10 @@
 # the dev PostgreSQL (deploy/dev/postgres) and a fresh database on the Citus cluster of
 # deploy/dev/citus (distributed with deploy/citus/distribute.sql), RUNS times each, one
 # round a run. Prints each run's lines and, per measure, the medians and their ratio
-# Citus / PostgreSQL. "replay" is a batch of duplicates only: the UUID probe.
+# Citus / PostgreSQL. "probe" is the UUID deduplication probe alone of a batch whose
+# messages are all stored (PgStore::known_messages); "replay" stages such a batch
+# whole (probe, emitters, commit). On Citus the probe is also timed as it was before
+# it was routed (one query to every shard, PgStore::unrouted), on the same rows.
 #   KAFKA_AUDIT_CITUS_PG_CONFIG=... bench/citus-store.sh [RUNS] [collector_store args...]
 # Default workload: 100 000 increments in batches of 10 000 (--increments, --batch ...).
 set -euo pipefail
@@ -42,17 +45,24 @@ awk '
     t = $1; n[t]++
     match($0, /stage_batch +[0-9]+/); s[t, n[t]] = substr($0, RSTART + 12, RLENGTH - 12) + 0
     match($0, /raw COPY +[0-9]+/); c[t, n[t]] = substr($0, RSTART + 9, RLENGTH - 9) + 0
-    match($0, /\([0-9.]+ s per batch/); p[t, n[t]] = substr($0, RSTART + 1, RLENGTH - 13) + 0
+    match($0, /\([0-9.]+ s per batch/); r[t, n[t]] = substr($0, RSTART + 1, RLENGTH - 13) + 0
+    match($0, /\| probe [0-9.]+ s/); p[t, n[t]] = substr($0, RSTART + 8, RLENGTH - 10) + 0
+    if (match($0, /to every shard [0-9.]+ s/)) { f[n[t]] = substr($0, RSTART + 15, RLENGTH - 17) + 0; nf = n[t] }
     match($0, /roll-up +[0-9]+/); u[t, n[t]] = substr($0, RSTART + 8, RLENGTH - 8) + 0
   }
   END {
     for (t in n) {
-      for (i = 1; i <= n[t]; i++) { a1[i] = s[t, i]; a2[i] = c[t, i]; a3[i] = p[t, i]; a4[i] = u[t, i] }
-      S[t] = median(a1, n[t]); C[t] = median(a2, n[t]); P[t] = median(a3, n[t]); U[t] = median(a4, n[t])
-      printf "median %-8s stage_batch %8.0f increments/s | raw COPY %8.0f rows/s | probe (replay) %.3f s per batch | roll-up %8.0f increments/s\n", t, S[t], C[t], P[t], U[t]
+      for (i = 1; i <= n[t]; i++) { a1[i] = s[t, i]; a2[i] = c[t, i]; a3[i] = p[t, i]; a4[i] = u[t, i]; a5[i] = r[t, i] }
+      S[t] = median(a1, n[t]); C[t] = median(a2, n[t]); P[t] = median(a3, n[t]); U[t] = median(a4, n[t]); R[t] = median(a5, n[t])
+      printf "median %-8s stage_batch %8.0f increments/s | raw COPY %8.0f rows/s | probe %.3f s per batch | replay %.3f s per batch | roll-up %8.0f increments/s\n", t, S[t], C[t], P[t], R[t], U[t]
+    }
+    if (nf) {
+      for (i = 1; i <= nf; i++) a6[i] = f[i]
+      F = median(a6, nf)
+      printf "median citus    probe to every shard (as before #32) %.3f s per batch: routed / every shard %.2f\n", F, P["citus"] / F
     }
     if (("postgres" in n) && ("citus" in n))
-      printf "citus / postgres: stage_batch %.3f | raw COPY %.3f | probe time %.2f | roll-up %.3f\n",
-        S["citus"] / S["postgres"], C["citus"] / C["postgres"], P["citus"] / P["postgres"], U["citus"] / U["postgres"]
+      printf "citus / postgres: stage_batch %.3f | raw COPY %.3f | probe time %.2f | replay time %.2f | roll-up %.3f\n",
+        S["citus"] / S["postgres"], C["citus"] / C["postgres"], P["citus"] / P["postgres"], R["citus"] / R["postgres"], U["citus"] / U["postgres"]
   }' "$log"
 rm -f "$log"

@@ -189,6 +189,24 @@ async fn ingest(
     started.elapsed()
 }
 
+/// The deduplication probe alone (`PgStore::known_messages`) of every batch, all
+/// stored already: the time per batch.
+async fn probe(store: &PgStore, increments: &[Message], batch: usize) -> Duration {
+    let started = Instant::now();
+    let mut batches = 0;
+    for chunk in increments.chunks(batch) {
+        let b = Batch {
+            messages: chunk.to_vec(),
+            rejects: vec![],
+            received_at_ms: RECEIVED,
+        };
+        let known = store.known_messages(&b).await.expect("probe");
+        assert_eq!(known, chunk.len(), "every message of the batch is known");
+        batches += 1;
+    }
+    started.elapsed() / batches
+}
+
 /// Rolls up everything staged, `limit` increments per transaction.
 async fn rollup(store: &PgStore, limit: u32) -> Duration {
     let started = Instant::now();
@@ -308,6 +326,16 @@ fn main() {
             truncate(&pool, shared).await;
             let ours = ingest(&store, &increments, a.batch, true).await;
             let replay = ingest(&store, &increments, a.batch, false).await;
+            let probed = probe(&store, &increments, a.batch).await;
+            // The probe as it was before it was routed: one query to every shard.
+            let fanned_out = if a.citus {
+                format!(
+                    " | probe to every shard {:.3} s per batch",
+                    probe(&store.unrouted(), &increments, a.batch).await.as_secs_f64()
+                )
+            } else {
+                String::new()
+            };
             let rolled = rollup(&store, a.rollup).await;
             let (windows, bucket_rows): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT (SELECT count(*) FROM ({OWN_WINDOWS}) w),
@@ -330,7 +358,7 @@ fn main() {
                 .sum();
             assert_eq!(stored as u64, expected, "stored counts equal the sum of increments");
             println!(
-                "round {round}: stage_batch {:>7.0} first-seen increments/s ({:.2} s) | raw COPY {:>7.0} rows/s ({:.2} s) | ratio {:.2} | replay (all duplicates) {:>7.0}/s ({:.3} s per batch of {}) | roll-up {:>7.0} increments/s ({:.2} s) into {} windows, {} bucket rows",
+                "round {round}: stage_batch {:>7.0} first-seen increments/s ({:.2} s) | raw COPY {:>7.0} rows/s ({:.2} s) | ratio {:.2} | replay (all duplicates) {:>7.0}/s ({:.3} s per batch of {}) | probe {:.3} s per batch{fanned_out} | roll-up {:>7.0} increments/s ({:.2} s) into {} windows, {} bucket rows",
                 rate(a.increments, ours),
                 ours.as_secs_f64(),
                 rate(a.increments, copy),
@@ -339,6 +367,7 @@ fn main() {
                 rate(a.increments, replay),
                 replay.as_secs_f64() * a.batch as f64 / a.increments as f64,
                 a.batch,
+                probed.as_secs_f64(),
                 rate(a.increments, rolled),
                 rolled.as_secs_f64(),
                 windows,

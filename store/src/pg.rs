@@ -559,37 +559,8 @@ impl PgStore {
     ) -> Result<BatchOutcome> {
         let firsts = first_in_batch(batch)?;
         let received = batch.received_at_ms;
-        let uuids: Vec<Uuid> = firsts.iter().map(|f| f.0).collect();
         let key = |m: &Message| (m.uuid, m.topic.clone(), crate::pgcopy::partition_ms(m));
-        // Which are known already: index probes, far cheaper than ON CONFLICT per row,
-        // in the partitions of the batch's days only.
-        let known: HashSet<(Uuid, String, i64)> = if uuids.is_empty() {
-            HashSet::new()
-        } else {
-            let (lo, hi) = span(
-                firsts
-                    .iter()
-                    .map(|&(_, i)| crate::pgcopy::partition_ms(&batch.messages[i])),
-            );
-            let topics: Vec<&str> = firsts
-                .iter()
-                .map(|&(_, i)| batch.messages[i].topic.as_str())
-                .collect();
-            seqscan(tx, false).await?;
-            let known = reads
-                .bind_keys(
-                    sqlx::query_as::<_, (Uuid, String, i64)>(reads.probe()),
-                    &uuids,
-                    &topics,
-                )
-                .bind(lo)
-                .bind(hi)
-                .fetch_all(&mut **tx)
-                .await
-                .context("probing message UUIDs")?;
-            seqscan(tx, true).await?;
-            known.into_iter().collect()
-        };
+        let known = Self::known_in(tx, batch, &firsts, reads).await?;
         let mut outcomes = vec![WriteOutcome::Duplicate; batch.messages.len()];
         let mut accepted = Vec::with_capacity(firsts.len());
         let mut pending = Vec::with_capacity(firsts.len());
@@ -641,6 +612,63 @@ impl PgStore {
         Self::touch_emitters(tx, &everyone, received).await?;
         Self::store_rejects(tx, &batch.rejects, received).await?;
         Ok(BatchOutcome { outcomes })
+    }
+
+    /// Which of the batch's first-seen messages (`firsts`) are stored already, by key:
+    /// index probes, far cheaper than ON CONFLICT per row, in the partitions of the
+    /// batch's days only.
+    async fn known_in(
+        tx: &mut Transaction<'_, Postgres>,
+        batch: &Batch,
+        firsts: &[(Uuid, usize)],
+        reads: MessageReads,
+    ) -> Result<HashSet<(Uuid, String, i64)>> {
+        if firsts.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let uuids: Vec<Uuid> = firsts.iter().map(|f| f.0).collect();
+        let topics: Vec<&str> = firsts
+            .iter()
+            .map(|&(_, i)| batch.messages[i].topic.as_str())
+            .collect();
+        let (lo, hi) = span(
+            firsts
+                .iter()
+                .map(|&(_, i)| crate::pgcopy::partition_ms(&batch.messages[i])),
+        );
+        seqscan(tx, false).await?;
+        let known = reads
+            .bind_keys(
+                sqlx::query_as::<_, (Uuid, String, i64)>(reads.probe()),
+                &uuids,
+                &topics,
+            )
+            .bind(lo)
+            .bind(hi)
+            .fetch_all(&mut **tx)
+            .await
+            .context("probing message UUIDs")?;
+        seqscan(tx, true).await?;
+        Ok(known.into_iter().collect())
+    }
+
+    /// This store reading by key as on one PostgreSQL even where Citus distributes the
+    /// tables (one query to every shard), for benchmarks that compare both (feature
+    /// `test-support`).
+    #[cfg(feature = "test-support")]
+    pub fn unrouted(&self) -> PgStore {
+        PgStore::from_pool(self.pool.clone())
+    }
+
+    /// The deduplication probe of `batch` alone, in a transaction of its own: how many
+    /// of its messages are stored already (benchmarks; feature `test-support`).
+    #[cfg(feature = "test-support")]
+    pub async fn known_messages(&self, batch: &Batch) -> Result<usize> {
+        let firsts = first_in_batch(batch)?;
+        let mut tx = self.pool.begin().await.context("beginning a probe")?;
+        let known = Self::known_in(&mut tx, batch, &firsts, self.message_reads()).await?;
+        tx.rollback().await.context("ending a probe")?;
+        Ok(known.len())
     }
 
     /// Takes up to `limit` staged increments off the queue (in this transaction) and
