@@ -8,6 +8,8 @@
 # messages are all stored (PgStore::known_messages); "replay" stages such a batch
 # whole (probe, emitters, commit). On Citus the probe is also timed as it was before
 # it was routed (one query to every shard, PgStore::unrouted), on the same rows.
+# "partition upkeep" is the collector's first prepare_partitions on the fresh store
+# (30 days back, 7 ahead: 38 days of four tables, one day per transaction).
 #   KAFKA_AUDIT_CITUS_PG_CONFIG=... bench/citus-store.sh [RUNS] [collector_store args...]
 # Default workload: 100 000 increments in batches of 10 000 (--increments, --batch ...).
 set -euo pipefail
@@ -29,13 +31,16 @@ for ((r = 1; r <= runs; r++)); do
     extra=()
     [[ $target == citus ]] && extra=(--citus)
     # `targets` fails the PostgreSQL run when missed; the figures are still wanted.
-    line=$("$exe" --bench "${args[@]}" --rounds 1 "${extra[@]}" | grep '^round 1:' || true)
+    out=$("$exe" --bench "${args[@]}" --rounds 1 "${extra[@]}" || true)
+    upkeep=$(grep '^partition upkeep:' <<<"$out" || true)
+    line="$(grep '^round 1:' <<<"$out" || true) | ${upkeep#partition }"
     echo "run $r $target: ${line#round 1: }"
     echo "$target $line" >>"$log"
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-# Medians per target of: stage_batch/s, raw COPY rows/s, replay s per batch, roll-up/s.
+# Medians per target of: stage_batch/s, raw COPY rows/s, probe and replay s per batch,
+# roll-up/s, partition upkeep s.
 awk '
   function median(a, n,   i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -49,12 +54,14 @@ awk '
     match($0, /\| probe [0-9.]+ s/); p[t, n[t]] = substr($0, RSTART + 8, RLENGTH - 10) + 0
     if (match($0, /to every shard [0-9.]+ s/)) { f[n[t]] = substr($0, RSTART + 15, RLENGTH - 17) + 0; nf = n[t] }
     match($0, /roll-up +[0-9]+/); u[t, n[t]] = substr($0, RSTART + 8, RLENGTH - 8) + 0
+    match($0, /\) in [0-9.]+ s$/); k[t, n[t]] = substr($0, RSTART + 5, RLENGTH - 7) + 0
+    match($0, /upkeep: [0-9]+ partitions/); kp[t] = substr($0, RSTART + 8, RLENGTH - 19) + 0
   }
   END {
     for (t in n) {
-      for (i = 1; i <= n[t]; i++) { a1[i] = s[t, i]; a2[i] = c[t, i]; a3[i] = p[t, i]; a4[i] = u[t, i]; a5[i] = r[t, i] }
-      S[t] = median(a1, n[t]); C[t] = median(a2, n[t]); P[t] = median(a3, n[t]); U[t] = median(a4, n[t]); R[t] = median(a5, n[t])
-      printf "median %-8s stage_batch %8.0f increments/s | raw COPY %8.0f rows/s | probe %.3f s per batch | replay %.3f s per batch | roll-up %8.0f increments/s\n", t, S[t], C[t], P[t], R[t], U[t]
+      for (i = 1; i <= n[t]; i++) { a1[i] = s[t, i]; a2[i] = c[t, i]; a3[i] = p[t, i]; a4[i] = u[t, i]; a5[i] = r[t, i]; a7[i] = k[t, i] }
+      S[t] = median(a1, n[t]); C[t] = median(a2, n[t]); P[t] = median(a3, n[t]); U[t] = median(a4, n[t]); R[t] = median(a5, n[t]); K[t] = median(a7, n[t])
+      printf "median %-8s stage_batch %8.0f increments/s | raw COPY %8.0f rows/s | probe %.3f s per batch | replay %.3f s per batch | roll-up %8.0f increments/s | partition upkeep %d partitions in %.2f s\n", t, S[t], C[t], P[t], R[t], U[t], kp[t], K[t]
     }
     if (nf) {
       for (i = 1; i <= nf; i++) a6[i] = f[i]
@@ -62,7 +69,7 @@ awk '
       printf "median citus    probe to every shard (as before #32) %.3f s per batch: routed / every shard %.2f\n", F, P["citus"] / F
     }
     if (("postgres" in n) && ("citus" in n))
-      printf "citus / postgres: stage_batch %.3f | raw COPY %.3f | probe time %.2f | replay time %.2f | roll-up %.3f\n",
-        S["citus"] / S["postgres"], C["citus"] / C["postgres"], P["citus"] / P["postgres"], R["citus"] / R["postgres"], U["citus"] / U["postgres"]
+      printf "citus / postgres: stage_batch %.3f | raw COPY %.3f | probe time %.2f | replay time %.2f | roll-up %.3f | partition upkeep time %.1f\n",
+        S["citus"] / S["postgres"], C["citus"] / C["postgres"], P["citus"] / P["postgres"], R["citus"] / R["postgres"], U["citus"] / U["postgres"], K["citus"] / K["postgres"]
   }' "$log"
 rm -f "$log"
