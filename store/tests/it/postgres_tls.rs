@@ -253,3 +253,26 @@ async fn a_v1_certificate_falls_back_under_prefer_and_fails_clearly_when_tls_is_
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_tls_is_plain_under_prefer_and_refused_when_tls_is_required() {
+    // The dev server runs with ssl = off (deploy/dev/postgres).
+    let db = testkit::fresh_database("store_no_tls").await;
+    let separator = if db.url().contains('?') { '&' } else { '?' };
+    let store = Store::connect(&format!("{}{separator}sslmode=prefer", db.url()))
+        .await
+        .unwrap();
+    store.ping().await.unwrap();
+    assert!(!encrypted(&store).await);
+
+    for mode in ["require", "verify-full"] {
+        let url = format!("{}{separator}sslmode={mode}", db.url());
+        let e = Store::connect(&url).await.unwrap_err().to_string();
+        for needle in [
+            format!("sslmode={mode}"),
+            "the server does not offer TLS".to_string(),
+        ] {
+            assert!(e.contains(&needle), "{url}: {needle:?} not in: {e}");
+        }
+    }
+}
