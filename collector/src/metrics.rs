@@ -114,7 +114,7 @@ impl Metrics {
         );
         r.register(
             "retention_errors",
-            "Failed retention passes",
+            "Failed retention passes and steps (each step fails alone; the others run)",
             m.retention_errors.clone(),
         );
         r.register(

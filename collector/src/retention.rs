@@ -122,10 +122,15 @@ pub async fn pass(
         if out.partitions > 0 {
             metrics.retention_partitions_dropped.inc_by(out.partitions);
         }
+        // A failed step was logged by the store; the others ran and go on.
+        if out.failed_steps > 0 {
+            metrics.retention_errors.inc_by(out.failed_steps);
+        }
         total.windows += out.windows;
         total.messages += out.messages;
         total.rejects += out.rejects;
         total.partitions += out.partitions;
+        total.failed_steps += out.failed_steps;
         if out.total() == 0 {
             break;
         }

@@ -6,10 +6,13 @@
 //! and then rolls everything up.
 //!
 //! Run through `bench/collector-store.sh` (PostgreSQL from deploy/dev). Arguments:
-//! `--increments N --batch B --buckets K --topics T --rounds R --rollup L [--url URL]`.
-//! With `--url`, the rounds run in that (migrated) database next to the rows it holds
-//! (bench/store-scale.sh: a store of 60 M window rows): between rounds only the bench's
-//! own rows (topics `topic-NNNN`, messages) are deleted instead of every table truncated.
+//! `--increments N --batch B --buckets K --topics T --rounds R --rollup L [--url URL]
+//! [--citus]`. With `--url`, the rounds run in that (migrated) database next to the rows
+//! it holds (bench/store-scale.sh: a store of 60 M window rows): between rounds only the
+//! bench's own rows (topics `topic-NNNN`, messages) are deleted instead of every table
+//! truncated. With `--citus`, a fresh database on the Citus cluster of
+//! `KAFKA_AUDIT_TEST_CITUS_URL`, distributed with deploy/citus/distribute.sql
+//! (bench/citus-store.sh runs it against one PostgreSQL in the same run).
 //!
 //! The hot path is `stage_batch` (what the collector calls); the roll-up into window
 //! rows runs behind it, and its rate (increments/s, `L` per transaction) is reported
@@ -34,6 +37,8 @@ struct Args {
     rollup: u32,
     /// An existing database to ingest into (`None`: a fresh one).
     url: Option<String>,
+    /// A fresh database on the Citus cluster, distributed by topic.
+    citus: bool,
 }
 
 fn args() -> Args {
@@ -45,11 +50,16 @@ fn args() -> Args {
         rounds: 3,
         rollup: 200_000,
         url: None,
+        citus: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--bench" {
             continue; // passed by `cargo bench`
+        }
+        if flag == "--citus" {
+            a.citus = true;
+            continue;
         }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         let parse = |v: &str| {
@@ -180,6 +190,24 @@ async fn ingest(
     started.elapsed()
 }
 
+/// The deduplication probe alone (`PgStore::known_messages`) of every batch, all
+/// stored already: the time per batch.
+async fn probe(store: &PgStore, increments: &[Message], batch: usize) -> Duration {
+    let started = Instant::now();
+    let mut batches = 0;
+    for chunk in increments.chunks(batch) {
+        let b = Batch {
+            messages: chunk.to_vec(),
+            rejects: vec![],
+            received_at_ms: RECEIVED,
+        };
+        let known = store.known_messages(&b).await.expect("probe");
+        assert_eq!(known, chunk.len(), "every message of the batch is known");
+        batches += 1;
+    }
+    started.elapsed() / batches
+}
+
 /// Rolls up everything staged, `limit` increments per transaction.
 async fn rollup(store: &PgStore, limit: u32) -> Duration {
     let started = Instant::now();
@@ -252,6 +280,12 @@ fn main() {
         let fresh;
         let url = match &a.url {
             Some(url) => url.as_str(),
+            None if a.citus => {
+                fresh = testkit::fresh_citus_database("bench_collector_citus")
+                    .await
+                    .expect("--citus needs KAFKA_AUDIT_TEST_CITUS_URL");
+                fresh.url()
+            }
             None => {
                 fresh = testkit::fresh_database("bench_collector_store").await;
                 fresh.url()
@@ -259,11 +293,29 @@ fn main() {
         };
         let store = PgStore::connect(url).await.expect("connect");
         store.migrate().await.expect("migrate");
+        if a.citus {
+            sqlx::raw_sql(include_str!("../../deploy/citus/distribute.sql"))
+                .execute(store.pool())
+                .await
+                .expect("deploy/citus/distribute.sql");
+        }
         // The windows' day gets its partition, as the collector prepares them.
         store
             .prepare_partitions(T0, T0 + 86_400_000)
             .await
             .expect("day partitions");
+        // The collector's first partition upkeep on a fresh store: its default
+        // retention back (30 days) and a week ahead, one day per transaction.
+        let now = common::now_ms();
+        let started = Instant::now();
+        let created = store
+            .prepare_partitions(now - 30 * 86_400_000, now + 7 * 86_400_000)
+            .await
+            .expect("the collector's day partitions");
+        println!(
+            "partition upkeep: {created} partitions (30 days back, 7 ahead) in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         let own = own_topics(&a);
         let shared = a.url.as_ref().map(|_| own.as_slice());
         let pool = store.pool().clone();
@@ -287,6 +339,16 @@ fn main() {
             truncate(&pool, shared).await;
             let ours = ingest(&store, &increments, a.batch, true).await;
             let replay = ingest(&store, &increments, a.batch, false).await;
+            let probed = probe(&store, &increments, a.batch).await;
+            // The probe as it was before it was routed: one query to every shard.
+            let fanned_out = if a.citus {
+                format!(
+                    " | probe to every shard {:.3} s per batch",
+                    probe(&store.unrouted(), &increments, a.batch).await.as_secs_f64()
+                )
+            } else {
+                String::new()
+            };
             let rolled = rollup(&store, a.rollup).await;
             let (windows, bucket_rows): (i64, i64) = sqlx::query_as(&format!(
                 "SELECT (SELECT count(*) FROM ({OWN_WINDOWS}) w),
@@ -309,13 +371,16 @@ fn main() {
                 .sum();
             assert_eq!(stored as u64, expected, "stored counts equal the sum of increments");
             println!(
-                "round {round}: stage_batch {:>7.0} first-seen increments/s ({:.2} s) | raw COPY {:>7.0} rows/s ({:.2} s) | ratio {:.2} | replay (all duplicates) {:>7.0}/s | roll-up {:>7.0} increments/s ({:.2} s) into {} windows, {} bucket rows",
+                "round {round}: stage_batch {:>7.0} first-seen increments/s ({:.2} s) | raw COPY {:>7.0} rows/s ({:.2} s) | ratio {:.2} | replay (all duplicates) {:>7.0}/s ({:.3} s per batch of {}) | probe {:.3} s per batch{fanned_out} | roll-up {:>7.0} increments/s ({:.2} s) into {} windows, {} bucket rows",
                 rate(a.increments, ours),
                 ours.as_secs_f64(),
                 rate(a.increments, copy),
                 copy.as_secs_f64(),
                 copy.as_secs_f64() / ours.as_secs_f64(),
                 rate(a.increments, replay),
+                replay.as_secs_f64() * a.batch as f64 / a.increments as f64,
+                a.batch,
+                probed.as_secs_f64(),
                 rate(a.increments, rolled),
                 rolled.as_secs_f64(),
                 windows,
@@ -337,9 +402,16 @@ fn main() {
         // load of a shared machine), then the median.
         let ratio = median(&mut ratios);
         println!(
-            "median: stage_batch {ours:.0} first-seen increments/s, raw COPY {copy:.0} rows/s, ratio of rounds {ratio:.2}, replay {replay:.0}/s, roll-up {rolled:.0} increments/s ({} per transaction)",
+            "median: stage_batch {ours:.0} first-seen increments/s, raw COPY {copy:.0} rows/s, ratio of rounds {ratio:.2}, replay {replay:.0}/s ({:.3} s per batch of {}), roll-up {rolled:.0} increments/s ({} per transaction)",
+            a.batch as f64 / replay,
+            a.batch,
             a.rollup
         );
+        if a.citus {
+            // The targets are one PostgreSQL's; bench/citus-store.sh sets Citus beside it.
+            println!("targets: not applied on Citus");
+            return;
+        }
         let ok = ours >= 50_000.0 && ratio >= 0.5;
         println!("targets (>= 50000/s and >= 0.5x COPY): {}", if ok { "met" } else { "NOT met" });
         if !ok {

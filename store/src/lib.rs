@@ -64,6 +64,19 @@ pub enum StoreError {
     Url { url: String, reason: String },
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// TLS with the server failed in a mode that requires it (`require`, `verify-ca`,
+    /// `verify-full`): `host` is the URL's `host:port`, `mode` its `sslmode` as libpq
+    /// spells it, `cause` what went wrong in words (docs/operations.md, "TLS to
+    /// PostgreSQL"). Retried like any connection error: a server's certificate can
+    /// be fixed while the process waits.
+    #[error("TLS with PostgreSQL at {host} failed (sslmode={mode}): {cause}")]
+    Tls {
+        host: String,
+        mode: &'static str,
+        cause: String,
+        #[source]
+        source: sqlx::Error,
+    },
 }
 
 impl StoreError {

@@ -177,9 +177,13 @@ pub struct RetentionOutcome {
     pub rejects: u64,
     /// Whole day partitions dropped (PostgreSQL), of every partitioned table.
     pub partitions: u64,
+    /// Steps that failed in this call (PostgreSQL; each logged with its cause). The
+    /// steps are independent: the others ran. Not part of [`RetentionOutcome::total`].
+    pub failed_steps: u64,
 }
 
 impl RetentionOutcome {
+    /// Rows and partitions removed.
     pub fn total(&self) -> u64 {
         self.windows + self.messages + self.rejects + self.partitions
     }

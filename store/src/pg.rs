@@ -2,8 +2,10 @@
 //! statement per table per batch, whatever the batch size.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
@@ -64,6 +66,11 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Whether Citus distributes `audit_message`, which decides how rows are read by
+    /// key ([`MessageReads`]). Looked up at connect, after migrating and at each
+    /// partition upkeep (hourly), so a store distributed while running is read routed
+    /// from the next upkeep on; until then reads are correct, only fanned out.
+    distributed: Arc<AtomicBool>,
 }
 
 impl PgStore {
@@ -78,15 +85,79 @@ impl PgStore {
         })?;
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections.max(1))
-            .acquire_timeout(opts.acquire_timeout)
-            .connect_with(options)
+            .acquire_timeout(opts.acquire_timeout);
+        let first = match pool.clone().connect_with(options.clone()).await {
+            Ok(pool) => return Self::from_pool(pool).distribution_known().await,
+            Err(e) => e,
+        };
+        let Some(cause) = tls_failure(&first) else {
+            return Err(first).context("connecting to PostgreSQL");
+        };
+        let host = format!("{}:{}", options.get_host(), options.get_port());
+        let mode = options.get_ssl_mode();
+        if !matches!(mode, PgSslMode::Prefer) {
+            return Err(StoreError::Tls {
+                host,
+                mode: libpq_name(mode),
+                cause,
+                source: first,
+            });
+        }
+        // libpq's `prefer` (the default): "first try an SSL connection; if that fails,
+        // try a non-SSL connection". sqlx treats a failed handshake as fatal instead.
+        tracing::warn!(%host, %cause,
+            "TLS with PostgreSQL failed under sslmode=prefer; connecting without TLS, as prefer allows \
+             (sslmode=require or verify-full refuse to)");
+        let pool = pool
+            .connect_with(options.ssl_mode(PgSslMode::Disable))
             .await
-            .context("connecting to PostgreSQL")?;
-        Ok(PgStore { pool })
+            .context(
+                "connecting to PostgreSQL (without TLS, after TLS failed under sslmode=prefer)",
+            )?;
+        Self::from_pool(pool).distribution_known().await
     }
 
+    /// A store on `pool`, read as a store on one PostgreSQL until its next partition
+    /// upkeep or migration finds out otherwise.
     pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { pool }
+        PgStore {
+            pool,
+            distributed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Looks up whether Citus distributes `audit_message` (see `distributed`).
+    async fn distribution_known(self) -> Result<PgStore> {
+        self.learn_distribution().await?;
+        Ok(self)
+    }
+
+    async fn learn_distribution(&self) -> Result<()> {
+        let citus: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .context("looking for the citus extension")?;
+        // pg_dist_partition exists only with Citus.
+        let distributed = citus
+            && sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+                                WHERE logicalrelid = to_regclass('audit_message'))",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .context("asking Citus whether audit_message is distributed")?;
+        self.distributed.store(distributed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn message_reads(&self) -> MessageReads {
+        if self.distributed.load(Ordering::Relaxed) {
+            MessageReads::Routed
+        } else {
+            MessageReads::Local
+        }
     }
 
     /// The connection pool, for tests and benchmarks that poison, lock or seed tables
@@ -486,32 +557,15 @@ impl PgStore {
 }
 
 impl PgStore {
-    async fn stage_in(tx: &mut Transaction<'_, Postgres>, batch: &Batch) -> Result<BatchOutcome> {
+    async fn stage_in(
+        tx: &mut Transaction<'_, Postgres>,
+        batch: &Batch,
+        reads: MessageReads,
+    ) -> Result<BatchOutcome> {
         let firsts = first_in_batch(batch)?;
         let received = batch.received_at_ms;
-        let uuids: Vec<Uuid> = firsts.iter().map(|f| f.0).collect();
         let key = |m: &Message| (m.uuid, m.topic.clone(), crate::pgcopy::partition_ms(m));
-        // Which are known already: index probes, far cheaper than ON CONFLICT per row,
-        // in the partitions of the batch's days only.
-        let known: HashSet<(Uuid, String, i64)> = if uuids.is_empty() {
-            HashSet::new()
-        } else {
-            let (lo, hi) = span(
-                firsts
-                    .iter()
-                    .map(|&(_, i)| crate::pgcopy::partition_ms(&batch.messages[i])),
-            );
-            seqscan(tx, false).await?;
-            let known = sqlx::query_as::<_, (Uuid, String, i64)>(PROBE_MESSAGES)
-                .bind(&uuids)
-                .bind(lo)
-                .bind(hi)
-                .fetch_all(&mut **tx)
-                .await
-                .context("probing message UUIDs")?;
-            seqscan(tx, true).await?;
-            known.into_iter().collect()
-        };
+        let known = Self::known_in(tx, batch, &firsts, reads).await?;
         let mut outcomes = vec![WriteOutcome::Duplicate; batch.messages.len()];
         let mut accepted = Vec::with_capacity(firsts.len());
         let mut pending = Vec::with_capacity(firsts.len());
@@ -565,11 +619,69 @@ impl PgStore {
         Ok(BatchOutcome { outcomes })
     }
 
+    /// Which of the batch's first-seen messages (`firsts`) are stored already, by key:
+    /// index probes, far cheaper than ON CONFLICT per row, in the partitions of the
+    /// batch's days only.
+    async fn known_in(
+        tx: &mut Transaction<'_, Postgres>,
+        batch: &Batch,
+        firsts: &[(Uuid, usize)],
+        reads: MessageReads,
+    ) -> Result<HashSet<(Uuid, String, i64)>> {
+        if firsts.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let uuids: Vec<Uuid> = firsts.iter().map(|f| f.0).collect();
+        let topics: Vec<&str> = firsts
+            .iter()
+            .map(|&(_, i)| batch.messages[i].topic.as_str())
+            .collect();
+        let (lo, hi) = span(
+            firsts
+                .iter()
+                .map(|&(_, i)| crate::pgcopy::partition_ms(&batch.messages[i])),
+        );
+        seqscan(tx, false).await?;
+        let known = reads
+            .bind_keys(
+                sqlx::query_as::<_, (Uuid, String, i64)>(reads.probe()),
+                &uuids,
+                &topics,
+            )
+            .bind(lo)
+            .bind(hi)
+            .fetch_all(&mut **tx)
+            .await
+            .context("probing message UUIDs")?;
+        seqscan(tx, true).await?;
+        Ok(known.into_iter().collect())
+    }
+
+    /// This store reading by key as on one PostgreSQL even where Citus distributes the
+    /// tables (one query to every shard), for benchmarks that compare both (feature
+    /// `test-support`).
+    #[cfg(feature = "test-support")]
+    pub fn unrouted(&self) -> PgStore {
+        PgStore::from_pool(self.pool.clone())
+    }
+
+    /// The deduplication probe of `batch` alone, in a transaction of its own: how many
+    /// of its messages are stored already (benchmarks; feature `test-support`).
+    #[cfg(feature = "test-support")]
+    pub async fn known_messages(&self, batch: &Batch) -> Result<usize> {
+        let firsts = first_in_batch(batch)?;
+        let mut tx = self.pool.begin().await.context("beginning a probe")?;
+        let known = Self::known_in(&mut tx, batch, &firsts, self.message_reads()).await?;
+        tx.rollback().await.context("ending a probe")?;
+        Ok(known.len())
+    }
+
     /// Takes up to `limit` staged increments off the queue (in this transaction) and
     /// reads them back: (how many were taken, the increments still stored).
     async fn take_staged(
         tx: &mut Transaction<'_, Postgres>,
         limit: u32,
+        reads: MessageReads,
     ) -> Result<(u64, Vec<Message>)> {
         let taken: Vec<(Uuid, String, i64)> = sqlx::query_as(
             "DELETE FROM audit_pending WHERE ctid = ANY(ARRAY(
@@ -584,24 +696,17 @@ impl PgStore {
             return Ok((0, Vec::new()));
         }
         let uuids: Vec<Uuid> = taken.iter().map(|t| t.0).collect();
+        let topics: Vec<&str> = taken.iter().map(|t| t.1.as_str()).collect();
         let (lo, hi) = span(taken.iter().map(|t| t.2));
         let taken_keys: HashSet<(Uuid, String, i64)> = taken.iter().cloned().collect();
         seqscan(tx, false).await?;
-        let rows: Vec<StagedDb> = sqlx::query_as(
-            "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
-                    count, bytes, no_time_count, malformed_count, out_of_bounds_count,
-                    observation_time_count, delivery_failed_count, checksum,
-                    latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
-                    bucket_count, offset_partition, offset_min, offset_max, partition_ms
-             FROM audit_message
-             WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3 AND kind = 0",
-        )
-        .bind(&uuids)
-        .bind(lo)
-        .bind(hi)
-        .fetch_all(&mut **tx)
-        .await
-        .context("reading staged increments")?;
+        let rows: Vec<StagedDb> = reads
+            .bind_keys(sqlx::query_as(reads.staged()), &uuids, &topics)
+            .bind(lo)
+            .bind(hi)
+            .fetch_all(&mut **tx)
+            .await
+            .context("reading staged increments")?;
         seqscan(tx, true).await?;
         // A staged UUID whose message retention already deleted has nothing to add.
         let increments: Vec<Message> = rows
@@ -612,8 +717,12 @@ impl PgStore {
         Ok((taken.len() as u64, increments))
     }
 
-    async fn rollup_in(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
-        let (taken, increments) = Self::take_staged(tx, limit).await?;
+    async fn rollup_in(
+        tx: &mut Transaction<'_, Postgres>,
+        limit: u32,
+        reads: MessageReads,
+    ) -> Result<u64> {
+        let (taken, increments) = Self::take_staged(tx, limit, reads).await?;
         if taken > 0 {
             let rollup = Rollup::of(&increments);
             Self::add_windows(tx, &rollup, common::now_ms()).await?;
@@ -626,9 +735,13 @@ impl PgStore {
     /// the one increment that causes it is found, which is taken off the queue and
     /// kept as a reject (source `rollup`) with the reason. The others go on, at a cost
     /// of about twice the work of a normal roll-up.
-    async fn rollup_isolating(tx: &mut Transaction<'_, Postgres>, limit: u32) -> Result<u64> {
+    async fn rollup_isolating(
+        tx: &mut Transaction<'_, Postgres>,
+        limit: u32,
+        reads: MessageReads,
+    ) -> Result<u64> {
         use sqlx::Acquire;
-        let (taken, increments) = Self::take_staged(tx, limit).await?;
+        let (taken, increments) = Self::take_staged(tx, limit, reads).await?;
         let now = common::now_ms();
         let mut quarantined = Vec::new();
         let mut parts: Vec<&[Message]> = vec![&increments];
@@ -754,13 +867,104 @@ impl StagedDb {
     }
 }
 
-/// The messages of a batch already stored: `$1` UUIDs, `$2..=$3` the span of their
-/// `partition_ms`. A span, not `partition_ms = ANY(...)`: two arrays in one index
-/// condition make the B-tree descend once per pair (UUIDs × distinct windows); the
-/// span prunes to the batch's days (usually one or two) and costs one descent per
-/// UUID and day. The caller matches the returned keys exactly.
-const PROBE_MESSAGES: &str = "SELECT uuid, topic, partition_ms FROM audit_message
-     WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3";
+/// How `audit_message` rows are read by key: by their UUIDs (and, routed, their
+/// topics: one each) and the span of their `partition_ms`. A span, not `partition_ms
+/// = ANY(...)`: two arrays in one index condition make the B-tree descend once per
+/// pair (UUIDs × distinct windows); the span prunes to the batch's days (usually one
+/// or two) and costs one descent per UUID and day. The rows are a superset of the
+/// exact keys: callers match them exactly.
+#[derive(Clone, Copy, Debug)]
+enum MessageReads {
+    /// One PostgreSQL: one query on the table by UUID (`$1` UUIDs, `$2..=$3` the span).
+    Local,
+    /// Citus: `audit_messages_by_key` (migration 20261201170100, `$1` UUIDs, `$2`
+    /// their topics, `$3..=$4` the span), one query per shard with only its topics'
+    /// UUIDs, each routed to that shard. Not used on one PostgreSQL, where it cost the
+    /// probe of a replay about 2× (the rows go through the function's tuplestore, and
+    /// a bound array of topics is compared row by row, not hashed).
+    Routed,
+}
+
+impl MessageReads {
+    /// `query` with the keys bound as the variant's SQL takes them.
+    fn bind_keys<'q, O>(
+        self,
+        query: sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>,
+        uuids: &'q [Uuid],
+        topics: &'q [&'q str],
+    ) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
+        match self {
+            MessageReads::Local => query.bind(uuids),
+            MessageReads::Routed => query.bind(uuids).bind(topics),
+        }
+    }
+
+    /// The keys of the messages of a batch already stored (the deduplication probe).
+    fn probe(self) -> &'static str {
+        match self {
+            MessageReads::Local => {
+                "SELECT uuid, topic, partition_ms FROM audit_message
+                 WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3"
+            }
+            MessageReads::Routed => {
+                "SELECT uuid, topic, partition_ms FROM audit_messages_by_key($1, $2, $3, $4)"
+            }
+        }
+    }
+
+    /// Staged increments whole, for the roll-up.
+    fn staged(self) -> &'static str {
+        static LOCAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {STAGED_COLUMNS} FROM audit_message
+                 WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3 AND kind = 0"
+            )
+        });
+        static ROUTED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {STAGED_COLUMNS} FROM audit_messages_by_key($1, $2, $3, $4) WHERE kind = 0"
+            )
+        });
+        match self {
+            MessageReads::Local => &LOCAL,
+            MessageReads::Routed => &ROUTED,
+        }
+    }
+
+    /// `(topic, tier, datacenter, window_start_ms)` of the queued increments: `$1` a
+    /// topic or NULL, `$2` the first window start.
+    fn staged_windows(self) -> &'static str {
+        match self {
+            MessageReads::Local => {
+                "SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
+                 FROM audit_pending p JOIN audit_message m
+                      ON m.uuid = p.uuid AND m.topic = p.topic AND m.partition_ms = p.partition_ms
+                 WHERE ($1::text IS NULL OR m.topic = $1) AND m.window_start_ms >= $2"
+            }
+            // The queue is local (a coordinator table) and short: its keys are read
+            // first and their messages looked up by key, routed to the shards of the
+            // queued topics; the join above goes to every shard (~420 ms a serve cycle
+            // on two workers, issue #32).
+            MessageReads::Routed => {
+                "WITH p AS (SELECT uuid, topic, partition_ms FROM audit_pending
+                            WHERE $1::text IS NULL OR topic = $1),
+                      k AS (SELECT array_agg(uuid) AS uuids, array_agg(topic) AS topics,
+                                   min(partition_ms) AS lo, max(partition_ms) AS hi FROM p)
+                 SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
+                 FROM k, audit_messages_by_key(k.uuids, k.topics, k.lo, k.hi) m
+                 JOIN p ON p.uuid = m.uuid AND p.topic = m.topic AND p.partition_ms = m.partition_ms
+                 WHERE m.window_start_ms >= $2"
+            }
+        }
+    }
+}
+
+/// The columns of a staged increment ([`StagedDb`]).
+const STAGED_COLUMNS: &str = "uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms,
+     emitted_at_ms, count, bytes, no_time_count, malformed_count, out_of_bounds_count,
+     observation_time_count, delivery_failed_count, checksum, latency_zero_count,
+     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition, offset_min, offset_max,
+     partition_ms";
 
 /// The lowest and highest of `values` (an empty span, `(i64::MAX, i64::MIN)`, for none).
 fn span(values: impl Iterator<Item = i64>) -> (i64, i64) {
@@ -771,22 +975,101 @@ fn span(values: impl Iterator<Item = i64>) -> (i64, i64) {
 /// ANY(thousands)` must use the primary key; right after a table was created or
 /// truncated the planner's statistics say it is tiny and it picks a sequential scan
 /// that compares every row with every UUID (measured: seconds per batch instead of
-/// milliseconds). An error aborts the transaction, which resets the setting.
+/// milliseconds). An error aborts the transaction, which resets the setting. On
+/// Citus the shards are planned on the workers, which get the setting through
+/// `citus.propagate_set_commands` (a placeholder setting on plain PostgreSQL).
 async fn seqscan(tx: &mut Transaction<'_, Postgres>, on: bool) -> Result<()> {
-    let statement = if on {
-        "SET LOCAL enable_seqscan = on"
+    let statements: &[&str] = if on {
+        &["SET LOCAL enable_seqscan = on"]
     } else {
-        "SET LOCAL enable_seqscan = off"
+        &[
+            "SET LOCAL citus.propagate_set_commands = 'local'",
+            "SET LOCAL enable_seqscan = off",
+        ]
     };
-    sqlx::query(statement)
-        .execute(&mut **tx)
-        .await
-        .context("planning a lookup by UUID")?;
+    for statement in statements {
+        sqlx::query(statement)
+            .execute(&mut **tx)
+            .await
+            .context("planning a lookup by UUID")?;
+    }
     Ok(())
 }
 
+/// What went wrong in words, when `e` is a failure of TLS (the server refused it, or
+/// the handshake failed), `None` for any other connection error. rustls' errors reach
+/// here as I/O errors of kind `InvalidData` and are told apart by their text: the
+/// store does not link rustls itself (sqlx does), so it cannot match their types.
+fn tls_failure(e: &sqlx::Error) -> Option<String> {
+    let text = match e {
+        sqlx::Error::Tls(e) => e.to_string(),
+        sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => e.to_string(),
+        _ => return None,
+    };
+    let words = [
+        (
+            "UnsupportedCertVersion",
+            "the server's certificate is X.509 v1, which rustls (kafka-audit's TLS library) \
+             cannot use even unverified; give the server an X.509 v3 certificate, or connect \
+             without TLS (sslmode=prefer or disable)",
+        ),
+        (
+            "UnknownIssuer",
+            "the server's certificate is not signed by a root of sslrootcert (nor by a \
+             public web root)",
+        ),
+        (
+            "NotValidForName",
+            "the server's certificate is not valid for the URL's host name",
+        ),
+        ("Expired", "the server's certificate has expired"),
+        ("NotValidYet", "the server's certificate is not valid yet"),
+        (
+            "server does not support TLS",
+            "the server does not offer TLS (ssl = off)",
+        ),
+    ];
+    let said = words
+        .iter()
+        .find(|(key, _)| text.contains(key))
+        .map(|w| w.1);
+    Some(match said {
+        Some(words) => format!("{words} ({text})"),
+        None => text,
+    })
+}
+
+/// `sslmode` as libpq (and the URL) spells it.
+fn libpq_name(mode: PgSslMode) -> &'static str {
+    match mode {
+        PgSslMode::Disable => "disable",
+        PgSslMode::Allow => "allow",
+        PgSslMode::Prefer => "prefer",
+        PgSslMode::Require => "require",
+        PgSslMode::VerifyCa => "verify-ca",
+        PgSslMode::VerifyFull => "verify-full",
+    }
+}
+
 fn is_unique_violation(e: &StoreError) -> bool {
-    matches!(e, StoreError::Database { source: sqlx::Error::Database(db), .. } if db.code().as_deref() == Some("23505"))
+    let StoreError::Database {
+        source: sqlx::Error::Database(db),
+        ..
+    } = e
+    else {
+        return false;
+    };
+    match db.code().as_deref() {
+        Some("23505") => true,
+        // Citus re-raises a shard's error in a COPY without its SQLSTATE (XX000,
+        // ReportCopyError in multi_copy.c), with PostgreSQL's text. A server whose
+        // lc_messages is not English is not recognised here: the batch fails and the
+        // collector's own retry stages it again.
+        Some("XX000") => db
+            .message()
+            .starts_with("duplicate key value violates unique constraint"),
+        _ => false,
+    }
 }
 
 impl AuditStore for PgStore {
@@ -825,7 +1108,7 @@ impl AuditStore for PgStore {
                 .begin()
                 .await
                 .context("beginning a batch transaction")?;
-            match Self::stage_in(&mut tx, batch).await {
+            match Self::stage_in(&mut tx, batch, self.message_reads()).await {
                 Ok(outcome) => {
                     tx.commit().await.context("committing a batch")?;
                     return Ok(outcome);
@@ -850,7 +1133,7 @@ impl AuditStore for PgStore {
             .begin()
             .await
             .context("beginning a roll-up transaction")?;
-        match Self::rollup_in(&mut tx, limit).await {
+        match Self::rollup_in(&mut tx, limit, self.message_reads()).await {
             Ok(n) => {
                 tx.commit().await.context("committing a roll-up")?;
                 Ok(n)
@@ -871,7 +1154,7 @@ impl AuditStore for PgStore {
                     .begin()
                     .await
                     .context("beginning a roll-up transaction")?;
-                let n = Self::rollup_isolating(&mut tx, limit).await?;
+                let n = Self::rollup_isolating(&mut tx, limit, self.message_reads()).await?;
                 tx.commit().await.context("committing a roll-up")?;
                 Ok(n)
             }
@@ -895,41 +1178,42 @@ impl AuditStore for PgStore {
         topic: Option<&str>,
         from_window_ms: i64,
     ) -> Result<Vec<(String, String, String, i64)>> {
-        sqlx::query_as(
-            "SELECT DISTINCT m.topic, m.tier, m.datacenter, m.window_start_ms
-             FROM audit_pending p JOIN audit_message m
-                  ON m.uuid = p.uuid AND m.topic = p.topic AND m.partition_ms = p.partition_ms
-             WHERE ($1::text IS NULL OR m.topic = $1) AND m.window_start_ms >= $2",
-        )
-        .bind(topic)
-        .bind(from_window_ms)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading staged increments")
+        sqlx::query_as(self.message_reads().staged_windows())
+            .bind(topic)
+            .bind(from_window_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading staged increments")
     }
 
     async fn prepare_partitions(&self, from_ms: i64, to_ms: i64) -> Result<u64> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .context("beginning partition maintenance")?;
-        // Attaching a partition locks its table briefly; never queue ingestion behind
-        // a long wait for that lock (the next call tries again).
-        sqlx::query("SET LOCAL lock_timeout = '5s'")
-            .execute(&mut *tx)
-            .await
-            .context("setting a lock timeout")?;
-        let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $2)")
-            .bind(from_ms)
-            .bind(to_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .context("creating day partitions")?;
-        tx.commit()
-            .await
-            .context("committing partition maintenance")?;
-        Ok(created.max(0) as u64)
+        // Hourly from the collector, and at every migration: a store distributed since
+        // the connect is read routed from here on.
+        self.learn_distribution().await?;
+        // One day per transaction, the days traffic needs first (today and ahead, then
+        // back from yesterday): the locks a day's creation takes are held for that day
+        // only (on Citus a day of four tables takes about a second), and a day that
+        // fails (its lock timeout) keeps neither the others nor ingestion waiting. The
+        // next call retries it.
+        let today = common::now_ms().div_euclid(DAY_MS) * DAY_MS;
+        let (first, last) = (from_ms.div_euclid(DAY_MS), to_ms.div_euclid(DAY_MS));
+        let days = (first..=last).map(|d| d * DAY_MS);
+        let (back, ahead): (Vec<i64>, Vec<i64>) = days.partition(|&d| d < today);
+        let mut created = 0;
+        let mut failed = None;
+        for day in ahead.into_iter().chain(back.into_iter().rev()) {
+            match self.prepare_day(day).await {
+                Ok(n) => created += n,
+                Err(e) => {
+                    tracing::warn!(day_ms = day, error = %e, "creating a day's partitions failed; the other days go on");
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            None => Ok(created),
+            Some(e) => Err(e),
+        }
     }
 
     async fn retention(
@@ -939,41 +1223,126 @@ impl AuditStore for PgStore {
         batch_size: u32,
     ) -> Result<RetentionOutcome> {
         let limit = i64::from(batch_size.max(1));
-        // 1. Whole days: a DROP TABLE per partition, no row-by-row delete. Dropping
-        // a partition waits for the transactions using its table; with a lock timeout
-        // ingestion never queues behind it for long, and a pass that times out leaves
-        // the days to the next one.
+        // Each step is its own transaction and none depends on another: one that
+        // fails (a lock timeout, a statement the database refuses) is logged and
+        // counted, and the others still delete what they should.
+        let mut outcome = RetentionOutcome::default();
+        let mut step = |name: &'static str, result: Result<u64>| match result {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(step = name, error = %e, "retention step failed; the others ran");
+                outcome.failed_steps += 1;
+                0
+            }
+        };
+        let partitions = step(
+            "dropping day partitions",
+            self.drop_old_days(window_cutoff_ms, message_cutoff_ms)
+                .await,
+        );
+        step(
+            "forgetting topics without windows",
+            self.forget_old_topics(window_cutoff_ms).await,
+        );
+        let windows = step(
+            "deleting old windows",
+            self.delete_old_default_windows(window_cutoff_ms, limit)
+                .await,
+        );
+        let messages = step(
+            "deleting old message UUIDs",
+            self.delete_old_default_messages(message_cutoff_ms, limit)
+                .await,
+        );
+        let rejects = step(
+            "deleting old rejects",
+            self.delete_old_rejects(message_cutoff_ms, limit).await,
+        );
+        outcome.partitions = partitions;
+        outcome.windows = windows;
+        outcome.messages = messages;
+        outcome.rejects = rejects;
+        Ok(outcome)
+    }
+}
+
+/// Partition upkeep and the steps of [`AuditStore::retention`], each in a transaction
+/// of its own. No `FOR UPDATE` on the tables that Citus distributes (it refuses row
+/// locks in a multi-shard query): a step waits at most [`MAINTENANCE_LOCK_TIMEOUT`]
+/// for rows an ingesting transaction holds and otherwise fails alone, to be retried at
+/// the next pass. The old rows retention deletes are rarely written (late data older
+/// than the retention), so waiting is rare.
+impl PgStore {
+    /// Creates the missing partitions of the UTC day starting at `day_ms`, in one
+    /// transaction; how many.
+    async fn prepare_day(&self, day_ms: i64) -> Result<u64> {
+        let mut tx = self.maintenance_transaction().await?;
+        let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $1)")
+            .bind(day_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .context("creating day partitions")?;
+        tx.commit()
+            .await
+            .context("committing partition maintenance")?;
+        Ok(created.max(0) as u64)
+    }
+
+    /// A transaction whose statements wait at most [`MAINTENANCE_LOCK_TIMEOUT`] for a lock.
+    async fn maintenance_transaction(&self) -> Result<Transaction<'static, Postgres>> {
         let mut tx = self
             .pool
             .begin()
             .await
-            .context("beginning a retention transaction")?;
-        sqlx::query("SET LOCAL lock_timeout = '5s'")
-            .execute(&mut *tx)
-            .await
-            .context("setting a lock timeout")?;
+            .context("beginning a maintenance transaction")?;
+        for setting in MAINTENANCE_LOCK_TIMEOUT {
+            sqlx::query(setting)
+                .execute(&mut *tx)
+                .await
+                .context("setting a lock timeout")?;
+        }
+        Ok(tx)
+    }
+
+    /// Whole days: a `DROP TABLE` per partition, no row-by-row delete. Dropping a
+    /// partition waits for the transactions using its table; with the lock timeout
+    /// ingestion never queues behind it for long, and a pass that times out leaves
+    /// the days to the next one.
+    async fn drop_old_days(&self, window_cutoff_ms: i64, message_cutoff_ms: i64) -> Result<u64> {
+        let mut tx = self.maintenance_transaction().await?;
         let partitions: i32 = sqlx::query_scalar("SELECT audit_drop_day_partitions($1, $2)")
             .bind(window_cutoff_ms)
             .bind(message_cutoff_ms)
             .fetch_one(&mut *tx)
             .await
             .context("dropping day partitions")?;
-        // Topics whose newest window is a day older than the cutoff have no window
-        // left in a day partition (and the default partition's go below).
-        sqlx::query("DELETE FROM audit_topic WHERE last_window_start_ms < $1")
+        tx.commit().await.context("committing dropped partitions")?;
+        Ok(partitions.max(0) as u64)
+    }
+
+    /// Topics whose newest window is a day older than the cutoff have no window left
+    /// in a day partition (and the default partition's go with the windows below).
+    async fn forget_old_topics(&self, window_cutoff_ms: i64) -> Result<u64> {
+        let mut tx = self.maintenance_transaction().await?;
+        let n = sqlx::query("DELETE FROM audit_topic WHERE last_window_start_ms < $1")
             .bind(window_cutoff_ms.saturating_sub(DAY_MS))
             .execute(&mut *tx)
             .await
-            .context("forgetting topics without windows")?;
-        tx.commit().await.context("committing dropped partitions")?;
-        // 2. The default partitions (times no day partition covered) in batches.
-        // SKIP LOCKED: rows an ingesting transaction holds are left for the next pass,
-        // so retention never waits on (or deadlocks with) ingestion.
+            .context("forgetting topics without windows")?
+            .rows_affected();
+        tx.commit().await.context("committing forgotten topics")?;
+        Ok(n)
+    }
+
+    /// Up to `limit` windows of the default partition (times no day partition
+    /// covered) older than the cutoff, with their buckets and offsets.
+    async fn delete_old_default_windows(&self, window_cutoff_ms: i64, limit: i64) -> Result<u64> {
+        let mut tx = self.maintenance_transaction().await?;
         let windows: i64 = sqlx::query_scalar(
             "WITH doomed AS (
                  SELECT topic, window_start_ms, id FROM audit_window_default
                  WHERE window_start_ms < $1
-                 ORDER BY window_start_ms LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 ORDER BY window_start_ms LIMIT $2),
              w AS (DELETE FROM audit_window_default
                    WHERE (topic, window_start_ms, id) IN (SELECT * FROM doomed)
                    RETURNING topic, window_start_ms, id),
@@ -985,21 +1354,35 @@ impl AuditStore for PgStore {
         )
         .bind(window_cutoff_ms)
         .bind(limit)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await
         .context("deleting old windows")?;
-        let messages = sqlx::query(
+        tx.commit().await.context("committing deleted windows")?;
+        Ok(windows.max(0) as u64)
+    }
+
+    /// Up to `limit` message UUIDs of the default partition older than the cutoff.
+    async fn delete_old_default_messages(&self, message_cutoff_ms: i64, limit: i64) -> Result<u64> {
+        let mut tx = self.maintenance_transaction().await?;
+        let n = sqlx::query(
             "DELETE FROM audit_message_default WHERE (uuid, topic, partition_ms) IN (
                  SELECT uuid, topic, partition_ms FROM audit_message_default
-                 WHERE partition_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                 WHERE partition_ms < $1 LIMIT $2)",
         )
         .bind(message_cutoff_ms)
         .bind(limit)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .context("deleting old message UUIDs")?
         .rows_affected();
-        let rejects = sqlx::query(
+        tx.commit().await.context("committing deleted UUIDs")?;
+        Ok(n)
+    }
+
+    /// Up to `limit` rejects received before the cutoff. `audit_reject` stays a local
+    /// table under Citus too, so rows an ingesting transaction holds are skipped.
+    async fn delete_old_rejects(&self, message_cutoff_ms: i64, limit: i64) -> Result<u64> {
+        let n = sqlx::query(
             "DELETE FROM audit_reject WHERE id IN (
                  SELECT id FROM audit_reject WHERE received_at_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
         )
@@ -1009,14 +1392,18 @@ impl AuditStore for PgStore {
         .await
         .context("deleting old rejects")?
         .rows_affected();
-        Ok(RetentionOutcome {
-            windows: windows as u64,
-            messages,
-            rejects,
-            partitions: partitions.max(0) as u64,
-        })
+        Ok(n)
     }
 }
+
+/// How long a maintenance step waits for a lock before it fails (and is retried at
+/// the next pass). On Citus the setting must reach the workers too, where the shards'
+/// rows are locked: `citus.propagate_set_commands` sends the transaction's `SET LOCAL`s
+/// along (on plain PostgreSQL it is an unused placeholder setting).
+const MAINTENANCE_LOCK_TIMEOUT: [&str; 2] = [
+    "SET LOCAL citus.propagate_set_commands = 'local'",
+    "SET LOCAL lock_timeout = '5s'",
+];
 
 impl PgStore {
     crate::shared::shared_window_reads!();

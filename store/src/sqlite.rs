@@ -395,6 +395,7 @@ impl AuditStore for SqliteStore {
             messages,
             rejects,
             partitions: 0,
+            failed_steps: 0,
         })
     }
 }

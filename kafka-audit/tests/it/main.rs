@@ -20,6 +20,7 @@ mod revision;
 static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 mod chaos;
+mod citus;
 mod collect_sigkill;
 mod collector_outage;
 mod deleted_topic;

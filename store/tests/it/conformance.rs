@@ -1,5 +1,7 @@
 //! One contract, two stores: every case runs against PostgreSQL (a fresh database on
-//! the dev server per test) and SQLite (a fresh file per test).
+//! the dev server per test) and SQLite (a fresh file per test), and against PostgreSQL
+//! distributed by topic on a Citus cluster when `KAFKA_AUDIT_TEST_CITUS_URL` names one
+//! (skipped, saying so, otherwise: README, "Tests on Citus").
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,6 +25,14 @@ async fn postgres() -> (Store, Backing) {
         .expect("connect to the test database");
     store.migrate().await.expect("migrate");
     (store, Backing::Pg(db))
+}
+
+/// A fresh database on the Citus cluster, migrated and distributed with the commands
+/// of docs/operations.md (`deploy/citus/distribute.sql`).
+async fn citus() -> Option<(Store, Backing)> {
+    let db = testkit::fresh_citus_database("store_conformance").await?;
+    let store = crate::citus::distributed_store(db.url()).await;
+    Some((Store::Postgres(store), Backing::Pg(db)))
 }
 
 async fn sqlite() -> (Store, Backing) {
@@ -51,6 +61,17 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let (store, _backing) = super::sqlite().await;
+                    super::$case(&store).await;
+                }
+            )*
+        }
+        mod on_citus {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some((store, _backing)) = super::citus().await else {
+                        return;
+                    };
                     super::$case(&store).await;
                 }
             )*

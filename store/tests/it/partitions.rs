@@ -1,6 +1,9 @@
 //! PostgreSQL at fleet scale (issue #17): the tables that grow with traffic are
 //! partitioned by day and keyed by topic, retention drops whole days, partitions are
-//! created ahead, and an existing store converts with its counts intact.
+//! created ahead, and an existing store converts with its counts intact. The cases
+//! in `on_postgres` / `on_citus` run on plain PostgreSQL and, when
+//! `KAFKA_AUDIT_TEST_CITUS_URL` names a cluster, on the store distributed by topic
+//! with Citus (issue #32; skipped, saying so, otherwise).
 
 use sqlx::PgPool;
 use store::*;
@@ -27,6 +30,61 @@ async fn pg_store(prefix: &str) -> (PgStore, testkit::TestDatabase) {
     let store = PgStore::connect(db.url()).await.expect("connect");
     store.migrate().await.expect("migrate");
     (store, db)
+}
+
+/// A fresh store distributed by topic on the Citus cluster (`None`: no cluster).
+async fn citus_store(prefix: &str) -> Option<(PgStore, testkit::TestDatabase)> {
+    let db = testkit::fresh_citus_database(prefix).await?;
+    Some((crate::citus::distributed_store(db.url()).await, db))
+}
+
+/// Each case as `on_postgres::case` and `on_citus::case`, with its database prefix.
+macro_rules! on_postgres_and_citus {
+    ($($case:ident => $prefix:literal),* $(,)?) => {
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _db) = super::pg_store($prefix).await;
+                    super::$case(&store).await;
+                }
+            )*
+        }
+        mod on_citus {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some((store, _db)) = super::citus_store($prefix).await else {
+                        return;
+                    };
+                    super::$case(&store).await;
+                }
+            )*
+        }
+    };
+}
+
+on_postgres_and_citus!(
+    partitions_are_created_ahead_and_out_of_range_windows_still_count => "store_partitions_ahead",
+    retention_drops_whole_day_partitions_and_keeps_the_rest => "store_partitions_retention",
+    a_day_that_cannot_be_created_leaves_the_other_days_created => "store_partitions_days",
+);
+
+/// Whether the store's tables are distributed with Citus.
+async fn distributed(pool: &PgPool) -> bool {
+    let citus: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    citus
+        && sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+                            WHERE logicalrelid = 'audit_window'::regclass)",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
 fn message(topic: &str, tier: &str, dc: &str, window_start: i64, count: u64, salt: u64) -> Message {
@@ -118,16 +176,42 @@ async fn rollup_all(store: &impl AuditStore) {
     while store.rollup(1000).await.unwrap() > 0 {}
 }
 
-/// Which partition (table) holds the window row.
+/// Which partitions (tables) hold the window row. Each partition is asked by name:
+/// on Citus a row's `tableoid` is its shard's, unknown to the coordinator.
 async fn partition_of(pool: &PgPool, topic: &str, window_start_ms: i64) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT tableoid::regclass::text FROM audit_window WHERE topic = $1 AND window_start_ms = $2",
-    )
-    .bind(topic)
-    .bind(window_start_ms)
-    .fetch_all(pool)
-    .await
-    .unwrap()
+    let mut holders = vec![];
+    for part in partition_names(pool, "audit_window").await {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {part} WHERE topic = $1 AND window_start_ms = $2"
+        ))
+        .bind(topic)
+        .bind(window_start_ms)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if n > 0 {
+            holders.push(part);
+        }
+    }
+    holders
+}
+
+/// Bytes the coordinator itself keeps in the tables of the day partitions: on Citus
+/// the rows live in the workers' shards, and a partition whose rows were moved in
+/// from the default partition must not keep a second copy on the coordinator's disk.
+async fn local_bytes_of_days(pool: &PgPool) -> Vec<(String, i64)> {
+    let mut sizes = vec![];
+    for &(parent, _) in TRAFFIC_TABLES {
+        for part in partition_names(pool, parent).await {
+            let bytes: i64 = sqlx::query_scalar("SELECT pg_relation_size($1::regclass)")
+                .bind(&part)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            sizes.push((part, bytes));
+        }
+    }
+    sizes
 }
 
 async fn partition_names(pool: &PgPool, parent: &str) -> Vec<String> {
@@ -254,39 +338,83 @@ async fn traffic_tables_are_partitioned_by_day_and_keyed_by_topic() {
         "audit_pending: {queue:?}"
     );
 
+    // Where this server preloads Citus (a single-node install), it is asked too; an
+    // extension installed but not preloaded cannot even be created. A cluster is
+    // asked in on_citus_the_tables_are_distributed_as_documented.
     let citus: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')",
+        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')
+            AND 'citus' = ANY (SELECT btrim(l, ' \"') FROM unnest(string_to_array(
+                     current_setting('shared_preload_libraries'), ',')) AS l)",
     )
     .fetch_one(pool)
     .await
     .unwrap();
-    if citus {
-        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
-            .execute(pool)
-            .await
-            .unwrap();
-        // the commands of docs/operations.md
-        let tables = TRAFFIC_TABLES.iter().map(|t| t.0);
-        for (i, table) in tables.chain(["audit_progress", "audit_topic"]).enumerate() {
-            sqlx::query(if i == 0 {
-                "SELECT create_distributed_table($1, 'topic')"
-            } else {
-                "SELECT create_distributed_table($1, 'topic', colocate_with => 'audit_window')"
-            })
-            .bind(table)
-            .execute(pool)
-            .await
-            .unwrap_or_else(|e| panic!("Citus refused {table}: {e}"));
-        }
+    if !citus {
+        eprintln!("Citus not preloaded on this server: the distribution is checked on KAFKA_AUDIT_TEST_CITUS_URL's cluster");
+        return;
+    }
+    sqlx::raw_sql(crate::citus::DISTRIBUTE)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("Citus refused deploy/citus/distribute.sql: {e}"));
+}
+
+/// On a Citus cluster, deploy/citus/distribute.sql (the commands of
+/// docs/operations.md) leaves every table as the documentation's table says: the
+/// tables that grow with traffic and every one of their partitions, the progress and
+/// the topic list distributed by topic and co-located; emitters and open alerts
+/// reference tables; the roll-up queue and the rejects local to the coordinator.
+/// Running it again changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_citus_the_tables_are_distributed_as_documented() {
+    let Some((store, _db)) = citus_store("store_citus_catalog").await else {
+        return;
+    };
+    let pool = store.pool();
+    sqlx::raw_sql(crate::citus::DISTRIBUTE)
+        .execute(pool)
+        .await
+        .expect("distribute.sql a second time");
+    let tables: Vec<(String, String, String, i32)> = sqlx::query_as(
+        "SELECT table_name::text, citus_table_type, distribution_column, colocation_id
+         FROM citus_tables",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let find = |name: &str| tables.iter().find(|t| t.0 == name);
+    let colocation = find("audit_window").expect("audit_window distributed").3;
+    let mut distributed = vec!["audit_progress".to_string(), "audit_topic".to_string()];
+    for &(table, _) in TRAFFIC_TABLES {
+        distributed.push(table.to_string());
+        let parts = partition_names(pool, table).await;
+        assert!(parts.len() >= 3, "{table}: {parts:?}");
+        distributed.extend(parts);
+    }
+    for name in &distributed {
+        let t = find(name).unwrap_or_else(|| panic!("{name} not distributed: {tables:?}"));
+        assert_eq!(
+            (t.1.as_str(), t.2.as_str(), t.3),
+            ("distributed", "topic", colocation),
+            "{name}"
+        );
+    }
+    for name in ["audit_emitter", "web_alert_open"] {
+        assert_eq!(
+            find(name).map(|t| t.1.as_str()),
+            Some("reference"),
+            "{name}"
+        );
+    }
+    for name in ["audit_pending", "audit_reject"] {
+        assert!(find(name).is_none(), "{name} must stay local: {tables:?}");
     }
 }
 
 /// Partitions are created ahead; a window with no partition for its day (a skewed or
 /// hostile auditor's far future or past) is stored in the default partition and
 /// counted like any other, never failing the batch; creating its day later moves it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn partitions_are_created_ahead_and_out_of_range_windows_still_count() {
-    let (store, _db) = pg_store("store_partitions_ahead").await;
+async fn partitions_are_created_ahead_and_out_of_range_windows_still_count(store: &PgStore) {
     let pool = store.pool();
     let in_five_days = today() + 5 * DAY + 6 * W;
     let far_future = 4_102_444_800_000; // 2100-01-01
@@ -310,8 +438,8 @@ async fn partitions_are_created_ahead_and_out_of_range_windows_still_count() {
         out.outcomes.iter().all(|o| *o == WriteOutcome::Accepted),
         "{out:?}"
     );
-    rollup_all(&store).await;
-    let rows = all_windows(&store).await;
+    rollup_all(store).await;
+    let rows = all_windows(store).await;
     assert_eq!(
         rows.iter().map(|r| r.count).collect::<Vec<_>>(),
         vec![12, 10, 11]
@@ -331,6 +459,14 @@ async fn partitions_are_created_ahead_and_out_of_range_windows_still_count() {
         partition_of(pool, "orders", in_five_days).await,
         vec![day_name("audit_window", today() + 5 * DAY)]
     );
+    if distributed(pool).await {
+        let kept: Vec<_> = local_bytes_of_days(pool)
+            .await
+            .into_iter()
+            .filter(|(_, bytes)| *bytes > 0)
+            .collect();
+        assert!(kept.is_empty(), "the coordinator keeps rows of: {kept:?}");
+    }
     assert_eq!(
         store
             .prepare_partitions(today(), today() + 7 * DAY)
@@ -339,7 +475,7 @@ async fn partitions_are_created_ahead_and_out_of_range_windows_still_count() {
         0
     );
     assert_eq!(
-        all_windows(&store).await,
+        all_windows(store).await,
         rows,
         "moving changed nothing readable"
     );
@@ -352,16 +488,61 @@ async fn partitions_are_created_ahead_and_out_of_range_windows_still_count() {
         again.outcomes.iter().all(|o| *o == WriteOutcome::Duplicate),
         "{again:?}"
     );
-    let offsets = all_offsets(&store, &rows).await;
+    let offsets = all_offsets(store, &rows).await;
     assert!(offsets.iter().all(|o| o.len() == 1), "{offsets:?}");
+}
+
+/// Partition upkeep creates one day per transaction: a day whose creation fails (here
+/// its table's name is taken by a type) fails alone; the days before and after it
+/// are created, and the next call creates it, moving the day's rows out of the
+/// default partition.
+async fn a_day_that_cannot_be_created_leaves_the_other_days_created(store: &PgStore) {
+    let pool = store.pool();
+    let blocked_day = today() + 4 * DAY;
+    let early = message("orders", "regional", "dc1", blocked_day + 3 * W, 5, 1);
+    store
+        .write_batch(&batch(vec![early], common::now_ms()))
+        .await
+        .unwrap();
+    let taken = day_name("audit_window_offset", blocked_day);
+    sqlx::query(&format!("CREATE TYPE {taken} AS ENUM ('taken')"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let result = store.prepare_partitions(today(), today() + 7 * DAY).await;
+    assert!(result.is_err(), "{result:?}");
+    for &(table, _) in TRAFFIC_TABLES {
+        let parts = partition_names(pool, table).await;
+        for d in [2, 3, 5, 6, 7] {
+            let day = day_name(table, today() + d * DAY);
+            assert!(parts.contains(&day), "{day} missing: {parts:?}");
+        }
+        assert!(!parts.contains(&day_name(table, blocked_day)), "{parts:?}");
+    }
+    sqlx::query(&format!("DROP TYPE {taken}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .prepare_partitions(today(), today() + 7 * DAY)
+            .await
+            .unwrap(),
+        4,
+        "the blocked day of four tables"
+    );
+    assert_eq!(
+        partition_of(pool, "orders", blocked_day + 3 * W).await,
+        vec![day_name("audit_window", blocked_day)]
+    );
+    let rows = store.topic_windows("orders", everything()).await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.count).collect::<Vec<_>>(), vec![5]);
 }
 
 /// Retention drops whole day partitions: nothing of a day past the cutoff remains,
 /// the day holding the cutoff and later days are kept whole, and old rows of the
 /// default partition are deleted in batches as before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_drops_whole_day_partitions_and_keeps_the_rest() {
-    let (store, _db) = pg_store("store_partitions_retention").await;
+async fn retention_drops_whole_day_partitions_and_keeps_the_rest(store: &PgStore) {
     let pool = store.pool();
     let day0 = today() - 3 * DAY;
     store.prepare_partitions(day0, today() + DAY).await.unwrap();
@@ -394,7 +575,7 @@ async fn retention_drops_whole_day_partitions_and_keeps_the_rest() {
         .write_batch(&batch(messages.clone(), common::now_ms()))
         .await
         .unwrap();
-    assert_eq!(all_windows(&store).await.len(), 20);
+    assert_eq!(all_windows(store).await.len(), 20);
     assert_eq!(
         store.list_topics().await.unwrap(),
         ["gone", "orders", "payments"]
@@ -427,7 +608,7 @@ async fn retention_drops_whole_day_partitions_and_keeps_the_rest() {
         assert!(parts.contains(&day_name(table, day0 + DAY)), "{parts:?}");
     }
     assert_eq!(store.list_topics().await.unwrap(), ["orders", "payments"]);
-    let rows = all_windows(&store).await;
+    let rows = all_windows(store).await;
     assert_eq!(rows.len(), 12);
     assert!(rows.iter().all(|r| r.window_start_ms >= day0 + DAY));
     assert!(
@@ -519,7 +700,8 @@ async fn conversion_keeps_counts_and_what_verdicts_read() {
     // The old store: the old migrations, filled with the partial state through the
     // old schema's SQL, then the staged increments as the old collector queued them.
     let db = testkit::fresh_database("store_conversion_old").await;
-    let pool = PgPool::connect(db.url()).await.unwrap();
+    // through the store: its sslmode handling copes with a server Citus gave TLS
+    let pool = PgStore::connect(db.url()).await.unwrap().pool().clone();
     store::old_schema::migrate(&pool).await;
     store::old_schema::fill(&pool, &partial, &counted, &staged).await;
     let old_windows: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_window")
@@ -620,7 +802,8 @@ async fn a_store_that_applied_the_observation_count_migration_first_converts_too
     )
     .unwrap();
     let db = testkit::fresh_database("store_conversion_after_b1").await;
-    let pool = PgPool::connect(db.url()).await.unwrap();
+    // through the store: its sslmode handling copes with a server Citus gave TLS
+    let pool = PgStore::connect(db.url()).await.unwrap().pool().clone();
     sqlx::migrate::Migrator::new(dir.path())
         .await
         .unwrap()
@@ -659,4 +842,189 @@ async fn a_store_that_applied_the_observation_count_migration_first_converts_too
         .unwrap();
     let rows = all_windows(&store).await;
     assert_eq!((rows[0].count, rows[0].observation_time_count), (80, 10));
+}
+
+/// Each retention step is its own transaction and fails alone: a day partition whose
+/// drop cannot get its lock (a long reader holds the table), or a default partition
+/// whose delete the database refuses, leaves the other steps to delete what they
+/// should, and the failures are counted in the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_retention_step_leaves_the_others_to_run() {
+    let (store, _db) = pg_store("store_retention_steps").await;
+    let pool = store.pool();
+    let day0 = today() - 3 * DAY;
+    store.prepare_partitions(day0, today()).await.unwrap();
+    let old_day = message("orders", "regional", "dc1", day0 + 3 * W, 5, 1);
+    let ancient = message("orders", "regional", "dc1", DAY + 3 * W, 2, 2); // default partition
+    let mut old = batch(vec![old_day, ancient], day0);
+    old.rejects = vec![Reject {
+        source: "test".into(),
+        reason: "old".into(),
+        payload: "x".into(),
+    }];
+    store.write_batch(&old).await.unwrap();
+    let cutoff = day0 + DAY + W;
+    let count = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+
+    // A reader holds audit_window: the day's drop waits out its lock timeout.
+    let mut reader = pool.begin().await.unwrap();
+    sqlx::query("SELECT count(*) FROM audit_window")
+        .execute(&mut *reader)
+        .await
+        .unwrap();
+    let out = store.retention(cutoff, cutoff, 1000).await.unwrap();
+    assert_eq!(out.failed_steps, 1, "{out:?}");
+    assert_eq!(out.partitions, 0, "{out:?}");
+    assert_eq!(
+        (out.windows, out.messages, out.rejects),
+        (1, 1, 1),
+        "the default partitions and the rejects were still cleaned: {out:?}"
+    );
+    reader.rollback().await.unwrap();
+    assert_eq!(count("SELECT count(*) FROM audit_window_default").await, 0);
+    assert_eq!(count("SELECT count(*) FROM audit_reject").await, 0);
+
+    // The next pass drops the day; a refused delete of the default windows does not
+    // keep the UUIDs behind it from going.
+    let ancient = message("orders", "regional", "dc1", DAY + 5 * W, 2, 3);
+    store
+        .write_batch(&batch(vec![ancient], day0))
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '55000'; END $$;
+         CREATE TRIGGER refuse_delete BEFORE DELETE ON audit_window_bucket_default
+             FOR EACH ROW EXECUTE FUNCTION refuse_delete();",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let out = store.retention(cutoff, cutoff, 1000).await.unwrap();
+    assert_eq!(out.failed_steps, 1, "{out:?}");
+    assert_eq!(
+        (out.partitions, out.windows, out.messages),
+        (4, 0, 1),
+        "{out:?}"
+    );
+    assert_eq!(count("SELECT count(*) FROM audit_window_default").await, 1);
+    assert_eq!(count("SELECT count(*) FROM audit_message_default").await, 0);
+}
+
+/// On Citus, what the collector and serve do for the topics of a batch goes to the
+/// shards that hold those topics, never to every shard: the UUID probe (a replay),
+/// staging new increments, the roll-up, the staged-increment read serve makes every
+/// cycle, and a topic's windows, offsets and progress. Counted by Citus itself
+/// (`citus_stat_counters`, multi-shard query executions of this test's database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_citus_a_batchs_probes_and_reads_go_to_the_shards_of_its_topics() {
+    let Some(db) = testkit::fresh_citus_database("store_citus_routed").await else {
+        return;
+    };
+    {
+        let admin = PgStore::connect(db.url()).await.unwrap();
+        sqlx::query(&format!(
+            "ALTER DATABASE \"{}\" SET citus.enable_stat_counters = on",
+            db.name()
+        ))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+    }
+    // Connections opened from now on count.
+    let store = crate::citus::distributed_store(db.url()).await;
+    let pool = store.pool();
+    let now = common::now_ms();
+    let window = today() + 6 * W;
+    let increments = |topic: &str, n: u64| -> Vec<Message> {
+        (0..n)
+            .map(|i| message(topic, "regional", "dc1", window, 10 + i, i))
+            .collect()
+    };
+    let seeded: Vec<Message> = ["orders", "payments", "refunds", "shipments"]
+        .into_iter()
+        .flat_map(|t| increments(t, 20))
+        .chain([progress("orders", "regional", "dc1", now, 7)])
+        .collect();
+    store
+        .stage_batch(&batch(seeded.clone(), now))
+        .await
+        .unwrap();
+    rollup_all(&store).await;
+    let multi_shard = || async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT query_execution_multi_shard FROM citus_stat_counters
+             WHERE name = current_database()",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    let mut fanned_out = vec![];
+    macro_rules! routed {
+        ($what:literal, $op:expr) => {{
+            let before = multi_shard().await;
+            let result = $op;
+            let after = multi_shard().await;
+            if after > before {
+                fanned_out.push(($what, after - before));
+            }
+            result
+        }};
+    }
+    // The collector: a replay of two topics, new increments and progress of one, the
+    // roll-up.
+    let replay: Vec<Message> = seeded
+        .iter()
+        .filter(|m| m.topic == "orders" || m.topic == "refunds")
+        .cloned()
+        .collect();
+    let out = routed!(
+        "probe of a replay",
+        store.stage_batch(&batch(replay, now)).await.unwrap()
+    );
+    assert_eq!(out.accepted(), 0);
+    let fresh: Vec<Message> = increments("orders", 5)
+        .into_iter()
+        .chain([progress("orders", "regional", "dc1", now + 1, 9)])
+        .collect();
+    let out = routed!(
+        "staging",
+        store.stage_batch(&batch(fresh, now)).await.unwrap()
+    );
+    assert_eq!(out.accepted(), 6);
+    // serve, every cycle, then on a topic's page
+    let staged = routed!(
+        "staged windows",
+        store.staged_windows(None, 0).await.unwrap()
+    );
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    let staged = routed!(
+        "staged windows of a topic",
+        store.staged_windows(Some("orders"), 0).await.unwrap()
+    );
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    let rolled = routed!("roll-up", store.rollup(1000).await.unwrap());
+    assert_eq!(rolled, 5);
+    let rows = routed!(
+        "a topic's windows",
+        store.topic_windows("orders", everything()).await.unwrap()
+    );
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].count, (10..30).sum::<u64>() + (10..15).sum::<u64>());
+    routed!(
+        "a window's offsets",
+        store.window_offsets(&rows[0].key()).await.unwrap()
+    );
+    let p = routed!(
+        "a topic's progress",
+        store.progress(Some("orders")).await.unwrap()
+    );
+    assert_eq!(p[0].next_offset, 9);
+    assert!(fanned_out.is_empty(), "went to every shard: {fanned_out:?}");
 }

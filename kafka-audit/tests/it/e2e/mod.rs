@@ -493,11 +493,16 @@ pub struct TwoTiers {
 impl TwoTiers {
     /// Audit topics `{name}-audit` on both clusters and a database `{name}`.
     pub async fn new(name: &str) -> TwoTiers {
+        let db = testkit::fresh_database(&name.replace('-', "_")).await;
+        Self::with_database(name, db).await
+    }
+
+    /// [`TwoTiers::new`] with a database of the caller's (e.g. on a Citus cluster).
+    pub async fn with_database(name: &str, db: testkit::TestDatabase) -> TwoTiers {
         let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
         let audit_a = testkit::create_unique_topic(&a, &format!("{name}-audit"), 3).await;
         let audit_b = testkit::create_unique_topic(&b, &format!("{name}-audit"), 3).await;
         let (pages, hook) = start_receiver().await;
-        let db = testkit::fresh_database(&name.replace('-', "_")).await;
         let stop = tokio_util::sync::CancellationToken::new();
         TwoTiers {
             _stop_on_drop: stop.clone().drop_guard(),
@@ -657,11 +662,22 @@ pub struct OneTopic {
 
 impl OneTopic {
     pub async fn start(name: &str, partitions: i32) -> OneTopic {
-        let rig = TwoTiers::new(name).await;
+        Self::start_in(TwoTiers::new(name).await, name, partitions, |_| {}).await
+    }
+
+    /// [`OneTopic::start`] on `rig`, with the collector's config changed by `collect`.
+    pub async fn start_in(
+        rig: TwoTiers,
+        name: &str,
+        partitions: i32,
+        collect: impl FnOnce(&mut collector::CollectConfig),
+    ) -> OneTopic {
         let topic = testkit::unique(name);
         rig.create_topic(&topic, partitions).await;
         let upstream = rig.spawn_auditor(rig.regional(&[&topic]));
-        let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+        let mut config = rig.collect(500, "");
+        collect(&mut config);
+        let collector = rig.spawn_collector(config, &rig.stop);
         let (state, jobs) = rig.serve("30m").await;
         OneTopic {
             rig,
