@@ -485,6 +485,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
                     increments: 0,
                     first_received_at_ms: 0,
                     last_received_at_ms: 0,
+                    latency_unread: false,
                 },
                 BTreeMap::new(),
             )
