@@ -20,6 +20,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use store::{Batch, Reject};
 use tokio_util::sync::CancellationToken;
 
+use crate::bounds::Bound;
 use crate::config::{BatchConfig, KafkaSourceConfig};
 use crate::convert;
 use crate::sink::{Sink, Written};
@@ -124,7 +125,10 @@ impl KafkaSource {
         };
         self.take(first, &mut gathered);
         let deadline = tokio::time::Instant::now() + self.batch.max_wait;
-        while gathered.records < self.batch.max_messages && gathered.bytes < self.batch.max_bytes {
+        while gathered.records < self.batch.max_messages
+            && gathered.bytes < self.batch.max_bytes
+            && gathered.entries < self.batch.max_entries
+        {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, consumer.recv()) => match r {
                     Ok(r) => self.take(r, &mut gathered),
@@ -133,6 +137,17 @@ impl KafkaSource {
                 // Finish the batch in hand: what was read is stored before stopping.
                 _ = shutdown.cancelled() => break,
             }
+        }
+        if gathered.entries >= self.batch.max_entries {
+            self.sink
+                .metrics
+                .source(&self.sink.metrics.batches_cut, &self.label);
+        }
+        if gathered.excerpts.dropped > 0 {
+            self.sink
+                .metrics
+                .excerpts_dropped
+                .inc_by(gathered.excerpts.dropped);
         }
         gathered.batch.received_at_ms = now_ms();
         Some(gathered)
@@ -157,15 +172,30 @@ impl KafkaSource {
         let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());
         let payload = record.payload().unwrap_or_default();
         into.bytes += payload.len();
-        match convert::parse(payload, now_ms()) {
-            Ok(message) => into.batch.messages.push(message),
+        let received = now_ms();
+        let parsed = if payload.len() > self.batch.max_record_bytes {
+            self.sink.bounds.count(Bound::record_bytes);
+            Err(format!(
+                "record of {} bytes is larger than batch.max_record_bytes ({}); not parsed",
+                payload.len(),
+                self.batch.max_record_bytes
+            ))
+        } else {
+            convert::parse(payload, received)
+                .and_then(|m| self.sink.bounds.check(&m, received).map(|()| m))
+        };
+        match parsed {
+            Ok(message) => {
+                into.entries += convert::entries(&message);
+                into.batch.messages.push(message);
+            }
             Err(reason) => {
                 let source = format!("{}/{topic}/{partition}@{offset}", self.label);
                 tracing::warn!(%source, %reason, "rejecting audit record");
                 into.batch.rejects.push(Reject {
                     source,
                     reason,
-                    payload: convert::excerpt(payload),
+                    payload: into.excerpts.take(payload),
                 });
             }
         }
@@ -215,6 +245,9 @@ struct Gathered {
     records: usize,
     /// Payload bytes of those records.
     bytes: usize,
+    /// Partition entries of the messages taken (what storing them costs).
+    entries: usize,
+    excerpts: convert::Excerpts,
     /// Offset to commit (last record + 1)
     next_offsets: BTreeMap<TopicPartition, i64>,
 }
