@@ -101,6 +101,12 @@ pub struct VerdictIndex {
     /// judged yet (cold start: the first cycle judges the recent windows, load steps
     /// the older ones, newest first). `None` once the whole horizon is judged.
     pub loading: Option<Loading>,
+    /// Most entries kept (`serve.max_verdicts`; 0: no bound).
+    pub max_entries: usize,
+    /// The first and last window start of verdicts not kept because the index was
+    /// full: absent from the index, they would read as `ok`, so the API answers 503
+    /// for ranges that meet them until they leave the horizon.
+    pub dropped: Option<(i64, i64)>,
 }
 
 /// What a cold start has judged so far; `/readyz` shows it.
@@ -138,15 +144,38 @@ impl VerdictIndex {
             self.entries.remove(&k);
         }
         for v in verdicts {
-            if v.verdict != Verdict::Ok {
-                self.entries.insert(key_of(&v), v);
+            if v.verdict == Verdict::Ok {
+                continue;
             }
+            if self.max_entries > 0 && self.entries.len() >= self.max_entries {
+                let (lo, hi) = self.dropped.unwrap_or((v.window_start, v.window_start));
+                if self.dropped.is_none() {
+                    tracing::error!(
+                        max_verdicts = self.max_entries,
+                        topic,
+                        "the verdict index is full (serve.max_verdicts): verdicts are no longer kept, and the API answers 503 for the windows concerned until they leave the horizon"
+                    );
+                }
+                self.dropped = Some((lo.min(v.window_start), hi.max(v.window_start)));
+                continue;
+            }
+            self.entries.insert(key_of(&v), v);
         }
     }
 
     fn drop_before(&mut self, start: i64) {
         let keep = self.entries.split_off(&VerdictKey::first_of(start, None));
         self.entries = keep;
+        self.dropped = match self.dropped {
+            Some((_, hi)) if hi < start => None,
+            Some((lo, hi)) => Some((lo.max(start), hi)),
+            None => None,
+        };
+    }
+
+    /// Whether verdicts of windows in `[from, to)` were not kept (the index was full).
+    pub fn dropped_within(&self, from: i64, to: i64) -> Option<(i64, i64)> {
+        self.dropped.filter(|&(lo, hi)| lo < to && hi >= from)
     }
 
     /// Verdicts whose window starts in `[from, to)`.
@@ -157,11 +186,6 @@ impl VerdictIndex {
             .take_while(move |(k, _)| k.window_start < to)
             .map(|(_, v)| v)
     }
-}
-
-/// Every auditor's progress on `topic`, as the engine takes it.
-pub async fn topic_progress(store: &Store, topic: &str) -> Result<Vec<ProgressRow>, StoreError> {
-    store.progress(Some(topic)).await
 }
 
 /// Upper bound of window keys read per query; a cycle with more work continues at
@@ -329,13 +353,15 @@ impl Evaluator {
         result
     }
 
-    /// The topology, learning the window size from the newest stored window when
-    /// `[topology] window` is not set; `None` (and why in the index) while it cannot.
+    /// The topology, with the window size the store recorded (fixed by the
+    /// collector's `[ingest] window` or by the first stored increment, never by the
+    /// newest window, which anyone who can write one could set) when `[topology]
+    /// window` is not set; `None` (and why in the index) while none is recorded.
     async fn known_topology(&self) -> Result<Option<Arc<Topology>>, StoreError> {
         if let Some(t) = self.topology.get() {
             return Ok(Some(t));
         }
-        let waiting = match self.store.latest_window_ms().await? {
+        let waiting = match self.store.window_size_ms().await? {
             None => WAITING_FOR_WINDOW.to_string(),
             Some(ms) => match WindowSize::from_millis(ms)
                 .map_err(|e| e.to_string())
@@ -344,14 +370,14 @@ impl Evaluator {
                 Ok(t) => {
                     tracing::info!(
                         window_ms = t.window.as_millis(),
-                        "window size learned from the newest stored window (the auditors' audit.event_time.window_size; [topology] window is not set)"
+                        "window size as the store recorded it (the collector's [ingest] window, or the first stored increment's; [topology] window is not set)"
                     );
                     self.index.write().expect("verdict index lock").waiting_for = None;
                     return Ok(Some(t));
                 }
                 // Stored rows are validated on the way in; this only guards the loop.
                 Err(e) => format!(
-                    "the newest stored window is {ms} ms long, which is no window size ({e}); set [topology] window"
+                    "the recorded window size is {ms} ms, which is no window size ({e}); set [topology] window"
                 ),
             },
         };
@@ -376,16 +402,23 @@ impl Evaluator {
 
         // Every topic's auditors, also of idle topics (no windows to judge), so that
         // an auditor that stops reporting is flagged even when its topic is quiet.
-        let all_progress = self.store.progress(None).await?;
-        let progress_capped = all_progress.len() >= store::MAX_READ_ROWS;
+        // Within the forget horizon only, in SQL: forgotten rows cannot fill the read.
+        let crate::reads::TopicProgress {
+            rows: all_progress,
+            capped: progress_capped,
+        } = crate::reads::progress(&self.store, None, &topo, now).await?;
         let mut progress: HashMap<String, Vec<ProgressRow>> = HashMap::new();
         for p in &all_progress {
             progress.entry(p.topic.clone()).or_default().push(p.clone());
         }
+        drop(all_progress);
         // Auditor status from one row per auditor, not from the per-partition rows
         // above: those are capped, and a capped read must not freeze stall alerts.
         let mut auditors = BTreeMap::new();
-        let reports = self.store.auditor_reports(AUDITOR_LIMIT).await?;
+        let reports = self
+            .store
+            .auditor_reports_since(crate::reads::forget_since(&topo, now), AUDITOR_LIMIT)
+            .await?;
         let auditors_capped = reports.len() >= AUDITOR_LIMIT as usize;
         if auditors_capped {
             tracing::warn!(limit = AUDITOR_LIMIT, "more auditors than one read holds: stall alerts of those left out are neither raised nor resolved");
@@ -417,7 +450,7 @@ impl Evaluator {
                 }
             }
         }
-        self.update_auditor_metrics(&auditors);
+        self.update_auditor_metrics(&auditors, auditors_capped);
         {
             let mut index = self.index.write().expect("verdict index lock");
             index.auditors = auditors;
@@ -465,12 +498,14 @@ impl Evaluator {
                         .store
                         .topic_windows(&topic, TimeRange::new(a, b + 1))
                         .await?;
+                    let cut = crate::reads::rows_cut(&rows);
                     let windows: Vec<i64> = windows.into_iter().collect();
                     self.judge_topic(
                         &topo,
                         &topic,
                         Some(windows),
                         &rows,
+                        (cut, b + 1),
                         &staged,
                         now,
                         &mut mismatches,
@@ -687,6 +722,10 @@ impl Evaluator {
                 next = Some(fetch(requested.clone(), self.page_topics));
                 continue;
             }
+            // One topic alone fills a read: its windows from the last row's start on
+            // may be cut short, and are not judged (see `reads`).
+            let cut =
+                crate::reads::rows_cut(&page.rows).zip(page.rows.last().map(|r| r.topic.clone()));
             let rows_read = page.rows.len();
             let topics = page
                 .rows
@@ -708,11 +747,16 @@ impl Evaluator {
                 let n = rest.partition_point(|r| r.topic == first.topic);
                 let (group, next) = rest.split_at(n);
                 rest = next;
+                let topic_cut = cut
+                    .as_ref()
+                    .filter(|(_, t)| *t == first.topic)
+                    .map(|(w, _)| *w);
                 self.judge_topic(
                     topo,
                     &first.topic,
                     None,
                     group,
+                    (topic_cut, range.end_ms),
                     staged,
                     now,
                     mismatches,
@@ -724,8 +768,11 @@ impl Evaluator {
         Ok(())
     }
 
-    /// Judges `windows` of `topic` (`None`: every window `rows` has) from its `rows`
-    /// and puts the verdicts into the index.
+    /// Judges `windows` of `topic` (`None`: every window `rows` has that is aligned on
+    /// the topology's window) from its `rows` and puts the verdicts into the index.
+    /// `read`: where the read of `rows` was cut (see `reads::rows_cut`) and the end of
+    /// its range: windows from the cut on are answered `pending`, never judged from a
+    /// part of their rows.
     #[allow(clippy::too_many_arguments)]
     async fn judge_topic(
         &mut self,
@@ -733,17 +780,27 @@ impl Evaluator {
         topic: &str,
         windows: Option<Vec<i64>>,
         rows: &[WindowRow],
+        read: (Option<i64>, i64),
         staged: &HashMap<String, engine::Staged>,
         now: i64,
         mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
         stats: &mut CycleStats,
     ) -> Result<(), StoreError> {
+        let (cut, range_end) = read;
         note_window_mismatches(mismatches, topic, rows, topo.window.as_millis());
-        let windows: Vec<i64> = match windows {
-            Some(ws) => ws,
+        let aligned = |w: &i64| topo.window.window_of(*w).start_ms == *w;
+        let mut windows: Vec<i64> = match windows {
+            Some(mut ws) => {
+                ws.retain(aligned);
+                ws
+            }
             None => {
                 // Rows come by window start: sorting them is one pass.
-                let mut ws: Vec<i64> = rows.iter().map(|r| r.window_start_ms).collect();
+                let mut ws: Vec<i64> = rows
+                    .iter()
+                    .map(|r| r.window_start_ms)
+                    .filter(aligned)
+                    .collect();
                 ws.sort_unstable();
                 ws.dedup();
                 ws
@@ -752,20 +809,33 @@ impl Evaluator {
         let fetched;
         let empty = Vec::new();
         let progress = self.progress.clone();
-        let p = match progress.get(topic) {
-            Some(p) if !self.progress_capped => p,
-            // The store caps a read at MAX_READ_ROWS: when all partitions of all
-            // topics exceed it, read this topic's (a missing auditor would look
-            // stalled).
+        let (p, progress_capped) = match progress.get(topic) {
+            Some(p) if !self.progress_capped => (p, false),
+            // The read of every topic's progress was capped: read this topic's (a
+            // missing auditor would look stalled), itself bounded.
             _ if self.progress_capped => {
-                fetched = topic_progress(&self.store, topic).await?;
-                &fetched
+                fetched = crate::reads::progress(&self.store, Some(topic), topo, now).await?;
+                (&fetched.rows, fetched.capped)
             }
-            _ => &empty,
+            _ => (&empty, false),
         };
+        let unread = crate::reads::Unread::of(rows, cut, progress_capped);
+        let not_read = unread.windows_not_read(topo, range_end);
+        if !not_read.is_empty() && windows.is_empty() {
+            windows = not_read.clone();
+        } else if !not_read.is_empty() {
+            windows.extend(&not_read);
+            windows.sort_unstable();
+            windows.dedup();
+        }
+        let rows = crate::reads::of_window(rows, topo);
         let no_staged = engine::Staged::new();
         let staged = staged.get(topic).unwrap_or(&no_staged);
-        let verdicts = topo.evaluate_topic_staged(topic, &windows, rows, p, staged, now);
+        let mut verdicts = topo.evaluate_topic_staged(topic, &windows, &rows, p, staged, now);
+        if !unread.is_empty() {
+            unread.add_unjudged(topo, topic, &not_read, &rows, p, staged, now, &mut verdicts);
+            unread.hold(topo, &mut verdicts);
+        }
         stats.windows += windows.len();
         stats.topics += 1;
         self.apply(topic, &windows, verdicts);
@@ -930,7 +1000,13 @@ impl Evaluator {
 
     /// Sets `auditor_stalled` for every auditor and removes the series of auditors
     /// whose progress rows are gone.
-    fn update_auditor_metrics(&mut self, auditors: &BTreeMap<AuditorKey, engine::AuditorStatus>) {
+    /// After a capped read (`capped`) the series of auditors it left out stay: their
+    /// auditors were not judged, so their last value is still the best known.
+    fn update_auditor_metrics(
+        &mut self,
+        auditors: &BTreeMap<AuditorKey, engine::AuditorStatus>,
+        capped: bool,
+    ) {
         let mut seen = HashSet::with_capacity(auditors.len());
         for ((topic, tier, datacenter), st) in auditors {
             let labels = AuditorLabels {
@@ -943,6 +1019,10 @@ impl Evaluator {
                 .get_or_create(&labels)
                 .set(i64::from(st.stalled));
             seen.insert(labels);
+        }
+        if capped {
+            self.auditor_series.extend(seen);
+            return;
         }
         for gone in self.auditor_series.difference(&seen) {
             self.metrics.auditor_stalled.remove(gone);
