@@ -26,6 +26,7 @@ mod deleted_topic;
 mod demo;
 mod deploy;
 mod inspect;
+mod integrity;
 mod late_auditor;
 mod region_only_topic;
 mod rollup_held;
