@@ -272,7 +272,7 @@ async fn stale_progress_emitters_and_rejects_are_deleted() {
         config.retention.interval = Duration::from_secs(1);
         let (collector, shutdown) = start_collector(config).await;
         let addr = collector.http_addr.unwrap();
-        let junk = vec!["{\"version\":1}"; 10].join(",");
+        let junk = ["{\"version\":1}"; 10].join(",");
         let (_, json) = http_post(addr, format!("[{junk}]")).await;
         assert_eq!(json["rejected"], 10, "{json}");
         let (_, json) = http_post(addr, body(&[progress(&[0, 1, 2])])).await;
