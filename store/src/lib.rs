@@ -253,6 +253,16 @@ pub trait AuditStore: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send;
 
+    /// [`AuditStore::progress_since`] of the topics from `first_topic` to `last_topic`
+    /// (inclusive): a page of topics in one read.
+    fn progress_of_topics(
+        &self,
+        first_topic: &str,
+        last_topic: &str,
+        since_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<ProgressRow>>> + Send;
+
     /// [`AuditStore::auditor_reports`] of the auditors that reported at or after
     /// `since_ms` (serve's forget horizon, applied before the bound).
     fn auditor_reports_since(
@@ -555,6 +565,15 @@ impl AuditStore for Store {
         limit: u32,
     ) -> Result<Vec<ProgressRow>> {
         dispatch!(self, s => s.progress_since(topic, since_ms, limit).await)
+    }
+    async fn progress_of_topics(
+        &self,
+        first_topic: &str,
+        last_topic: &str,
+        since_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ProgressRow>> {
+        dispatch!(self, s => s.progress_of_topics(first_topic, last_topic, since_ms, limit).await)
     }
     async fn auditor_reports_since(
         &self,

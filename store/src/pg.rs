@@ -16,6 +16,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgre
 
 const DAY_MS: i64 = 86_400_000;
 
+/// Progress partitions per statement of `keep_progress`.
+const PROGRESS_CHUNK: usize = 10_000;
+
 /// Adds increments to their windows. Every sum saturates at `i64::MAX` (`CASE`, which
 /// PostgreSQL evaluates lazily), so no increment can make the statement fail with
 /// `bigint out of range` and wedge the roll-up.
@@ -366,10 +369,25 @@ impl PgStore {
         rollup: &Rollup<'_>,
         received: i64,
     ) -> Result<()> {
-        if rollup.progress.is_empty() {
-            return Ok(());
+        // In statements of PROGRESS_CHUNK partitions: the arrays and their encoding
+        // stay small however many partitions the batch has (in key order, so rows
+        // are still locked in the order the other writers lock them).
+        let entries: Vec<_> = rollup.progress.iter().collect();
+        for chunk in entries.chunks(PROGRESS_CHUNK) {
+            Self::keep_progress_chunk(tx, chunk, received).await?;
         }
-        let n = rollup.progress.len();
+        Ok(())
+    }
+
+    async fn keep_progress_chunk(
+        tx: &mut Transaction<'_, Postgres>,
+        chunk: &[(
+            &crate::aggregate::ProgressKey<'_>,
+            &crate::aggregate::ProgressDelta<'_>,
+        )],
+        received: i64,
+    ) -> Result<()> {
+        let n = chunk.len();
         let (mut topics, mut tiers, mut dcs) = (Vec::new(), Vec::new(), Vec::new());
         let mut hosts: Vec<&str> = Vec::new();
         let mut host_index: HashMap<&str, i32> = HashMap::new();
@@ -383,7 +401,7 @@ impl PgStore {
         let mut last_group = None;
         // The map is ordered by (topic, tier, datacenter, partition): each group's
         // partitions are consecutive. Indexes are 1-based (WITH ORDINALITY).
-        for (&(topic, tier, dc, partition), p) in &rollup.progress {
+        for &(&(topic, tier, dc, partition), p) in chunk {
             if last_group != Some((topic, tier, dc)) {
                 last_group = Some((topic, tier, dc));
                 topics.push(topic);

@@ -100,6 +100,15 @@ pub(crate) const WINDOW_KEYS: &str = "SELECT DISTINCT window_start_ms, topic FRO
 pub(crate) const CHANGED_WINDOWS: &str = "SELECT DISTINCT topic, window_start_ms FROM audit_window
      WHERE last_received_at_ms >= $1 AND window_start_ms >= $2 LIMIT $3";
 
+/// [`PROGRESS_SINCE`] of the topics from `$1` to `$2` (inclusive): one read for a page
+/// of topics.
+pub(crate) const PROGRESS_OF_TOPICS: &str =
+    "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
+            emitted_at_ms, received_at_ms
+     FROM audit_progress
+     WHERE topic >= $1 AND topic <= $2 AND received_at_ms >= $3
+     ORDER BY topic, tier, datacenter, partition_id LIMIT $4";
+
 /// Auditors that reported at or after `$1` (the forget horizon, applied before the
 /// bound `$2`).
 pub(crate) const AUDITOR_REPORTS: &str =
@@ -290,6 +299,25 @@ macro_rules! shared_methods {
                 .fetch_all(&self.pool)
                 .await
                 .context("reading progress")?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        }
+
+        async fn progress_of_topics(
+            &self,
+            first_topic: &str,
+            last_topic: &str,
+            since_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<ProgressRow>> {
+            let rows: Vec<crate::rows::ProgressDb> =
+                sqlx::query_as(crate::shared::PROGRESS_OF_TOPICS)
+                    .bind(first_topic)
+                    .bind(last_topic)
+                    .bind(since_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading progress of a page of topics")?;
             Ok(rows.into_iter().map(Into::into).collect())
         }
 
