@@ -230,6 +230,8 @@ pub struct Evaluator {
     /// Newest window judged per topic: a topic whose newest window left the horizon
     /// is dropped with its series (topic names are data; they must not pile up).
     newest_window: HashMap<String, i64>,
+    /// Topics with `topic_anomalies` series: those that had an anomaly in the horizon.
+    anomalous_topics: BTreeSet<String>,
     /// The `auditor_stalled` series set by the last cycle.
     auditor_series: HashSet<AuditorLabels>,
     /// The `window_size_mismatch` series set by the last cycle.
@@ -247,6 +249,8 @@ pub struct Evaluator {
     progress: Arc<HashMap<String, Vec<ProgressRow>>>,
     /// Whether that read hit the store's row cap.
     progress_capped: bool,
+    /// When it did: the progress of the page of topics being judged.
+    page_progress: Option<Arc<crate::reads::PageProgress>>,
 }
 
 /// Records in `mismatches` the rows of `topic` whose window is not `window_ms` long,
@@ -310,6 +314,7 @@ impl Evaluator {
             last_cycle: None,
             gauge_windows: HashMap::new(),
             newest_window: HashMap::new(),
+            anomalous_topics: BTreeSet::new(),
             auditor_series: HashSet::new(),
             mismatch_series: HashSet::new(),
             loaded_from: None,
@@ -318,6 +323,7 @@ impl Evaluator {
             page_topics: 256,
             progress: Arc::new(HashMap::new()),
             progress_capped: false,
+            page_progress: None,
         }
     }
 
@@ -403,15 +409,19 @@ impl Evaluator {
         // Every topic's auditors, also of idle topics (no windows to judge), so that
         // an auditor that stops reporting is flagged even when its topic is quiet.
         // Within the forget horizon only, in SQL: forgotten rows cannot fill the read.
+        // The last cycle's rows go first: two reads' worth at once is serve's memory.
+        self.progress = Arc::new(HashMap::new());
         let crate::reads::TopicProgress {
             rows: all_progress,
             capped: progress_capped,
         } = crate::reads::progress(&self.store, None, &topo, now).await?;
-        let mut progress: HashMap<String, Vec<ProgressRow>> = HashMap::new();
-        for p in &all_progress {
-            progress.entry(p.topic.clone()).or_default().push(p.clone());
-        }
-        drop(all_progress);
+        // A capped read judges nothing (topics are read per page instead): not kept.
+        let progress = if progress_capped {
+            drop(all_progress);
+            HashMap::new()
+        } else {
+            crate::reads::by_topic(all_progress)
+        };
         // Auditor status from one row per auditor, not from the per-partition rows
         // above: those are capped, and a capped read must not freeze stall alerts.
         let mut auditors = BTreeMap::new();
@@ -741,6 +751,23 @@ impl Evaluator {
             if let Some(after) = &requested {
                 next = Some(fetch(Some(after.clone()), self.page_topics));
             }
+            // The read of every topic's progress was capped: read this page's topics'
+            // progress in one read (a read per topic was one query per topic judged).
+            self.page_progress = None;
+            if let (true, Some(first), Some(last)) =
+                (self.progress_capped, page.rows.first(), page.rows.last())
+            {
+                self.page_progress = Some(Arc::new(
+                    crate::reads::PageProgress::read(
+                        &self.store,
+                        &first.topic,
+                        &last.topic,
+                        topo,
+                        now,
+                    )
+                    .await?,
+                ));
+            }
             // Rows come by topic: each topic's run is judged in place (no copy).
             let mut rest = page.rows.as_slice();
             while let Some(first) = rest.first() {
@@ -765,6 +792,8 @@ impl Evaluator {
                 .await?;
             }
         }
+        // Only for the page it was read for.
+        self.page_progress = None;
         Ok(())
     }
 
@@ -807,17 +836,22 @@ impl Evaluator {
             }
         };
         let fetched;
-        let empty = Vec::new();
         let progress = self.progress.clone();
-        let (p, progress_capped) = match progress.get(topic) {
+        let page = self.page_progress.clone();
+        let (p, progress_capped): (&[ProgressRow], bool) = match progress.get(topic) {
             Some(p) if !self.progress_capped => (p, false),
-            // The read of every topic's progress was capped: read this topic's (a
-            // missing auditor would look stalled), itself bounded.
-            _ if self.progress_capped => {
-                fetched = crate::reads::progress(&self.store, Some(topic), topo, now).await?;
-                (&fetched.rows, fetched.capped)
-            }
-            _ => (&empty, false),
+            // The read of every topic's progress was capped: this page's read, when
+            // it holds the topic whole (a topic of no rows there has none)...
+            _ if self.progress_capped => match page.as_deref().filter(|pg| pg.holds(topic)) {
+                Some(page) => (page.rows_of(topic), false),
+                // ... else this topic's own (a missing auditor would look stalled),
+                // itself bounded.
+                None => {
+                    fetched = crate::reads::progress(&self.store, Some(topic), topo, now).await?;
+                    (&fetched.rows, fetched.capped)
+                }
+            },
+            _ => (&[], false),
         };
         let unread = crate::reads::Unread::of(rows, cut, progress_capped);
         let not_read = unread.windows_not_read(topo, range_end);
@@ -844,7 +878,7 @@ impl Evaluator {
 
     /// Sets the anomaly gauges (per kind, per topic and kind) from the index; returns
     /// the number of anomalies.
-    fn update_anomaly_metrics(&self) -> usize {
+    fn update_anomaly_metrics(&mut self) -> usize {
         let index = self.index.read().expect("verdict index lock");
         let mut by_kind: BTreeMap<Verdict, i64> = BTreeMap::new();
         let mut by_topic: HashMap<(&str, Verdict), i64> = HashMap::new();
@@ -852,9 +886,17 @@ impl Evaluator {
             *by_kind.entry(e.verdict).or_default() += 1;
             *by_topic.entry((e.topic.as_str(), e.verdict)).or_default() += 1;
         }
-        // Every topic and kind is set, zeros included, so a resolved anomaly's series
-        // drops to 0 instead of keeping its last value.
-        for topic in &index.topics {
+        // Series for the topics with an anomaly, and those that had one (set to 0 once
+        // it resolved, rather than keeping their last value) while their topic is in
+        // the horizon: not for every topic, whose names are data (a flood of new
+        // topics would be five series each).
+        self.anomalous_topics.retain(|t| index.topics.contains(t));
+        for &(topic, v) in by_topic.keys() {
+            if v.is_anomaly() && !self.anomalous_topics.contains(topic) {
+                self.anomalous_topics.insert(topic.to_string());
+            }
+        }
+        for topic in &self.anomalous_topics {
             for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
                 let n = by_topic.get(&(topic.as_str(), v)).copied().unwrap_or(0);
                 self.metrics

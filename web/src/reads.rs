@@ -18,7 +18,7 @@
 //!   not judged at all ([`of_window`]); the evaluator reports them as a mismatch.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use store::{AuditStore, Store, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
 
@@ -58,6 +58,75 @@ pub async fn progress(
         );
     }
     Ok(TopicProgress { rows, capped })
+}
+
+/// `rows` (ordered by topic) grouped by topic, without copying them.
+pub fn by_topic(rows: Vec<ProgressRow>) -> HashMap<String, Vec<ProgressRow>> {
+    let mut by_topic: HashMap<String, Vec<ProgressRow>> = HashMap::new();
+    for p in rows {
+        match by_topic.get_mut(&p.topic) {
+            Some(v) => v.push(p),
+            None => {
+                by_topic.insert(p.topic.clone(), vec![p]);
+            }
+        }
+    }
+    by_topic
+}
+
+/// Progress of the topics from `first` to `last` (a page the evaluator judges), read
+/// at once when the read of every topic's progress was capped (a read per topic was
+/// one query per topic judged).
+#[derive(Debug)]
+pub struct PageProgress {
+    first: String,
+    last: String,
+    /// The topic from which on the read was cut: it and the later ones need a read of
+    /// their own; the topics before it were read whole.
+    cut: Option<String>,
+    by_topic: HashMap<String, Vec<ProgressRow>>,
+}
+
+impl PageProgress {
+    pub async fn read(
+        store: &Store,
+        first: &str,
+        last: &str,
+        topo: &Topology,
+        now: i64,
+    ) -> Result<PageProgress, StoreError> {
+        let mut rows = store
+            .progress_of_topics(
+                first,
+                last,
+                forget_since(topo, now),
+                MAX_READ_ROWS as u32 + 1,
+            )
+            .await?;
+        let cut = (rows.len() > MAX_READ_ROWS).then(|| rows[MAX_READ_ROWS - 1].topic.clone());
+        if let Some(cut) = &cut {
+            rows.truncate(rows.partition_point(|p| p.topic < *cut));
+        }
+        Ok(PageProgress {
+            first: first.to_string(),
+            last: last.to_string(),
+            cut,
+            by_topic: by_topic(rows),
+        })
+    }
+
+    /// Whether the read holds every row of `topic`'s progress: `topic` is in the
+    /// page's range, before the cut.
+    pub fn holds(&self, topic: &str) -> bool {
+        self.first.as_str() <= topic
+            && topic <= self.last.as_str()
+            && self.cut.as_deref().is_none_or(|c| topic < c)
+    }
+
+    /// The progress of `topic` (none: no rows), when [`PageProgress::holds`] it.
+    pub fn rows_of(&self, topic: &str) -> &[ProgressRow] {
+        self.by_topic.get(topic).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// The rows of `rows` whose window is the topology's (its size, aligned on it); the

@@ -26,6 +26,7 @@ on_both_backends!(
     forgotten_auditors_do_not_fill_the_auditor_read,
     an_auditor_left_out_of_a_capped_read_keeps_its_stall_series,
     a_full_verdict_index_answers_503_instead_of_ok,
+    a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_capped,
 );
 
 /// One more than a read returns.
@@ -448,4 +449,53 @@ async fn a_full_verdict_index_answers_503_instead_of_ok(backend: Backend) {
         "{:?}",
         published.judged_from
     );
+}
+
+/// PROGRESS capped by another topic's flood (`a-flood` sorts first): the topics are
+/// judged with a read of their page's progress. A window judged again later (a late
+/// increment) belongs to no page of that cycle and reads its topic's own progress:
+/// judged with the last page's (of `zz` here), regional's progress of `orders` was
+/// missing and the loss of w2 read "auditor regional/dc1 never reported progress".
+async fn a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_capped(
+    backend: Backend,
+) {
+    let (state, _db) = state(
+        backend,
+        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
+    )
+    .await;
+    let ws = seed_six(&state).await;
+    let now = now_ms();
+    bulk(
+        &state.store,
+        PROGRESS,
+        "SELECT 'a-flood', 'producer', 'dc1', g, 'forger', 0, $2, 0, $2, $3",
+        FLOOD,
+        now,
+        now,
+    )
+    .await;
+    state.evaluate(now).await.unwrap();
+    let judged = |state: &AppState| {
+        ws.iter()
+            .map(|&w| indexed(state, w).map(|v| (v.0, v.1)))
+            .collect::<Vec<_>>()
+    };
+    let mut expected = vec![None; 6];
+    expected[2] = Some((Verdict::Loss, Lifecycle::Final));
+    assert_eq!(judged(&state), expected, "{backend:?}");
+
+    // A late increment of w2, and `zz` in the current window: the next cycle judges
+    // `zz` in its range and w2 of `orders` on its own.
+    write(
+        &state.store,
+        vec![
+            increment("orders", "regional", "dc1", ws[2], 1, 1),
+            increment("zz", "producer", "dc1", now - now % WINDOW, 1, 1),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms() + 1).await.unwrap();
+    let w2 = indexed(&state, ws[2]);
+    assert_eq!(judged(&state), expected, "{backend:?}: w2 {w2:?}");
 }
