@@ -215,7 +215,7 @@ impl Default for HttpConfig {
             header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
             request_timeout: Duration::from_secs(30),
             max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
-            max_inflight_body_bytes: 32 << 20,
+            max_inflight_body_bytes: 16 << 20,
             token_requests_per_second: 50,
             token_messages_per_second: 50_000,
             tls_cert: None,
@@ -263,7 +263,7 @@ impl Default for BatchConfig {
         BatchConfig {
             max_messages: 5_000,
             max_bytes: 64 << 20,
-            max_entries: 200_000,
+            max_entries: 100_000,
             max_record_bytes: 4 << 20,
             max_wait: Duration::from_millis(200),
             rollup_max: 200_000,

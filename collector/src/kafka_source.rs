@@ -48,7 +48,14 @@ impl KafkaSource {
             .kafka
             .client_config_with_defaults(
                 KafkaRole::Consumer,
-                &[("auto.offset.reset", "earliest")],
+                // Prefetch bounded (librdkafka's default queue is 64 MiB, on top of
+                // the batch in hand): a flood of large records must not take the
+                // collector's memory. Tunables: a source's properties override them.
+                &[
+                    ("auto.offset.reset", "earliest"),
+                    ("queued.max.messages.kbytes", "16384"),
+                    ("fetch.max.bytes", "16777216"),
+                ],
                 // Correctness, not tunables: offsets move only after the store commit,
                 // and aborted audit messages are never read.
                 &[
@@ -143,6 +150,19 @@ impl KafkaSource {
                 .metrics
                 .source(&self.sink.metrics.batches_cut, &self.label);
         }
+        if let Some(unlogged) = gathered
+            .batch
+            .rejects
+            .len()
+            .checked_sub(LOGGED_REJECTS_PER_BATCH)
+            .filter(|&n| n > 0)
+        {
+            tracing::warn!(
+                source = %self.label,
+                unlogged,
+                "more audit records of this batch rejected than logged: each is in audit_reject and counted in kafka_audit_collector_messages_total"
+            );
+        }
         if gathered.excerpts.dropped > 0 {
             self.sink
                 .metrics
@@ -191,7 +211,9 @@ impl KafkaSource {
             }
             Err(reason) => {
                 let source = format!("{}/{topic}/{partition}@{offset}", self.label);
-                tracing::warn!(%source, %reason, "rejecting audit record");
+                if into.batch.rejects.len() < LOGGED_REJECTS_PER_BATCH {
+                    tracing::warn!(%source, %reason, "rejecting audit record");
+                }
                 into.batch.rejects.push(Reject {
                     source,
                     reason,
@@ -238,6 +260,11 @@ impl KafkaSource {
         }
     }
 }
+
+/// Rejected records logged one by one per batch: whoever can produce to the audit
+/// topic must not be able to turn each record into a log line (a flood of 100 000
+/// forged records was 100 000 warnings, and the time to write them).
+const LOGGED_REJECTS_PER_BATCH: usize = 10;
 
 #[derive(Default)]
 struct Gathered {
