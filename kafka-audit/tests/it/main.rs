@@ -25,6 +25,7 @@ mod collector_outage;
 mod deleted_topic;
 mod demo;
 mod deploy;
+mod flood;
 mod inspect;
 mod integrity;
 mod late_auditor;
