@@ -279,3 +279,111 @@ impl Unread {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::TopologyConfig;
+
+    const MIN: i64 = 60_000;
+    const W: i64 = 1_764_410_400_000; // a window start, multiple of 10 min
+    const NOW: i64 = W + 40 * MIN; // past the end, the 20 min grace and caught up
+
+    /// producer → regional, regional with a latency objective, 10-minute windows.
+    fn topology() -> Topology {
+        let cfg: TopologyConfig = toml::from_str(
+            r#"
+            window = "10m"
+            tiers = [
+              { name = "producer", progress = false },
+              { name = "regional", latency_p99_objective = "1m" },
+            ]
+            [[edges]]
+            upstream = "producer"
+            downstream = "regional"
+            "#,
+        )
+        .unwrap();
+        Topology::new(cfg).unwrap()
+    }
+
+    fn row(tier: &str, count: u64, latency_unread: bool) -> WindowRow {
+        let mut latency = audit_lib::LatencyHistogram::new();
+        if !latency_unread {
+            latency.record(100);
+        }
+        WindowRow {
+            topic: "orders".into(),
+            tier: tier.into(),
+            datacenter: "dc1".into(),
+            window_start_ms: W,
+            window_end_ms: W + 10 * MIN,
+            count,
+            bytes: 0,
+            no_time_count: 0,
+            malformed_count: 0,
+            out_of_bounds_count: 0,
+            observation_time_count: 0,
+            checksum: 0,
+            latency,
+            increments: 1,
+            first_received_at_ms: 0,
+            last_received_at_ms: 0,
+            latency_unread,
+        }
+    }
+
+    fn caught_up() -> Vec<ProgressRow> {
+        vec![ProgressRow {
+            topic: "orders".into(),
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            partition: 0,
+            host: "regional-dc1-0".into(),
+            next_offset: 0,
+            record_time_ms: Some(W + 35 * MIN),
+            lag: Some(0),
+            emitted_at_ms: NOW,
+            received_at_ms: NOW,
+        }]
+    }
+
+    /// (verdict, lifecycle, reason) of the window, judged as the evaluator, `/compare`
+    /// and the gate do: the rows' [`Unread`] holds what it could change.
+    fn judged(regional: u64, latency_unread: bool) -> (Verdict, Lifecycle, String) {
+        let topo = topology();
+        let rows = vec![
+            row("producer", 1_000, false),
+            row("regional", regional, latency_unread),
+        ];
+        let progress = caught_up();
+        let mut verdicts = topo.evaluate_topic("orders", &[W], &rows, &progress, NOW);
+        Unread::of(&rows, None, false).hold(&topo, &mut verdicts);
+        assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+        let v = verdicts.remove(0);
+        (v.verdict, v.lifecycle, v.reason)
+    }
+
+    /// Security review 2, finding 7: a window whose latency buckets were past the
+    /// bucket cap (`MAX_BUCKET_ROWS`) came back with an empty histogram and was judged
+    /// `ok` where a latency objective applies, hiding a `delayed`. It is `pending` with
+    /// the reason; the same window read whole is `ok`; a loss stays a loss.
+    #[test]
+    fn a_window_without_its_latency_is_pending_where_an_objective_applies() {
+        assert_eq!(
+            judged(1_000, false),
+            (Verdict::Ok, Lifecycle::Final, judged(1_000, false).2)
+        );
+        let (verdict, lifecycle, reason) = judged(1_000, true);
+        assert_eq!(
+            (verdict, lifecycle),
+            (Verdict::Pending, Lifecycle::Settling),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("latency buckets were past the read's cap"),
+            "{reason}"
+        );
+        assert_eq!(judged(963, true).0, Verdict::Loss);
+    }
+}
