@@ -134,24 +134,6 @@ async fn flood_http(
     throttled
 }
 
-/// [`post`] with the producer token; status 0 when the connection failed.
-async fn try_post(addr: std::net::SocketAddr, body: String) -> (u16, Value) {
-    let sent = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/audit"))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {PRODUCER_TOKEN}"))
-        .body(body)
-        .send()
-        .await;
-    match sent {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            (status, r.json().await.unwrap_or_default())
-        }
-        Err(e) => (0, Value::String(e.to_string())),
-    }
-}
-
 async fn get_json(url: &str) -> Value {
     reqwest::get(url).await.unwrap().json().await.unwrap()
 }
@@ -290,7 +272,9 @@ bootstrap_servers = "{bootstrap}"
         .iter()
         .all(|b| b.len() < 8 << 20 && b.len() > 7 << 20));
     for four in bodies.chunks(4) {
-        let sent = four.iter().map(|b| try_post(addr, b.clone()));
+        let sent = four
+            .iter()
+            .map(|b| try_post(addr, PRODUCER_TOKEN, b.clone()));
         for (status, json) in futures_join(sent).await {
             // 0: the connection was closed while the body was sent, after the 429
             // that refused it unread.
@@ -429,12 +413,7 @@ fn peaks(collector: &Process, serve: &Process, phase: &str) {
 
 /// (records counted, batches stored) of the collector's Kafka source `a`.
 async fn kafka_source_counts(addr: std::net::SocketAddr) -> (u64, u64) {
-    let metrics = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(addr).await;
     let sum = |name: &str| -> u64 {
         metrics
             .lines()
@@ -449,11 +428,9 @@ async fn kafka_source_counts(addr: std::net::SocketAddr) -> (u64, u64) {
 }
 
 /// Runs the futures at once; their outputs in order.
-async fn futures_join<F: std::future::Future>(
-    futures: impl IntoIterator<Item = F>,
-) -> Vec<F::Output>
+async fn futures_join<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();

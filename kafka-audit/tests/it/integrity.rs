@@ -141,16 +141,27 @@ pub fn forged_progress(first: i32) -> AuditMessage {
 }
 
 pub async fn post(addr: SocketAddr, token: &str, body: String) -> (u16, Value) {
-    let r = reqwest::Client::new()
+    let (status, json) = try_post(addr, token, body).await;
+    assert_ne!(status, 0, "POST /api/v1/audit: {json}");
+    (status, json)
+}
+
+/// [`post`], with status 0 when the connection failed (the error in the value).
+pub async fn try_post(addr: SocketAddr, token: &str, body: String) -> (u16, Value) {
+    let sent = reqwest::Client::new()
         .post(format!("http://{addr}/api/v1/audit"))
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {token}"))
         .body(body)
         .send()
-        .await
-        .expect("POST /api/v1/audit");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or_default())
+        .await;
+    match sent {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().await.unwrap_or_default())
+        }
+        Err(e) => (0, Value::String(e.to_string())),
+    }
 }
 
 pub fn array(messages: &[AuditMessage]) -> String {
@@ -233,19 +244,23 @@ fn indexed(state: &web::AppState, windows: &[i64]) -> Vec<Option<(String, String
         .collect()
 }
 
+/// The collector's `/metrics` page.
+pub async fn metrics(addr: SocketAddr) -> String {
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Waits until the collector has created the day partitions back to its retention.
 /// A roll-up that runs while they are created can deadlock with it and then lose the
 /// increment (found while writing this test, at 75ceca0 too; reported with issue 25):
 /// a running deployment has its partitions, so the scenario starts from there.
 pub async fn wait_for_day_partitions(addr: SocketAddr) {
     let created = testkit::wait_until_async(Duration::from_secs(60), || async {
-        let metrics = reqwest::get(format!("http://{addr}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        metrics.lines().any(|l| {
+        metrics(addr).await.lines().any(|l| {
             l.starts_with("kafka_audit_collector_partitions_created_total") && !l.ends_with(" 0")
         })
     })
