@@ -188,9 +188,9 @@ impl VerdictIndex {
     }
 }
 
-/// Upper bound of window keys read per query; a cycle with more work continues at
-/// the next cycle.
-const KEY_LIMIT: u32 = 500_000;
+/// Upper bound of the keys of windows with late increments read per cycle, as every
+/// other read (keys are up to 250 bytes: 500 000 of them were ~150 MB of serve).
+const KEY_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 /// `/readyz`'s `waiting_for` while no window is stored and `[topology] window` is not set.
 pub const WAITING_FOR_WINDOW: &str =
     "the first audit window, to learn the window size (the auditors' audit.event_time.window_size; [topology] window is not set)";
@@ -498,8 +498,23 @@ impl Evaluator {
                     &mut stats,
                 )
                 .await?;
-                // Older windows with late increments or waiting for an auditor: per topic.
-                let work = self.incremental_work(last, from_window, span_from).await?;
+                // Older windows with late increments or waiting for an auditor: per topic;
+                // when their read was capped, all of them (see `incremental_work`).
+                let work = match self.incremental_work(last, from_window, span_from).await? {
+                    Some(work) => work,
+                    None => {
+                        self.load_range(
+                            &topo,
+                            TimeRange::new(from_window, span_from),
+                            &staged,
+                            now,
+                            &mut mismatches,
+                            &mut stats,
+                        )
+                        .await?;
+                        BTreeMap::new()
+                    }
+                };
                 for (topic, windows) in work {
                     let (Some(&a), Some(&b)) = (windows.first(), windows.last()) else {
                         continue;
@@ -666,20 +681,28 @@ impl Evaluator {
     }
 
     /// Topic → windows older than `span_from` (and from `from_window` on) a cycle after
-    /// the first re-judges: those with late increments and those waiting for an auditor.
+    /// the first re-judges: those with late increments and those waiting for an auditor;
+    /// `None` when the read of late windows reached its cap.
     async fn incremental_work(
         &self,
         last: i64,
         from_window: i64,
         span_from: i64,
-    ) -> Result<BTreeMap<String, BTreeSet<i64>>, StoreError> {
-        let mut keys = Vec::new();
-        // Windows that received late increments.
-        keys.extend(
-            self.store
-                .changed_windows(last - LATE_MARGIN_MS, from_window, KEY_LIMIT)
-                .await?,
-        );
+    ) -> Result<Option<BTreeMap<String, BTreeSet<i64>>>, StoreError> {
+        // Windows that received late increments. A read cut at its cap returned some
+        // in no order: judging only those would leave a late loss out for good (its
+        // key is not read again), so the caller judges every older window instead.
+        let mut keys = self
+            .store
+            .changed_windows(last - LATE_MARGIN_MS, from_window, KEY_LIMIT)
+            .await?;
+        if keys.len() >= KEY_LIMIT as usize {
+            tracing::warn!(
+                limit = KEY_LIMIT,
+                "more windows with late increments than one read holds (a flood of new topics?): every older window of the horizon is judged again"
+            );
+            return Ok(None);
+        }
         // Windows waiting for an auditor.
         {
             let index = self.index.read().expect("verdict index lock");
@@ -699,7 +722,7 @@ impl Evaluator {
                 work.entry(t).or_default().insert(w);
             }
         }
-        Ok(work)
+        Ok(Some(work))
     }
 
     /// Judges every window with rows in `range`, all topics, reading them in pages of

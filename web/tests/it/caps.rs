@@ -27,6 +27,7 @@ on_both_backends!(
     an_auditor_left_out_of_a_capped_read_keeps_its_stall_series,
     a_full_verdict_index_answers_503_instead_of_ok,
     a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_capped,
+    a_capped_read_of_late_windows_judges_every_older_window_again,
 );
 
 /// One more than a read returns.
@@ -498,4 +499,54 @@ async fn a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_c
     state.evaluate(now_ms() + 1).await.unwrap();
     let w2 = indexed(&state, ws[2]);
     assert_eq!(judged(&state), expected, "{backend:?}: w2 {w2:?}");
+}
+
+/// CHANGED_WINDOWS (the older windows a cycle judges again for their late increments)
+/// at its cap: a hundred thousand late count-0 increments of new topics (legal for a
+/// producer token: new names, a window of the horizon) and one genuine late increment
+/// of `orders` that makes w4 a loss of 100. Before, the read was cut in no order and
+/// only what it returned was judged again: w4 could be left out and stay `ok` for
+/// good (its key is not read again). A capped read is not used: every older window of
+/// the horizon is judged again, with the paged reads of the first cycle.
+async fn a_capped_read_of_late_windows_judges_every_older_window_again(backend: Backend) {
+    let (state, _db) = state(
+        backend,
+        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
+    )
+    .await;
+    let ws = seed_six(&state).await;
+    let now = now_ms();
+    state.evaluate(now).await.unwrap();
+    let judged = |state: &AppState| {
+        ws.iter()
+            .map(|&w| indexed(state, w).map(|v| (v.0, v.1)))
+            .collect::<Vec<_>>()
+    };
+    let mut expected = vec![None; 6];
+    expected[2] = Some((Verdict::Loss, Lifecycle::Final));
+    assert_eq!(judged(&state), expected, "{backend:?}");
+
+    bulk(
+        &state.store,
+        "audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
+             no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
+             latency_negative_count, latency_max_ms, increments, first_received_at_ms,
+             last_received_at_ms)",
+        &format!(
+            "SELECT 'a-' || g, 'producer', 'dc1', $2, $2 + {WINDOW}, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                1, $3, $3"
+        ),
+        FLOOD,
+        ws[1],
+        now_ms(),
+    )
+    .await;
+    write(
+        &state.store,
+        vec![increment("orders", "producer", "dc1", ws[4], 100, 1)],
+    )
+    .await;
+    state.evaluate(now_ms() + 1).await.unwrap();
+    expected[4] = Some((Verdict::Loss, Lifecycle::Final));
+    assert_eq!(judged(&state), expected, "{backend:?}");
 }
