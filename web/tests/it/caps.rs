@@ -82,6 +82,15 @@ async fn bulk(store: &Store, table_columns: &str, select: &str, n: i64, a: i64, 
     }
 }
 
+/// serve's configuration for reads of a hundred thousand rows (seconds each in a
+/// debug build).
+const SLOW_READS: &str = "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"";
+
+const WINDOWS: &str = "audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, \
+                       count, bytes, no_time_count, malformed_count, out_of_bounds_count, \
+                       checksum, latency_zero_count, latency_negative_count, latency_max_ms, \
+                       increments, first_received_at_ms, last_received_at_ms)";
+
 const PROGRESS: &str = "audit_progress (topic, tier, datacenter, partition_id, host, next_offset, \
                         record_time_ms, lag, emitted_at_ms, received_at_ms)";
 
@@ -97,6 +106,14 @@ async fn flood_progress(store: &Store, at: i64) {
         at,
     )
     .await;
+}
+
+/// (verdict, lifecycle) of producer → regional in dc1 for each window of `ws`, from
+/// the index (absent: `ok`).
+fn judged(state: &AppState, ws: &[i64]) -> Vec<Option<(Verdict, Lifecycle)>> {
+    ws.iter()
+        .map(|&w| indexed(state, w).map(|v| (v.0, v.1)))
+        .collect()
 }
 
 /// The verdict of producer → regional in dc1 for window `w`: from the index (absent:
@@ -150,11 +167,7 @@ fn of_window(edges: &[Value], w: i64) -> Vec<&Value> {
 /// loss of w2 read "auditor regional/dc1 never reported progress" (`stalled`); now
 /// no window of the topic is judged, and each says why.
 async fn a_progress_read_at_its_cap_judges_nothing(backend: Backend) {
-    let (state, _db) = state(
-        backend,
-        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
-    )
-    .await;
+    let (state, _db) = state(backend, SLOW_READS).await;
     let ws = seed_six(&state).await;
     flood_progress(&state.store, now_ms()).await;
 
@@ -184,11 +197,7 @@ async fn a_progress_read_at_its_cap_judges_nothing(backend: Backend) {
 /// forgotten flood still pushed regional's rows out, for good (progress rows were
 /// never deleted).
 async fn forgotten_progress_does_not_fill_the_progress_read(backend: Backend) {
-    let (state, _db) = state(
-        backend,
-        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
-    )
-    .await;
+    let (state, _db) = state(backend, SLOW_READS).await;
     let ws = seed_six(&state).await;
     flood_progress(&state.store, now_ms() - 48 * 3_600_000).await;
 
@@ -210,19 +219,12 @@ async fn forgotten_progress_does_not_fill_the_progress_read(backend: Backend) {
 /// observed = 0: final `ok`, the gate `complete`, the loss of w2 gone. Now the windows
 /// from the cut on are `pending` with the reason, and w0, read whole, is judged.
 async fn a_window_read_at_its_cap_judges_nothing_past_the_cut(backend: Backend) {
-    let (state, _db) = state(
-        backend,
-        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
-    )
-    .await;
+    let (state, _db) = state(backend, SLOW_READS).await;
     let ws = seed_six(&state).await;
     let now = now_ms();
     bulk(
         &state.store,
-        "audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
-             no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-             latency_negative_count, latency_max_ms, increments, first_received_at_ms,
-             last_received_at_ms)",
+        WINDOWS,
         "SELECT 'orders', 'producer', 'dc1', $2 + 1 + g, $2 + 1001 + g, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                 1, $3, $3",
         FLOOD,
@@ -274,11 +276,7 @@ async fn a_window_read_at_its_cap_judges_nothing_past_the_cut(backend: Backend) 
 /// they filled the read and the stalled auditor of `orders` was neither alerted nor
 /// in the metrics.
 async fn forgotten_auditors_do_not_fill_the_auditor_read(backend: Backend) {
-    let (state, _db) = state(
-        backend,
-        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
-    )
-    .await;
+    let (state, _db) = state(backend, SLOW_READS).await;
     let now = now_ms();
     let two_days_ago = now - 48 * 3_600_000;
     bulk(
@@ -345,11 +343,7 @@ async fn forgotten_auditors_do_not_fill_the_auditor_read(backend: Backend) {
 /// stalled auditor resolved). Their alerts stay open too (alerts.rs,
 /// `an_auditor_left_out_of_a_capped_read_keeps_its_alert_open`).
 async fn an_auditor_left_out_of_a_capped_read_keeps_its_stall_series(backend: Backend) {
-    let (state, _db) = state(
-        backend,
-        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
-    )
-    .await;
+    let (state, _db) = state(backend, SLOW_READS).await;
     let now = now_ms();
     let hour_ago = now - 3_600_000;
     // `zz`: sorts after every flooded topic.
@@ -460,11 +454,7 @@ async fn a_full_verdict_index_answers_503_instead_of_ok(backend: Backend) {
 async fn a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_capped(
     backend: Backend,
 ) {
-    let (state, _db) = state(
-        backend,
-        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
-    )
-    .await;
+    let (state, _db) = state(backend, SLOW_READS).await;
     let ws = seed_six(&state).await;
     let now = now_ms();
     bulk(
@@ -477,14 +467,9 @@ async fn a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_c
     )
     .await;
     state.evaluate(now).await.unwrap();
-    let judged = |state: &AppState| {
-        ws.iter()
-            .map(|&w| indexed(state, w).map(|v| (v.0, v.1)))
-            .collect::<Vec<_>>()
-    };
     let mut expected = vec![None; 6];
     expected[2] = Some((Verdict::Loss, Lifecycle::Final));
-    assert_eq!(judged(&state), expected, "{backend:?}");
+    assert_eq!(judged(&state, &ws), expected, "{backend:?}");
 
     // A late increment of w2, and `zz` in the current window: the next cycle judges
     // `zz` in its range and w2 of `orders` on its own.
@@ -498,7 +483,7 @@ async fn a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_c
     .await;
     state.evaluate(now_ms() + 1).await.unwrap();
     let w2 = indexed(&state, ws[2]);
-    assert_eq!(judged(&state), expected, "{backend:?}: w2 {w2:?}");
+    assert_eq!(judged(&state, &ws), expected, "{backend:?}: w2 {w2:?}");
 }
 
 /// CHANGED_WINDOWS (the older windows a cycle judges again for their late increments)
@@ -509,29 +494,17 @@ async fn a_late_window_is_judged_with_its_own_topics_progress_when_the_read_is_c
 /// good (its key is not read again). A capped read is not used: every older window of
 /// the horizon is judged again, with the paged reads of the first cycle.
 async fn a_capped_read_of_late_windows_judges_every_older_window_again(backend: Backend) {
-    let (state, _db) = state(
-        backend,
-        "[serve]\nevaluate_every = \"1h\"\nrequest_timeout = \"120s\"",
-    )
-    .await;
+    let (state, _db) = state(backend, SLOW_READS).await;
     let ws = seed_six(&state).await;
     let now = now_ms();
     state.evaluate(now).await.unwrap();
-    let judged = |state: &AppState| {
-        ws.iter()
-            .map(|&w| indexed(state, w).map(|v| (v.0, v.1)))
-            .collect::<Vec<_>>()
-    };
     let mut expected = vec![None; 6];
     expected[2] = Some((Verdict::Loss, Lifecycle::Final));
-    assert_eq!(judged(&state), expected, "{backend:?}");
+    assert_eq!(judged(&state, &ws), expected, "{backend:?}");
 
     bulk(
         &state.store,
-        "audit_window (topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
-             no_time_count, malformed_count, out_of_bounds_count, checksum, latency_zero_count,
-             latency_negative_count, latency_max_ms, increments, first_received_at_ms,
-             last_received_at_ms)",
+        WINDOWS,
         &format!(
             "SELECT 'a-' || g, 'producer', 'dc1', $2, $2 + {WINDOW}, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                 1, $3, $3"
@@ -548,5 +521,5 @@ async fn a_capped_read_of_late_windows_judges_every_older_window_again(backend: 
     .await;
     state.evaluate(now_ms() + 1).await.unwrap();
     expected[4] = Some((Verdict::Loss, Lifecycle::Final));
-    assert_eq!(judged(&state), expected, "{backend:?}");
+    assert_eq!(judged(&state, &ws), expected, "{backend:?}");
 }
