@@ -37,7 +37,42 @@ pub struct CollectConfig {
     pub retry: RetryConfig,
     pub retention: RetentionConfig,
     pub auth: AuthConfig,
+    pub ingest: IngestConfig,
     pub log: LogConfig,
+}
+
+/// `[ingest]`: what the collector accepts from an emitter, over HTTP and from the
+/// audit topics alike: the bounds an honest auditor never reaches. A message outside
+/// them is rejected on its own, with its reason (`kafka_audit_collector_bound_rejects`).
+///
+/// ```toml
+/// [ingest]
+/// window = "10m"          # the auditors' audit.event_time.window_size
+/// max_partitions = 10000  # partition ids at or above are refused
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestConfig {
+    /// The deployment's window size (every auditor's `audit.event_time.window_size`):
+    /// increments of another size are rejected. Unset: the size of the first stored
+    /// increment is recorded in the store and kept until this is set (one forged
+    /// increment of another size then changes nothing). serve judges in the recorded
+    /// size when its own `[topology] window` is unset.
+    #[serde(with = "humantime_serde")]
+    pub window: Option<Duration>,
+    /// Partition ids at or above this are rejected (in progress reports and offset
+    /// ranges): a topic's auditor knows its partition count, and ids far beyond any
+    /// real one only multiply rows. 10 000 is above any topic Kafka runs well.
+    pub max_partitions: u32,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            window: None,
+            max_partitions: 10_000,
+        }
+    }
 }
 
 /// Who may `POST /api/v1/audit` (`/metrics` and `/healthz` stay open).
@@ -70,6 +105,7 @@ pub const ENV_SECTIONS: &[&str] = &[
     "retry",
     "retention",
     "auth",
+    "ingest",
     "log",
 ];
 
@@ -150,6 +186,19 @@ pub struct HttpConfig {
     pub request_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// Request bodies held in memory at once, in bytes (a body counts with its
+    /// `Content-Length`, or `max_body_bytes` without one): a request that finds no
+    /// room within `request_timeout` is answered 503. Parsing and storing a body costs
+    /// a few times its size, so this bounds ingest's memory whatever the number of
+    /// connections.
+    pub max_inflight_body_bytes: usize,
+    /// Requests per second one token (without tokens: one client address) may post,
+    /// with a burst of as many; more are answered 429 with `Retry-After`
+    /// (`kafka_audit_collector_http_throttled`). 0: no limit.
+    pub token_requests_per_second: u32,
+    /// Audit messages per second one token may post (a burst of as many); a request
+    /// beyond is answered 429 whole. 0: no limit.
+    pub token_messages_per_second: u32,
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs `tls_key`.
     pub tls_cert: Option<std::path::PathBuf>,
     /// The PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
@@ -166,6 +215,9 @@ impl Default for HttpConfig {
             header_read_timeout: common::server::DEFAULT_HEADER_READ_TIMEOUT,
             request_timeout: Duration::from_secs(30),
             max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
+            max_inflight_body_bytes: 16 << 20,
+            token_requests_per_second: 50,
+            token_messages_per_second: 50_000,
             tls_cert: None,
             tls_key: None,
         }
@@ -181,6 +233,14 @@ pub struct BatchConfig {
     /// at the record that reaches it): bounds the collector's memory whatever the
     /// size of audit records.
     pub max_bytes: usize,
+    /// Most partition entries (progress partitions and offset ranges) per database
+    /// transaction; a batch ends at the record that reaches it. What a batch costs
+    /// to store is proportional to its entries, not to its records: 5 000 records of
+    /// 10 000 partitions each are 50 M rows.
+    pub max_entries: usize,
+    /// A record larger than this is rejected unread (its excerpt kept): no honest
+    /// audit message comes near it (10 000 partitions are ~1 MB).
+    pub max_record_bytes: usize,
     /// How long to wait for more records once a batch has one.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
@@ -203,6 +263,8 @@ impl Default for BatchConfig {
         BatchConfig {
             max_messages: 5_000,
             max_bytes: 64 << 20,
+            max_entries: 100_000,
+            max_record_bytes: 4 << 20,
             max_wait: Duration::from_millis(200),
             rollup_max: 200_000,
             test_pause_before_offset_commit: Duration::ZERO,
@@ -247,6 +309,14 @@ pub struct RetentionConfig {
     pub messages: Duration,
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
+    /// Progress of a partition and emitters not reported for longer than this are
+    /// deleted. Longer than serve's `[topology] forget_after` (24 h by default), which
+    /// stops expecting them first.
+    #[serde(with = "humantime_serde")]
+    pub progress: Duration,
+    /// Most rejects kept; the oldest beyond are deleted (a flood of invalid messages
+    /// cannot fill the database for `messages` long).
+    pub max_rejects: u32,
     /// Rows per delete statement: short transactions that never hold ingestion up
     /// (PostgreSQL: for rejects and the default partitions; days are dropped whole).
     pub batch_size: u32,
@@ -258,6 +328,8 @@ impl Default for RetentionConfig {
             enabled: true,
             windows: Duration::from_secs(30 * 86_400),
             messages: Duration::from_secs(30 * 86_400),
+            progress: Duration::from_secs(7 * 86_400),
+            max_rejects: 20_000,
             interval: Duration::from_secs(600),
             batch_size: 10_000,
         }
@@ -294,6 +366,29 @@ impl CollectConfig {
         }
         if self.batch.max_bytes == 0 {
             anyhow::bail!("batch.max_bytes must be at least 1");
+        }
+        if self.batch.max_entries == 0 || self.batch.max_record_bytes == 0 {
+            anyhow::bail!("batch.max_entries and batch.max_record_bytes must be at least 1");
+        }
+        if self.http.max_inflight_body_bytes < self.http.max_body_bytes {
+            anyhow::bail!(
+                "http.max_inflight_body_bytes ({}) must hold at least one body of http.max_body_bytes ({})",
+                self.http.max_inflight_body_bytes,
+                self.http.max_body_bytes
+            );
+        }
+        if let Some(w) = self.ingest.window {
+            let ms = i64::try_from(w.as_millis()).unwrap_or(i64::MAX);
+            if !(store::MIN_WINDOW_MS..=store::MAX_WINDOW_MS).contains(&ms) || ms % 1000 != 0 {
+                anyhow::bail!(
+                    "ingest.window = {ms} ms: a whole number of seconds from {} ms to {} ms",
+                    store::MIN_WINDOW_MS,
+                    store::MAX_WINDOW_MS
+                );
+            }
+        }
+        if self.ingest.max_partitions == 0 {
+            anyhow::bail!("ingest.max_partitions must be at least 1");
         }
         if self.retention.enabled && self.retention.messages < self.retention.windows {
             tracing::warn!(

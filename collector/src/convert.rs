@@ -17,10 +17,54 @@ pub fn parse(payload: &[u8], received_at_ms: i64) -> Result<AuditMessage, String
     Ok(message)
 }
 
+/// Partition entries of a message: progress partitions or offset ranges, at least 1
+/// (what storing it costs beyond its own row).
+pub fn entries(message: &AuditMessage) -> usize {
+    match &message.body {
+        audit_lib::AuditBody::Progress(parts) => parts.len().max(1),
+        audit_lib::AuditBody::Increment(i) => i.stats.offsets.len().max(1),
+    }
+}
+
 /// The payload as kept with a reject: lossy UTF-8, at most [`REJECT_PAYLOAD_LIMIT`] bytes.
 pub fn excerpt(payload: &[u8]) -> String {
     let cut = &payload[..payload.len().min(REJECT_PAYLOAD_LIMIT)];
     String::from_utf8_lossy(cut).into_owned()
+}
+
+/// Excerpt bytes kept over all the rejects of one batch (a request, a Kafka batch):
+/// 10 000 rejects of 4 KB each would otherwise store 40 MB per request.
+pub const BATCH_EXCERPT_BUDGET: usize = 64 << 10;
+
+/// The excerpts of one batch's rejects, [`BATCH_EXCERPT_BUDGET`] bytes in all: once
+/// it is used up, rejects keep their source and reason but no excerpt.
+pub struct Excerpts {
+    left: usize,
+    /// Rejects whose excerpt was cut or dropped for the budget.
+    pub dropped: u64,
+}
+
+impl Default for Excerpts {
+    fn default() -> Self {
+        Excerpts {
+            left: BATCH_EXCERPT_BUDGET,
+            dropped: 0,
+        }
+    }
+}
+
+impl Excerpts {
+    /// [`excerpt`] of `payload`, cut to what is left of the budget.
+    pub fn take(&mut self, payload: &[u8]) -> String {
+        let wanted = payload.len().min(REJECT_PAYLOAD_LIMIT);
+        let n = wanted.min(self.left);
+        if n < wanted {
+            self.dropped += 1;
+        }
+        let excerpt = String::from_utf8_lossy(&payload[..n]).into_owned();
+        self.left = self.left.saturating_sub(excerpt.len());
+        excerpt
+    }
 }
 
 #[cfg(test)]
@@ -93,6 +137,19 @@ mod tests {
             reason.contains("unknown variant") && !reason.contains('\0'),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn a_batch_keeps_excerpts_within_its_budget() {
+        let mut excerpts = Excerpts::default();
+        let payload = vec![b'x'; REJECT_PAYLOAD_LIMIT * 2];
+        let kept: usize = (0..10_000).map(|_| excerpts.take(&payload).len()).sum();
+        assert_eq!(kept, BATCH_EXCERPT_BUDGET);
+        assert_eq!(
+            excerpts.dropped,
+            10_000 - (BATCH_EXCERPT_BUDGET / REJECT_PAYLOAD_LIMIT) as u64
+        );
+        assert_eq!(excerpts.take(b"{}"), "");
     }
 
     #[test]

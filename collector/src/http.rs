@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use common::auth::{AuthError, Holder};
@@ -37,6 +38,7 @@ use uuid::Uuid;
 
 use crate::convert;
 use crate::sink::{Sink, Written};
+use crate::throttle::{Refused, Throttle};
 use common::now_ms;
 
 const SOURCE: &str = "http";
@@ -50,6 +52,10 @@ pub struct HttpState {
     pub tokens: Arc<Tokens>,
     /// No tokens and `allow_unauthenticated`: anyone may post.
     pub allow_unauthenticated: bool,
+    /// Per-token rates and the in-flight body budget.
+    pub throttle: Arc<Throttle>,
+    /// How long a request waits for room in the body budget before a 503.
+    pub body_wait: std::time::Duration,
 }
 
 /// The collector's HTTP router: ingest plus the common ops routes.
@@ -245,31 +251,121 @@ fn identity(m: &Message) -> (&str, &str) {
     (&m.tier, &m.datacenter)
 }
 
-async fn ingest(
-    State(state): State<HttpState>,
-    req: Request,
-) -> Result<Json<IngestResponse>, ApiError> {
-    let holder = authorize(&state.tokens, state.allow_unauthenticated, &req)?;
+/// Who a request counts against: its token, or without tokens its client address.
+fn throttle_key(holder: Option<&Holder>, req: &Request) -> String {
+    match holder {
+        Some(h) => h.name.clone(),
+        None => req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or_else(|| "anonymous".to_string(), |c| c.0.ip().to_string()),
+    }
+}
+
+/// The answer to a request the throttle holds back, counted per token.
+fn refused(state: &HttpState, holder: Option<&Holder>, why: Refused) -> Response {
+    let token = holder.map_or("anonymous", |h| h.name.as_str());
+    let (status, message, retry_after) = match why {
+        Refused::Rate(after) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "token {token:?} posts faster than http.token_requests_per_second / token_messages_per_second allow; retry later"
+            ),
+            after.as_secs().max(1),
+        ),
+        Refused::TooManyBodies => (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("token {token:?} already holds half of http.max_inflight_body_bytes in request bodies; retry later"),
+            1,
+        ),
+        Refused::Busy => {
+            state.sink.metrics.http_busy.inc();
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many request bodies in flight (http.max_inflight_body_bytes); nothing was stored, retry",
+            )
+            .into_response();
+        }
+    };
+    state
+        .sink
+        .metrics
+        .http_throttled
+        .get_or_create(&crate::metrics::TokenLabels {
+            token: token.to_string(),
+        })
+        .inc();
+    let mut response = ApiError::new(status, message).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, retry_after.into());
+    response
+}
+
+async fn ingest(State(state): State<HttpState>, req: Request) -> Response {
+    match ingest_checked(&state, req).await {
+        Ok(answer) => answer.into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn ingest_checked(state: &HttpState, req: Request) -> Result<Json<IngestResponse>, Response> {
+    let holder = authorize(&state.tokens, state.allow_unauthenticated, &req)
+        .map_err(IntoResponse::into_response)?;
     if !is_json(&req) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "expected Content-Type: application/json",
-        ));
+        )
+        .into_response());
     }
-    let body = read_body(req, state.max_body_bytes).await?;
-    let items = elements(&body, state.max_messages).map_err(|e| match e {
-        ArrayError::TooMany => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "more than {} messages in one request; at most {} allowed",
-                state.max_messages, state.max_messages
+    let key = throttle_key(holder.as_ref(), &req);
+    state
+        .throttle
+        .admit_request(&key)
+        .map_err(|why| refused(state, holder.as_ref(), why))?;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(state.max_body_bytes);
+    let _room = state
+        .throttle
+        .room(&key, declared.min(state.max_body_bytes), state.body_wait)
+        .await
+        .map_err(|why| refused(state, holder.as_ref(), why))?;
+    ingest_body(state, holder, &key, req).await
+}
+
+async fn ingest_body(
+    state: &HttpState,
+    holder: Option<Holder>,
+    key: &str,
+    req: Request,
+) -> Result<Json<IngestResponse>, Response> {
+    let body = read_body(req, state.max_body_bytes)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let items = elements(&body, state.max_messages)
+        .map_err(|e| match e {
+            ArrayError::TooMany => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "more than {} messages in one request; at most {} allowed",
+                    state.max_messages, state.max_messages
+                ),
             ),
-        ),
-        ArrayError::Json(e) => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("expected a JSON array of audit messages: {e}"),
-        ),
-    })?;
+            ArrayError::Json(e) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("expected a JSON array of audit messages: {e}"),
+            ),
+        })
+        .map_err(IntoResponse::into_response)?;
+    state
+        .throttle
+        .admit_messages(key, items.len())
+        .map_err(|why| refused(state, holder.as_ref(), why))?;
     // Rejects name the token that sent them (`http:<token name>[index]`); metrics keep
     // the one `http` source.
     let reject_source = |index: usize| match &holder {
@@ -283,8 +379,12 @@ async fn ingest(
     // Per element: Ok(index into batch.messages) or Err((status, reason)).
     type Slot = (Option<Uuid>, Result<usize, (Status, String)>);
     let mut slots: Vec<Slot> = Vec::with_capacity(items.len());
+    let mut excerpts = convert::Excerpts::default();
     for (index, raw) in items.iter().enumerate() {
-        let refused = match convert::parse(raw.get().as_bytes(), batch.received_at_ms) {
+        let received = batch.received_at_ms;
+        let parsed = convert::parse(raw.get().as_bytes(), received)
+            .and_then(|m| state.sink.bounds.check(&m, received).map(|()| m));
+        let refused = match parsed {
             Ok(message) => {
                 let (tier, dc) = identity(&message);
                 match holder.as_ref().and_then(|h| h.binding_refuses(tier, dc)) {
@@ -302,10 +402,11 @@ async fn ingest(
         batch.rejects.push(Reject {
             source: reject_source(index),
             reason: reason.clone(),
-            payload: convert::excerpt(raw.get().as_bytes()),
+            payload: excerpts.take(raw.get().as_bytes()),
         });
         slots.push((uuid, Err((status, reason))));
     }
+    state.sink.metrics.excerpts_dropped.inc_by(excerpts.dropped);
     drop(items);
     drop(body);
     let written = state.sink.write_once(SOURCE, &batch).await.map_err(|e| {
@@ -314,6 +415,7 @@ async fn ingest(
             StatusCode::SERVICE_UNAVAILABLE,
             "store unavailable, nothing was stored; retry",
         )
+        .into_response()
     })?;
     let mut response = IngestResponse {
         accepted: 0,

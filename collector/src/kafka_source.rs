@@ -20,6 +20,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use store::{Batch, Reject};
 use tokio_util::sync::CancellationToken;
 
+use crate::bounds::Bound;
 use crate::config::{BatchConfig, KafkaSourceConfig};
 use crate::convert;
 use crate::sink::{Sink, Written};
@@ -47,7 +48,14 @@ impl KafkaSource {
             .kafka
             .client_config_with_defaults(
                 KafkaRole::Consumer,
-                &[("auto.offset.reset", "earliest")],
+                // Prefetch bounded (librdkafka's default queue is 64 MiB, on top of
+                // the batch in hand): a flood of large records must not take the
+                // collector's memory. Tunables: a source's properties override them.
+                &[
+                    ("auto.offset.reset", "earliest"),
+                    ("queued.max.messages.kbytes", "16384"),
+                    ("fetch.max.bytes", "16777216"),
+                ],
                 // Correctness, not tunables: offsets move only after the store commit,
                 // and aborted audit messages are never read.
                 &[
@@ -124,7 +132,10 @@ impl KafkaSource {
         };
         self.take(first, &mut gathered);
         let deadline = tokio::time::Instant::now() + self.batch.max_wait;
-        while gathered.records < self.batch.max_messages && gathered.bytes < self.batch.max_bytes {
+        while gathered.records < self.batch.max_messages
+            && gathered.bytes < self.batch.max_bytes
+            && gathered.entries < self.batch.max_entries
+        {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, consumer.recv()) => match r {
                     Ok(r) => self.take(r, &mut gathered),
@@ -133,6 +144,30 @@ impl KafkaSource {
                 // Finish the batch in hand: what was read is stored before stopping.
                 _ = shutdown.cancelled() => break,
             }
+        }
+        if gathered.entries >= self.batch.max_entries {
+            self.sink
+                .metrics
+                .source(&self.sink.metrics.batches_cut, &self.label);
+        }
+        if let Some(unlogged) = gathered
+            .batch
+            .rejects
+            .len()
+            .checked_sub(LOGGED_REJECTS_PER_BATCH)
+            .filter(|&n| n > 0)
+        {
+            tracing::warn!(
+                source = %self.label,
+                unlogged,
+                "more audit records of this batch rejected than logged: each is in audit_reject and counted in kafka_audit_collector_messages_total"
+            );
+        }
+        if gathered.excerpts.dropped > 0 {
+            self.sink
+                .metrics
+                .excerpts_dropped
+                .inc_by(gathered.excerpts.dropped);
         }
         gathered.batch.received_at_ms = now_ms();
         Some(gathered)
@@ -157,15 +192,32 @@ impl KafkaSource {
         let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());
         let payload = record.payload().unwrap_or_default();
         into.bytes += payload.len();
-        match convert::parse(payload, now_ms()) {
-            Ok(message) => into.batch.messages.push(message),
+        let received = now_ms();
+        let parsed = if payload.len() > self.batch.max_record_bytes {
+            self.sink.bounds.count(Bound::record_bytes);
+            Err(format!(
+                "record of {} bytes is larger than batch.max_record_bytes ({}); not parsed",
+                payload.len(),
+                self.batch.max_record_bytes
+            ))
+        } else {
+            convert::parse(payload, received)
+                .and_then(|m| self.sink.bounds.check(&m, received).map(|()| m))
+        };
+        match parsed {
+            Ok(message) => {
+                into.entries += convert::entries(&message);
+                into.batch.messages.push(message);
+            }
             Err(reason) => {
                 let source = format!("{}/{topic}/{partition}@{offset}", self.label);
-                tracing::warn!(%source, %reason, "rejecting audit record");
+                if into.batch.rejects.len() < LOGGED_REJECTS_PER_BATCH {
+                    tracing::warn!(%source, %reason, "rejecting audit record");
+                }
                 into.batch.rejects.push(Reject {
                     source,
                     reason,
-                    payload: convert::excerpt(payload),
+                    payload: into.excerpts.take(payload),
                 });
             }
         }
@@ -209,12 +261,20 @@ impl KafkaSource {
     }
 }
 
+/// Rejected records logged one by one per batch: whoever can produce to the audit
+/// topic must not be able to turn each record into a log line (a flood of 100 000
+/// forged records was 100 000 warnings, and the time to write them).
+const LOGGED_REJECTS_PER_BATCH: usize = 10;
+
 #[derive(Default)]
 struct Gathered {
     batch: Batch,
     records: usize,
     /// Payload bytes of those records.
     bytes: usize,
+    /// Partition entries of the messages taken (what storing them costs).
+    entries: usize,
+    excerpts: convert::Excerpts,
     /// Offset to commit (last record + 1)
     next_offsets: BTreeMap<TopicPartition, i64>,
 }

@@ -9,6 +9,7 @@
 //! `run(config, shutdown)` is what `kafka-audit collect` calls; [`start`] returns the
 //! running collector (its bound HTTP address) for tests.
 
+pub mod bounds;
 pub mod config;
 pub mod convert;
 pub mod http;
@@ -17,6 +18,7 @@ pub mod metrics;
 pub mod retention;
 pub mod rollup;
 pub mod sink;
+pub mod throttle;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,12 +82,23 @@ pub async fn start(
     let metrics = Metrics::register(&mut registry);
     let health = Health::new();
     let staged = Arc::new(tokio::sync::Notify::new());
+    let bounds = bounds::Bounds::new(
+        &config.ingest,
+        &config.retention,
+        store.clone(),
+        metrics.clone(),
+    );
+    bounds
+        .prepare()
+        .await
+        .context("recording the window size ([ingest] window)")?;
     let sink = Sink {
         store: store.clone(),
         metrics: metrics.clone(),
         health: health.clone(),
         retry: config.retry.clone(),
         staged: Arc::clone(&staged),
+        bounds: Arc::new(bounds),
     };
     let mut tasks = JoinSet::new();
 
@@ -117,6 +130,12 @@ pub async fn start(
                 max_body_bytes: config.http.max_body_bytes,
                 tokens: Arc::clone(&tokens),
                 allow_unauthenticated: config.auth.allow_unauthenticated,
+                throttle: Arc::new(throttle::Throttle::new(
+                    h.token_requests_per_second,
+                    h.token_messages_per_second,
+                    h.max_inflight_body_bytes,
+                )),
+                body_wait: h.request_timeout / 2,
             },
             config.http.max_body_bytes,
             Arc::new(registry),

@@ -31,6 +31,13 @@ pub struct RetentionLabels {
     pub table: String,
 }
 
+/// A configured token's name (or `anonymous` without tokens): configuration, so the
+/// label set is bounded.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub token: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub messages: Family<MessageLabels, Counter>,
@@ -49,6 +56,11 @@ pub struct Metrics {
     pub rollup_errors: Counter,
     pub rollup_caught_up: Gauge,
     pub quarantined: Counter,
+    pub bound_rejects: Family<crate::bounds::BoundLabels, Counter>,
+    pub http_throttled: Family<TokenLabels, Counter>,
+    pub http_busy: Counter,
+    pub excerpts_dropped: Counter,
+    pub batches_cut: Family<SourceLabels, Counter>,
 }
 
 impl Metrics {
@@ -70,6 +82,11 @@ impl Metrics {
             rollup_errors: Counter::default(),
             rollup_caught_up: Gauge::default(),
             quarantined: Counter::default(),
+            bound_rejects: Family::default(),
+            http_throttled: Family::default(),
+            http_busy: Counter::default(),
+            excerpts_dropped: Counter::default(),
+            batches_cut: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit_collector");
         r.register(
@@ -151,6 +168,31 @@ impl Metrics {
             "quarantined",
             "Messages the store refused for their data although they passed validation; kept as rejects (source ...:quarantine)",
             m.quarantined.clone(),
+        );
+        r.register(
+            "bound_rejects",
+            "Messages rejected by a bound per emitter (window_size, window_age, partition, record_bytes; see [ingest])",
+            m.bound_rejects.clone(),
+        );
+        r.register(
+            "http_throttled",
+            "Ingest requests answered 429 because the token posted more than http.token_requests_per_second or http.token_messages_per_second",
+            m.http_throttled.clone(),
+        );
+        r.register(
+            "http_busy",
+            "Ingest requests answered 503 because http.max_inflight_body_bytes stayed full for request_timeout",
+            m.http_busy.clone(),
+        );
+        r.register(
+            "excerpts_dropped",
+            "Rejects stored without their payload excerpt: the batch's excerpt budget was used up",
+            m.excerpts_dropped.clone(),
+        );
+        r.register(
+            "batches_cut",
+            "Kafka batches ended early at batch.max_entries partition entries",
+            m.batches_cut.clone(),
         );
         m
     }

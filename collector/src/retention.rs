@@ -36,6 +36,21 @@ pub async fn run(
                 tracing::warn!(error = %e, "retention pass failed; next one at the next interval");
             }
         }
+        // Independent of the pass above: a failure of one leaves the other to run.
+        for step in [Stale::Progress, Stale::Emitters, Stale::Rejects] {
+            match forget_stale(&store, &config, &metrics, &shutdown, step).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    table = step.table(),
+                    deleted = n,
+                    "retention: stale rows deleted"
+                ),
+                Err(e) => {
+                    metrics.retention_errors.inc();
+                    tracing::warn!(table = step.table(), error = %e, "retention of stale rows failed; next try at the next interval");
+                }
+            }
+        }
         tokio::select! {
             _ = tokio::time::sleep(config.interval.max(Duration::from_secs(1))) => {}
             _ = shutdown.cancelled() => return,
@@ -135,6 +150,63 @@ pub async fn pass(
             break;
         }
         // Let ingestion have the database between batches.
+        tokio::task::yield_now().await;
+    }
+    Ok(total)
+}
+
+/// Rows that grow with what emitters send rather than with time partitions.
+#[derive(Debug, Clone, Copy)]
+pub enum Stale {
+    /// Progress of partitions not reported for `retention.progress`.
+    Progress,
+    /// Emitters not heard from for `retention.progress`.
+    Emitters,
+    /// Rejects beyond the newest `retention.max_rejects`.
+    Rejects,
+}
+
+impl Stale {
+    pub fn table(self) -> &'static str {
+        match self {
+            Stale::Progress => "audit_progress",
+            Stale::Emitters => "audit_emitter",
+            Stale::Rejects => "audit_reject",
+        }
+    }
+}
+
+/// Deletes the stale rows of one table, batch after batch until none is left (or
+/// shutdown); returns how many.
+pub async fn forget_stale(
+    store: &Store,
+    config: &RetentionConfig,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    step: Stale,
+) -> store::Result<u64> {
+    let cutoff = now_ms().saturating_sub(config.progress.as_millis() as i64);
+    let mut total = 0;
+    while !shutdown.is_cancelled() {
+        let n = match step {
+            Stale::Progress => store.forget_progress(cutoff, config.batch_size).await?,
+            Stale::Emitters => store.forget_emitters(cutoff, config.batch_size).await?,
+            Stale::Rejects => {
+                store
+                    .trim_rejects(config.max_rejects, config.batch_size)
+                    .await?
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        metrics
+            .retention_deleted
+            .get_or_create(&RetentionLabels {
+                table: step.table().into(),
+            })
+            .inc_by(n);
+        total += n;
         tokio::task::yield_now().await;
     }
     Ok(total)

@@ -28,6 +28,8 @@ pub struct Sink {
     pub retry: RetryConfig,
     /// Wakes the roll-up task when new increments were staged.
     pub staged: Arc<Notify>,
+    /// The bounds per emitter every message is checked against before it is written.
+    pub bounds: Arc<crate::bounds::Bounds>,
 }
 
 /// What became of one message of a written batch.

@@ -4,50 +4,18 @@
 //! with a limit that counts as it goes: peak heap growth while handling it stays under
 //! twice the body size.
 //!
-//! A counting global allocator needs `unsafe impl GlobalAlloc`; it lives only in this
-//! test binary (one test, so no other test's allocations are counted).
-#![allow(unsafe_code)]
+//! The counting allocator (`testkit::alloc`) counts every allocation of this binary:
+//! one test only, so that no other test's allocations are counted.
 
 #[path = "it/support/mod.rs"]
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::*;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(by: usize) {
-    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grew(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size >= layout.size() {
-            grew(new_size - layout.size());
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: testkit::alloc::Counting = testkit::alloc::Counting;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_8_mib_body_of_tiny_elements_is_refused_without_amplification() {
@@ -79,8 +47,7 @@ async fn an_8_mib_body_of_tiny_elements_is_refused_without_amplification() {
         .await
         .unwrap();
 
-    let baseline = LIVE.load(Ordering::Relaxed);
-    PEAK.store(baseline, Ordering::Relaxed);
+    let baseline = testkit::alloc::reset_peak();
     let response = client
         .post(format!("http://{addr}/api/v1/audit"))
         .header("content-type", "application/json")
@@ -90,7 +57,7 @@ async fn an_8_mib_body_of_tiny_elements_is_refused_without_amplification() {
         .unwrap();
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
-    let peak = PEAK.load(Ordering::Relaxed) - baseline;
+    let peak = testkit::alloc::peak_growth(baseline);
     eprintln!(
         "body {size} bytes ({elements} elements): status {status}, peak heap growth {peak} bytes ({:.2}× the body)",
         peak as f64 / size as f64

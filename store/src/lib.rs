@@ -218,6 +218,18 @@ pub trait AuditStore: Send + Sync {
         topic: Option<&str>,
     ) -> impl Future<Output = Result<Vec<ProgressRow>>> + Send;
 
+    /// Latest progress per partition (of `topic`, or of every topic) received at or
+    /// after `since_ms` (the collector's clock; older progress is forgotten by serve),
+    /// ordered by (topic, tier, datacenter, partition), at most `limit` rows: the
+    /// horizon applies before the bound, so forgotten rows cannot push others out.
+    /// Ask for one row more than kept to see whether the bound was reached.
+    fn progress_since(
+        &self,
+        topic: Option<&str>,
+        since_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<ProgressRow>>> + Send;
+
     /// Every emitter with its last-seen times, ordered by (tier, datacenter, host).
     fn emitters(&self) -> impl Future<Output = Result<Vec<EmitterRow>>> + Send;
 
@@ -253,6 +265,70 @@ pub trait AuditStore: Send + Sync {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send;
+
+    /// [`AuditStore::progress_since`] of the topics from `first_topic` to `last_topic`
+    /// (inclusive): a page of topics in one read.
+    fn progress_of_topics(
+        &self,
+        first_topic: &str,
+        last_topic: &str,
+        since_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<ProgressRow>>> + Send;
+
+    /// [`AuditStore::auditor_reports`] of the auditors that reported at or after
+    /// `since_ms` (serve's forget horizon, applied before the bound).
+    fn auditor_reports_since(
+        &self,
+        since_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send;
+
+    /// Offset ranges of every tier and datacenter of `topic`'s window starting at
+    /// `window_start_ms`, as `(tier, datacenter, span)` ordered by tier, datacenter
+    /// and partition, at most `limit`: one query for a window however many tiers and
+    /// datacenters have rows in it.
+    fn window_offsets_of_all_tiers(
+        &self,
+        topic: &str,
+        window_start_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<(String, String, OffsetSpan)>>> + Send;
+
+    /// The deployment's window size (ms) as recorded by [`AuditStore::fix_window_size_ms`],
+    /// `None` before anything recorded one.
+    fn window_size_ms(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
+
+    /// Records `window_ms` as the deployment's window size when none is recorded
+    /// yet, or, with `replace` (the size comes from configuration), whatever is
+    /// recorded; `by` says who fixed it. Returns the size recorded afterwards: with
+    /// several collectors the first one wins.
+    fn fix_window_size_ms(
+        &self,
+        window_ms: i64,
+        by: &str,
+        replace: bool,
+    ) -> impl Future<Output = Result<i64>> + Send;
+
+    /// Deletes at most `batch_size` progress rows last received before
+    /// `received_before_ms`; call again while it deletes something. A row refreshed
+    /// meanwhile stays.
+    fn forget_progress(
+        &self,
+        received_before_ms: i64,
+        batch_size: u32,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Deletes at most `batch_size` emitters last heard from before
+    /// `received_before_ms`.
+    fn forget_emitters(
+        &self,
+        received_before_ms: i64,
+        batch_size: u32,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Deletes at most `batch_size` of the oldest rejects beyond the newest `keep`.
+    fn trim_rejects(&self, keep: u32, batch_size: u32) -> impl Future<Output = Result<u64>> + Send;
 
     /// `(topic, tier, datacenter, window_start_ms)` of the increments staged and not
     /// yet added to their window rows, for windows starting at or after
@@ -406,6 +482,12 @@ impl Store {
         dispatch!(self, s => s.topic_windows_capped(topic, range, max_bucket_rows).await)
     }
 
+    /// The deployment's window size as this store last read, fixed or saw fixed by a
+    /// write, without asking the database (`None`: not known here yet).
+    pub fn cached_window_size_ms(&self) -> Option<i64> {
+        dispatch!(self, s => s.cached_window_size_ms())
+    }
+
     /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter.
     #[doc(hidden)]
     pub async fn windows_in_range_capped(
@@ -488,6 +570,53 @@ impl AuditStore for Store {
         from_window_ms: i64,
     ) -> Result<Vec<(String, String, String, i64)>> {
         dispatch!(self, s => s.staged_windows(topic, from_window_ms).await)
+    }
+    async fn progress_since(
+        &self,
+        topic: Option<&str>,
+        since_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ProgressRow>> {
+        dispatch!(self, s => s.progress_since(topic, since_ms, limit).await)
+    }
+    async fn progress_of_topics(
+        &self,
+        first_topic: &str,
+        last_topic: &str,
+        since_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ProgressRow>> {
+        dispatch!(self, s => s.progress_of_topics(first_topic, last_topic, since_ms, limit).await)
+    }
+    async fn auditor_reports_since(
+        &self,
+        since_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<(String, String, String, i64)>> {
+        dispatch!(self, s => s.auditor_reports_since(since_ms, limit).await)
+    }
+    async fn window_offsets_of_all_tiers(
+        &self,
+        topic: &str,
+        window_start_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<(String, String, OffsetSpan)>> {
+        dispatch!(self, s => s.window_offsets_of_all_tiers(topic, window_start_ms, limit).await)
+    }
+    async fn window_size_ms(&self) -> Result<Option<i64>> {
+        dispatch!(self, s => s.window_size_ms().await)
+    }
+    async fn fix_window_size_ms(&self, window_ms: i64, by: &str, replace: bool) -> Result<i64> {
+        dispatch!(self, s => s.fix_window_size_ms(window_ms, by, replace).await)
+    }
+    async fn forget_progress(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
+        dispatch!(self, s => s.forget_progress(received_before_ms, batch_size).await)
+    }
+    async fn forget_emitters(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
+        dispatch!(self, s => s.forget_emitters(received_before_ms, batch_size).await)
+    }
+    async fn trim_rejects(&self, keep: u32, batch_size: u32) -> Result<u64> {
+        dispatch!(self, s => s.trim_rejects(keep, batch_size).await)
     }
     async fn latest_window_ms(&self) -> Result<Option<i64>> {
         dispatch!(self, s => s.latest_window_ms().await)

@@ -109,6 +109,11 @@ pub struct WindowRow {
     pub increments: u64,
     pub first_received_at_ms: i64,
     pub last_received_at_ms: i64,
+    /// The read's bucket cap ([`crate::MAX_BUCKET_ROWS`]) left this row without its
+    /// latency: `latency` is empty because it was not read, not because nothing was
+    /// measured (a delay cannot be ruled out).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub latency_unread: bool,
 }
 
 impl WindowRow {

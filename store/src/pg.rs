@@ -18,6 +18,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgre
 
 const DAY_MS: i64 = 86_400_000;
 
+/// Progress partitions per statement of `keep_progress`.
+const PROGRESS_CHUNK: usize = 10_000;
+
 /// Adds increments to their windows. Every sum saturates at `i64::MAX` (`CASE`, which
 /// PostgreSQL evaluates lazily), so no increment can make the statement fail with
 /// `bigint out of range` and wedge the roll-up.
@@ -71,6 +74,7 @@ pub struct PgStore {
     /// partition upkeep (hourly), so a store distributed while running is read routed
     /// from the next upkeep on; until then reads are correct, only fanned out.
     distributed: Arc<AtomicBool>,
+    window_size: crate::aggregate::WindowSizeCache,
 }
 
 impl PgStore {
@@ -123,6 +127,7 @@ impl PgStore {
         PgStore {
             pool,
             distributed: Arc::new(AtomicBool::new(false)),
+            window_size: Default::default(),
         }
     }
 
@@ -262,7 +267,7 @@ impl PgStore {
 
     async fn add_windows(
         tx: &mut Transaction<'_, Postgres>,
-        rollup: &Rollup,
+        rollup: &Rollup<'_>,
         received: i64,
     ) -> Result<()> {
         if rollup.windows.is_empty() {
@@ -429,55 +434,95 @@ impl PgStore {
         Ok(())
     }
 
+    /// Keeps the latest progress per partition. Names are sent once per (topic, tier,
+    /// datacenter) and per host, with an index per partition: a report of 10 000
+    /// partitions binds its names once, not 40 000 times (with names of 250 bytes the
+    /// encoded arrays alone were ~1 KB per partition).
     async fn keep_progress(
         tx: &mut Transaction<'_, Postgres>,
-        rollup: &Rollup,
+        rollup: &Rollup<'_>,
         received: i64,
     ) -> Result<()> {
-        if rollup.progress.is_empty() {
-            return Ok(());
+        // In statements of PROGRESS_CHUNK partitions: the arrays and their encoding
+        // stay small however many partitions the batch has (in key order, so rows
+        // are still locked in the order the other writers lock them).
+        let entries: Vec<_> = rollup.progress.iter().collect();
+        for chunk in entries.chunks(PROGRESS_CHUNK) {
+            Self::keep_progress_chunk(tx, chunk, received).await?;
         }
-        let mut topics = Vec::new();
-        let mut tiers = Vec::new();
-        let mut dcs = Vec::new();
-        let mut parts = Vec::new();
-        let mut hosts = Vec::new();
-        let mut next = Vec::new();
-        let mut rtime = Vec::new();
-        let mut lag = Vec::new();
-        let mut emitted = Vec::new();
-        for ((topic, tier, dc, partition), p) in &rollup.progress {
-            topics.push(topic.as_str());
-            tiers.push(tier.as_str());
-            dcs.push(dc.as_str());
-            parts.push(*partition);
-            hosts.push(p.host.as_str());
+        Ok(())
+    }
+
+    async fn keep_progress_chunk(
+        tx: &mut Transaction<'_, Postgres>,
+        chunk: &[(
+            &crate::aggregate::ProgressKey<'_>,
+            &crate::aggregate::ProgressDelta<'_>,
+        )],
+        received: i64,
+    ) -> Result<()> {
+        let n = chunk.len();
+        let (mut topics, mut tiers, mut dcs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut hosts: Vec<&str> = Vec::new();
+        let mut host_index: HashMap<&str, i32> = HashMap::new();
+        let mut groups = Vec::with_capacity(n);
+        let mut host_of = Vec::with_capacity(n);
+        let mut parts = Vec::with_capacity(n);
+        let mut next = Vec::with_capacity(n);
+        let mut rtime = Vec::with_capacity(n);
+        let mut lag = Vec::with_capacity(n);
+        let mut emitted = Vec::with_capacity(n);
+        let mut last_group = None;
+        // The map is ordered by (topic, tier, datacenter, partition): each group's
+        // partitions are consecutive. Indexes are 1-based (WITH ORDINALITY).
+        for &(&(topic, tier, dc, partition), p) in chunk {
+            if last_group != Some((topic, tier, dc)) {
+                last_group = Some((topic, tier, dc));
+                topics.push(topic);
+                tiers.push(tier);
+                dcs.push(dc);
+            }
+            groups.push(topics.len() as i32);
+            let next_host = hosts.len() as i32 + 1;
+            let h = *host_index.entry(p.host).or_insert_with(|| {
+                hosts.push(p.host);
+                next_host
+            });
+            host_of.push(h);
+            parts.push(partition);
             next.push(p.next_offset);
             rtime.push(p.record_time_ms);
             lag.push(p.lag);
             emitted.push(p.emitted_at_ms);
         }
+        // ORDER BY: rows are locked in key order, as the other writers lock them.
         sqlx::query(
             "INSERT INTO audit_progress AS p (topic, tier, datacenter, partition_id, host, next_offset,
                  record_time_ms, lag, emitted_at_ms, received_at_ms)
-             SELECT t, ti, d, pa, h, n, r, l, e, $10
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[],
-                         $7::int8[], $8::int8[], $9::int8[]) AS x(t, ti, d, pa, h, n, r, l, e)
+             SELECT g.t, g.ti, g.d, x.pa, h.h, x.n, x.r, x.l, x.e, $12
+             FROM UNNEST($1::int4[], $2::int4[], $3::int4[], $4::int8[], $5::int8[], $6::int8[],
+                         $7::int8[]) AS x(gi, hi, pa, n, r, l, e)
+             JOIN UNNEST($8::text[], $9::text[], $10::text[]) WITH ORDINALITY AS g(t, ti, d, i)
+               ON g.i = x.gi
+             JOIN UNNEST($11::text[]) WITH ORDINALITY AS h(h, i) ON h.i = x.hi
+             ORDER BY g.t, g.ti, g.d, x.pa
              ON CONFLICT (topic, tier, datacenter, partition_id) DO UPDATE SET
                  host = EXCLUDED.host, next_offset = EXCLUDED.next_offset,
                  record_time_ms = EXCLUDED.record_time_ms, lag = EXCLUDED.lag,
                  emitted_at_ms = EXCLUDED.emitted_at_ms, received_at_ms = EXCLUDED.received_at_ms
              WHERE EXCLUDED.emitted_at_ms >= p.emitted_at_ms",
         )
-        .bind(&topics)
-        .bind(&tiers)
-        .bind(&dcs)
+        .bind(&groups)
+        .bind(&host_of)
         .bind(&parts)
-        .bind(&hosts)
         .bind(&next)
         .bind(&rtime)
         .bind(&lag)
         .bind(&emitted)
+        .bind(&topics)
+        .bind(&tiers)
+        .bind(&dcs)
+        .bind(&hosts)
         .bind(received)
         .execute(&mut **tx)
         .await
@@ -487,7 +532,7 @@ impl PgStore {
 
     async fn touch_emitters(
         tx: &mut Transaction<'_, Postgres>,
-        rollup: &Rollup,
+        rollup: &Rollup<'_>,
         received: i64,
     ) -> Result<()> {
         if rollup.emitters.is_empty() {
@@ -498,10 +543,10 @@ impl PgStore {
         let mut hosts = Vec::new();
         let mut emitted = Vec::new();
         let mut messages = Vec::new();
-        for ((tier, dc, host), (e, m)) in &rollup.emitters {
-            tiers.push(tier.as_str());
-            dcs.push(dc.as_str());
-            hosts.push(host.as_str());
+        for (&(tier, dc, host), (e, m)) in &rollup.emitters {
+            tiers.push(tier);
+            dcs.push(dc);
+            hosts.push(host);
             emitted.push(*e);
             messages.push(*m);
         }
@@ -606,15 +651,9 @@ impl PgStore {
             .await
             .context("queueing increments for roll-up")?;
         }
-        let rollup = Rollup::of(
-            accepted
-                .iter()
-                .copied()
-                .filter(|m| matches!(m.body, AuditBody::Progress(_))),
-        );
+        let rollup = Rollup::staged(accepted);
         Self::keep_progress(tx, &rollup, received).await?;
-        let everyone = Rollup::of(accepted);
-        Self::touch_emitters(tx, &everyone, received).await?;
+        Self::touch_emitters(tx, &rollup, received).await?;
         Self::store_rejects(tx, &batch.rejects, received).await?;
         Ok(BatchOutcome { outcomes })
     }
@@ -1097,6 +1136,7 @@ impl AuditStore for PgStore {
             .context("beginning a batch transaction")?;
         let outcome = Self::write_in(&mut tx, batch).await?;
         tx.commit().await.context("committing a batch")?;
+        self.note_window_size(batch, &outcome).await;
         Ok(outcome)
     }
 
@@ -1111,6 +1151,7 @@ impl AuditStore for PgStore {
             match Self::stage_in(&mut tx, batch, self.message_reads()).await {
                 Ok(outcome) => {
                     tx.commit().await.context("committing a batch")?;
+                    self.note_window_size(batch, &outcome).await;
                     return Ok(outcome);
                 }
                 // Another writer stored one of these messages since the probe: the
@@ -1409,6 +1450,10 @@ impl PgStore {
     crate::shared::shared_window_reads!();
 
     const TOPIC_BUCKETS: &'static str = crate::shared::PG_TOPIC_BUCKETS;
+
+    fn window_all_offsets_sql() -> &'static str {
+        crate::shared::PG_WINDOW_ALL_OFFSETS
+    }
 
     fn window_offsets_sql() -> &'static str {
         &crate::shared::PG_WINDOW_OFFSETS

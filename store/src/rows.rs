@@ -9,6 +9,8 @@ use crate::model::*;
 /// name and checked, decoding was ~20 % of serve's CPU in a cold start.
 pub(crate) struct WindowDb {
     pub id: i64,
+    /// Not a column: set when the read's bucket cap left this row's latency out.
+    pub latency_unread: bool,
     pub topic: String,
     pub tier: String,
     pub datacenter: String,
@@ -38,6 +40,7 @@ where
 {
     fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
         Ok(WindowDb {
+            latency_unread: false,
             id: row.try_get_unchecked(0)?,
             topic: row.try_get_unchecked(1)?,
             tier: row.try_get_unchecked(2)?,
@@ -115,6 +118,7 @@ pub(crate) fn join_buckets(
                 increments: u(r.increments),
                 first_received_at_ms: r.first_received_at_ms,
                 last_received_at_ms: r.last_received_at_ms,
+                latency_unread: r.latency_unread,
             }
         })
         .collect()
@@ -143,6 +147,7 @@ pub(crate) fn join_buckets_capped(
             r.latency_zero_count = 0;
             r.latency_negative_count = 0;
             r.latency_max_ms = 0;
+            r.latency_unread = true;
             cleared += 1;
         }
         tracing::warn!(

@@ -75,6 +75,15 @@ pub(crate) static PROGRESS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// [`PROGRESS`] of the rows received at or after `$2`, at most `$3`: the forget
+/// horizon applied before the bound, not after it.
+pub(crate) const PROGRESS_SINCE: &str =
+    "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
+            emitted_at_ms, received_at_ms
+     FROM audit_progress
+     WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1) AND received_at_ms >= $2
+     ORDER BY topic, tier, datacenter, partition_id LIMIT $3";
+
 pub(crate) static EMITTERS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages
@@ -92,9 +101,68 @@ pub(crate) const WINDOW_KEYS: &str = "SELECT DISTINCT window_start_ms, topic FRO
 pub(crate) const CHANGED_WINDOWS: &str = "SELECT DISTINCT topic, window_start_ms FROM audit_window
      WHERE last_received_at_ms >= $1 AND window_start_ms >= $2 LIMIT $3";
 
+/// [`PROGRESS_SINCE`] of the topics from `$1` to `$2` (inclusive): one read for a page
+/// of topics.
+pub(crate) const PROGRESS_OF_TOPICS: &str =
+    "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
+            emitted_at_ms, received_at_ms
+     FROM audit_progress
+     WHERE topic >= $1 AND topic <= $2 AND received_at_ms >= $3
+     ORDER BY topic, tier, datacenter, partition_id LIMIT $4";
+
+/// Auditors that reported at or after `$1` (the forget horizon, applied before the
+/// bound `$2`).
 pub(crate) const AUDITOR_REPORTS: &str =
     "SELECT topic, tier, datacenter, max(received_at_ms) FROM audit_progress
-     GROUP BY topic, tier, datacenter ORDER BY topic, tier, datacenter LIMIT $1";
+     WHERE received_at_ms >= $1
+     GROUP BY topic, tier, datacenter ORDER BY topic, tier, datacenter LIMIT $2";
+
+/// Offset ranges of every tier and datacenter of one window: `$1` topic, `$2` start,
+/// at most `$3` rows. SQLite's; PostgreSQL's is [`PG_WINDOW_ALL_OFFSETS`].
+pub(crate) const WINDOW_ALL_OFFSETS: &str =
+    "SELECT w.tier, w.datacenter, o.partition_id, o.min_offset, o.max_offset
+     FROM audit_window_offset o JOIN audit_window w ON w.id = o.window_id
+     WHERE w.topic = $1 AND w.window_start_ms = $2
+     ORDER BY w.tier, w.datacenter, o.partition_id LIMIT $3";
+
+pub(crate) const PG_WINDOW_ALL_OFFSETS: &str =
+    "SELECT w.tier, w.datacenter, o.partition_id, o.min_offset, o.max_offset
+     FROM audit_window_offset o
+     JOIN audit_window w ON w.id = o.window_id AND w.topic = o.topic
+                        AND w.window_start_ms = o.window_start_ms
+     WHERE w.topic = $1 AND w.window_start_ms = $2 AND o.topic = $1 AND o.window_start_ms = $2
+     ORDER BY w.tier, w.datacenter, o.partition_id LIMIT $3";
+
+/// The deployment's window size (one row, `id = 1`).
+pub(crate) const WINDOW_SIZE: &str = "SELECT window_ms FROM audit_window_size WHERE id = 1";
+
+/// Records `$1` as the window size unless one is recorded (`$4` false) or always
+/// (`$4` true: configuration changes it); `$2` now, `$3` who fixed it.
+pub(crate) const FIX_WINDOW_SIZE: &str =
+    "INSERT INTO audit_window_size (id, window_ms, fixed_at_ms, fixed_by) VALUES (1, $1, $2, $3)
+     ON CONFLICT (id) DO UPDATE SET window_ms = excluded.window_ms,
+         fixed_at_ms = excluded.fixed_at_ms, fixed_by = excluded.fixed_by
+     WHERE $4 AND audit_window_size.window_ms <> excluded.window_ms";
+
+/// Progress not received since `$1`, at most `$2` rows. The outer condition is checked
+/// again on the row deleted: one refreshed since the inner read stays. Keyed, without
+/// `FOR UPDATE`, so that it runs on a distributed table too.
+pub(crate) const FORGET_PROGRESS: &str = "DELETE FROM audit_progress WHERE received_at_ms < $1
+       AND (topic, tier, datacenter, partition_id) IN (
+           SELECT topic, tier, datacenter, partition_id FROM audit_progress
+           WHERE received_at_ms < $1 LIMIT $2)";
+
+/// Emitters not heard from since `$1`, at most `$2` rows (as [`FORGET_PROGRESS`]).
+pub(crate) const FORGET_EMITTERS: &str = "DELETE FROM audit_emitter WHERE last_received_at_ms < $1
+       AND (tier, datacenter, host) IN (
+           SELECT tier, datacenter, host FROM audit_emitter
+           WHERE last_received_at_ms < $1 LIMIT $2)";
+
+/// The oldest rejects beyond the newest `$1`, at most `$2` of them.
+pub(crate) const TRIM_REJECTS: &str = "DELETE FROM audit_reject WHERE id IN (
+         SELECT id FROM audit_reject WHERE id <= (
+             SELECT id FROM audit_reject ORDER BY id DESC LIMIT 1 OFFSET $1)
+         ORDER BY id LIMIT $2)";
 
 /// Uses `audit_window_range` (window_start_ms, topic) backwards: one index probe.
 pub(crate) const LATEST_WINDOW_MS: &str = "SELECT window_end_ms - window_start_ms FROM audit_window
@@ -203,11 +271,147 @@ macro_rules! shared_methods {
         }
 
         async fn auditor_reports(&self, limit: u32) -> Result<Vec<(String, String, String, i64)>> {
+            self.auditor_reports_since(i64::MIN, limit).await
+        }
+
+        async fn auditor_reports_since(
+            &self,
+            since_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<(String, String, String, i64)>> {
             sqlx::query_as(crate::shared::AUDITOR_REPORTS)
+                .bind(since_ms)
                 .bind(i64::from(limit))
                 .fetch_all(&self.pool)
                 .await
                 .context("reading auditors' last reports")
+        }
+
+        async fn progress_since(
+            &self,
+            topic: Option<&str>,
+            since_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<ProgressRow>> {
+            let rows: Vec<crate::rows::ProgressDb> = sqlx::query_as(crate::shared::PROGRESS_SINCE)
+                .bind(topic)
+                .bind(since_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .context("reading progress")?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        }
+
+        async fn progress_of_topics(
+            &self,
+            first_topic: &str,
+            last_topic: &str,
+            since_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<ProgressRow>> {
+            let rows: Vec<crate::rows::ProgressDb> =
+                sqlx::query_as(crate::shared::PROGRESS_OF_TOPICS)
+                    .bind(first_topic)
+                    .bind(last_topic)
+                    .bind(since_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading progress of a page of topics")?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        }
+
+        async fn window_offsets_of_all_tiers(
+            &self,
+            topic: &str,
+            window_start_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<(String, String, OffsetSpan)>> {
+            let rows: Vec<(String, String, i32, i64, i64)> =
+                sqlx::query_as(Self::window_all_offsets_sql())
+                    .bind(topic)
+                    .bind(window_start_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading offset ranges of a window")?;
+            Ok(rows
+                .into_iter()
+                .map(|(tier, datacenter, partition, min, max)| {
+                    (
+                        tier,
+                        datacenter,
+                        OffsetSpan {
+                            partition,
+                            min,
+                            max,
+                        },
+                    )
+                })
+                .collect())
+        }
+
+        async fn window_size_ms(&self) -> Result<Option<i64>> {
+            let size: Option<i64> = sqlx::query_scalar(crate::shared::WINDOW_SIZE)
+                .fetch_optional(&self.pool)
+                .await
+                .context("reading the deployment's window size")?;
+            if let Some(ms) = size {
+                self.window_size.set(ms);
+            }
+            Ok(size)
+        }
+
+        async fn fix_window_size_ms(&self, window_ms: i64, by: &str, replace: bool) -> Result<i64> {
+            let _writer = self.lock_writer().await;
+            sqlx::query(crate::shared::FIX_WINDOW_SIZE)
+                .bind(window_ms)
+                .bind(common::now_ms())
+                .bind(by)
+                .bind(replace)
+                .execute(&self.pool)
+                .await
+                .context("recording the deployment's window size")?;
+            let size: i64 = sqlx::query_scalar(crate::shared::WINDOW_SIZE)
+                .fetch_one(&self.pool)
+                .await
+                .context("reading the deployment's window size")?;
+            self.window_size.set(size);
+            Ok(size)
+        }
+
+        async fn forget_progress(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
+            let _writer = self.lock_writer().await;
+            Ok(sqlx::query(crate::shared::FORGET_PROGRESS)
+                .bind(received_before_ms)
+                .bind(i64::from(batch_size.max(1)))
+                .execute(&self.pool)
+                .await
+                .context("deleting forgotten progress")?
+                .rows_affected())
+        }
+
+        async fn forget_emitters(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
+            let _writer = self.lock_writer().await;
+            Ok(sqlx::query(crate::shared::FORGET_EMITTERS)
+                .bind(received_before_ms)
+                .bind(i64::from(batch_size.max(1)))
+                .execute(&self.pool)
+                .await
+                .context("deleting forgotten emitters")?
+                .rows_affected())
+        }
+
+        async fn trim_rejects(&self, keep: u32, batch_size: u32) -> Result<u64> {
+            let _writer = self.lock_writer().await;
+            Ok(sqlx::query(crate::shared::TRIM_REJECTS)
+                .bind(i64::from(keep))
+                .bind(i64::from(batch_size.max(1)))
+                .execute(&self.pool)
+                .await
+                .context("deleting the oldest rejects")?
+                .rows_affected())
         }
 
         async fn latest_window_ms(&self) -> Result<Option<i64>> {
@@ -261,6 +465,28 @@ pub(crate) use shared_methods;
 /// The inherent window reads whose body is the same on both backends.
 macro_rules! shared_window_reads {
     () => {
+        /// The deployment's window size as last read or fixed by this store, without
+        /// asking the database (`None`: not known here yet).
+        pub fn cached_window_size_ms(&self) -> Option<i64> {
+            self.window_size.get()
+        }
+
+        /// After a committed batch: while no window size is known, the first
+        /// increment the store accepted fixes it (the first writer wins; a failure is
+        /// logged and the next batch tries again).
+        async fn note_window_size(&self, batch: &Batch, outcome: &BatchOutcome) {
+            if self.window_size.get().is_some() {
+                return;
+            }
+            let Some(size) = crate::aggregate::first_window_ms(batch, outcome) else {
+                return;
+            };
+            match self.fix_window_size_ms(size, "first increment", false).await {
+                Ok(fixed) => tracing::info!(window_ms = fixed, "the deployment's window size is fixed by the first stored increment"),
+                Err(e) => tracing::warn!(error = %e, "cannot record the window size; the next batch tries again"),
+            }
+        }
+
         /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests
         /// lower it).
         #[doc(hidden)]

@@ -31,6 +31,7 @@ const WRAP_ADD_CHECKSUM: &str = "CASE
 pub struct SqliteStore {
     pool: SqlitePool,
     writer: Arc<Mutex<()>>,
+    window_size: crate::aggregate::WindowSizeCache,
 }
 
 impl SqliteStore {
@@ -56,6 +57,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             writer: Arc::new(Mutex::new(())),
+            window_size: Default::default(),
         })
     }
 
@@ -220,7 +222,7 @@ impl SqliteStore {
                 .context("widening an offset range")?;
             }
         }
-        for ((topic, tier, dc, partition), p) in &rollup.progress {
+        for (&(topic, tier, dc, partition), p) in &rollup.progress {
             sqlx::query(
                 "INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host, next_offset,
                      record_time_ms, lag, emitted_at_ms, received_at_ms)
@@ -235,7 +237,7 @@ impl SqliteStore {
             .bind(tier)
             .bind(dc)
             .bind(partition)
-            .bind(&p.host)
+            .bind(p.host)
             .bind(p.next_offset)
             .bind(p.record_time_ms)
             .bind(p.lag)
@@ -245,7 +247,7 @@ impl SqliteStore {
             .await
             .context("keeping a progress watermark")?;
         }
-        for ((tier, dc, host), (emitted, messages)) in &rollup.emitters {
+        for (&(tier, dc, host), (emitted, messages)) in &rollup.emitters {
             sqlx::query(
                 "INSERT INTO audit_emitter (tier, datacenter, host, last_emitted_at_ms, last_received_at_ms, messages)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -295,14 +297,18 @@ impl AuditStore for SqliteStore {
     }
 
     async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
-        let _writer = self.writer.lock().await;
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .context("beginning a batch transaction")?;
-        let outcome = Self::write_in(&mut tx, batch).await?;
-        tx.commit().await.context("committing a batch")?;
+        let outcome = {
+            let _writer = self.writer.lock().await;
+            let mut tx = self
+                .pool
+                .begin()
+                .await
+                .context("beginning a batch transaction")?;
+            let outcome = Self::write_in(&mut tx, batch).await?;
+            tx.commit().await.context("committing a batch")?;
+            outcome
+        };
+        self.note_window_size(batch, &outcome).await;
         Ok(outcome)
     }
 
@@ -404,6 +410,10 @@ impl SqliteStore {
     crate::shared::shared_window_reads!();
 
     const TOPIC_BUCKETS: &'static str = crate::shared::TOPIC_BUCKETS;
+
+    fn window_all_offsets_sql() -> &'static str {
+        crate::shared::WINDOW_ALL_OFFSETS
+    }
 
     fn window_offsets_sql() -> &'static str {
         &crate::shared::WINDOW_OFFSETS

@@ -16,6 +16,8 @@
 //! The dev clusters have automatic topic creation off: create topics with
 //! [`create_topic`] (which waits until every partition has a leader).
 
+pub mod alloc;
+
 use std::future::Future;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};

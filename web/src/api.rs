@@ -8,13 +8,14 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use store::{AuditStore, OffsetSpan, TimeRange, WindowKey};
+use store::{AuditStore, OffsetSpan, TimeRange};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::{topic_progress, CycleStats};
+use crate::eval::CycleStats;
 use crate::openapi::{PartitionOffsets, TimeParam, TimeValue};
+use crate::reads::{self, Unread};
 use crate::AppState;
 use common::now_ms;
 
@@ -264,7 +265,7 @@ pub struct TopicsResponse {
 }
 
 /// Checks that the verdict index covers `[from, to)`; returns its evaluation time.
-fn index_covers(state: &AppState, from: i64) -> ApiResult<i64> {
+fn index_covers(state: &AppState, from: i64, to: i64) -> ApiResult<i64> {
     let index = state.index.read().expect("verdict index lock");
     let Some(at) = index.evaluated_at else {
         return Err(AppError::unavailable(
@@ -288,6 +289,13 @@ fn index_covers(state: &AppState, from: i64) -> ApiResult<i64> {
             )));
         }
     }
+    if let Some((lo, hi)) = index.dropped_within(from, to) {
+        return Err(AppError::unavailable(format!(
+            "the verdict index is full (serve.max_verdicts = {}): verdicts of windows {lo}..={hi} were not kept, \
+             so this range cannot be answered (see /readyz)",
+            index.max_entries
+        )));
+    }
     Ok(at)
 }
 
@@ -304,7 +312,7 @@ pub async fn topics(
     }
     let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
     let (page_no, size) = page(&state, q.page, q.page_size)?;
-    let evaluated_at = index_covers(&state, from)?;
+    let evaluated_at = index_covers(&state, from, to)?;
     let index = state.index.read().expect("verdict index lock");
     let mut health: BTreeMap<&str, TopicHealth> = index
         .topics
@@ -388,7 +396,7 @@ pub async fn anomalies(
                 .collect::<ApiResult<_>>()?,
         ),
     };
-    let evaluated_at = index_covers(&state, from)?;
+    let evaluated_at = index_covers(&state, from, to)?;
     let index = state.index.read().expect("verdict index lock");
     let mut total = 0;
     let mut out = Vec::with_capacity(size);
@@ -555,8 +563,9 @@ pub async fn compare(
     let (from, to) = q.resolve(&state)?;
     let topo = state.topology()?;
     let first = topo.window.window_of(from).start_ms;
+    let now = now_ms();
     // Progress, then staged increments, then window rows (see `AuditStore::staged_windows`).
-    let progress = topic_progress(&state.store, &topic).await?;
+    let progress = reads::progress(&state.store, Some(&topic), &topo, now).await?;
     let staged: crate::engine::Staged = state
         .store
         .staged_windows(Some(&topic), first)
@@ -568,13 +577,30 @@ pub async fn compare(
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
         .await?;
+    let unread = Unread::of(&rows, reads::rows_cut(&rows), progress.capped);
+    let rows = reads::of_window(&rows, &topo);
     let windows = topo
         .window
         .windows_between(first, to)
         .map(|w| w.start_ms)
         .collect::<Vec<_>>();
-    let now = now_ms();
-    let edges = topo.evaluate_topic_staged(&topic, &windows, &rows, &progress, &staged, now);
+    let mut edges =
+        topo.evaluate_topic_staged(&topic, &windows, &rows, &progress.rows, &staged, now);
+    if !unread.is_empty() {
+        let not_read = unread.windows_not_read(&topo, to);
+        unread.add_unjudged(
+            &topo,
+            &topic,
+            &not_read,
+            &rows,
+            &progress.rows,
+            &staged,
+            now,
+            &mut edges,
+        );
+        unread.hold(&topo, &mut edges);
+        edges.sort_by_key(|e| e.window_start);
+    }
     Ok(Json(CompareResponse {
         topic,
         from,
@@ -609,6 +635,11 @@ pub struct OffsetsResponse {
     pub window_start: i64,
     pub window_end: i64,
     pub offsets: Vec<TierOffsets>,
+    /// More offset ranges than one read returns (store::MAX_READ_ROWS): the list
+    /// stops there, in (tier, datacenter, partition) order. Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schema(required = false)]
+    pub truncated: bool,
 }
 
 /// Offset ranges per partition behind one window, per tier and datacenter
@@ -656,25 +687,37 @@ pub async fn offsets(
                 .unwrap_or_default()
         )));
     }
-    let mut offsets = Vec::new();
-    for r in rows {
-        let key = WindowKey {
-            topic: topic.clone(),
-            tier: r.tier.clone(),
-            datacenter: r.datacenter.clone(),
-            window_start_ms: window_start,
-        };
-        offsets.push(TierOffsets {
-            tier: r.tier,
-            datacenter: r.datacenter,
-            partitions: state.store.window_offsets(&key).await?,
-        });
+    // One query for every tier and datacenter of the window (one per row was up to
+    // MAX_READ_ROWS queries for a window with forged datacenters).
+    let mut spans = state
+        .store
+        .window_offsets_of_all_tiers(&topic, window_start, store::MAX_READ_ROWS as u32 + 1)
+        .await?;
+    let truncated = spans.len() > store::MAX_READ_ROWS;
+    spans.truncate(store::MAX_READ_ROWS);
+    let mut by_row: BTreeMap<(String, String), Vec<OffsetSpan>> = rows
+        .into_iter()
+        .map(|r| ((r.tier, r.datacenter), Vec::new()))
+        .collect();
+    for (tier, datacenter, span) in spans {
+        if let Some(partitions) = by_row.get_mut(&(tier, datacenter)) {
+            partitions.push(span);
+        }
     }
+    let offsets = by_row
+        .into_iter()
+        .map(|((tier, datacenter), partitions)| TierOffsets {
+            tier,
+            datacenter,
+            partitions,
+        })
+        .collect();
     Ok(Json(OffsetsResponse {
         topic,
         window_start,
         window_end: window_start + topo.window.as_millis(),
         offsets,
+        truncated,
     }))
 }
 

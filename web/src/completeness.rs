@@ -22,8 +22,8 @@ use store::{AuditStore, TimeRange};
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Topology, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::eval::topic_progress;
 use crate::openapi::TimeParam;
+use crate::reads::{self, Unread};
 use crate::AppState;
 use common::now_ms;
 
@@ -293,7 +293,9 @@ pub async fn completeness(
     // Progress, then staged increments, then window rows: increments that came with
     // the progress read first are then either still staged (seen by the second read)
     // or already added up (seen by the third).
-    let progress = topic_progress(&state.store, &topic).await?;
+    let now = now_ms();
+    let progress = reads::progress(&state.store, Some(&topic), &topo, now).await?;
+    let (progress, progress_capped) = (progress.rows, progress.capped);
     let up_dcs = edge.upstream_datacenters(datacenter);
     let involved = |tier: &str, dc: &str| {
         (tier == edge.downstream && dc == datacenter)
@@ -309,12 +311,15 @@ pub async fn completeness(
         .filter(|(_, tier, dc, w)| *w < to && involved(tier, dc))
         .map(|(_, tier, dc, w)| (tier, dc, w))
         .collect();
-    let rows: Vec<_> = state
+    let rows = state
         .store
         .topic_windows(&topic, TimeRange::new(first, to))
-        .await?
-        .into_iter()
+        .await?;
+    let unread = Unread::of(&rows, reads::rows_cut(&rows), progress_capped);
+    let rows: Vec<_> = reads::of_window(&rows, &topo)
+        .iter()
         .filter(|r| r.tier == edge.upstream || r.tier == edge.downstream)
+        .cloned()
         .collect();
     // A misspelt topic or datacenter would otherwise wait forever (an auditor that
     // never reported is `stalled`, never final) or, between tiers that report no
@@ -334,14 +339,12 @@ pub async fn completeness(
         .windows_between(first, to)
         .map(|w| w.start_ms)
         .collect::<Vec<_>>();
-    let now = now_ms();
-    let windows: Vec<WindowCompleteness> = topo
-        .evaluate_edge_datacenter(
-            &topic, edge, datacenter, &starts, &rows, &progress, &staged, now,
-        )
-        .into_iter()
-        .map(|e| gate(e, threshold))
-        .collect();
+    let mut judged = topo.evaluate_edge_datacenter(
+        &topic, edge, datacenter, &starts, &rows, &progress, &staged, now,
+    );
+    // A capped read answers pending for what it could not see, never complete.
+    unread.hold(&topo, &mut judged);
+    let windows: Vec<WindowCompleteness> = judged.into_iter().map(|e| gate(e, threshold)).collect();
     let count = |s: GateStatus| windows.iter().filter(|w| w.status == s).count();
     let (complete, pending, incomplete) = (
         count(GateStatus::Complete),

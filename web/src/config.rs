@@ -79,6 +79,16 @@ pub struct ServeConfig {
     pub tls_cert: Option<PathBuf>,
     /// The PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
     pub tls_key: Option<PathBuf>,
+    /// With no `[auth] tokens`, the host names (the `Host` header, port left out)
+    /// requests may be addressed to, besides IP addresses and `localhost`: a page
+    /// elsewhere whose name is rebound to this server's address (DNS rebinding) must
+    /// not read the API or evaluate through a visitor's browser. Unused with tokens.
+    pub allowed_hosts: Vec<String>,
+    /// Verdicts other than `ok` kept in memory at most (the verdict index): a flood
+    /// of forged topics cannot grow serve without bound. Past it, new verdicts are
+    /// not kept, `/anomalies` and `/topics` answer 503 for the windows concerned and
+    /// `/readyz` says so, until those windows leave the horizon.
+    pub max_verdicts: usize,
 }
 
 impl Default for ServeConfig {
@@ -98,6 +108,8 @@ impl Default for ServeConfig {
             max_connections: common::server::DEFAULT_MAX_CONNECTIONS,
             tls_cert: None,
             tls_key: None,
+            allowed_hosts: Vec::new(),
+            max_verdicts: 500_000,
         }
     }
 }
@@ -224,6 +236,8 @@ impl std::fmt::Debug for ServeConfig {
             .field("max_connections", &self.max_connections)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("max_verdicts", &self.max_verdicts)
             .finish()
     }
 }

@@ -101,6 +101,12 @@ pub struct VerdictIndex {
     /// judged yet (cold start: the first cycle judges the recent windows, load steps
     /// the older ones, newest first). `None` once the whole horizon is judged.
     pub loading: Option<Loading>,
+    /// Most entries kept (`serve.max_verdicts`; 0: no bound).
+    pub max_entries: usize,
+    /// The first and last window start of verdicts not kept because the index was
+    /// full: absent from the index, they would read as `ok`, so the API answers 503
+    /// for ranges that meet them until they leave the horizon.
+    pub dropped: Option<(i64, i64)>,
 }
 
 /// What a cold start has judged so far; `/readyz` shows it.
@@ -138,15 +144,38 @@ impl VerdictIndex {
             self.entries.remove(&k);
         }
         for v in verdicts {
-            if v.verdict != Verdict::Ok {
-                self.entries.insert(key_of(&v), v);
+            if v.verdict == Verdict::Ok {
+                continue;
             }
+            if self.max_entries > 0 && self.entries.len() >= self.max_entries {
+                let (lo, hi) = self.dropped.unwrap_or((v.window_start, v.window_start));
+                if self.dropped.is_none() {
+                    tracing::error!(
+                        max_verdicts = self.max_entries,
+                        topic,
+                        "the verdict index is full (serve.max_verdicts): verdicts are no longer kept, and the API answers 503 for the windows concerned until they leave the horizon"
+                    );
+                }
+                self.dropped = Some((lo.min(v.window_start), hi.max(v.window_start)));
+                continue;
+            }
+            self.entries.insert(key_of(&v), v);
         }
     }
 
     fn drop_before(&mut self, start: i64) {
         let keep = self.entries.split_off(&VerdictKey::first_of(start, None));
         self.entries = keep;
+        self.dropped = match self.dropped {
+            Some((_, hi)) if hi < start => None,
+            Some((lo, hi)) => Some((lo.max(start), hi)),
+            None => None,
+        };
+    }
+
+    /// Whether verdicts of windows in `[from, to)` were not kept (the index was full).
+    pub fn dropped_within(&self, from: i64, to: i64) -> Option<(i64, i64)> {
+        self.dropped.filter(|&(lo, hi)| lo < to && hi >= from)
     }
 
     /// Verdicts whose window starts in `[from, to)`.
@@ -159,14 +188,9 @@ impl VerdictIndex {
     }
 }
 
-/// Every auditor's progress on `topic`, as the engine takes it.
-pub async fn topic_progress(store: &Store, topic: &str) -> Result<Vec<ProgressRow>, StoreError> {
-    store.progress(Some(topic)).await
-}
-
-/// Upper bound of window keys read per query; a cycle with more work continues at
-/// the next cycle.
-const KEY_LIMIT: u32 = 500_000;
+/// Upper bound of the keys of windows with late increments read per cycle, as every
+/// other read (keys are up to 250 bytes: 500 000 of them were ~150 MB of serve).
+const KEY_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 /// `/readyz`'s `waiting_for` while no window is stored and `[topology] window` is not set.
 pub const WAITING_FOR_WINDOW: &str =
     "the first audit window, to learn the window size (the auditors' audit.event_time.window_size; [topology] window is not set)";
@@ -206,6 +230,8 @@ pub struct Evaluator {
     /// Newest window judged per topic: a topic whose newest window left the horizon
     /// is dropped with its series (topic names are data; they must not pile up).
     newest_window: HashMap<String, i64>,
+    /// Topics with `topic_anomalies` series: those that had an anomaly in the horizon.
+    anomalous_topics: BTreeSet<String>,
     /// The `auditor_stalled` series set by the last cycle.
     auditor_series: HashSet<AuditorLabels>,
     /// The `window_size_mismatch` series set by the last cycle.
@@ -223,6 +249,8 @@ pub struct Evaluator {
     progress: Arc<HashMap<String, Vec<ProgressRow>>>,
     /// Whether that read hit the store's row cap.
     progress_capped: bool,
+    /// When it did: the progress of the page of topics being judged.
+    page_progress: Option<Arc<crate::reads::PageProgress>>,
 }
 
 /// Records in `mismatches` the rows of `topic` whose window is not `window_ms` long,
@@ -286,6 +314,7 @@ impl Evaluator {
             last_cycle: None,
             gauge_windows: HashMap::new(),
             newest_window: HashMap::new(),
+            anomalous_topics: BTreeSet::new(),
             auditor_series: HashSet::new(),
             mismatch_series: HashSet::new(),
             loaded_from: None,
@@ -294,6 +323,7 @@ impl Evaluator {
             page_topics: 256,
             progress: Arc::new(HashMap::new()),
             progress_capped: false,
+            page_progress: None,
         }
     }
 
@@ -329,13 +359,15 @@ impl Evaluator {
         result
     }
 
-    /// The topology, learning the window size from the newest stored window when
-    /// `[topology] window` is not set; `None` (and why in the index) while it cannot.
+    /// The topology, with the window size the store recorded (fixed by the
+    /// collector's `[ingest] window` or by the first stored increment, never by the
+    /// newest window, which anyone who can write one could set) when `[topology]
+    /// window` is not set; `None` (and why in the index) while none is recorded.
     async fn known_topology(&self) -> Result<Option<Arc<Topology>>, StoreError> {
         if let Some(t) = self.topology.get() {
             return Ok(Some(t));
         }
-        let waiting = match self.store.latest_window_ms().await? {
+        let waiting = match self.store.window_size_ms().await? {
             None => WAITING_FOR_WINDOW.to_string(),
             Some(ms) => match WindowSize::from_millis(ms)
                 .map_err(|e| e.to_string())
@@ -344,14 +376,14 @@ impl Evaluator {
                 Ok(t) => {
                     tracing::info!(
                         window_ms = t.window.as_millis(),
-                        "window size learned from the newest stored window (the auditors' audit.event_time.window_size; [topology] window is not set)"
+                        "window size as the store recorded it (the collector's [ingest] window, or the first stored increment's; [topology] window is not set)"
                     );
                     self.index.write().expect("verdict index lock").waiting_for = None;
                     return Ok(Some(t));
                 }
                 // Stored rows are validated on the way in; this only guards the loop.
                 Err(e) => format!(
-                    "the newest stored window is {ms} ms long, which is no window size ({e}); set [topology] window"
+                    "the recorded window size is {ms} ms, which is no window size ({e}); set [topology] window"
                 ),
             },
         };
@@ -376,16 +408,27 @@ impl Evaluator {
 
         // Every topic's auditors, also of idle topics (no windows to judge), so that
         // an auditor that stops reporting is flagged even when its topic is quiet.
-        let all_progress = self.store.progress(None).await?;
-        let progress_capped = all_progress.len() >= store::MAX_READ_ROWS;
-        let mut progress: HashMap<String, Vec<ProgressRow>> = HashMap::new();
-        for p in &all_progress {
-            progress.entry(p.topic.clone()).or_default().push(p.clone());
-        }
+        // Within the forget horizon only, in SQL: forgotten rows cannot fill the read.
+        // The last cycle's rows go first: two reads' worth at once is serve's memory.
+        self.progress = Arc::new(HashMap::new());
+        let crate::reads::TopicProgress {
+            rows: all_progress,
+            capped: progress_capped,
+        } = crate::reads::progress(&self.store, None, &topo, now).await?;
+        // A capped read judges nothing (topics are read per page instead): not kept.
+        let progress = if progress_capped {
+            drop(all_progress);
+            HashMap::new()
+        } else {
+            crate::reads::by_topic(all_progress)
+        };
         // Auditor status from one row per auditor, not from the per-partition rows
         // above: those are capped, and a capped read must not freeze stall alerts.
         let mut auditors = BTreeMap::new();
-        let reports = self.store.auditor_reports(AUDITOR_LIMIT).await?;
+        let reports = self
+            .store
+            .auditor_reports_since(crate::reads::forget_since(&topo, now), AUDITOR_LIMIT)
+            .await?;
         let auditors_capped = reports.len() >= AUDITOR_LIMIT as usize;
         if auditors_capped {
             tracing::warn!(limit = AUDITOR_LIMIT, "more auditors than one read holds: stall alerts of those left out are neither raised nor resolved");
@@ -417,7 +460,7 @@ impl Evaluator {
                 }
             }
         }
-        self.update_auditor_metrics(&auditors);
+        self.update_auditor_metrics(&auditors, auditors_capped);
         {
             let mut index = self.index.write().expect("verdict index lock");
             index.auditors = auditors;
@@ -455,8 +498,23 @@ impl Evaluator {
                     &mut stats,
                 )
                 .await?;
-                // Older windows with late increments or waiting for an auditor: per topic.
-                let work = self.incremental_work(last, from_window, span_from).await?;
+                // Older windows with late increments or waiting for an auditor: per topic;
+                // when their read was capped, all of them (see `incremental_work`).
+                let work = match self.incremental_work(last, from_window, span_from).await? {
+                    Some(work) => work,
+                    None => {
+                        self.load_range(
+                            &topo,
+                            TimeRange::new(from_window, span_from),
+                            &staged,
+                            now,
+                            &mut mismatches,
+                            &mut stats,
+                        )
+                        .await?;
+                        BTreeMap::new()
+                    }
+                };
                 for (topic, windows) in work {
                     let (Some(&a), Some(&b)) = (windows.first(), windows.last()) else {
                         continue;
@@ -465,12 +523,14 @@ impl Evaluator {
                         .store
                         .topic_windows(&topic, TimeRange::new(a, b + 1))
                         .await?;
+                    let cut = crate::reads::rows_cut(&rows);
                     let windows: Vec<i64> = windows.into_iter().collect();
                     self.judge_topic(
                         &topo,
                         &topic,
                         Some(windows),
                         &rows,
+                        (cut, b + 1),
                         &staged,
                         now,
                         &mut mismatches,
@@ -621,20 +681,28 @@ impl Evaluator {
     }
 
     /// Topic → windows older than `span_from` (and from `from_window` on) a cycle after
-    /// the first re-judges: those with late increments and those waiting for an auditor.
+    /// the first re-judges: those with late increments and those waiting for an auditor;
+    /// `None` when the read of late windows reached its cap.
     async fn incremental_work(
         &self,
         last: i64,
         from_window: i64,
         span_from: i64,
-    ) -> Result<BTreeMap<String, BTreeSet<i64>>, StoreError> {
-        let mut keys = Vec::new();
-        // Windows that received late increments.
-        keys.extend(
-            self.store
-                .changed_windows(last - LATE_MARGIN_MS, from_window, KEY_LIMIT)
-                .await?,
-        );
+    ) -> Result<Option<BTreeMap<String, BTreeSet<i64>>>, StoreError> {
+        // Windows that received late increments. A read cut at its cap returned some
+        // in no order: judging only those would leave a late loss out for good (its
+        // key is not read again), so the caller judges every older window instead.
+        let mut keys = self
+            .store
+            .changed_windows(last - LATE_MARGIN_MS, from_window, KEY_LIMIT)
+            .await?;
+        if keys.len() >= KEY_LIMIT as usize {
+            tracing::warn!(
+                limit = KEY_LIMIT,
+                "more windows with late increments than one read holds (a flood of new topics?): every older window of the horizon is judged again"
+            );
+            return Ok(None);
+        }
         // Windows waiting for an auditor.
         {
             let index = self.index.read().expect("verdict index lock");
@@ -654,7 +722,7 @@ impl Evaluator {
                 work.entry(t).or_default().insert(w);
             }
         }
-        Ok(work)
+        Ok(Some(work))
     }
 
     /// Judges every window with rows in `range`, all topics, reading them in pages of
@@ -687,6 +755,10 @@ impl Evaluator {
                 next = Some(fetch(requested.clone(), self.page_topics));
                 continue;
             }
+            // One topic alone fills a read: its windows from the last row's start on
+            // may be cut short, and are not judged (see `reads`).
+            let cut =
+                crate::reads::rows_cut(&page.rows).zip(page.rows.last().map(|r| r.topic.clone()));
             let rows_read = page.rows.len();
             let topics = page
                 .rows
@@ -702,17 +774,39 @@ impl Evaluator {
             if let Some(after) = &requested {
                 next = Some(fetch(Some(after.clone()), self.page_topics));
             }
+            // The read of every topic's progress was capped: read this page's topics'
+            // progress in one read (a read per topic was one query per topic judged).
+            self.page_progress = None;
+            if let (true, Some(first), Some(last)) =
+                (self.progress_capped, page.rows.first(), page.rows.last())
+            {
+                self.page_progress = Some(Arc::new(
+                    crate::reads::PageProgress::read(
+                        &self.store,
+                        &first.topic,
+                        &last.topic,
+                        topo,
+                        now,
+                    )
+                    .await?,
+                ));
+            }
             // Rows come by topic: each topic's run is judged in place (no copy).
             let mut rest = page.rows.as_slice();
             while let Some(first) = rest.first() {
                 let n = rest.partition_point(|r| r.topic == first.topic);
                 let (group, next) = rest.split_at(n);
                 rest = next;
+                let topic_cut = cut
+                    .as_ref()
+                    .filter(|(_, t)| *t == first.topic)
+                    .map(|(w, _)| *w);
                 self.judge_topic(
                     topo,
                     &first.topic,
                     None,
                     group,
+                    (topic_cut, range.end_ms),
                     staged,
                     now,
                     mismatches,
@@ -721,11 +815,16 @@ impl Evaluator {
                 .await?;
             }
         }
+        // Only for the page it was read for.
+        self.page_progress = None;
         Ok(())
     }
 
-    /// Judges `windows` of `topic` (`None`: every window `rows` has) from its `rows`
-    /// and puts the verdicts into the index.
+    /// Judges `windows` of `topic` (`None`: every window `rows` has that is aligned on
+    /// the topology's window) from its `rows` and puts the verdicts into the index.
+    /// `read`: where the read of `rows` was cut (see `reads::rows_cut`) and the end of
+    /// its range: windows from the cut on are answered `pending`, never judged from a
+    /// part of their rows.
     #[allow(clippy::too_many_arguments)]
     async fn judge_topic(
         &mut self,
@@ -733,39 +832,67 @@ impl Evaluator {
         topic: &str,
         windows: Option<Vec<i64>>,
         rows: &[WindowRow],
+        read: (Option<i64>, i64),
         staged: &HashMap<String, engine::Staged>,
         now: i64,
         mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
         stats: &mut CycleStats,
     ) -> Result<(), StoreError> {
+        let (cut, range_end) = read;
         note_window_mismatches(mismatches, topic, rows, topo.window.as_millis());
-        let windows: Vec<i64> = match windows {
-            Some(ws) => ws,
+        let aligned = |w: &i64| topo.window.window_of(*w).start_ms == *w;
+        let mut windows: Vec<i64> = match windows {
+            Some(mut ws) => {
+                ws.retain(aligned);
+                ws
+            }
             None => {
                 // Rows come by window start: sorting them is one pass.
-                let mut ws: Vec<i64> = rows.iter().map(|r| r.window_start_ms).collect();
+                let mut ws: Vec<i64> = rows
+                    .iter()
+                    .map(|r| r.window_start_ms)
+                    .filter(aligned)
+                    .collect();
                 ws.sort_unstable();
                 ws.dedup();
                 ws
             }
         };
         let fetched;
-        let empty = Vec::new();
         let progress = self.progress.clone();
-        let p = match progress.get(topic) {
-            Some(p) if !self.progress_capped => p,
-            // The store caps a read at MAX_READ_ROWS: when all partitions of all
-            // topics exceed it, read this topic's (a missing auditor would look
-            // stalled).
-            _ if self.progress_capped => {
-                fetched = topic_progress(&self.store, topic).await?;
-                &fetched
-            }
-            _ => &empty,
+        let page = self.page_progress.clone();
+        let (p, progress_capped): (&[ProgressRow], bool) = match progress.get(topic) {
+            Some(p) if !self.progress_capped => (p, false),
+            // The read of every topic's progress was capped: this page's read, when
+            // it holds the topic whole (a topic of no rows there has none)...
+            _ if self.progress_capped => match page.as_deref().filter(|pg| pg.holds(topic)) {
+                Some(page) => (page.rows_of(topic), false),
+                // ... else this topic's own (a missing auditor would look stalled),
+                // itself bounded.
+                None => {
+                    fetched = crate::reads::progress(&self.store, Some(topic), topo, now).await?;
+                    (&fetched.rows, fetched.capped)
+                }
+            },
+            _ => (&[], false),
         };
+        let unread = crate::reads::Unread::of(rows, cut, progress_capped);
+        let not_read = unread.windows_not_read(topo, range_end);
+        if !not_read.is_empty() && windows.is_empty() {
+            windows = not_read.clone();
+        } else if !not_read.is_empty() {
+            windows.extend(&not_read);
+            windows.sort_unstable();
+            windows.dedup();
+        }
+        let rows = crate::reads::of_window(rows, topo);
         let no_staged = engine::Staged::new();
         let staged = staged.get(topic).unwrap_or(&no_staged);
-        let verdicts = topo.evaluate_topic_staged(topic, &windows, rows, p, staged, now);
+        let mut verdicts = topo.evaluate_topic_staged(topic, &windows, &rows, p, staged, now);
+        if !unread.is_empty() {
+            unread.add_unjudged(topo, topic, &not_read, &rows, p, staged, now, &mut verdicts);
+            unread.hold(topo, &mut verdicts);
+        }
         stats.windows += windows.len();
         stats.topics += 1;
         self.apply(topic, &windows, verdicts);
@@ -774,7 +901,7 @@ impl Evaluator {
 
     /// Sets the anomaly gauges (per kind, per topic and kind) from the index; returns
     /// the number of anomalies.
-    fn update_anomaly_metrics(&self) -> usize {
+    fn update_anomaly_metrics(&mut self) -> usize {
         let index = self.index.read().expect("verdict index lock");
         let mut by_kind: BTreeMap<Verdict, i64> = BTreeMap::new();
         let mut by_topic: HashMap<(&str, Verdict), i64> = HashMap::new();
@@ -782,9 +909,17 @@ impl Evaluator {
             *by_kind.entry(e.verdict).or_default() += 1;
             *by_topic.entry((e.topic.as_str(), e.verdict)).or_default() += 1;
         }
-        // Every topic and kind is set, zeros included, so a resolved anomaly's series
-        // drops to 0 instead of keeping its last value.
-        for topic in &index.topics {
+        // Series for the topics with an anomaly, and those that had one (set to 0 once
+        // it resolved, rather than keeping their last value) while their topic is in
+        // the horizon: not for every topic, whose names are data (a flood of new
+        // topics would be five series each).
+        self.anomalous_topics.retain(|t| index.topics.contains(t));
+        for &(topic, v) in by_topic.keys() {
+            if v.is_anomaly() && !self.anomalous_topics.contains(topic) {
+                self.anomalous_topics.insert(topic.to_string());
+            }
+        }
+        for topic in &self.anomalous_topics {
             for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
                 let n = by_topic.get(&(topic.as_str(), v)).copied().unwrap_or(0);
                 self.metrics
@@ -930,7 +1065,13 @@ impl Evaluator {
 
     /// Sets `auditor_stalled` for every auditor and removes the series of auditors
     /// whose progress rows are gone.
-    fn update_auditor_metrics(&mut self, auditors: &BTreeMap<AuditorKey, engine::AuditorStatus>) {
+    /// After a capped read (`capped`) the series of auditors it left out stay: their
+    /// auditors were not judged, so their last value is still the best known.
+    fn update_auditor_metrics(
+        &mut self,
+        auditors: &BTreeMap<AuditorKey, engine::AuditorStatus>,
+        capped: bool,
+    ) {
         let mut seen = HashSet::with_capacity(auditors.len());
         for ((topic, tier, datacenter), st) in auditors {
             let labels = AuditorLabels {
@@ -943,6 +1084,10 @@ impl Evaluator {
                 .get_or_create(&labels)
                 .set(i64::from(st.stalled));
             seen.insert(labels);
+        }
+        if capped {
+            self.auditor_series.extend(seen);
+            return;
         }
         for gone in self.auditor_series.difference(&seen) {
             self.metrics.auditor_stalled.remove(gone);

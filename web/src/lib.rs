@@ -11,6 +11,7 @@ pub mod error;
 pub mod eval;
 pub mod metrics;
 pub mod openapi;
+pub mod reads;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -72,7 +73,10 @@ impl AppState {
         config.validate()?;
         let tokens = Arc::new(common::Tokens::load(&config.auth.tokens, config::SCOPES)?);
         let topology = Arc::new(TopologyCell::new(config.topology.clone())?);
-        let index = Arc::new(RwLock::new(VerdictIndex::default()));
+        let index = Arc::new(RwLock::new(VerdictIndex {
+            max_entries: config.serve.max_verdicts,
+            ..VerdictIndex::default()
+        }));
         let metrics = Arc::new(Metrics::new());
         let evaluator = Evaluator::new(
             store.clone(),
@@ -158,9 +162,15 @@ impl AppState {
             }
             let stall_after_ms =
                 i64::try_from(self.config.topology.stall_after.as_millis()).unwrap_or(i64::MAX);
+            // Windows up to the last dropped verdict are not all in the index: their
+            // alerts must not resolve by absence.
+            let judged_from = match (index.loading.as_ref(), index.dropped) {
+                (l, Some((_, hi))) => Some(l.map_or(hi + 1, |l| l.loaded_from.max(hi + 1))),
+                (l, None) => l.map(|l| l.loaded_from),
+            };
             alert::Published {
                 alerts: alert::desired(&index, &self.config.alerting, stall_after_ms),
-                judged_from: index.loading.as_ref().map(|l| l.loaded_from),
+                judged_from,
                 unsettled: alert::unsettled(&index),
                 horizon_start: index.horizon_start,
                 auditors: Some(alert::known_auditors(&index)),
@@ -293,6 +303,47 @@ async fn same_origin(req: Request, next: Next) -> Response {
     }
 }
 
+/// Whether a request addressed to `host` (the `Host` header) may be served with auth
+/// off: an IP address (a page that reaches this server by IP is of this server),
+/// `localhost`, or a name of `serve.allowed_hosts`. Any other name is what a DNS
+/// rebinding page sends: its own name, rebound to this server's address, so that
+/// `Origin` and `Host` agree and the browser hands it the answers.
+pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    if host.starts_with('[') {
+        return true; // an IPv6 literal
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_end_matches('.');
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || name.to_ascii_lowercase().ends_with(".localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+/// With no tokens, refuses requests addressed to a host name that is not allowed
+/// ([`host_allowed`]): the open API must not be readable by DNS rebinding.
+async fn allowed_host(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if state.tokens.is_empty() {
+        if let Some(host) = req.headers().get(header::HOST) {
+            let allowed = host
+                .to_str()
+                .is_ok_and(|h| host_allowed(h, &state.config.serve.allowed_hosts));
+            if !allowed {
+                return AppError::new(
+                    StatusCode::FORBIDDEN,
+                    "this host name is not allowed while [auth] has no tokens (a DNS rebinding page could \
+                     otherwise read the API): address serve by IP or localhost, or list the name in serve.allowed_hosts",
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
 async fn record_http(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
@@ -371,6 +422,10 @@ pub struct ReadyView {
     pub waiting_for: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub window_size_mismatch: Vec<WindowSizeMismatchView>,
+    /// Set while verdicts of some windows were not kept because the verdict index
+    /// was full (`serve.max_verdicts`): what it says and which windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict_index_full: Option<String>,
 }
 
 /// [`ReadyView::loading`].
@@ -418,7 +473,7 @@ async fn healthz() -> Json<HealthView> {
         (status = 503, description = "Not ready", body = ReadyView),
     ))]
 async fn readyz(State(state): State<AppState>) -> Response {
-    let (evaluated_at, mismatches, waiting_for, loading) = {
+    let (evaluated_at, mismatches, waiting_for, loading, full) = {
         let index = state.index.read().expect("verdict index lock");
         let loading = index.loading.as_ref().map(|l| LoadingView {
             loaded_from: l.loaded_from,
@@ -427,11 +482,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
             windows_evaluated: l.windows_evaluated,
             started_at: l.started_at,
         });
+        let full = index.dropped.map(|(lo, hi)| {
+            format!(
+                "verdicts of windows {lo}..={hi} were not kept (serve.max_verdicts = {}): /anomalies and /topics answer 503 for them",
+                index.max_entries
+            )
+        });
         (
             index.evaluated_at,
             index.window_mismatches.clone(),
             index.waiting_for.clone(),
             loading,
+            full,
         )
     };
     // Mismatches are only found once the window size is known.
@@ -462,6 +524,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
                 window_ms: m.window_ms,
             })
             .collect(),
+        verdict_index_full: full,
     };
     let status = if ready {
         StatusCode::OK
@@ -563,6 +626,7 @@ pub fn app(state: AppState) -> Router {
         .merge(dashboard::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), allowed_host))
         .layer(middleware::from_fn_with_state(state.clone(), record_http))
         .layer(
             ServiceBuilder::new()

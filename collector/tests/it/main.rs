@@ -6,6 +6,7 @@
 
 mod support;
 
+mod bounds;
 mod hostile;
 mod http_ingest;
 mod ingest_auth;

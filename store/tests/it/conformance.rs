@@ -511,6 +511,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
                     increments: 0,
                     first_received_at_ms: 0,
                     last_received_at_ms: 0,
+                    latency_unread: false,
                 },
                 BTreeMap::new(),
             )
@@ -1411,6 +1412,14 @@ async fn bucket_reads_are_capped_and_never_truncate_a_histogram(store: &Store) {
                 r.latency.zero_count()
             );
             assert_eq!(r.count, 1000, "{what}: counts are never capped");
+            // An empty histogram must say it stands for an unread one, or it reads as
+            // "no latency" and a `delayed` is hidden (review 2, finding 7).
+            assert_eq!(
+                r.latency_unread,
+                r.latency == none,
+                "{what}: window {} says whether its latency was read",
+                r.window_start_ms
+            );
         }
         let with_latency = rows.iter().filter(|r| r.latency == whole).count();
         assert_eq!(

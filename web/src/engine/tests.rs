@@ -95,6 +95,7 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         increments: 1,
         first_received_at_ms: 0,
         last_received_at_ms: 0,
+        latency_unread: false,
     }
 }
 

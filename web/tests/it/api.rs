@@ -918,7 +918,11 @@ async fn an_open_api_off_loopback_is_warned_about_at_start() {
 async fn cross_site_posts_are_refused() {
     use axum::body::Body;
     use tower::ServiceExt;
-    let (state, _db) = state(Backend::Sqlite, "[serve]\nevaluate_every = \"1h\"").await;
+    let (state, _db) = state(
+        Backend::Sqlite,
+        "[serve]\nevaluate_every = \"1h\"\nallowed_hosts = [\"kafka-audit.internal\"]",
+    )
+    .await;
     let post = |origin: Option<&str>| {
         let mut req = axum::http::Request::builder()
             .method("POST")
@@ -1069,4 +1073,70 @@ async fn settling_window_is_judged_once_it_settles(backend: Backend) {
     let r = get(&state, &format!("/api/v1/anomalies?{range}")).await;
     assert_eq!(r.body["total"], 1, "{}", r.body);
     assert_eq!(r.body["anomalies"][0]["verdict"], "loss");
+}
+
+/// DNS rebinding with auth off (security review 2, finding 7): a page on
+/// `evil.example` whose name is rebound to serve's address sends `Host` and `Origin`
+/// of its own name, equal to each other, so the Origin check alone let it read the
+/// API and post `/evaluate`. With no tokens, only IP addresses, `localhost` and
+/// `serve.allowed_hosts` are served; with tokens the browser has none to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebound_host_name_is_refused_while_auth_is_off() {
+    use axum::body::Body;
+    use tower::ServiceExt;
+    let call = |state: &web::AppState, method: &str, uri: &str, host: &str| {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("host", host)
+            .header("origin", format!("http://{host}"))
+            .body(Body::empty())
+            .unwrap();
+        web::app(state.clone()).oneshot(req)
+    };
+    let (open, _db) = state(
+        Backend::Sqlite,
+        "[serve]\nevaluate_every = \"1h\"\nallowed_hosts = [\"audit.corp.example\"]",
+    )
+    .await;
+    open.evaluate(now_ms()).await.unwrap();
+    for (method, uri) in [
+        ("GET", "/api/v1/topics"),
+        ("POST", "/api/v1/evaluate"),
+        ("GET", "/"),
+    ] {
+        let r = call(&open, method, uri, "evil.example:8080").await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{method} {uri}");
+    }
+    for host in [
+        "127.0.0.1:8080",
+        "[::1]:8080",
+        "localhost:8080",
+        "audit.corp.example",
+        "10.0.0.7",
+    ] {
+        let r = call(&open, "GET", "/api/v1/topics", host).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{host}");
+    }
+    let token = "a-read-token-of-at-least-24-bytes";
+    let (closed, _db2) = state(
+        Backend::Sqlite,
+        &format!(
+            "[serve]\nevaluate_every = \"1h\"\n[[auth.tokens]]\nname = \"t\"\ntoken = \"{token}\"\nscopes = [\"read\"]"
+        ),
+    )
+    .await;
+    closed.evaluate(now_ms()).await.unwrap();
+    let req = axum::http::Request::builder()
+        .uri("/api/v1/topics")
+        .header("host", "any-name.example")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let r = web::app(closed.clone()).oneshot(req).await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "with tokens, Host is not checked"
+    );
 }

@@ -699,8 +699,11 @@ async fn window_size_is_learned_from_the_store(backend: Backend) {
     }
 }
 
-/// Stored windows of two sizes when serve learns (the auditors were reconfigured): the
-/// most recent size rules and the other is reported as a mismatch.
+/// Stored windows of two sizes without `[topology] window` (the auditors were
+/// reconfigured, or one emitter sent another size): the size fixed at first sight
+/// rules, and the other is reported as a mismatch. Before, serve learned the newest
+/// window's size, so one increment of any size starting last (security review 2,
+/// finding 5) changed which windows every tier was judged in.
 async fn learned_window_reports_older_sizes_as_mismatch(backend: Backend) {
     let (state, _db) = state_without_window(backend).await;
     let old = settled_window() - 60 * MIN;
@@ -736,10 +739,14 @@ async fn learned_window_reports_older_sizes_as_mismatch(backend: Backend) {
     assert_eq!(
         reported,
         vec![
-            ("producer".to_string(), WINDOW, 5 * MIN),
-            ("regional".to_string(), WINDOW, 5 * MIN),
+            ("producer".to_string(), 5 * MIN, WINDOW),
+            ("regional".to_string(), 5 * MIN, WINDOW),
         ],
         "{}",
         ready.body
+    );
+    assert_eq!(
+        get(&state, "/api/v1/topology").await.body["window_ms"],
+        WINDOW
     );
 }

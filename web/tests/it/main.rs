@@ -7,6 +7,7 @@ mod support;
 
 mod alerts;
 mod api;
+mod caps;
 mod coldstart;
 mod completeness;
 mod conversion;

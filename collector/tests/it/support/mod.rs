@@ -188,6 +188,7 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
             ..RetentionConfig::default()
         },
         auth: Default::default(),
+        ingest: Default::default(),
         log: common::LogConfig::default(),
     }
 }

@@ -30,6 +30,6 @@ mod configs;
 mod grafana;
 mod image;
 mod kubernetes;
-mod process_stack;
+pub(crate) mod process_stack;
 mod prometheus_rules;
 mod systemd;

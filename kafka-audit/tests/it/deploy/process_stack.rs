@@ -9,14 +9,30 @@ use std::path::{Path, PathBuf};
 use super::support::*;
 
 /// A `kafka-audit` child process; killed if the test ends without stopping it.
-struct Process {
+pub(crate) struct Process {
     name: &'static str,
     child: std::process::Child,
     log: PathBuf,
 }
 
 impl Process {
-    fn start(name: &'static str, args: &[&str], env: &[(&str, &str)], dir: &Path) -> Process {
+    /// Its peak resident set (`VmHWM` of /proc/PID/status), in KiB.
+    pub(crate) fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmHWM for {}: {status}", self.name))
+    }
+
+    pub(crate) fn start(
+        name: &'static str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        dir: &Path,
+    ) -> Process {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-audit"))
@@ -29,13 +45,13 @@ impl Process {
         Process { name, child, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGTERM, as `docker stop`, Kubernetes and systemd send, then waits: a clean
     /// shutdown exits 0 (which systemd's Restart=on-failure does not restart).
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let pid = self.child.id().to_string();
         let sent = std::process::Command::new("kill")
             .args(["-TERM", &pid])
@@ -63,7 +79,7 @@ impl Process {
         }
     }
 
-    fn assert_running(&mut self) {
+    pub(crate) fn assert_running(&mut self) {
         if let Some(status) = self.child.try_wait().unwrap() {
             panic!("{} exited with {status}:\n{}", self.name, self.log());
         }
@@ -79,7 +95,7 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -251,21 +267,6 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
     })
     .await;
 
-    // No [topology] window in the compose config: before the first audit window is
-    // stored, serve is not ready and says what it waits for.
-    let readyz = format!("http://127.0.0.1:{api}/readyz");
-    eventually(
-        60,
-        "/readyz waiting for a window",
-        &mut [&mut serve],
-        || async {
-            http_get(&readyz)
-                .await
-                .filter(|(s, body)| *s == 503 && body.contains("\"waiting_for\""))
-        },
-    )
-    .await;
-
     const N: usize = 300;
     let producer: FutureProducer = testkit::client_config(&bootstrap).create().unwrap();
     let now = now_ms();
@@ -300,7 +301,8 @@ async fn compose_configs_run_the_pipeline_with_the_real_binary() {
         .iter()
         .all(|r| r.tier == "regional" && r.datacenter == "dc1"));
     // The health check of the compose file and the Kubernetes probe answer 200 once
-    // serve has learned the window size from a stored window.
+    // serve has evaluated.
+    let readyz = format!("http://127.0.0.1:{api}/readyz");
     eventually(60, "/readyz ready", &mut [&mut serve], || async {
         http_get(&readyz).await.filter(|(s, _)| *s == 200)
     })

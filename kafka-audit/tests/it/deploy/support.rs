@@ -83,10 +83,6 @@ pub fn check_one_deployment(
     serve: &web::Config,
     context: &str,
 ) {
-    assert_eq!(
-        serve.topology.window, None,
-        "{context}: [topology] window repeats the auditors' audit.event_time.window_size; leave it unset so theirs is the one source of truth"
-    );
     let sizes: BTreeSet<i64> = audits
         .iter()
         .map(|a| a.audit.event_time.window_size.as_millis())
@@ -95,6 +91,25 @@ pub fn check_one_deployment(
         sizes.len(),
         1,
         "{context}: auditors' window sizes {sizes:?}"
+    );
+    // Pinned where it is checked: unpinned, the first stored increment would fix it
+    // (security review 2, finding 5).
+    let size = sizes.first().copied();
+    assert_eq!(
+        serve
+            .topology
+            .window
+            .map(|w| i64::try_from(w.as_millis()).unwrap()),
+        size,
+        "{context}: [topology] window must pin the auditors' audit.event_time.window_size"
+    );
+    assert_eq!(
+        collect
+            .ingest
+            .window
+            .map(|w| i64::try_from(w.as_millis()).unwrap()),
+        size,
+        "{context}: collect.toml's [ingest] window must pin the auditors' window_size"
     );
     for a in audits {
         let id = format!("{context}: auditor {}", a.audit.instance_id);
