@@ -3,91 +3,129 @@
 # `plugin.library.paths` (+ kafka_audit.datacenter), in the same run, against a real
 # broker (default: dev cluster B). Producers: the C client on the workspace's static
 # librdkafka (kafka-audit-interceptor/tests/clients/client.c) and confluent-kafka's
-# wheel from PyPI (tests/clients/client.py). Per round each side sends MESSAGES JSON
-# messages of SIZE bytes as fast as produce() takes them; throughput = messages / time
-# from the first produce() to the end of flush(). Rounds alternate which side goes
-# first. Printed per size and client: median throughput ratio (with / without, goal
-# >= 0.95) and its rounds, CPU per message of each side (the process's user + system
-# time: librdkafka's threads and the plugin's included), and produce()'s p99 with and
-# without (the time a produce() call takes: what the plugin may add to it).
+# wheel from PyPI (tests/clients/client.py); both sides use the same client settings
+# (linger.ms=5, the defaults otherwise) and the same messages: key k<i>, a JSON value
+# of SIZE bytes with its event time in "ts".
+#
+# Per round every side runs once, in an order that rotates from round to round, in two
+# phases (a fresh process each):
+#   max    MESSAGES as fast as produce() takes them: the throughput ratio (goal >= 0.95),
+#          and what bounded the bare producer (a thread of its own, the machine, or the
+#          broker) from each thread's CPU time and run-queue wait;
+#   paced  MESSAGES at RATE msg/s, which both sides keep up with: CPU per message at
+#          the same offered load, and produce()'s p99 (what the plugin adds to the
+#          application's call; no queue-full waits at this rate).
+# Printed per client and size: the medians of each side (rate, CPU per message by
+# thread: the application's, librdkafka's broker threads and main thread, the plugin's
+# own), the ratios against bare round by round, and the load average at start and end.
 #
 # Usage: bench/interceptor.sh [MESSAGES] [ROUNDS] [SIZES] [CLIENTS]
-#   defaults: 1000000 5 "100 1024" "c python"; Python sends MESSAGES / 4.
+#   defaults: 1000000 7 "100 1024" "c python"; Python sends MESSAGES / 4.
+# Environment:
+#   KAFKA_AUDIT_BENCH_KAFKA  bootstrap servers (default: dev cluster B, 127.0.0.1:29092);
+#                            a broker of the bench's own keeps others' traffic out
+#   KAI_BENCH_RATE           the paced phase's rate for C (Python: RATE / 4); default
+#                            100000; 0 skips the phase
+#   KAI_BENCH_CPUS           run the producers on these CPUs only (taskset -c LIST, e.g.
+#                            "1"): a producer bound by its own core, whatever the broker
+#   KAI_BENCH_BASELINE       another build of the plugin (a .so, e.g. of main): a third
+#                            side, "base", to compare two builds in one run
+#   KAI_BENCH_PHASES         "max paced" (default), or one of them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BOOTSTRAP="${KAFKA_AUDIT_BENCH_KAFKA:-${KAFKA_AUDIT_TEST_KAFKA_B:-127.0.0.1:29092}}"
 MESSAGES="${1:-1000000}"
-ROUNDS="${2:-5}"
+ROUNDS="${2:-7}"
 SIZES="${3:-100 1024}"
 CLIENTS="${4:-c python}"
+RATE="${KAI_BENCH_RATE:-100000}"
+PHASES="${KAI_BENCH_PHASES:-max paced}"
+BASELINE="${KAI_BENCH_BASELINE:-}"
+pin=()
+[[ -n ${KAI_BENCH_CPUS:-} ]] && pin=(taskset -c "$KAI_BENCH_CPUS")
 
 cargo build --release -q -p kafka-audit-interceptor
 cargo build --release -q -p kafka-audit-interceptor --features test-clients --bins
-PLUGIN=$PWD/target/release/libkafka_audit_interceptor.so
-C_CLIENT=target/release/kai-c-client
-PYTHON=$(deploy/dev/python-clients)
-PY_CLIENT=kafka-audit-interceptor/tests/clients/client.py
+# A copy: a rebuild during the run (another shell) must not change the plugin measured.
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+PLUGIN=$out/libkafka_audit_interceptor.so
+cp target/release/libkafka_audit_interceptor.so "$PLUGIN"
+C_CLIENT=$out/kai-c-client
+cp target/release/kai-c-client "$C_CLIENT"
+PYTHON=$(deploy/dev/python-clients)
+PY_CLIENT=kafka-audit-interceptor/tests/clients/client.py
+sides=(bare plugin)
+if [[ -n $BASELINE ]]; then
+  cp "$BASELINE" "$out/baseline.so"
+  sides+=(base)
+fi
+
+# The broker's process, when it runs here: its CPU time per run is reported.
+port=${BOOTSTRAP##*:}
+broker_pid=$(ss -ltnpH "sport = :$port" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1)
 
 run_id=$(date +%s)
 audit="kai-bench-audit-$run_id"
-"$PYTHON" - "$BOOTSTRAP" "$audit" <<'PY'
+create_topic() {
+  "$PYTHON" - "$BOOTSTRAP" "$1" "$2" <<'PY'
 import sys
 from confluent_kafka.admin import AdminClient, NewTopic
 a = AdminClient({"bootstrap.servers": sys.argv[1]})
-for f in a.create_topics([NewTopic(sys.argv[2], 1, 1)]).values():
+for f in a.create_topics([NewTopic(sys.argv[2], int(sys.argv[3]), 1)]).values():
     f.result()
 PY
+}
+delete_topics() {
+  "$PYTHON" - "$BOOTSTRAP" "$@" <<'PY' || true
+import sys
+from confluent_kafka.admin import AdminClient
+a = AdminClient({"bootstrap.servers": sys.argv[1]})
+for f in a.delete_topics(sys.argv[2:]).values():
+    f.result()
+PY
+}
+create_topic "$audit" 1
+topics=("$audit")
 
-echo "== interceptor plugin cost: $MESSAGES messages ($ROUNDS rounds, sizes $SIZES, $BOOTSTRAP); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== interceptor plugin cost: $MESSAGES messages per run, $ROUNDS rounds, sizes $SIZES," \
+  "clients $CLIENTS, sides ${sides[*]}, paced at $RATE msg/s (C), broker $BOOTSTRAP" \
+  "(pid ${broker_pid:-not local}), producers on CPUs ${KAI_BENCH_CPUS:-any} of $(nproc)"
+echo "== load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for client in $CLIENTS; do
   n=$MESSAGES
-  [[ $client == python ]] && n=$((MESSAGES / 4))
+  rate=$RATE
+  if [[ $client == python ]]; then
+    n=$((MESSAGES / 4))
+    rate=$((RATE / 4))
+  fi
   for size in $SIZES; do
     topic="kai-bench-$client-$size-$run_id"
-    "$PYTHON" - "$BOOTSTRAP" "$topic" <<'PY'
-import sys
-from confluent_kafka.admin import AdminClient, NewTopic
-a = AdminClient({"bootstrap.servers": sys.argv[1]})
-for f in a.create_topics([NewTopic(sys.argv[2], 3, 1)]).values():
-    f.result()
-PY
+    create_topic "$topic" 3
+    topics+=("$topic")
     : >"$out/$client-$size"
     for ((round = 0; round < ROUNDS; round++)); do
-      sides=(bare plugin)
-      ((round % 2)) && sides=(plugin bare)
-      for side in "${sides[@]}"; do
-        props=(linger.ms=5 "kai.size=$size")
-        [[ $side == plugin ]] && props+=("plugin.library.paths=$PLUGIN" kafka_audit.datacenter=bench \
-          "kafka_audit.audit_topic=$audit")
-        args=(produce "$BOOTSTRAP" "$topic" "$n" "$(date +%s%3N)" 60000 3 "${props[@]}")
-        if [[ $client == c ]]; then line=$("$C_CLIENT" "${args[@]}" | tail -1)
-        else line=$("$PYTHON" "$PY_CLIENT" "${args[@]}" | tail -1); fi
-        echo "$round $side $line" >>"$out/$client-$size"
+      order=("${sides[@]:round % ${#sides[@]}}" "${sides[@]:0:round % ${#sides[@]}}")
+      for phase in $PHASES; do
+        [[ $phase == paced && $rate == 0 ]] && continue
+        for side in "${order[@]}"; do
+          props=(linger.ms=5 "kai.size=$size" "kai.broker_pid=${broker_pid:-0}")
+          [[ $phase == paced ]] && props+=("kai.rate=$rate")
+          case $side in
+            plugin) props+=("plugin.library.paths=$PLUGIN") ;;
+            base) props+=("plugin.library.paths=$out/baseline.so") ;;
+          esac
+          [[ $side != bare ]] && props+=(kafka_audit.datacenter=bench "kafka_audit.audit_topic=$audit")
+          args=(produce "$BOOTSTRAP" "$topic" "$n" "$(date +%s%3N)" 60000 3 "${props[@]}")
+          if [[ $client == c ]]; then line=$("${pin[@]}" "$C_CLIENT" "${args[@]}" | tail -1)
+          else line=$("${pin[@]}" "$PYTHON" "$PY_CLIENT" "${args[@]}" | tail -1); fi
+          echo "$round $side $phase $line" >>"$out/$client-$size"
+        done
       done
     done
-    "$PYTHON" - "$out/$client-$size" "$client" "$size" "$n" <<'PY'
-import json, statistics, sys
-path, client, size, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-rounds = {}
-for line in open(path):
-    r, side, js = line.split(" ", 2)
-    d = json.loads(js)
-    assert d.get("delivered") == n and d.get("failed") == 0, line
-    rounds.setdefault(r, {})[side] = d
-ratios = sorted((n / v["plugin"]["seconds"]) / (n / v["bare"]["seconds"]) for v in rounds.values())
-med = lambda side, k: statistics.median(v[side][k] for v in rounds.values())
-cpu = {s: med(s, "cpu_s") / n * 1e6 for s in ("bare", "plugin")}
-rate = {s: n / med(s, "seconds") for s in ("bare", "plugin")}
-p99 = {s: med(s, "produce_p99_ns") / 1e3 for s in ("bare", "plugin")}
-print(f"{client:6} {size:>5} B: throughput ratio median {statistics.median(ratios):.3f} "
-      f"(rounds {', '.join(f'{x:.3f}' for x in ratios)}); "
-      f"{rate['bare']:,.0f} vs {rate['plugin']:,.0f} msg/s (medians); "
-      f"CPU per message {cpu['bare']:.3f} -> {cpu['plugin']:.3f} us ({cpu['plugin'] / cpu['bare']:.2f}x); "
-      f"produce() p99 {p99['bare']:.2f} -> {p99['plugin']:.2f} us (+{p99['plugin'] - p99['bare']:.2f})")
-PY
+    "$PYTHON" bench/interceptor_report.py "$out/$client-$size" "$client" "$size" "$n"
   done
 done
-echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+delete_topics "${topics[@]}"

@@ -179,6 +179,118 @@ static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long i, long long
         rd_kafka_poll(rk, 0);
 }
 
+/* The benchmark's accounting (bench/interceptor.sh): each thread's CPU time and time
+ * spent runnable but waiting for a CPU (/proc/self/task/<tid>/schedstat, ns), with its
+ * name; the machine's busy and total time (/proc/stat); another process's CPU time
+ * (kai.broker_pid: the broker's). Taken when the first message is produced and after
+ * the flush, so the differences are the producer's work on exactly those messages. */
+#define MAX_THREADS 128
+struct thread_time {
+        int tid;
+        char name[24];
+        long long cpu_ns, wait_ns;
+};
+
+static int thread_times(struct thread_time *t) {
+        int n = 0;
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        if (!d)
+                return 0;
+        while ((e = readdir(d)) && n < MAX_THREADS) {
+                if (e->d_name[0] == '.')
+                        continue;
+                char path[64];
+                t[n].tid = atoi(e->d_name);
+                snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
+                FILE *f = fopen(path, "r");
+                if (!f)
+                        continue;
+                int ok = fscanf(f, "%lld %lld", &t[n].cpu_ns, &t[n].wait_ns) == 2;
+                fclose(f);
+                snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+                f = fopen(path, "r");
+                if (!f || !fgets(t[n].name, sizeof(t[n].name), f))
+                        snprintf(t[n].name, sizeof(t[n].name), "?");
+                if (f)
+                        fclose(f);
+                t[n].name[strcspn(t[n].name, "\n")] = '\0';
+                if (ok)
+                        n++;
+        }
+        closedir(d);
+        return n;
+}
+
+/* Busy and total time of all CPUs, in ticks. */
+static void machine_ticks(long long *busy, long long *total) {
+        long long v[8] = {0};
+        *busy = *total = 0;
+        FILE *f = fopen("/proc/stat", "r");
+        if (!f)
+                return;
+        if (fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]) == 8) {
+                for (int i = 0; i < 8; i++)
+                        *total += v[i];
+                *busy = *total - v[3] - v[4]; /* not idle, not waiting for I/O */
+        }
+        fclose(f);
+}
+
+/* utime + stime of process `pid` in ticks (0 when it cannot be read). */
+static long long process_ticks(long pid) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return 0;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *p = strrchr(buf, ')'); /* the name may hold spaces */
+        long long utime = 0, stime = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime,
+                        &stime) == 2)
+                return utime + stime;
+        return 0;
+}
+
+struct accounting {
+        struct thread_time threads[MAX_THREADS];
+        int n;
+        long long machine_busy, machine_total, broker;
+};
+
+static void account(struct accounting *a, long broker_pid) {
+        a->n = thread_times(a->threads);
+        machine_ticks(&a->machine_busy, &a->machine_total);
+        a->broker = broker_pid > 0 ? process_ticks(broker_pid) : 0;
+}
+
+/* The differences from `a` to `b` as JSON members: "threads" (per thread, in `b`'s
+ * order: name, whether it is the program's own thread, CPU and run-queue wait in ns),
+ * "machine_busy" (the fraction of all CPUs' time), "cpus", "broker_cpu_s". */
+static void print_accounting(const struct accounting *a, const struct accounting *b) {
+        long ticks = sysconf(_SC_CLK_TCK);
+        printf("\"threads\": [");
+        for (int i = 0; i < b->n; i++) {
+                long long cpu = b->threads[i].cpu_ns, wait = b->threads[i].wait_ns;
+                for (int j = 0; j < a->n; j++)
+                        if (a->threads[j].tid == b->threads[i].tid) {
+                                cpu -= a->threads[j].cpu_ns;
+                                wait -= a->threads[j].wait_ns;
+                        }
+                printf("%s{\"name\": \"%s\", \"main\": %s, \"cpu_ns\": %lld, \"wait_ns\": %lld}",
+                       i ? ", " : "", b->threads[i].name,
+                       b->threads[i].tid == getpid() ? "true" : "false", cpu, wait);
+        }
+        long long total = b->machine_total - a->machine_total;
+        printf("], \"machine_busy\": %.4f, \"cpus\": %ld, \"broker_cpu_s\": %.3f",
+               total > 0 ? (double)(b->machine_busy - a->machine_busy) / (double)total : 0.0,
+               sysconf(_SC_NPROCESSORS_ONLN), (double)(b->broker - a->broker) / (double)ticks);
+}
+
 static int threads(void) {
         int n = 0;
         DIR *d = opendir("/proc/self/task");
@@ -201,8 +313,13 @@ static int threads(void) {
  *                      three inherited producers in a child; one it survives)
  *   kai.size=S         values of S bytes (a "pad" field fills them up)
  *   kai.fail_every=K   every K-th message to a partition the topic has not (fails)
+ *   kai.rate=R         R messages a second (default: as fast as produce() takes them),
+ *                      each produce() call timed (produce_p50_ns, produce_p99_ns; else 0)
+ *   kai.broker_pid=P   also report the CPU time process P spent meanwhile
  * Prints {"delivered", "failed", "plugin_loaded_after", "threads_after", "seconds" (first
- * produce to the last flush), "cpu_s" (the process's), "produce_p50_ns", "produce_p99_ns"}. */
+ * produce to the last flush), "cpu_s" (the process's, to its exit), "produce_p50_ns",
+ * "produce_p99_ns", and from the first produce to the last flush: "threads" (each
+ * one's CPU and run-queue wait), "machine_busy", "cpus", "broker_cpu_s"}. */
 static int produce(int argc, char **argv) {
         const char *topic = argv[3];
         long count = atol(argv[4]);
@@ -219,7 +336,7 @@ static int produce(int argc, char **argv) {
         value_size = size ? atoi(size) : 0;
         const char *fails = option(props, n, "kai.fail_every");
         fail_every = fails ? atol(fails) : 0;
-        call_ns = calloc((size_t)count + 1, sizeof(*call_ns));
+
         rd_kafka_t *rk[16];
         rd_kafka_topic_t *rkt[16];
         if (clients < 1 || clients > 16)
@@ -228,12 +345,34 @@ static int produce(int argc, char **argv) {
                 rk[c] = client(PRODUCER, props, n, (alt && c % 2) ? alt : NULL);
                 rkt[c] = rd_kafka_topic_new(rk[c], topic, NULL);
         }
+        const char *rate_opt = option(props, n, "kai.rate");
+        double rate = rate_opt ? atof(rate_opt) : 0;
+        /* produce() calls are timed when paced only: at full speed two clock reads per
+         * message would be a good part of what the producer itself spends. */
+        if (rate > 0)
+                call_ns = calloc((size_t)count + 1, sizeof(*call_ns));
+        const char *broker_opt = option(props, n, "kai.broker_pid");
+        long broker_pid = broker_opt ? atol(broker_opt) : 0;
+        static struct accounting before, after;
+        account(&before, broker_pid);
         long long started = now_ns();
-        for (long i = 0; i < count; i++)
+        for (long i = 0; i < count; i++) {
+                if (rate > 0 && i % 64 == 0) {
+                        /* Paced: wait out the time until message i is due (in sleeps, so
+                         * the wait is no CPU of this thread's). */
+                        long long due = started + (long long)((double)i * 1e9 / rate);
+                        long long left = due - now_ns();
+                        if (left > 0) {
+                                struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+                                nanosleep(&ts, NULL);
+                        }
+                }
                 produce_one(rk[i % clients], rkt[i % clients], i, base, span, count, partitions);
+        }
         for (int c = 0; c < clients; c++)
                 rd_kafka_flush(rk[c], 30000);
         double seconds = (double)(now_ns() - started) / 1e9;
+        account(&after, broker_pid);
         long long p50 = 0, p99 = 0;
         if (calls > 0) {
                 qsort(call_ns, (size_t)calls, sizeof(*call_ns), cmp_ll);
@@ -283,9 +422,11 @@ static int produce(int argc, char **argv) {
                      (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
         printf("{\"delivered\": %ld, \"failed\": %ld, \"plugin_loaded_after\": %s, "
                "\"threads_after\": %d, \"seconds\": %.6f, \"cpu_s\": %.6f, "
-               "\"produce_calls\": %ld, \"produce_p50_ns\": %lld, \"produce_p99_ns\": %lld}\n",
+               "\"produce_calls\": %ld, \"produce_p50_ns\": %lld, \"produce_p99_ns\": %lld, ",
                delivered, failed, loaded ? "true" : "false", threads(), seconds, cpu, forked,
                p50, p99);
+        print_accounting(&before, &after);
+        printf("}\n");
         return 0;
 }
 

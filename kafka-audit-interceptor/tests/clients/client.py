@@ -8,6 +8,7 @@ Message i: key k<i>, value {"id":i,"ts":BASE_MS + i*SPAN_MS//COUNT}, partition i
 PARTITIONS (the same messages as client.c and rdkafka_client.rs). Prints one JSON line.
 """
 import json
+import os
 import resource
 import sys
 import time
@@ -17,6 +18,44 @@ from confluent_kafka import Consumer, KafkaException, Producer
 
 def props(args):
     return dict(a.split("=", 1) for a in args)
+
+
+def accounting(broker_pid):
+    """What the benchmark's accounting needs (bench/interceptor.sh; client.c has the
+    same): per thread its name, CPU time and run-queue wait (ns, schedstat); the
+    machine's busy and total ticks; the broker process's CPU ticks."""
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                cpu, wait = (int(x) for x in f.read().split()[:2])
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        threads[int(tid)] = (name, cpu, wait)
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    broker = 0
+    if broker_pid:
+        try:
+            with open(f"/proc/{broker_pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            broker = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return threads, sum(ticks) - ticks[3] - ticks[4], sum(ticks), broker
+
+
+def accounting_delta(a, b):
+    threads = []
+    for tid, (name, cpu, wait) in b[0].items():
+        _, cpu0, wait0 = a[0].get(tid, (name, 0, 0))
+        threads.append({"name": name, "main": tid == os.getpid(),
+                        "cpu_ns": cpu - cpu0, "wait_ns": wait - wait0})
+    total = b[2] - a[2]
+    return {"threads": threads, "machine_busy": (b[1] - a[1]) / total if total else 0.0,
+            "cpus": os.cpu_count(), "broker_cpu_s": (b[3] - a[3]) / os.sysconf("SC_CLK_TCK")}
 
 
 def produce(bootstrap, topic, count, base, span, partitions, extra):
@@ -30,18 +69,27 @@ def produce(bootstrap, topic, count, base, span, partitions, extra):
     size = int(conf.pop("kai.size", 0))  # the value's size: a "pad" field fills it up
     # Every K-th message to a partition the topic has not: its delivery fails.
     fail_every = int(conf.pop("kai.fail_every", 0))
+    # Messages a second (default: as fast as produce() takes them).
+    rate = float(conf.pop("kai.rate", 0))
+    broker_pid = int(conf.pop("kai.broker_pid", 0))
     p = Producer(conf)
     calls = []
     clock = time.perf_counter_ns
+    before = accounting(broker_pid)
     started = clock()
     for i in range(count):
+        if rate and i % 64 == 0:
+            left = started + i * 1e9 / rate - clock()
+            if left > 0:
+                time.sleep(left / 1e9)
         value = '{"id":%d,"ts":%d}' % (i, base + i * span // count)
         if size > len(value) + 10:
             value = value[:-1] + ',"pad":"%s"}' % ("0" * (size - len(value) - 9))
         partition = i % partitions
         if fail_every and i % fail_every == fail_every - 1:
             partition = partitions
-        t0 = clock()
+        if rate:
+            t0 = clock()  # calls are timed when paced only (two clock reads a message)
         while True:
             try:
                 p.produce(topic, value.encode(), key=b"k%d" % i, partition=partition,
@@ -54,10 +102,12 @@ def produce(bootstrap, topic, count, base, span, partitions, extra):
                     raise
                 result["failed"] += 1  # refused at once: no delivery report comes
                 break
-        calls.append(clock() - t0)
+        if rate:
+            calls.append(clock() - t0)
         p.poll(0)
     p.flush(30)
     result["seconds"] = (clock() - started) / 1e9
+    result.update(accounting_delta(before, accounting(broker_pid)))
     del p  # rd_kafka_destroy: the plugin's last report
     ru = resource.getrusage(resource.RUSAGE_SELF)
     calls.sort()
