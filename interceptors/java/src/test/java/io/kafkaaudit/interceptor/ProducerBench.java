@@ -173,9 +173,23 @@ public final class ProducerBench {
     }
   }
 
-  /** The thread groups reported, by a thread's name (Linux keeps 15 characters of it). */
-  static String group(String name) {
-    if (name.equals("main")) {
+  /**
+   * The sending thread's kernel id: the JVM leaves the main thread's kernel name as the
+   * launcher's ("java"), so it is found by id, not name.
+   */
+  static final long SENDING_TID = sendingTid();
+
+  static long sendingTid() {
+    try {
+      return Long.parseLong(Files.readSymbolicLink(Paths.get("/proc/thread-self")).getFileName().toString());
+    } catch (IOException | RuntimeException e) {
+      return -1;
+    }
+  }
+
+  /** The thread groups reported, by a thread's id and name (Linux keeps 15 characters of it). */
+  static String group(long tid, String name) {
+    if (tid == SENDING_TID) {
       return "sending";
     }
     if (name.startsWith("kafka-producer-")) {
@@ -248,12 +262,13 @@ public final class ProducerBench {
         long dCpu = t.cpu - (t0s == null ? 0 : t0s.cpu);
         long dWait = t.wait - (t0s == null ? 0 : t0s.wait);
         cpu += dCpu;
-        r.byGroup.merge(group(t.name), (double) dCpu / messages, Double::sum);
+        String g = group(e.getKey(), t.name);
+        r.byGroup.merge(g, (double) dCpu / messages, Double::sum);
         if (dCpu / wall > r.busiest) {
           r.busiest = dCpu / wall;
-          r.busiestName = group(t.name);
+          r.busiestName = g;
         }
-        if (t.name.equals("main")) {
+        if (e.getKey() == SENDING_TID) {
           r.sendingWait = dWait / wall;
         }
       }
