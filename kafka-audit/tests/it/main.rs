@@ -28,6 +28,7 @@ mod deploy;
 mod inspect;
 mod late_auditor;
 mod region_only_topic;
+mod replicated;
 mod rollup_held;
 mod stuck_instance;
 mod transactional;
