@@ -1,1 +1,219 @@
-//! (written below)
+//! The auditor (exactly-once) and the collector under steady traffic while nodes of R
+//! are SIGKILLed and started again, ten times: the leader of an audited partition, the
+//! audit topic's leader, the auditor's transaction coordinator and its group
+//! coordinator, in turn. Stored counts must equal ground truth message for message per
+//! window (the log read back afterwards: its distinct (partition, offset) pairs), no
+//! page may fire over the whole run, and each kill's stall of counting is measured:
+//! from the kill until the stored count reaches what the cluster had acknowledged when
+//! the node died.
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+const PARTITIONS: i32 = 3;
+const RATE: u64 = 100;
+const KILLS: usize = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Role {
+    PartitionLeader,
+    AuditTopicLeader,
+    TransactionCoordinator,
+    GroupCoordinator,
+}
+
+const ROLES: [Role; 4] = [
+    Role::PartitionLeader,
+    Role::AuditTopicLeader,
+    Role::TransactionCoordinator,
+    Role::GroupCoordinator,
+];
+
+/// Waits until the stored regional count reaches `n`; how long it took (None: not
+/// within `timeout`).
+async fn counted(rig: &Rig, n: u64, timeout: Duration) -> Option<Duration> {
+    let t = Instant::now();
+    testkit::wait_until_async(timeout, || async {
+        let got = rig.stored_total("regional").await;
+        if got < n {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        got >= n
+    })
+    .await
+    .then(|| t.elapsed())
+}
+
+fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
+    common::init_tracing(&common::LogConfig {
+        level: "warn,audit_service=info,collector=info".into(),
+        ..Default::default()
+    });
+    let cluster = Cluster::take().await;
+    let mut rig = Rig::start(
+        cluster,
+        "kills",
+        PARTITIONS,
+        None,
+        &[("min.insync.replicas", "2")],
+        "60s",
+    )
+    .await;
+    rig.start_auditor();
+    let producer = rig.producer_tier(&[
+        ("acks", "all"),
+        ("enable.idempotence", "true"),
+        ("message.timeout.ms", "300000"),
+    ]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let (p, stop) = (producer.clone(), stop.clone());
+        std::thread::spawn(move || p.send_until(RATE, &stop))
+    };
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _stop_traffic = StopOnDrop(stop.clone());
+    assert!(
+        counted(&rig, 1, Duration::from_secs(90)).await.is_some(),
+        "counting did not start"
+    );
+    let txn_id = rig.transactional_id();
+    let (topic, audit_topic, group) = (
+        rig.topic.clone(),
+        rig.audit_topic.clone(),
+        rig.group.clone(),
+    );
+    // The coordinators as Kafka's own tools find them (FindCoordinator) are the
+    // partition leaders computed here (asked again should a leader move in between).
+    tokio::task::block_in_place(|| {
+        let c = &rig.cluster;
+        let agree = |kind: &str, id: &str, computed: &dyn Fn() -> i32| {
+            testkit::wait_until(Duration::from_secs(30), || {
+                c.coordinator_by_kafka_tools(kind, id) == computed()
+            })
+        };
+        assert!(agree("group", &group, &|| c.group_coordinator(&group)));
+        assert!(agree("transaction", &txn_id, &|| c
+            .transaction_coordinator(&txn_id)));
+    });
+    // What counting lags by without a kill: the same measure, nothing killed.
+    let baseline = counted(&rig, producer.acked_count(), Duration::from_secs(60))
+        .await
+        .expect("counting keeps up without a kill");
+    let mut stalls = Vec::new();
+    for k in 0..KILLS {
+        let role = ROLES
+            [(k + std::env::var("KILLS_FROM").map_or(0, |v| v.parse().unwrap())) % ROLES.len()];
+        let c = &rig.cluster;
+        let node = match role {
+            Role::PartitionLeader => c.leader(&topic, (k as i32) % PARTITIONS),
+            Role::AuditTopicLeader => c.leader(&audit_topic, 0),
+            Role::TransactionCoordinator => c.transaction_coordinator(&txn_id),
+            Role::GroupCoordinator => c.group_coordinator(&group),
+        };
+        assert!(node > 0, "no node holds {role:?}");
+        // Which other roles the node held (a node often holds several).
+        let held: Vec<Role> = ROLES
+            .iter()
+            .copied()
+            .filter(|r| match r {
+                Role::PartitionLeader => (0..PARTITIONS).any(|p| c.leader(&topic, p) == node),
+                Role::AuditTopicLeader => c.leader(&audit_topic, 0) == node,
+                Role::TransactionCoordinator => c.transaction_coordinator(&txn_id) == node,
+                Role::GroupCoordinator => c.group_coordinator(&group) == node,
+            })
+            .collect();
+        tokio::task::block_in_place(|| c.kill(node));
+        let acked_at_kill = producer.acked_count();
+        let stall = counted(&rig, acked_at_kill, Duration::from_secs(240))
+            .await
+            .unwrap_or_else(|| {
+                let c = &rig.cluster;
+                panic!(
+                    "kill {k} ({role:?}, node {node}): counting did not resume: stored {}, acked at \
+                     the kill {acked_at_kill}; audit topic {:?}, end {:?}; committed {:?}; topic {:?}",
+                    futures_lite_block(rig.stored_total("regional")),
+                    c.partitions(&audit_topic),
+                    tokio::task::block_in_place(|| crate::support::producer(&c.bootstrap)
+                        .client()
+                        .fetch_watermarks(&audit_topic, 0, Duration::from_secs(5))),
+                    tokio::task::block_in_place(|| crate::support::committed(&c.bootstrap, &group, &topic, PARTITIONS)),
+                    c.partitions(&topic),
+                )
+            });
+        tokio::task::block_in_place(|| {
+            c.start(node);
+            assert!(
+                c.wait_in_sync(
+                    &[
+                        &topic,
+                        &audit_topic,
+                        "__consumer_offsets",
+                        "__transaction_state"
+                    ],
+                    Duration::from_secs(120)
+                ),
+                "kill {k}: replicas not back in sync"
+            );
+        });
+        eprintln!("kill {k}: node {node} for {role:?} (held {held:?}): counting stalled {stall:?}");
+        stalls.push((k, role, node, held, stall));
+    }
+    stop.store(true, Ordering::Relaxed);
+    traffic.join().expect("traffic");
+    producer.finish();
+    let acked = producer.acked();
+    let log = tokio::task::block_in_place(|| read_log(&rig.cluster.bootstrap, &topic, PARTITIONS));
+    let (want_producer, want_regional) = (per_window(&acked), per_window(&log));
+    let final_ok = rig
+        .wait_final(&want_producer, &want_regional, Duration::from_secs(180))
+        .await;
+    let (stored_producer, stored_regional) =
+        (rig.stored("producer").await, rig.stored("regional").await);
+    rig.shutdown().await;
+
+    eprintln!(
+        "kills: {} messages acknowledged, {} failed; counting lag without a kill {baseline:?}",
+        acked.len(),
+        producer.failed()
+    );
+    for (k, role, node, held, stall) in &stalls {
+        eprintln!("  kill {k}: node {node}, {role:?} (held {held:?}): stalled {stall:?}");
+    }
+    let acked_set: BTreeSet<&Record> = acked.iter().collect();
+    let log_set: BTreeSet<&Record> = log.iter().collect();
+    assert_eq!(
+        acked_set, log_set,
+        "acknowledged records and the log differ"
+    );
+    assert!(
+        final_ok,
+        "windows not final with exact counts; producer {:?}; regional {:?}",
+        window_diff(&want_producer, &stored_producer),
+        window_diff(&want_regional, &stored_regional)
+    );
+    assert_eq!(
+        window_diff(&want_regional, &stored_regional),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        window_diff(&want_producer, &stored_producer),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        rig.pages.all(),
+        Vec::<serde_json::Value>::new(),
+        "pages over the run"
+    );
+}

@@ -113,12 +113,12 @@ async fn failover(name: &str, unclean: bool) -> Outcome {
     let c = &rig.cluster;
     let acked = producer.acked();
     let held = tokio::task::block_in_place(|| read_log(&c.bootstrap, &topic, 1));
-    // Ground truth: an acknowledged record is lost when the log no longer holds it at
-    // its offset (after an unclean election the offset may hold another record).
-    let held_set: BTreeSet<&Record> = held.iter().collect();
+    // Ground truth: an acknowledged record is lost when the log no longer holds it
+    // (its key is unique; after an unclean election its offset may hold another record).
+    let held_keys: BTreeSet<&str> = held.iter().map(|r| r.key.as_str()).collect();
     let lost: Vec<Record> = acked
         .iter()
-        .filter(|r| !held_set.contains(r))
+        .filter(|r| !held_keys.contains(r.key.as_str()))
         .cloned()
         .collect();
     eprintln!(

@@ -251,12 +251,28 @@ impl Drop for Cluster {
 }
 
 /// Kafka's partition for a coordinator key: `Utils.abs(key.hashCode()) % partitions`,
-/// with Java's `String.hashCode` over UTF-16 code units.
+/// with Java's `String.hashCode` over UTF-16 code units (and Kafka's `Utils.abs`, which
+/// maps `Integer.MIN_VALUE` to 0: not the partitioner's `& 0x7fffffff`).
 pub fn coordinator_partition(key: &str, partitions: i32) -> i32 {
     let hash = key
         .encode_utf16()
-        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32));
-    (hash & 0x7fff_ffff) % partitions
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
+    let abs = if hash == i32::MIN { 0 } else { hash.abs() };
+    abs % partitions
+}
+
+#[test]
+fn coordinator_partitions_are_kafkas() {
+    // Computed with Java 17: "…".hashCode(), then Utils.abs(h) % 8.
+    for (key, partition) in [
+        ("kills-regional-11764-325015313-4", 0), // hash 2123954416
+        (
+            "kafka-audit-kills-regional-11764-325015313-4-regional-dc1-0",
+            5,
+        ), // hash -1828808533
+    ] {
+        assert_eq!(coordinator_partition(key, 8), partition, "{key}");
+    }
 }
 
 /// A record Kafka acknowledged to the producer.
@@ -272,6 +288,28 @@ impl Record {
     pub fn window(&self) -> i64 {
         self.ts / WINDOW_MS * WINDOW_MS
     }
+}
+
+/// With `acks=all` and idempotence: the log holds every acknowledged record once, and
+/// nothing else. By key (unique per message): a delivery report may not know the
+/// offset (-1001 for a resent message a later batch's answer acknowledged).
+pub fn assert_same_records(acked: &[Record], log: &[Record]) {
+    let keys = |rs: &[Record]| -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for r in rs {
+            *m.entry(r.key.clone()).or_default() += 1;
+        }
+        m
+    };
+    let (a, l) = (keys(acked), keys(log));
+    let twice: Vec<_> = l.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(twice.is_empty(), "records written twice: {twice:?}");
+    let lost: Vec<_> = a.keys().filter(|k| !l.contains_key(*k)).collect();
+    let unacked: Vec<_> = l.keys().filter(|k| !a.contains_key(*k)).collect();
+    assert!(
+        lost.is_empty() && unacked.is_empty(),
+        "acknowledged but not in the log: {lost:?}; in the log, never acknowledged: {unacked:?}"
+    );
 }
 
 /// Messages per window start.
