@@ -398,8 +398,10 @@ impl ProducerTier {
         audit_topic: &str,
         props: &[(&str, &str)],
     ) -> ProducerTier {
-        let mut event_time = audit_lib::EventTimeConfig::default();
-        event_time.window_size = audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap();
+        let event_time = audit_lib::EventTimeConfig {
+            window_size: audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap(),
+            ..Default::default()
+        };
         let acks = Acks {
             aggregator: Mutex::new(
                 Aggregator::new(

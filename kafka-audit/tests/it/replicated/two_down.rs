@@ -43,10 +43,25 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     .await;
     assert!(started, "counting did not start");
     let topic = rig.topic.clone();
+    // Pages triggered and resolved, by dedup key.
+    let triggers = |pages: &[serde_json::Value]| -> BTreeSet<String> {
+        pages
+            .iter()
+            .filter(|p| p["action"] == "trigger")
+            .map(|p| p["dedup_key"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let resolves = |pages: &[serde_json::Value]| -> BTreeSet<String> {
+        pages
+            .iter()
+            .filter(|p| p["action"] == "resolve")
+            .map(|p| p["dedup_key"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
     // The survivor is not the audit topic's leader: its partition loses its leader too.
     let audit_leader = rig.cluster.leader(&rig.audit_topic, 0);
     let down: Vec<i32> = (1..=3).filter(|&n| n != audit_leader % 3 + 1).collect();
-    let outage = tokio::task::block_in_place(|| {
+    tokio::task::block_in_place(|| {
         let c = &rig.cluster;
         c.kill(down[0]);
         // Fenced and out of every ISR while the quorum still has a majority.
@@ -58,7 +73,23 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
             "{:?}",
             c.partitions(&rig.audit_topic)
         );
-        c.kill(down[1]);
+    });
+    // A single kill may already have stalled the auditor past stall_after on a loaded
+    // machine: the second node dies only once every page so far is resolved, and the
+    // page of this outage is one that comes after.
+    let settled = testkit::wait_until_async(Duration::from_secs(180), || async {
+        let pages = rig.pages.all();
+        triggers(&pages) == resolves(&pages)
+    })
+    .await;
+    assert!(
+        settled,
+        "pages before the outage unresolved: {:#?}",
+        rig.pages.all()
+    );
+    let before = rig.pages.all().len();
+    let outage = tokio::task::block_in_place(|| {
+        rig.cluster.kill(down[1]);
         Instant::now()
     });
     // Nothing published while they are down: the stored count stands still, and the
@@ -66,12 +97,9 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let frozen = rig.stored_total("regional").await;
     let paged = testkit::wait_until_async(Duration::from_secs(90), || async {
-        rig.pages
-            .of(&topic)
-            .iter()
-            .any(|(action, verdict, window)| {
-                action == "trigger" && verdict == "stalled" && window.is_none()
-            })
+        rig.pages.all()[before..].iter().any(|p| {
+            p["action"] == "trigger" && p["verdict"] == "stalled" && p["window_start"].is_null()
+        })
     })
     .await;
     let still_frozen = rig.stored_total("regional").await;
@@ -111,20 +139,6 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
         .wait_final(&want_producer, &want_regional, Duration::from_secs(180))
         .await;
     // Every stalled page resolves: the auditor reports again and its windows are final.
-    let triggers = |pages: &[serde_json::Value]| -> BTreeSet<String> {
-        pages
-            .iter()
-            .filter(|p| p["action"] == "trigger")
-            .map(|p| p["dedup_key"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
-    let resolves = |pages: &[serde_json::Value]| -> BTreeSet<String> {
-        pages
-            .iter()
-            .filter(|p| p["action"] == "resolve")
-            .map(|p| p["dedup_key"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
     let all_resolved = testkit::wait_until_async(Duration::from_secs(60), || async {
         let pages = rig.pages.all();
         triggers(&pages) == resolves(&pages)
@@ -142,6 +156,10 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
         rig.pages.of(&topic)
     );
     assert!(paged, "stalled not paged: {pages:#?}");
+    assert!(
+        down_for > Duration::from_secs(15),
+        "paged stalled {down_for:?} into the outage, before stall_after"
+    );
     assert_eq!(
         frozen, still_frozen,
         "counts published while two nodes were down"
