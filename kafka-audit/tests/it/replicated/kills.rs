@@ -7,7 +7,6 @@
 //! from the kill until the stored count reaches what the cluster had acknowledged when
 //! the node died.
 
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -56,36 +55,10 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
         level: "warn,audit_service=info,collector=info".into(),
         ..Default::default()
     });
-    let cluster = Cluster::take().await;
-    let mut rig = Rig::start(
-        cluster,
-        "kills",
-        PARTITIONS,
-        None,
-        &[("min.insync.replicas", "2")],
-        "60s",
-    )
-    .await;
-    rig.start_auditor();
-    let producer = rig.producer_tier(&[
-        ("acks", "all"),
-        ("enable.idempotence", "true"),
-        ("message.timeout.ms", "300000"),
-    ]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let traffic = {
-        let (p, stop) = (producer.clone(), stop.clone());
-        std::thread::spawn(move || p.send_until(RATE, &stop))
-    };
-    struct StopOnDrop(Arc<AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let _stop_traffic = StopOnDrop(stop.clone());
+    let mut steady = Steady::start("kills", PARTITIONS, RATE, "60s").await;
+    let (rig, producer) = (&steady.rig, steady.producer.clone());
     assert!(
-        counted(&rig, 1, Duration::from_secs(90)).await.is_some(),
+        counted(rig, 1, Duration::from_secs(90)).await.is_some(),
         "counting did not start"
     );
     let txn_id = rig.transactional_id();
@@ -108,7 +81,7 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
             .transaction_coordinator(&txn_id)));
     });
     // What counting lags by without a kill: the same measure, nothing killed.
-    let baseline = counted(&rig, producer.acked_count(), Duration::from_secs(60))
+    let baseline = counted(rig, producer.acked_count(), Duration::from_secs(60))
         .await
         .expect("counting keeps up without a kill");
     let mut stalls = Vec::new();
@@ -136,7 +109,7 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
             .collect();
         tokio::task::block_in_place(|| c.kill(node));
         let acked_at_kill = producer.acked_count();
-        let stall = counted(&rig, acked_at_kill, Duration::from_secs(240))
+        let stall = counted(rig, acked_at_kill, Duration::from_secs(240))
             .await
             .unwrap_or_else(|| {
                 let c = &rig.cluster;
@@ -170,11 +143,8 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
         eprintln!("kill {k}: node {node} for {role:?} (held {held:?}): counting stalled {stall:?}");
         stalls.push((k, role, node, held, stall));
     }
-    stop.store(true, Ordering::Relaxed);
-    traffic.join().expect("traffic");
-    producer.finish();
-    let acked = producer.acked();
-    let log = tokio::task::block_in_place(|| read_log(&rig.cluster.bootstrap, &topic, PARTITIONS));
+    let (acked, log) = tokio::task::block_in_place(|| steady.stop_traffic());
+    let rig = &mut steady.rig;
     let (want_producer, want_regional) = (per_window(&acked), per_window(&log));
     let final_ok = rig
         .wait_final(&want_producer, &want_regional, Duration::from_secs(180))
@@ -191,25 +161,11 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
     for (k, role, node, held, stall) in &stalls {
         eprintln!("  kill {k}: node {node}, {role:?} (held {held:?}): stalled {stall:?}");
     }
-    let acked_set: BTreeSet<&Record> = acked.iter().collect();
-    let log_set: BTreeSet<&Record> = log.iter().collect();
-    assert_eq!(
-        acked_set, log_set,
-        "acknowledged records and the log differ"
-    );
-    assert!(
+    assert_same_records(&acked, &log);
+    assert_exact_and_final(
         final_ok,
-        "windows not final with exact counts; producer {:?}; regional {:?}",
-        window_diff(&want_producer, &stored_producer),
-        window_diff(&want_regional, &stored_regional)
-    );
-    assert_eq!(
-        window_diff(&want_regional, &stored_regional),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        window_diff(&want_producer, &stored_producer),
-        Vec::<String>::new()
+        (&want_producer, &stored_producer),
+        (&want_regional, &stored_regional),
     );
     assert_eq!(
         rig.pages.all(),

@@ -828,6 +828,98 @@ impl Rig {
     }
 }
 
+/// Steady traffic under the regional auditor: the rig of a topic of `partitions` (RF 3,
+/// min.insync.replicas 2) with its auditor running, and the producer tier (`acks=all`,
+/// idempotent) writing `rate` messages a second from a thread of its own until
+/// [`Steady::stop_traffic`] (or the drop of this value).
+pub struct Steady {
+    pub rig: Rig,
+    pub producer: Arc<ProducerTier>,
+    stop: Arc<AtomicBool>,
+    traffic: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Steady {
+    pub async fn start(name: &str, partitions: i32, rate: u64, stall_after: &str) -> Steady {
+        let cluster = Cluster::take().await;
+        let mut rig = Rig::start(
+            cluster,
+            name,
+            partitions,
+            None,
+            &[("min.insync.replicas", "2")],
+            stall_after,
+        )
+        .await;
+        rig.start_auditor();
+        let producer = rig.producer_tier(&[
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+            ("message.timeout.ms", "300000"),
+        ]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let traffic = {
+            let (p, stop) = (producer.clone(), stop.clone());
+            std::thread::spawn(move || p.send_until(rate, &stop))
+        };
+        Steady {
+            rig,
+            producer,
+            stop,
+            traffic: Some(traffic),
+        }
+    }
+
+    /// Stops the traffic, delivers what is in flight and the producer tier's last
+    /// increments; what it acknowledged, and what the log holds.
+    pub fn stop_traffic(&mut self) -> (Vec<Record>, Vec<Record>) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.traffic.take() {
+            t.join().expect("traffic");
+        }
+        self.producer.finish();
+        let log = read_log(
+            &self.rig.cluster.bootstrap,
+            &self.rig.topic,
+            self.rig.partitions,
+        );
+        (self.producer.acked(), log)
+    }
+}
+
+impl Drop for Steady {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The dedup keys of the pages with `action` (trigger or resolve).
+pub fn page_keys(pages: &[serde_json::Value], action: &str) -> BTreeSet<String> {
+    pages
+        .iter()
+        .filter(|p| p["action"] == action)
+        .map(|p| p["dedup_key"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Both tiers' stored counts equal the ground truth window for window, and every
+/// window was judged final with them (`final_ok`, from [`Rig::wait_final`]).
+pub fn assert_exact_and_final(
+    final_ok: bool,
+    (want_producer, stored_producer): (&BTreeMap<i64, u64>, &BTreeMap<i64, u64>),
+    (want_regional, stored_regional): (&BTreeMap<i64, u64>, &BTreeMap<i64, u64>),
+) {
+    let (p, r) = (
+        window_diff(want_producer, stored_producer),
+        window_diff(want_regional, stored_regional),
+    );
+    assert!(
+        p.is_empty() && r.is_empty(),
+        "stored counts differ from ground truth; producer {p:?}; regional {r:?}"
+    );
+    assert!(final_ok, "windows not all judged final");
+}
+
 /// Per-window differences between `truth` and `stored`, for assertion messages.
 pub fn window_diff(truth: &BTreeMap<i64, u64>, stored: &BTreeMap<i64, u64>) -> Vec<String> {
     let keys: BTreeSet<i64> = truth.keys().chain(stored.keys()).copied().collect();

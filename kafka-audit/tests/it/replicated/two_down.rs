@@ -5,7 +5,6 @@
 //! `stalled` (the auditor's progress stops) and resolve it once the nodes are back,
 //! and in the end every window's stored count equals the log's.
 
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -16,48 +15,14 @@ const STALL_AFTER: &str = "15s";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
-    let cluster = Cluster::take().await;
-    let mut rig = Rig::start(
-        cluster,
-        "twodown",
-        PARTITIONS,
-        None,
-        &[("min.insync.replicas", "2")],
-        STALL_AFTER,
-    )
-    .await;
-    rig.start_auditor();
-    let producer = rig.producer_tier(&[
-        ("acks", "all"),
-        ("enable.idempotence", "true"),
-        ("message.timeout.ms", "300000"),
-    ]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let traffic = {
-        let (p, stop) = (producer.clone(), stop.clone());
-        std::thread::spawn(move || p.send_until(RATE, &stop))
-    };
+    let mut steady = Steady::start("twodown", PARTITIONS, RATE, STALL_AFTER).await;
+    let rig = &steady.rig;
     let started = testkit::wait_until_async(Duration::from_secs(90), || async {
         rig.stored_total("regional").await > 0
     })
     .await;
     assert!(started, "counting did not start");
     let topic = rig.topic.clone();
-    // Pages triggered and resolved, by dedup key.
-    let triggers = |pages: &[serde_json::Value]| -> BTreeSet<String> {
-        pages
-            .iter()
-            .filter(|p| p["action"] == "trigger")
-            .map(|p| p["dedup_key"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
-    let resolves = |pages: &[serde_json::Value]| -> BTreeSet<String> {
-        pages
-            .iter()
-            .filter(|p| p["action"] == "resolve")
-            .map(|p| p["dedup_key"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
     // The survivor is not the audit topic's leader: its partition loses its leader too.
     let audit_leader = rig.cluster.leader(&rig.audit_topic, 0);
     let down: Vec<i32> = (1..=3).filter(|&n| n != audit_leader % 3 + 1).collect();
@@ -79,7 +44,7 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     // page of this outage is one that comes after.
     let settled = testkit::wait_until_async(Duration::from_secs(180), || async {
         let pages = rig.pages.all();
-        triggers(&pages) == resolves(&pages)
+        page_keys(&pages, "trigger") == page_keys(&pages, "resolve")
     })
     .await;
     assert!(
@@ -129,11 +94,8 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     let resumed_after = back.elapsed();
     // Traffic a while longer, then ground truth.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    stop.store(true, Ordering::Relaxed);
-    traffic.join().expect("traffic");
-    producer.finish();
-    let acked = producer.acked();
-    let log = tokio::task::block_in_place(|| read_log(&rig.cluster.bootstrap, &topic, PARTITIONS));
+    let (acked, log) = tokio::task::block_in_place(|| steady.stop_traffic());
+    let rig = &mut steady.rig;
     let (want_producer, want_regional) = (per_window(&acked), per_window(&log));
     let final_ok = rig
         .wait_final(&want_producer, &want_regional, Duration::from_secs(180))
@@ -141,7 +103,7 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     // Every stalled page resolves: the auditor reports again and its windows are final.
     let all_resolved = testkit::wait_until_async(Duration::from_secs(60), || async {
         let pages = rig.pages.all();
-        triggers(&pages) == resolves(&pages)
+        page_keys(&pages, "trigger") == page_keys(&pages, "resolve")
     })
     .await;
     let (stored_producer, stored_regional) =
@@ -173,14 +135,9 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     );
     assert!(all_resolved, "unresolved pages: {pages:#?}");
     assert_same_records(&acked, &log);
-    assert!(
+    assert_exact_and_final(
         final_ok,
-        "windows not final with exact counts; producer {:?}; regional {:?}",
-        window_diff(&want_producer, &stored_producer),
-        window_diff(&want_regional, &stored_regional)
-    );
-    assert_eq!(
-        window_diff(&want_regional, &stored_regional),
-        Vec::<String>::new()
+        (&want_producer, &stored_producer),
+        (&want_regional, &stored_regional),
     );
 }
