@@ -67,6 +67,10 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
         })
     })
     .await;
+    // Down for longer than stall_after in any case (the auditor's last progress may be
+    // older than the second kill: the first one already held it up).
+    crate::e2e::sleep_until_ms(common::now_ms() + 20_000 - outage.elapsed().as_millis() as i64)
+        .await;
     let still_frozen = rig.stored_total("regional").await;
     let down_for = outage.elapsed();
     tokio::task::block_in_place(|| {
@@ -118,10 +122,6 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
         rig.pages.of(&topic)
     );
     assert!(paged, "stalled not paged: {pages:#?}");
-    assert!(
-        down_for > Duration::from_secs(15),
-        "paged stalled {down_for:?} into the outage, before stall_after"
-    );
     assert_eq!(
         frozen, still_frozen,
         "counts published while two nodes were down"
