@@ -230,7 +230,16 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
         common::KafkaRole::Consumer,
         &[
             ("auto.offset.reset", "earliest"),
-            ("session.timeout.ms", "10000"),
+            // Kafka's default (KIP-735). The session must outlast a move of the group
+            // coordinator (the broker's own session, 9 s by default, then the new
+            // coordinator loading the group): past it librdkafka takes the assignment
+            // for lost and rejoins without its member id, and the coordinator fences the
+            // static member's old id, which librdkafka reports as a fatal error. Every
+            // group coordinator failure then cost a recreated consumer and a recount
+            // from the committed offsets (10 s here before: seen on the replicated
+            // cluster, tests/it/replicated). A dead instance's partitions wait as long
+            // for another one; a restarted one keeps them (static membership).
+            ("session.timeout.ms", "45000"),
             // librdkafka's default (1000 ms) idles a consumer that reads faster than
             // one fetch fills the queue (queued.min.messages): measured here, it
             // capped a bare consumer at ~300k msg/s with the machine 85 % idle; at
