@@ -7,7 +7,7 @@
 //! from the kill until the stored count reaches what the cluster had acknowledged when
 //! the node died.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 
@@ -30,21 +30,6 @@ const ROLES: [Role; 4] = [
     Role::GroupCoordinator,
 ];
 
-/// Waits until the stored regional count reaches `n`; how long it took (None: not
-/// within `timeout`).
-async fn counted(rig: &Rig, n: u64, timeout: Duration) -> Option<Duration> {
-    let t = Instant::now();
-    testkit::wait_until_async(timeout, || async {
-        let got = rig.stored_total("regional").await;
-        if got < n {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        got >= n
-    })
-    .await
-    .then(|| t.elapsed())
-}
-
 fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
@@ -58,7 +43,7 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
     let mut steady = Steady::start("kills", PARTITIONS, RATE, "60s").await;
     let (rig, producer) = (&steady.rig, steady.producer.clone());
     assert!(
-        counted(rig, 1, Duration::from_secs(90)).await.is_some(),
+        rig.wait_counted(1, Duration::from_secs(90)).await.is_some(),
         "counting did not start"
     );
     let txn_id = rig.transactional_id();
@@ -81,7 +66,8 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
             .transaction_coordinator(&txn_id)));
     });
     // What counting lags by without a kill: the same measure, nothing killed.
-    let baseline = counted(rig, producer.acked_count(), Duration::from_secs(60))
+    let baseline = rig
+        .wait_counted(producer.acked_count(), Duration::from_secs(60))
         .await
         .expect("counting keeps up without a kill");
     let mut stalls = Vec::new();
@@ -109,7 +95,7 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
             .collect();
         tokio::task::block_in_place(|| c.kill(node));
         let acked_at_kill = producer.acked_count();
-        let stall = counted(rig, acked_at_kill, Duration::from_secs(240))
+        let stall = rig.wait_counted(acked_at_kill, Duration::from_secs(240))
             .await
             .unwrap_or_else(|| {
                 let c = &rig.cluster;
