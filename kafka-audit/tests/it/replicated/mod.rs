@@ -12,6 +12,7 @@
 //! its alerts to a local webhook receiver).
 #![allow(dead_code)]
 
+mod coordinator;
 mod kills;
 mod loss;
 mod two_down;
@@ -85,7 +86,6 @@ impl Cluster {
                 "internal topics of R not fully replicated: {:?}",
                 internal.iter().map(|t| c.partitions(t)).collect::<Vec<_>>()
             );
-        });
             // A node started after the others leads nothing until Kafka rebalances
             // (every 5 minutes): the tests pick nodes by the roles they hold.
             let preferred = internal
@@ -95,11 +95,11 @@ impl Cluster {
             if !preferred {
                 c.dev_kafka(&["elect", "r"]);
             }
-        c
+        });
         c.delete_leftover_topics().await;
+        c
     }
 
-    fn dev_kafka(&self, args: &[&str]) -> String {
     /// Deletes every topic but Kafka's own. A restarted node recovers each log it
     /// holds before it serves (after a SIGKILL it scans their unflushed segments): with
     /// the topics of every earlier run kept, a restart took over a minute under load,
@@ -140,6 +140,7 @@ impl Cluster {
         assert!(gone, "topics left on R: {:?}", names(self));
     }
 
+    fn dev_kafka(&self, args: &[&str]) -> String {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/dev/kafka");
         let out = std::process::Command::new(script)
             .args(args)
@@ -238,6 +239,17 @@ impl Cluster {
         out.trim()
             .parse()
             .unwrap_or_else(|_| panic!("coordinator of {kind} {id}: {out:?}"))
+    }
+
+    /// The node ids the cluster's metadata lists: a SIGKILLed node drops out once the
+    /// controller has fenced it (broker session timeout), and clients drop it then.
+    pub fn brokers(&self) -> Vec<i32> {
+        let Ok(md) = self.admin.inner().fetch_metadata(None, METADATA_TIMEOUT) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<i32> = md.brokers().iter().map(|b| b.id()).collect();
+        ids.sort();
+        ids
     }
 
     /// Waits until every partition of `topics` has a leader and all its replicas in
@@ -814,18 +826,6 @@ impl Rig {
         ))
     }
 
-    /// The stored count of `tier` over every window of the topic.
-    pub async fn stored_total(&self, tier: &str) -> u64 {
-        self.stored(tier).await.values().sum()
-    }
-
-    /// The stored counts of `tier` per window start.
-    pub async fn stored(&self, tier: &str) -> BTreeMap<i64, u64> {
-        let now = common::now_ms();
-        let rows = self
-            .state
-            .store
-            .topic_windows(
     /// Waits until the stored regional count reaches `n`; how long it took (None: not
     /// within `timeout`).
     pub async fn wait_counted(&self, n: u64, timeout: Duration) -> Option<Duration> {
@@ -844,18 +844,30 @@ impl Rig {
         .then(|| t.elapsed())
     }
 
-                &self.topic,
-                store::TimeRange::new(now - 3_600_000, now + 3_600_000),
-            )
-            .await?;
-        let mut out = BTreeMap::new();
-        for r in rows.iter().filter(|r| r.tier == tier) {
+    /// The stored count of `tier` over every window of the topic.
+    pub async fn stored_total(&self, tier: &str) -> u64 {
+        self.stored(tier).await.values().sum()
+    }
+
+    /// The stored counts of `tier` per window start.
+    pub async fn stored(&self, tier: &str) -> BTreeMap<i64, u64> {
         self.try_stored(tier).await.expect("rows")
     }
 
     /// [`Rig::stored`], or the database's error (the shared server may drop a
     /// connection; a poll asks again).
     async fn try_stored(&self, tier: &str) -> Result<BTreeMap<i64, u64>, store::StoreError> {
+        let now = common::now_ms();
+        let rows = self
+            .state
+            .store
+            .topic_windows(
+                &self.topic,
+                store::TimeRange::new(now - 3_600_000, now + 3_600_000),
+            )
+            .await?;
+        let mut out = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.tier == tier) {
             *out.entry(r.window_start_ms).or_default() += r.count;
         }
         Ok(out)
