@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -64,7 +64,9 @@ pub(crate) struct Core {
     pub(crate) counting: Counting,
     pub(crate) parts: HashMap<String, BTreeMap<i32, PartState>, FastHash>,
     pub(crate) wal: Wal,
-    pub(crate) producer: AuditProducer,
+    /// Shared with a `send_offsets_to_transaction` that may outlive its bound (see
+    /// `publish::send_offsets`).
+    pub(crate) producer: Arc<AuditProducer>,
     pub(crate) metrics: Metrics,
     /// Partitions this instance owns now.
     pub(crate) assigned: HashSet<TopicPartition>,
@@ -328,7 +330,7 @@ impl Core {
             counting,
             parts: HashMap::default(),
             wal,
-            producer,
+            producer: Arc::new(producer),
             metrics,
             assigned: HashSet::new(),
             unsettled,
