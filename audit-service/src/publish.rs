@@ -160,9 +160,10 @@ impl Core {
                 // exist with the full timeout. A deleted partition has nothing left to
                 // re-read, so its offset is the only thing dropped; the messages and the
                 // other offsets stay in one transaction.
-                // With no topic deleted, the group coordinator did not answer in time,
-                // usually because it moved: the second try is made by a new producer,
-                // which looks the coordinator up afresh (see `send_offsets`).
+                // With no topic deleted, the transaction coordinator (AddOffsetsToTxn) or
+                // the group coordinator (TxnOffsetCommit) did not answer, usually because
+                // it moved: the second try is made by a new producer, which looks both up
+                // afresh (see `send_offsets`).
                 let full = a.publish_timeout;
                 let quick = full.min(OFFSETS_FIRST_TRY);
                 let mut res = self.publish_transaction(consumer, entry, &tpl, quick);
@@ -185,8 +186,8 @@ impl Core {
                                 ServiceError::ProducerRecreated,
                                 e,
                                 format_args!(
-                                    "offsets not added to the transaction in time; a new \
-                                     producer looks the group coordinator up again"
+                                    "offsets not added to the transaction; a new producer \
+                                     looks the group coordinator up again and retries"
                                 ),
                             );
                             self.replace_producer()
