@@ -4,7 +4,8 @@
 #      through deploy/dev/kafka),
 #   2. builds the workspace's tests, and builds and unit-tests the Java interceptors
 #      (Maven: interceptors/java; the end-to-end tests run their jar),
-#   3. starts Kafka clusters A and B and PostgreSQL, unless they already answer
+#   3. starts Kafka clusters A and B, the replicated cluster R (three nodes, for the
+#      failover tests) and PostgreSQL, unless they already answer
 #      (a developer's services, kept up between runs, are used and left running),
 #   4. runs `cargo test --workspace --no-fail-fast` (or `cargo test ARGS...` when given arguments,
 #      e.g. ./test.sh -p testkit),
@@ -12,7 +13,7 @@
 # and exits with the tests' status. Each phase prints its duration.
 #
 # With the services up (deploy/dev/kafka start; deploy/dev/postgres start), plain
-# `cargo test` works too. Ports: KAFKA_A_PORT, KAFKA_B_PORT, KAFKA_AUDIT_PG_PORT (see
+# `cargo test` works too. Ports: KAFKA_A_PORT, KAFKA_B_PORT, KAFKA_R_PORT, KAFKA_AUDIT_PG_PORT (see
 # the scripts in deploy/dev); the tests are pointed at them.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
@@ -20,6 +21,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 export DEBIAN_FRONTEND=noninteractive
 export KAFKA_AUDIT_TEST_KAFKA_A=${KAFKA_AUDIT_TEST_KAFKA_A:-127.0.0.1:${KAFKA_A_PORT:-19092}}
 export KAFKA_AUDIT_TEST_KAFKA_B=${KAFKA_AUDIT_TEST_KAFKA_B:-127.0.0.1:${KAFKA_B_PORT:-29092}}
+r_port=${KAFKA_R_PORT:-18092}
+export KAFKA_AUDIT_TEST_KAFKA_R=${KAFKA_AUDIT_TEST_KAFKA_R:-127.0.0.1:$r_port,127.0.0.1:$((r_port + 1)),127.0.0.1:$((r_port + 2))}
 export KAFKA_AUDIT_TEST_PG_URL=${KAFKA_AUDIT_TEST_PG_URL:-postgres://postgres@127.0.0.1:${KAFKA_AUDIT_PG_PORT:-55432}/kafka_audit}
 
 timings=()
@@ -108,6 +111,7 @@ stop_started() {
     case $service in
       kafka-a) deploy/dev/kafka stop a ;;
       kafka-b) deploy/dev/kafka stop b ;;
+      kafka-r) deploy/dev/kafka stop r ;;
       postgres) deploy/dev/postgres stop ;;
     esac
   done
@@ -120,10 +124,13 @@ trap 'exit 143' TERM
 
 echo "== services"
 pids=()
-for service in kafka-a kafka-b postgres; do
+for service in kafka-a kafka-b kafka-r postgres; do
   case $service in
     kafka-a) probe=(deploy/dev/kafka status a) start=(deploy/dev/kafka start a) ;;
     kafka-b) probe=(deploy/dev/kafka status b) start=(deploy/dev/kafka start b) ;;
+    # The failover tests kill and restart R's nodes through deploy/dev/kafka, so an R
+    # already running must have been started from this checkout's state directory.
+    kafka-r) probe=(deploy/dev/kafka status r) start=(deploy/dev/kafka start r) ;;
     postgres) probe=(deploy/dev/postgres status) start=(deploy/dev/postgres start) ;;
   esac
   if "${probe[@]}" >/dev/null 2>&1; then

@@ -57,6 +57,8 @@ pub struct RecordTimestamp {
 pub struct Observation<'a> {
     pub topic: &'a str,
     pub partition: i32,
+    /// Negative when the client does not know it (librdkafka's -1001 in some delivery
+    /// reports): counted, but left out of the window's offset ranges.
     pub offset: i64,
     /// `None` for a null key (hashed like an empty key).
     pub key: Option<&'a [u8]>,

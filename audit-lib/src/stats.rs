@@ -148,7 +148,10 @@ impl WindowStats {
                 CountedKind::EventTime | CountedKind::ObservationTime => {}
             }
         }
-        if track_offsets && c.offset >= 0 {
+        // A negative offset is one the client does not know (librdkafka's -1001 in the
+        // delivery report of a resent idempotent message): nothing to replay, and the
+        // collector refuses a range that holds one.
+        if track_offsets && c.offset >= 0 && c.partition >= 0 {
             self.track_offset(c.partition, c.offset);
         }
     }
@@ -200,6 +203,39 @@ impl WindowStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A producer embedding audit-lib counts delivery reports, and librdkafka reports
+    /// offset -1001 (unknown) for a message an idempotent producer resent after a broker
+    /// failover and that a later batch's answer acknowledged (found on the replicated
+    /// cluster, issue 31). The message counts; its unknown offset is no offset to
+    /// replay: kept in the range, it made the collector reject the whole increment
+    /// ("offset range of partition 0 is invalid: min -1001"), a false loss.
+    #[test]
+    fn an_unknown_offset_is_counted_but_not_tracked() {
+        let mut s = WindowStats::default();
+        let class = Classification::EventTime {
+            event_time_ms: 1_000,
+            source: crate::extract::TimeSource::Field(0),
+            unit: crate::timeparse::TimeUnit::Millis,
+        };
+        for offset in [7, -1001, 9] {
+            let obs = Observation {
+                offset,
+                ..Observation::new("t", b"{}", 1_000)
+            };
+            s.record(&obs, &class, true);
+        }
+        assert_eq!(s.count, 3);
+        // reverted: [OffsetSpan { partition: 0, min: -1001, max: 9 }]
+        assert_eq!(
+            s.offsets,
+            vec![OffsetSpan {
+                partition: 0,
+                min: 7,
+                max: 9
+            }]
+        );
+    }
 
     #[test]
     fn merging_hostile_counts_saturates_instead_of_panicking() {

@@ -7,14 +7,15 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
-use std::sync::Mutex;
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex};
 
 use crate::config::{Config, Mode};
 use crate::metrics::ServiceError;
@@ -159,24 +160,42 @@ impl Core {
                 // exist with the full timeout. A deleted partition has nothing left to
                 // re-read, so its offset is the only thing dropped; the messages and the
                 // other offsets stay in one transaction.
+                // With no topic deleted, the transaction coordinator (AddOffsetsToTxn) or
+                // the group coordinator (TxnOffsetCommit) did not answer, usually because
+                // it moved: the second try is made by a new producer, which looks both up
+                // afresh (see `send_offsets`).
                 let full = a.publish_timeout;
                 let quick = full.min(OFFSETS_FIRST_TRY);
                 let mut res = self.publish_transaction(consumer, entry, &tpl, quick);
                 if let Err(e) = &res {
                     if e.downcast_ref::<OffsetsFailed>().is_some() {
-                        self.recover_producer(e);
-                        if self.unsettled.is_some() {
-                            return res.with_context(|| {
-                                format!("transaction of WAL entry {} failed", entry.id)
-                            });
-                        }
                         let kept = existing_partitions(consumer, &tpl, quick);
-                        if kept.count() < tpl.count() {
+                        let retry = if kept.count() < tpl.count() {
+                            self.recover_producer(e);
                             tracing::warn!(
                                 entry = entry.id,
                                 dropped = tpl.count() - kept.count(),
                                 "offsets of deleted partitions left out of the transaction"
                             );
+                            self.unsettled.is_none()
+                        } else {
+                            // The transaction never reached its commit and the new
+                            // incarnation aborts it: the entry is certainly unpublished,
+                            // not ambiguous.
+                            self.metrics.emit(
+                                ServiceError::ProducerRecreated,
+                                e,
+                                format_args!(
+                                    "offsets not added to the transaction; a new producer \
+                                     looks the group coordinator up again and retries"
+                                ),
+                            );
+                            self.replace_producer()
+                        };
+                        if !retry {
+                            return res.with_context(|| {
+                                format!("transaction of WAL entry {} failed", entry.id)
+                            });
                         }
                         res = self.publish_transaction(consumer, entry, &kept, full);
                     }
@@ -266,9 +285,7 @@ impl Core {
             let meta = consumer
                 .group_metadata()
                 .context("consumer has no group metadata")?;
-            self.producer
-                .send_offsets_to_transaction(tpl, &meta, offsets_timeout)
-                .context(OffsetsFailed)?;
+            send_offsets(&self.producer, tpl, meta, offsets_timeout).context(OffsetsFailed)?;
         }
         self.producer
             .commit_transaction(t)
@@ -277,12 +294,28 @@ impl Core {
     }
 
     /// After a failed transaction: abort it when it can be, recreate the producer when
-    /// the error is fatal (e.g. fenced), then the restart rule decides about the
-    /// pending entries.
+    /// the error is fatal (e.g. fenced), a call is stuck or the abort failed, then the
+    /// restart rule decides about the pending entries.
     fn recover_producer(&mut self, err: &anyhow::Error) {
         let kerr = err.chain().find_map(|c| c.downcast_ref::<KafkaError>());
         let fatal = matches!(kerr, Some(KafkaError::Transaction(e)) if e.is_fatal());
-        if !fatal {
+        // A producer with a call still under way takes no other call (librdkafka
+        // answers each with a conflict): only a new incarnation fences its transaction.
+        let wedged = err.chain().any(|c| c.is::<Wedged>());
+        if wedged || fatal {
+            self.metrics.emit(
+                ServiceError::ProducerRecreated,
+                err,
+                format_args!(
+                    "{}; recreating the producer (the new one fences the old one's transaction)",
+                    if wedged {
+                        "the audit producer is stuck in a transactional call"
+                    } else {
+                        "fatal transaction error"
+                    }
+                ),
+            );
+        } else {
             // A BaseProducer must serve the delivery reports of the failed messages
             // before it can abort; flush polls them.
             let _ = self.producer.flush(self.cfg.audit.publish_timeout);
@@ -297,23 +330,28 @@ impl Core {
                     format_args!("abort_transaction failed; recreating the producer"),
                 ),
             }
-        } else {
-            self.metrics.emit(
-                ServiceError::ProducerRecreated,
-                err,
-                format_args!("fatal transaction error; recreating the producer"),
-            );
         }
+        if self.replace_producer() {
+            // A fenced or broken producer may have committed or not: only the
+            // committed offsets can tell.
+            self.unsettled = (self.wal.pending_count() > 0).then_some(Origin::AmbiguousThisSession);
+        }
+    }
+
+    /// Replaces the producer by a new incarnation (same `transactional.id`: its
+    /// `init_transactions` aborts the old one's open transaction and fences it).
+    /// Whether it was replaced.
+    fn replace_producer(&mut self) -> bool {
         match create_producer(&self.cfg) {
             Ok(p) => {
-                self.producer = p;
-                // A fenced or broken producer may have committed or not: only the
-                // committed offsets can tell.
-                self.unsettled =
-                    (self.wal.pending_count() > 0).then_some(Origin::AmbiguousThisSession);
+                // A stuck call keeps its own reference: the old producer is destroyed
+                // when that call returns, fenced.
+                self.producer = Arc::new(p);
+                true
             }
             Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot recreate the audit producer")
+                tracing::error!(error = %format!("{e:#}"), "cannot recreate the audit producer");
+                false
             }
         }
     }
@@ -322,6 +360,65 @@ impl Core {
 /// How long the first `send_offsets_to_transaction` of an entry may take before the
 /// entry's topics are checked for deletion (see [`Core::publish`]).
 const OFFSETS_FIRST_TRY: Duration = Duration::from_secs(5);
+
+/// How long past its own timeout a `send_offsets_to_transaction` may take before the
+/// producer is taken for stuck: librdkafka enforces that timeout itself whenever one
+/// of the call's requests is answered or retried, so a late answer is one a loaded
+/// machine delays by a second or two, not more.
+const STUCK_AFTER: Duration = Duration::from_secs(3);
+
+/// `send_offsets_to_transaction`, bounded. librdkafka waits for the call's result
+/// without a bound and enforces its timeout only when one of its requests is answered
+/// or retried. One never is: the TxnOffsetCommit of a group whose cached coordinator
+/// librdkafka has decommissioned, because the broker left the cluster's metadata (a
+/// KRaft broker does once fenced, seconds after it died), waits for that connection to
+/// come up again, and nothing retries it until some other connection of the producer
+/// goes up or down (librdkafka #5511; the broker closing an idle connection does, after
+/// ten minutes). The call runs on a thread of its own; when it has not returned
+/// [`STUCK_AFTER`] past its timeout the result is [`Wedged`], and the caller recreates
+/// the producer: the new incarnation's `init_transactions` aborts the stuck one's
+/// transaction and fences it, and the restart rule settles the entry.
+fn send_offsets(
+    producer: &Arc<AuditProducer>,
+    offsets: &TopicPartitionList,
+    group: ConsumerGroupMetadata,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    let (producer, offsets) = (Arc::clone(producer), offsets.clone());
+    std::thread::Builder::new()
+        .name("audit-offsets".into())
+        .spawn(move || {
+            // The receiver is gone when the call was given up: nothing to report to.
+            let _ = done.send(producer.send_offsets_to_transaction(&offsets, &group, timeout));
+        })
+        .context("cannot start a thread for send_offsets_to_transaction")?;
+    match result.recv_timeout(timeout + STUCK_AFTER) {
+        Ok(r) => r.map_err(Into::into),
+        Err(RecvTimeoutError::Timeout) => Err(Wedged(timeout + STUCK_AFTER).into()),
+        Err(RecvTimeoutError::Disconnected) => {
+            anyhow::bail!("send_offsets_to_transaction panicked")
+        }
+    }
+}
+
+/// A transactional call of the audit producer that did not return within its bound
+/// (see [`send_offsets`]).
+#[derive(Debug)]
+struct Wedged(Duration);
+
+impl std::fmt::Display for Wedged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "librdkafka did not return within {:?} (librdkafka #5511: a group coordinator that \
+             left the cluster's metadata stays cached)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Wedged {}
 
 /// The context of a failed `send_offsets_to_transaction`.
 #[derive(Debug)]

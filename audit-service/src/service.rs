@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -64,7 +64,9 @@ pub(crate) struct Core {
     pub(crate) counting: Counting,
     pub(crate) parts: HashMap<String, BTreeMap<i32, PartState>, FastHash>,
     pub(crate) wal: Wal,
-    pub(crate) producer: AuditProducer,
+    /// Shared with a `send_offsets_to_transaction` that may outlive its bound (see
+    /// `publish::send_offsets`).
+    pub(crate) producer: Arc<AuditProducer>,
     pub(crate) metrics: Metrics,
     /// Partitions this instance owns now.
     pub(crate) assigned: HashSet<TopicPartition>,
@@ -230,7 +232,16 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
         common::KafkaRole::Consumer,
         &[
             ("auto.offset.reset", "earliest"),
-            ("session.timeout.ms", "10000"),
+            // Kafka's default (KIP-735). The session must outlast a move of the group
+            // coordinator (the broker's own session, 9 s by default, then the new
+            // coordinator loading the group): past it librdkafka takes the assignment
+            // for lost and rejoins without its member id, and the coordinator fences the
+            // static member's old id, which librdkafka reports as a fatal error. Every
+            // group coordinator failure then cost a recreated consumer and a recount
+            // from the committed offsets (10 s here before: seen on the replicated
+            // cluster, tests/it/replicated). A dead instance's partitions wait as long
+            // for another one; a restarted one keeps them (static membership).
+            ("session.timeout.ms", "45000"),
             // librdkafka's default (1000 ms) idles a consumer that reads faster than
             // one fetch fills the queue (queued.min.messages): measured here, it
             // capped a bare consumer at ~300k msg/s with the machine 85 % idle; at
@@ -319,7 +330,7 @@ impl Core {
             counting,
             parts: HashMap::default(),
             wal,
-            producer,
+            producer: Arc::new(producer),
             metrics,
             assigned: HashSet::new(),
             unsettled,

@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | [`kafka_a`] | `KAFKA_AUDIT_TEST_KAFKA_A` | `127.0.0.1:19092` |
 //! | [`kafka_b`] | `KAFKA_AUDIT_TEST_KAFKA_B` | `127.0.0.1:29092` |
+//! | [`kafka_r`] | `KAFKA_AUDIT_TEST_KAFKA_R` | `127.0.0.1:18092,127.0.0.1:18093,127.0.0.1:18094` |
 //! | [`pg_url`] | `KAFKA_AUDIT_TEST_PG_URL` | `postgres://postgres@127.0.0.1:55432/kafka_audit` |
 //! | [`citus_url`] | `KAFKA_AUDIT_TEST_CITUS_URL` | none: the tests on Citus are skipped |
 //!
@@ -34,6 +35,8 @@ use sqlx::{Connection, Executor, PgConnection};
 pub const KAFKA_A_ENV: &str = "KAFKA_AUDIT_TEST_KAFKA_A";
 /// Environment variable naming the bootstrap servers of Kafka cluster B (aggregate).
 pub const KAFKA_B_ENV: &str = "KAFKA_AUDIT_TEST_KAFKA_B";
+/// Environment variable naming the bootstrap servers of the replicated cluster R.
+pub const KAFKA_R_ENV: &str = "KAFKA_AUDIT_TEST_KAFKA_R";
 /// Environment variable holding the PostgreSQL URL of the test server.
 pub const PG_URL_ENV: &str = "KAFKA_AUDIT_TEST_PG_URL";
 /// Environment variable holding the URL of a Citus coordinator's database (`deploy/dev/citus url`).
@@ -41,6 +44,7 @@ pub const CITUS_URL_ENV: &str = "KAFKA_AUDIT_TEST_CITUS_URL";
 
 const KAFKA_A_DEFAULT: &str = "127.0.0.1:19092";
 const KAFKA_B_DEFAULT: &str = "127.0.0.1:29092";
+const KAFKA_R_DEFAULT: &str = "127.0.0.1:18092,127.0.0.1:18093,127.0.0.1:18094";
 const PG_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:55432/kafka_audit";
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -64,6 +68,17 @@ pub fn kafka_b() -> String {
         KAFKA_B_DEFAULT,
         "Kafka cluster B",
         "deploy/dev/kafka start b",
+    )
+}
+
+/// Bootstrap servers of the replicated cluster R (three KRaft nodes, for failover
+/// tests); panics if its first node is not up.
+pub fn kafka_r() -> String {
+    locate(
+        KAFKA_R_ENV,
+        KAFKA_R_DEFAULT,
+        "Kafka cluster R",
+        "deploy/dev/kafka start r",
     )
 }
 

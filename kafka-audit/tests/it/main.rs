@@ -32,6 +32,7 @@ mod integrity;
 mod java_interceptors;
 mod late_auditor;
 mod region_only_topic;
+mod replicated;
 mod rollup_held;
 mod stuck_instance;
 mod transactional;
