@@ -200,7 +200,7 @@ static int thread_times(struct thread_time *t) {
         while ((e = readdir(d)) && n < MAX_THREADS) {
                 if (e->d_name[0] == '.')
                         continue;
-                char path[64];
+                char path[300]; /* d_name is up to 255 bytes */
                 t[n].tid = atoi(e->d_name);
                 snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
                 FILE *f = fopen(path, "r");
