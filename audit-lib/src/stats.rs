@@ -9,12 +9,32 @@ use crate::extract::Classification;
 use crate::histogram::LatencyHistogram;
 use crate::observation::Observation;
 
-/// Lowest and highest offset counted in one partition.
+/// Lowest and highest offset counted in one partition, and the latest record time
+/// counted there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OffsetSpan {
     pub partition: i32,
     pub min: i64,
     pub max: i64,
+    /// The latest Kafka record timestamp of the messages counted in this partition
+    /// (epoch ms), each capped at the emitter's clock when it observed the message:
+    /// what a downstream tier must have read past in this partition before the window
+    /// can be judged (docs/web.md, Verdicts). `None`: unknown (an emitter older than
+    /// the field, or no message with a record timestamp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_record_time: Option<i64>,
+}
+
+impl OffsetSpan {
+    /// The span of one message at `offset`, with its capped record time if known.
+    pub fn new(partition: i32, offset: i64, record_time: Option<i64>) -> Self {
+        OffsetSpan {
+            partition,
+            min: offset,
+            max: offset,
+            max_record_time: record_time,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +66,13 @@ pub struct WindowStats {
     /// `observation_time_count`); absent when offset tracking is off.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offsets: Vec<OffsetSpan>,
+    /// The latest observation time (the emitter's clock) of the messages of the window
+    /// (`count` and `observation_time_count`): when this emitter last counted one. The
+    /// evidence of an emitter that knows no partitions (a producer counting before
+    /// delivery, or offset tracking off): a downstream tier must have read past it
+    /// plus the grace period on every partition. `None`: unknown (older emitters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_observed_at: Option<i64>,
 }
 
 impl WindowStats {
@@ -88,27 +115,35 @@ impl WindowStats {
         } else {
             self.observation_time_count += 1;
         }
+        // `None < Some`: one compare each, no branch on whether one is known yet.
+        self.max_observed_at = self.max_observed_at.max(Some(obs.observed_at_ms));
         if track_offsets {
-            self.track_offset(obs.partition, obs.offset);
+            // Capped at the observer's clock, as the auditor's progress watermark is:
+            // a producer with a fast clock cannot stamp a record past "now". Times
+            // before the epoch are no times (Kafka's -1 is "none").
+            let record_time = obs
+                .record_timestamp
+                .map(|t| t.ms.min(obs.observed_at_ms))
+                .filter(|&t| t >= 0);
+            self.track_offset(obs.partition, obs.offset, record_time);
         }
     }
 
-    /// Widens the offset range of `partition` to include `offset`. A linear scan: a
-    /// window of one topic sees few partitions per auditor instance.
+    /// Widens the offset range of `partition` to include `offset`, and its latest
+    /// record time to `record_time`. A linear scan: a window of one topic sees few
+    /// partitions per auditor instance.
     #[inline]
-    pub fn track_offset(&mut self, partition: i32, offset: i64) {
+    pub fn track_offset(&mut self, partition: i32, offset: i64, record_time: Option<i64>) {
         for r in self.offsets.iter_mut() {
             if r.partition == partition {
                 r.min = r.min.min(offset);
                 r.max = r.max.max(offset);
+                r.max_record_time = r.max_record_time.max(record_time);
                 return;
             }
         }
-        self.offsets.push(OffsetSpan {
-            partition,
-            min: offset,
-            max: offset,
-        });
+        self.offsets
+            .push(OffsetSpan::new(partition, offset, record_time));
     }
 
     /// Adds `other` into `self`.
@@ -126,9 +161,10 @@ impl WindowStats {
             .saturating_add(other.observation_time_count);
         self.checksum.merge(other.checksum);
         self.latency.merge(&other.latency);
+        self.max_observed_at = self.max_observed_at.max(other.max_observed_at);
         for r in &other.offsets {
-            self.track_offset(r.partition, r.min);
-            self.track_offset(r.partition, r.max);
+            self.track_offset(r.partition, r.min, r.max_record_time);
+            self.track_offset(r.partition, r.max, None);
         }
         self.offsets.sort_by_key(|r| r.partition);
     }
@@ -162,8 +198,9 @@ mod tests {
             ..Default::default()
         };
         a.latency.record(10);
-        a.track_offset(1, 5);
-        a.track_offset(1, 7);
+        a.track_offset(1, 5, Some(100));
+        a.track_offset(1, 7, None);
+        a.max_observed_at = Some(300);
         let mut b = WindowStats {
             count: 2,
             bytes: 5,
@@ -175,8 +212,8 @@ mod tests {
             ..Default::default()
         };
         b.latency.record(20);
-        b.track_offset(0, 9);
-        b.track_offset(1, 2);
+        b.track_offset(0, 9, None);
+        b.track_offset(1, 2, Some(150));
         a.merge(&b);
         assert_eq!(a.count, 5);
         assert_eq!(a.bytes, 35);
@@ -192,14 +229,18 @@ mod tests {
                 OffsetSpan {
                     partition: 0,
                     min: 9,
-                    max: 9
+                    max: 9,
+                    max_record_time: None
                 },
                 OffsetSpan {
                     partition: 1,
                     min: 2,
-                    max: 7
+                    max: 7,
+                    max_record_time: Some(150)
                 }
             ]
         );
+        // The latest of both, an unknown one (an older emitter) being no evidence.
+        assert_eq!(a.max_observed_at, Some(300));
     }
 }

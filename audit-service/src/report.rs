@@ -53,6 +53,11 @@ pub(crate) struct PartState {
     pub(crate) start: Option<i64>,
     pub(crate) next: Option<i64>,
     pub(crate) record_time: Option<i64>,
+    /// The latest record time read and reported (issue 24), over every report this
+    /// instance wrote since it read the partition.
+    pub(crate) max_record_time: Option<i64>,
+    /// The partition's records carry LogAppendTime (the last timestamped one did).
+    pub(crate) log_append_time: bool,
     /// The partition's log ends as librdkafka last saw them (statistics).
     pub(crate) ends: Option<LogEnds>,
     /// The consumer's position (next offset to fetch) as of the last report: past
@@ -196,16 +201,24 @@ impl Core {
     pub(crate) fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
         let now = now_ms();
         let (mut messages, positions) = self.counting.drain(now);
-        for (topic, partition, next, record_time) in positions {
+        // The latest record times read since the last report are what this report's
+        // increments count: kept only once its WAL entry is written (after a failed
+        // write the records are read again, and until then no progress may claim them).
+        let mut latest: HashMap<TopicPartition, i64> = HashMap::new();
+        for pos in positions {
+            if let Some(t) = pos.latest {
+                latest.insert(TopicPartition::new(pos.topic.as_str(), pos.partition), t);
+            }
             let st = self
                 .parts
-                .entry(topic)
+                .entry(pos.topic)
                 .or_default()
-                .entry(partition)
+                .entry(pos.partition)
                 .or_default();
-            st.next = Some(next);
-            if record_time.is_some() {
-                st.record_time = record_time;
+            st.next = Some(pos.next);
+            if pos.watermark.is_some() {
+                st.record_time = pos.watermark;
+                st.log_append_time = pos.log_append_time;
             }
         }
         let from_log_start = starts_at_log_start(&self.cfg);
@@ -220,10 +233,8 @@ impl Core {
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();
             for (&partition, st) in parts.iter_mut() {
-                if !self
-                    .assigned
-                    .contains(&TopicPartition::new(topic.as_str(), partition))
-                {
+                let tp = TopicPartition::new(topic.as_str(), partition);
+                if !self.assigned.contains(&tp) {
                     continue;
                 }
                 if let Some(end) = st.next {
@@ -249,6 +260,8 @@ impl Core {
                         next_offset: next,
                         record_time: st.record_time,
                         lag,
+                        max_record_time: st.max_record_time.max(latest.get(&tp).copied()),
+                        log_append_time: st.log_append_time,
                     });
                 }
             }
@@ -310,6 +323,15 @@ impl Core {
             {
                 st.start = Some(r.end);
                 st.next = None;
+            }
+        }
+        for (tp, t) in latest {
+            if let Some(st) = self
+                .parts
+                .get_mut(tp.topic.as_str())
+                .and_then(|p| p.get_mut(&tp.partition))
+            {
+                st.max_record_time = st.max_record_time.max(Some(t));
             }
         }
         self.update_wal_metrics();

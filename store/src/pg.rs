@@ -25,12 +25,13 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
         "INSERT INTO audit_window AS w (topic, tier, datacenter, window_start_ms, window_end_ms,
              count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
              latency_zero_count, latency_negative_count, latency_max_ms, increments,
-             first_received_at_ms, last_received_at_ms, observation_time_count)
-         SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16, obs
+             first_received_at_ms, last_received_at_ms, observation_time_count,
+             max_observed_at_ms)
+         SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16, obs, mo
          FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[],
                      $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
-                     $13::int8[], $14::int8[], $15::int8[], $17::int8[])
-              AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, obs)
+                     $13::int8[], $14::int8[], $15::int8[], $17::int8[], $18::int8[])
+              AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, obs, mo)
          ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
              window_end_ms = GREATEST(w.window_end_ms, EXCLUDED.window_end_ms),
              count = {},
@@ -44,7 +45,8 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
              latency_negative_count = {},
              latency_max_ms = GREATEST(w.latency_max_ms, EXCLUDED.latency_max_ms),
              increments = {},
-             last_received_at_ms = GREATEST(w.last_received_at_ms, EXCLUDED.last_received_at_ms)
+             last_received_at_ms = GREATEST(w.last_received_at_ms, EXCLUDED.last_received_at_ms),
+             max_observed_at_ms = GREATEST(w.max_observed_at_ms, EXCLUDED.max_observed_at_ms)
          RETURNING id, topic, tier, datacenter, window_start_ms",
         sum("count"),
         sum("bytes"),
@@ -201,7 +203,9 @@ impl PgStore {
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
         let mut cols: [Vec<i64>; 11] = Default::default();
+        let mut observed: Vec<Option<i64>> = Vec::with_capacity(n);
         for (k, w) in &rollup.windows {
+            observed.push(w.max_observed_at);
             topics.push(k.topic.as_str());
             tiers.push(k.tier.as_str());
             dcs.push(k.datacenter.as_str());
@@ -241,6 +245,7 @@ impl PgStore {
             .bind(&cols[9])
             .bind(received)
             .bind(&cols[10])
+            .bind(&observed)
             .fetch_all(&mut **tx)
             .await
             .context("adding increments to windows")?;
@@ -283,6 +288,7 @@ impl PgStore {
         let mut o_part = Vec::new();
         let mut o_min = Vec::new();
         let mut o_max = Vec::new();
+        let mut o_time: Vec<Option<i64>> = Vec::new();
         let mut ordered: Vec<(i64, &WindowKey, &crate::aggregate::WindowDelta)> = rollup
             .windows
             .iter()
@@ -304,13 +310,14 @@ impl PgStore {
                 b_idx.push(bucket);
                 b_cnt.push(count);
             }
-            for (&partition, &(min, max)) in &w.offsets {
+            for (&partition, &(min, max, record_time)) in &w.offsets {
                 o_topics.push(k.topic.as_str());
                 o_starts.push(k.window_start_ms);
                 o_ids.push(id);
                 o_part.push(partition);
                 o_min.push(min);
                 o_max.push(max);
+                o_time.push(record_time);
             }
         }
         if !b_ids.is_empty() {
@@ -333,12 +340,13 @@ impl PgStore {
         if !o_ids.is_empty() {
             sqlx::query(
                 "INSERT INTO audit_window_offset AS o (window_id, partition_id, min_offset, max_offset,
-                                                       topic, window_start_ms)
+                                                       topic, window_start_ms, max_record_time_ms)
                  SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::int8[], $5::text[],
-                                      $6::int8[])
+                                      $6::int8[], $7::int8[])
                  ON CONFLICT (topic, window_start_ms, window_id, partition_id) DO UPDATE SET
                      min_offset = LEAST(o.min_offset, EXCLUDED.min_offset),
-                     max_offset = GREATEST(o.max_offset, EXCLUDED.max_offset)",
+                     max_offset = GREATEST(o.max_offset, EXCLUDED.max_offset),
+                     max_record_time_ms = GREATEST(o.max_record_time_ms, EXCLUDED.max_record_time_ms)",
             )
             .bind(&o_ids)
             .bind(&o_part)
@@ -346,6 +354,7 @@ impl PgStore {
             .bind(&o_max)
             .bind(&o_topics)
             .bind(&o_starts)
+            .bind(&o_time)
             .execute(&mut **tx)
             .await
             .context("widening offset ranges")?;
@@ -370,7 +379,11 @@ impl PgStore {
         let mut rtime = Vec::new();
         let mut lag = Vec::new();
         let mut emitted = Vec::new();
+        let mut max_rtime = Vec::new();
+        let mut append_time = Vec::new();
         for ((topic, tier, dc, partition), p) in &rollup.progress {
+            max_rtime.push(p.max_record_time_ms);
+            append_time.push(p.log_append_time);
             topics.push(topic.as_str());
             tiers.push(tier.as_str());
             dcs.push(dc.as_str());
@@ -383,14 +396,18 @@ impl PgStore {
         }
         sqlx::query(
             "INSERT INTO audit_progress AS p (topic, tier, datacenter, partition_id, host, next_offset,
-                 record_time_ms, lag, emitted_at_ms, received_at_ms)
-             SELECT t, ti, d, pa, h, n, r, l, e, $10
+                 record_time_ms, lag, emitted_at_ms, received_at_ms, max_record_time_ms,
+                 log_append_time)
+             SELECT t, ti, d, pa, h, n, r, l, e, $10, mr, la
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[],
-                         $7::int8[], $8::int8[], $9::int8[]) AS x(t, ti, d, pa, h, n, r, l, e)
+                         $7::int8[], $8::int8[], $9::int8[], $11::int8[], $12::bool[])
+                  AS x(t, ti, d, pa, h, n, r, l, e, mr, la)
              ON CONFLICT (topic, tier, datacenter, partition_id) DO UPDATE SET
                  host = EXCLUDED.host, next_offset = EXCLUDED.next_offset,
                  record_time_ms = EXCLUDED.record_time_ms, lag = EXCLUDED.lag,
-                 emitted_at_ms = EXCLUDED.emitted_at_ms, received_at_ms = EXCLUDED.received_at_ms
+                 emitted_at_ms = EXCLUDED.emitted_at_ms, received_at_ms = EXCLUDED.received_at_ms,
+                 max_record_time_ms = EXCLUDED.max_record_time_ms,
+                 log_append_time = EXCLUDED.log_append_time
              WHERE EXCLUDED.emitted_at_ms >= p.emitted_at_ms",
         )
         .bind(&topics)
@@ -403,6 +420,8 @@ impl PgStore {
         .bind(&lag)
         .bind(&emitted)
         .bind(received)
+        .bind(&max_rtime)
+        .bind(&append_time)
         .execute(&mut **tx)
         .await
         .context("keeping progress watermarks")?;
@@ -587,7 +606,8 @@ impl PgStore {
                     count, bytes, no_time_count, malformed_count, out_of_bounds_count,
                     observation_time_count, checksum,
                     latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
-                    bucket_count, offset_partition, offset_min, offset_max, partition_ms
+                    bucket_count, offset_partition, offset_min, offset_max, partition_ms,
+                    max_observed_at_ms, offset_max_record_time
              FROM audit_message
              WHERE uuid = ANY($1) AND partition_ms >= $2 AND partition_ms <= $3 AND kind = 0",
         )
@@ -691,6 +711,10 @@ struct StagedDb {
     offset_min: Option<Vec<i64>>,
     offset_max: Option<Vec<i64>>,
     partition_ms: i64,
+    max_observed_at_ms: Option<i64>,
+    /// NULL for messages staged before the column existed (and for partitions
+    /// without one: NULL elements).
+    offset_max_record_time: Option<Vec<Option<i64>>>,
 }
 
 impl StagedDb {
@@ -702,15 +726,18 @@ impl StagedDb {
             .zip(self.bucket_count?)
             .map(|(b, c)| Some((u32::try_from(b).ok()?, c.max(0) as u64)))
             .collect::<Option<_>>()?;
+        let record_times = self.offset_max_record_time.unwrap_or_default();
         let offsets = self
             .offset_partition?
             .into_iter()
             .zip(self.offset_min?)
             .zip(self.offset_max?)
-            .map(|((partition, min), max)| OffsetSpan {
+            .enumerate()
+            .map(|(i, ((partition, min), max))| OffsetSpan {
                 partition,
                 min,
                 max,
+                max_record_time: record_times.get(i).copied().flatten(),
             })
             .collect();
         let latency = LatencyHistogram::from_buckets(
@@ -741,6 +768,7 @@ impl StagedDb {
                     checksum: audit_lib::Checksum(self.checksum? as u64),
                     latency,
                     offsets,
+                    max_observed_at: self.max_observed_at_ms,
                 },
             }),
         })
@@ -1015,6 +1043,7 @@ impl PgStore {
     crate::shared::shared_window_reads!();
 
     const TOPIC_BUCKETS: &'static str = crate::shared::PG_TOPIC_BUCKETS;
+    const TOPIC_RECORD_TIMES: &'static str = crate::shared::PG_TOPIC_RECORD_TIMES;
 
     fn window_offsets_sql() -> &'static str {
         &crate::shared::PG_WINDOW_OFFSETS
@@ -1116,10 +1145,37 @@ impl PgStore {
         if !buckets.is_sorted_by_key(|b| (b.0, b.1)) {
             buckets.sort_unstable_by_key(|b| (b.0, b.1));
         }
+        // The windows' per-partition record times, the same way (only partitions with
+        // one: upstream evidence, issue 24).
+        let (ids, partitions, times): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&format!(
+            "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg(partition_id), '{{}}'),
+                    coalesce(array_agg(max_record_time_ms), '{{}}')
+             FROM (SELECT window_id, partition_id, max_record_time_ms FROM audit_window_offset
+                   WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+                     AND max_record_time_ms IS NOT NULL
+                   ORDER BY window_id, partition_id LIMIT {}) o",
+            crate::rows::bucket_limit(max_bucket_rows)
+        ))
+        .bind(&read_topics)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .fetch_one(&self.pool)
+        .await
+        .context("reading record times of windows")?;
+        let mut record_times: Vec<(i64, i32, i64)> = ids
+            .into_iter()
+            .zip(partitions)
+            .zip(times)
+            .map(|((id, partition), t)| (id, partition, t))
+            .collect();
+        if !record_times.is_sorted_by_key(|b| (b.0, b.1)) {
+            record_times.sort_unstable_by_key(|b| (b.0, b.1));
+        }
         Ok(WindowPage {
             rows: crate::rows::join_buckets_capped(
                 rows,
                 buckets,
+                record_times,
                 max_bucket_rows,
                 &crate::rows::topic_span(&topics),
                 range,

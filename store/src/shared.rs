@@ -13,7 +13,8 @@ use crate::MAX_READ_ROWS;
 pub(crate) const WINDOW_COLUMNS: &str =
     "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
     no_time_count, malformed_count, out_of_bounds_count, observation_time_count, checksum, latency_zero_count,
-    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms";
+    latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms,
+    max_observed_at_ms";
 
 /// Window rows of one topic in a range: `$1` topic, `$2..$3` window starts.
 pub(crate) static TOPIC_WINDOWS: LazyLock<String> = LazyLock::new(|| {
@@ -43,11 +44,28 @@ pub(crate) const PG_TOPIC_BUCKETS: &str = "SELECT window_id, bucket, count FROM 
      WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
      ORDER BY window_id, bucket";
 
+/// Per-partition record times of [`TOPIC_WINDOWS`]' rows (issue 24's upstream
+/// evidence), same binds; the caller appends the LIMIT. Only partitions with one.
+/// SQLite's; PostgreSQL's is [`PG_TOPIC_RECORD_TIMES`].
+pub(crate) const TOPIC_RECORD_TIMES: &str =
+    "SELECT o.window_id, o.partition_id, o.max_record_time_ms FROM audit_window_offset o
+     JOIN audit_window w ON w.id = o.window_id
+     WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
+       AND o.max_record_time_ms IS NOT NULL
+     ORDER BY o.window_id, o.partition_id";
+
+pub(crate) const PG_TOPIC_RECORD_TIMES: &str =
+    "SELECT window_id, partition_id, max_record_time_ms FROM audit_window_offset
+     WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
+       AND max_record_time_ms IS NOT NULL
+     ORDER BY window_id, partition_id";
+
 /// Offset ranges of one window: `$1` topic, `$2` tier, `$3` datacenter, `$4` start.
 /// SQLite's; PostgreSQL's is [`PG_WINDOW_OFFSETS`].
 pub(crate) static WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+        "SELECT o.partition_id, o.min_offset, o.max_offset, o.max_record_time_ms
+         FROM audit_window_offset o
          JOIN audit_window w ON w.id = o.window_id
          WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
          ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
@@ -56,7 +74,8 @@ pub(crate) static WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
 
 pub(crate) static PG_WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+        "SELECT o.partition_id, o.min_offset, o.max_offset, o.max_record_time_ms
+         FROM audit_window_offset o
          JOIN audit_window w ON w.id = o.window_id AND w.topic = o.topic
                             AND w.window_start_ms = o.window_start_ms
          WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
@@ -68,7 +87,7 @@ pub(crate) static PG_WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
 pub(crate) static PROGRESS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-                emitted_at_ms, received_at_ms
+                emitted_at_ms, received_at_ms, max_record_time_ms, log_append_time
          FROM audit_progress WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1)
          ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
     )
@@ -288,9 +307,21 @@ macro_rules! shared_window_reads {
             .fetch_all(&self.pool)
             .await
             .context("reading latency buckets")?;
+            let record_times: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
+                "{} LIMIT {}",
+                Self::TOPIC_RECORD_TIMES,
+                crate::rows::bucket_limit(max_bucket_rows)
+            ))
+            .bind(topic)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading record times of windows")?;
             Ok(crate::rows::join_buckets_capped(
                 rows,
                 buckets,
+                record_times,
                 max_bucket_rows,
                 topic,
                 range,

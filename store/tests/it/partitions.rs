@@ -60,7 +60,9 @@ fn message(topic: &str, tier: &str, dc: &str, window_start: i64, count: u64, sal
                     partition: (salt % 3) as i32,
                     min: salt as i64 * 10,
                     max: salt as i64 * 10 + count as i64,
+                    max_record_time: None,
                 }],
+                max_observed_at: None,
             },
         }),
     }
@@ -80,6 +82,7 @@ fn progress(topic: &str, tier: &str, dc: &str, emitted_at: i64, next_offset: i64
             next_offset,
             record_time: Some(emitted_at - 5_000),
             lag: Some(3),
+            ..Default::default()
         }]),
     }
 }

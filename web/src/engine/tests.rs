@@ -94,6 +94,8 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         increments: 1,
         first_received_at_ms: 0,
         last_received_at_ms: 0,
+        max_observed_at_ms: None,
+        record_times: vec![],
     }
 }
 
@@ -109,6 +111,8 @@ fn progress(tier: &str, dc: &str, record_time: i64, reported_at: i64) -> Progres
         lag: Some(5),
         emitted_at_ms: reported_at,
         received_at_ms: reported_at,
+        max_record_time_ms: None,
+        log_append_time: false,
     }
 }
 
