@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod evidence;
 mod rules;
 
 const MIN: i64 = 60_000;
