@@ -112,6 +112,17 @@ impl PartState {
         })
     }
 
+    /// The latest record time to report, with `latest` read since the last report:
+    /// the latest over every report written, or 0 when the partition holds no record
+    /// at all (log start = end: no copy of anything can be in it, so an upstream's
+    /// record time is not read yet), else unknown (nothing read by this instance since
+    /// it started: the engine then judges the partition by the clock).
+    pub(crate) fn latest_record_time(&self, latest: Option<i64>) -> Option<i64> {
+        self.max_record_time
+            .max(latest)
+            .or_else(|| self.ends.filter(|e| e.low == e.end).map(|_| 0))
+    }
+
     /// What progress reports for this partition: [`PartState::read_up_to`], and the
     /// lag behind the high watermark (null until librdkafka's statistics have it).
     pub(crate) fn progress(&self, from_log_start: bool) -> Option<(i64, Option<i64>)> {
@@ -260,7 +271,7 @@ impl Core {
                         next_offset: next,
                         record_time: st.record_time,
                         lag,
-                        max_record_time: st.max_record_time.max(latest.get(&tp).copied()),
+                        max_record_time: st.latest_record_time(latest.get(&tp).copied()),
                         log_append_time: st.log_append_time,
                     });
                 }
@@ -481,6 +492,62 @@ mod tests {
                 },
             ],
         );
+    }
+
+    /// Issue 24: the latest record time a report gives (what the engine compares with
+    /// the upstream's): kept over reports, 0 for a partition that holds nothing,
+    /// unknown for one with records this instance has not read.
+    #[test]
+    fn latest_record_time_is_kept_zero_when_empty_else_unknown() {
+        let st = |max_record_time, ends| PartState {
+            max_record_time,
+            ends,
+            ..PartState::default()
+        };
+        let table: Vec<(&str, PartState, Option<i64>, Option<i64>)> = vec![
+            ("read now", st(None, ends(0, 9)), Some(70), Some(70)),
+            (
+                "read before, not since",
+                st(Some(80), ends(0, 9)),
+                None,
+                Some(80),
+            ),
+            (
+                "read before and since: the latest",
+                st(Some(80), ends(0, 9)),
+                Some(70),
+                Some(80),
+            ),
+            // reverted (no 0 for an empty log): None, judged by the clock: a paused
+            // replicator looked like a loss after grace again
+            (
+                "never written, nothing read",
+                st(None, ends(0, 0)),
+                None,
+                Some(0),
+            ),
+            (
+                "emptied by retention",
+                st(None, ends(500, 500)),
+                None,
+                Some(0),
+            ),
+            (
+                "records not read by this instance (restarted)",
+                st(None, ends(0, 9)),
+                None,
+                None,
+            ),
+            ("no statistics yet", st(None, None), None, None),
+        ];
+        let failures: Vec<String> = table
+            .iter()
+            .filter_map(|(what, st, latest, want)| {
+                let got = st.latest_record_time(*latest);
+                (got != *want).then(|| format!("{what}: expected {want:?}, got {got:?}"))
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
     /// B2 of issue 14 (auditor side): an empty partition reports lag 0; and the

@@ -25,6 +25,7 @@ mod collector_outage;
 mod deleted_topic;
 mod demo;
 mod deploy;
+mod evidence;
 mod inspect;
 mod late_auditor;
 mod region_only_topic;

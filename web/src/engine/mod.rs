@@ -283,15 +283,30 @@ impl Part<'_> {
         self.max_record_time.max(self.record_time)
     }
 
-    /// Read, in record-time order, every record up to `x`: a record after `x` was
-    /// read, or one at `x` and nothing was left to read (records of the same
-    /// millisecond may follow the first one read). Within a partition records are
-    /// read in offset order; this takes the record times to follow it (docs/web.md).
-    /// (A known lag is rule 3's: every partition judged here has one.)
-    fn read_up_to(&self, x: i64) -> bool {
-        self.latest()
-            .is_some_and(|m| m > x || (m == x && self.lag == Some(0)))
+    /// How far, in record time, the partition is read with respect to `x`. Within a
+    /// partition records are read in offset order; this takes the record times to
+    /// follow it (docs/web.md). (A known lag is rule 3's: every partition judged here
+    /// has one.)
+    fn reading(&self, x: i64) -> Reading {
+        match self.latest() {
+            Some(m) if m > x => Reading::Past,
+            Some(m) if m == x => Reading::At,
+            _ => Reading::Before,
+        }
     }
+}
+
+/// Where a downstream partition is read with respect to an upstream record time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// A record after it was read: every record up to it is.
+    Past,
+    /// A record at it (the same millisecond): more of that millisecond may follow,
+    /// appended after the auditor measured its lag (a lag 0 from the statistics before
+    /// the copies came says nothing of them). Settled by the clock.
+    At,
+    /// Not read up to it.
+    Before,
 }
 
 struct Auditor<'a> {
@@ -503,6 +518,11 @@ impl Behind {
                 .push((part.partition, Some(x.saturating_sub(latest).max(0))));
         } else if !self.stale(part, now, stall_after_ms) {
             self.pending.get_or_insert_with(|| match part.lag {
+                _ if latest == x => format!(
+                    "partition {} is read up to the upstream's latest record time of this window ({}); records of the same millisecond may follow until it is read past it, or grace has passed",
+                    part.partition,
+                    at(x)
+                ),
                 Some(0) => format!(
                     "in flight: partition {} is read to its end, up to record time {}; the upstream's records of this window there reach {} ({} s more)",
                     part.partition,
@@ -911,13 +931,22 @@ impl Topology {
                 if !part.read_past(x.saturating_add(grace)) {
                     behind.by_clock(part, now, self.stall_after_ms);
                 }
-            } else if !part.read_up_to(x) {
-                // Overdue only when the auditor has read everything its cluster has
-                // (lag 0), measured after the upstream's time + grace: the records are
-                // not there. An auditor still reading (a late or slow one) is pending,
-                // as rule 3 has it.
-                let overdue = part.lag == Some(0) && part.measured_at() >= x.saturating_add(grace);
-                behind.by_record_time(part, x, overdue, now, self.stall_after_ms);
+            } else {
+                match part.reading(x) {
+                    Reading::Past => {}
+                    Reading::At if part.read_past(x.saturating_add(grace)) => {}
+                    // It has read up to the upstream's time: never overdue.
+                    Reading::At => behind.by_record_time(part, x, false, now, self.stall_after_ms),
+                    Reading::Before => {
+                        // Overdue only when the auditor has read everything its
+                        // cluster has (lag 0), measured after the upstream's time +
+                        // grace: the records are not there. An auditor still reading
+                        // (a late or slow one) is pending, as rule 3 has it.
+                        let overdue =
+                            part.lag == Some(0) && part.measured_at() >= x.saturating_add(grace);
+                        behind.by_record_time(part, x, overdue, now, self.stall_after_ms);
+                    }
+                }
             }
         }
         if let Some(x) = wanted.anywhere {
