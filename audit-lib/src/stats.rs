@@ -9,6 +9,14 @@ use crate::extract::Classification;
 use crate::histogram::LatencyHistogram;
 use crate::observation::Observation;
 
+/// How far past the observer's clock a record time may be before it is capped: an
+/// auditor reads its clock once per batch of messages (and before it waits for the
+/// next), so a record written just after that read would otherwise be capped below its
+/// own CreateTime, and a downstream tier could then "read past" it on records that
+/// precede it (issue 24's evidence compares record times). A producer clock ahead by
+/// more than this still cannot stamp a record much past "now".
+pub const RECORD_TIME_SLACK_MS: i64 = 1_000;
+
 /// Lowest and highest offset counted in one partition, and the latest record time
 /// counted there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,7 +25,8 @@ pub struct OffsetSpan {
     pub min: i64,
     pub max: i64,
     /// The latest Kafka record timestamp of the messages counted in this partition
-    /// (epoch ms), each capped at the emitter's clock when it observed the message:
+    /// (epoch ms), each capped at the emitter's clock when it observed the message
+    /// (plus [`RECORD_TIME_SLACK_MS`]):
     /// what a downstream tier must have read past in this partition before the window
     /// can be judged (docs/web.md, Verdicts). `None`: unknown (an emitter older than
     /// the field, or no message with a record timestamp).
@@ -118,12 +127,14 @@ impl WindowStats {
         // `None < Some`: one compare each, no branch on whether one is known yet.
         self.max_observed_at = self.max_observed_at.max(Some(obs.observed_at_ms));
         if track_offsets {
-            // Capped at the observer's clock, as the auditor's progress watermark is:
-            // a producer with a fast clock cannot stamp a record past "now". Times
-            // before the epoch are no times (Kafka's -1 is "none").
+            // Capped at the observer's clock (with the slack of a clock read per
+            // batch): a producer with a fast clock cannot stamp a record past "now".
+            // Times before the epoch are no times (Kafka's -1 is "none").
             let record_time = obs
                 .record_timestamp
-                .map(|t| t.ms.min(obs.observed_at_ms))
+                .map(|t| {
+                    t.ms.min(obs.observed_at_ms.saturating_add(RECORD_TIME_SLACK_MS))
+                })
                 .filter(|&t| t >= 0);
             self.track_offset(obs.partition, obs.offset, record_time);
         }

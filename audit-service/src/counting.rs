@@ -211,8 +211,10 @@ pub const WATERMARK_RECENT: usize = 32;
 /// look caught up.) Per record: one `min`, one `max`, one store.
 ///
 /// It also keeps the *latest* record time read since the last report (issue 24), with
-/// the same cap and bounds: the engine's evidence that this auditor has read a
-/// partition up to an upstream's record time (docs/web.md, Verdicts).
+/// the same bounds and the cap plus [`audit_lib::RECORD_TIME_SLACK_MS`] (the clock is
+/// read once per batch: the watermark may be conservative, the latest must not fall
+/// below the record's own CreateTime): the engine's evidence that this auditor has read
+/// a partition up to an upstream's record time (docs/web.md, Verdicts).
 #[doc(hidden)]
 #[derive(Clone)]
 pub struct Watermark {
@@ -248,7 +250,8 @@ impl Watermark {
         }
         let t = ms.min(observed_at_ms);
         self.since_report = Some(self.since_report.map_or(t, |m| m.min(t)));
-        self.latest = self.latest.max(Some(t));
+        let latest = ms.min(observed_at_ms.saturating_add(audit_lib::RECORD_TIME_SLACK_MS));
+        self.latest = self.latest.max(Some(latest));
         self.recent[self.at] = t;
         self.at = (self.at + 1) % WATERMARK_RECENT;
         self.filled = (self.filled + 1).min(WATERMARK_RECENT);
@@ -662,10 +665,15 @@ mod tests {
         }
         assert_eq!(w.take_latest(), Some(NOW - 10), "the latest, not the last");
         assert_eq!(w.take_latest(), None, "nothing read since");
-        // A producer clock 10 min fast counts as "now"; 2 h fast (beyond max_future)
-        // and 40 days old (beyond max_past) are left out.
+        // A producer clock 10 min fast counts as "now" (with the slack of a clock read
+        // per batch); 2 h fast (beyond max_future) and 40 days old (beyond max_past)
+        // are left out.
         w.push(NOW + 10 * 60_000, NOW, &r);
-        assert_eq!(w.take_latest(), Some(NOW));
+        assert_eq!(w.take_latest(), Some(NOW + audit_lib::RECORD_TIME_SLACK_MS));
+        // Written just after the clock was read: its own time, not the stale clock
+        // (reverted, capped at the clock: NOW, before the record's CreateTime).
+        w.push(NOW + 300, NOW, &r);
+        assert_eq!(w.take_latest(), Some(NOW + 300));
         w.push(NOW + 2 * HOUR, NOW, &r);
         w.push(NOW - 40 * DAY, NOW, &r);
         assert_eq!(w.take_latest(), None);

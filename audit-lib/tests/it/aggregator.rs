@@ -73,7 +73,7 @@ fn truth_of(msgs: &[Msg], window_ms: i64) -> BTreeMap<(String, i64), Truth> {
         o.1 = o.1.max(m.offset);
         if let Some(ts) = m
             .record_ts
-            .map(|ts| ts.min(m.observed_at))
+            .map(|ts| ts.min(m.observed_at + audit_lib::RECORD_TIME_SLACK_MS))
             .filter(|&t| t >= 0)
         {
             let r = e.record_times.entry(m.partition).or_insert(ts);

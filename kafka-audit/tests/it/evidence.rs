@@ -92,11 +92,13 @@ impl Run {
             .iter()
             .map(|(n, c, a)| (n.as_str(), *c, *a))
             .collect();
+        // serve migrates the store before the collector starts: two processes
+        // migrating a new SQLite file at once race (sqlx takes no lock on SQLite).
+        let (state, jobs) = rig.serve_with(config).await;
         services.push(rig.spawn_collector(
             e2e::collect_config(&rig.store_url, &sources, 500),
             &rig.stop,
         ));
-        let (state, jobs) = rig.serve_with(config).await;
         let reporting = testkit::wait_until_async(Duration::from_secs(120), || {
             let (store, topic) = (&state.store, &topic);
             async move {
@@ -224,7 +226,7 @@ async fn replay_pages_only_its_faults(run: Run, upstreams: &[&str], downstream: 
             &ups,
             &down,
             &topic,
-            REPLAY,
+            (REPLAY, base),
             REPLAY_FAULTS,
             Duration::from_secs(5),
         )
@@ -357,7 +359,7 @@ async fn a_replicator_paused_past_grace_is_delayed_not_loss() {
             &[&a2],
             &b2,
             &topic,
-            replay,
+            (replay, base),
             Faults::NONE,
             Duration::from_secs(60),
         )
@@ -519,7 +521,7 @@ url = "{}"
             &[&a],
             &b2,
             &topic,
-            replay,
+            (replay, base),
             Faults::NONE,
             Duration::from_secs(30),
         )
@@ -576,7 +578,7 @@ url = "{}"
 /// to 60 minutes old (a client uploading late); CreateTime now for all.
 fn late_upload(i: u64, now: i64) -> (Vec<u8>, i64, Option<i64>) {
     let ts = if i % 20 == 7 {
-        now - (20 + (i * 7) % 40) as i64 * 60_000
+        now - 20 * 60_000 - (i * 7919 % 2_400_000) as i64
     } else {
         now
     };

@@ -872,8 +872,9 @@ impl Replay {
     }
 }
 
-/// Writes `replay` to `topic` on every cluster of `upstreams` (each source its own
-/// messages, the sources alternating so that their CreateTimes interleave), then, as a
+/// Writes `replay` (its windows from `base`, see [`Replay::base`]) to `topic` on every
+/// cluster of `upstreams` (each source its own messages, the sources alternating so
+/// that their CreateTimes interleave), then, as a
 /// replicator `copy_after` behind the last record would, copies everything to the same
 /// topic on `downstream` in the order it was written, partition and CreateTime kept,
 /// with `faults` on the first source's copies (windows counted from the replay's
@@ -883,12 +884,11 @@ pub fn replay_then_copy(
     upstreams: &[&str],
     downstream: &str,
     topic: &str,
-    replay: Replay,
+    (replay, base): (Replay, i64),
     faults: Faults,
     copy_after: Duration,
 ) -> Replicated {
     let sources: Vec<_> = upstreams.iter().map(|b| producer(b)).collect();
-    let base = replay.base();
     let mut out = Replicated::default();
     let mut nth: BTreeMap<i64, u64> = BTreeMap::new();
     let mut copies = Vec::new();
