@@ -18,15 +18,27 @@
 //!    topic nor rows in the window does not carry the topic: it contributes 0 and does
 //!    not block. Progress older than `forget_after` is forgotten (a deleted topic stops
 //!    being expected).
-//! 4. Increments of the window at an involved tier and datacenter that the store has
+//! 4. The downstream auditor must have read what the upstream counted (issue 24): for
+//!    every partition the upstream counted the window in, a record after the
+//!    upstream's latest record time there (over the mapped datacenters), or one at it
+//!    and the clock past it + grace; where record times cannot be compared
+//!    (LogAppendTime downstream, an auditor without the field, `preserves_partitions =
+//!    false`, an upstream that knows no partitions), read past the upstream's latest
+//!    time + grace. Lag 0 alone is not evidence. Until then `pending` ("in flight");
+//!    a downstream that has read all it has (lag 0 measured past the upstream's time +
+//!    grace) without those records is `delayed`, still settling — never a loss. No
+//!    upstream record time known (older emitters): this rule does not apply.
+//! 5. Increments of the window at an involved tier and datacenter that the store has
 //!    received but not yet added up (PostgreSQL's staged roll-up) → `pending`.
-//! 5. Otherwise the window is `final` and counts are compared: `loss` / `duplication`
+//! 6. Otherwise the window is `final` and counts are compared: `loss` / `duplication`
 //!    when the difference exceeds both thresholds, `mismatch` when the counts are equal
 //!    but the multiset checksums differ (loss masked by duplication, or altered data),
 //!    `delayed` when the downstream tier's p99 latency exceeds its objective, else `ok`.
 //!
 //! Late data is just more increments in the same rows: evaluating again after it
-//! arrived yields the new verdict (a `loss` becomes `ok`), which is how alerts resolve.
+//! arrived yields the new verdict (a `loss` becomes `ok`), which is how alerts resolve;
+//! late upstream data raises the upstream's record time, so rule 4 puts its window back
+//! to settling until the downstream has read past it.
 
 pub mod topology;
 
@@ -465,8 +477,9 @@ impl UpstreamEvidence {
 #[derive(Default)]
 struct Behind {
     /// Overdue: read all it has (or reports no such partition) past the upstream's time
-    /// + grace. (partition, how far behind in ms, or None for a missing partition)
-    overdue: Vec<(i32, Option<i64>)>,
+    /// + grace: (partition, (latest record time read, the upstream's), or None for a
+    /// partition it does not report).
+    overdue: Vec<(i32, Option<(i64, i64)>)>,
     /// A partition that holds it back and was last reported longer than
     /// `stall_after` ago: (partition, instance).
     stalled: Option<(i32, String)>,
@@ -514,8 +527,7 @@ impl Behind {
     ) {
         let latest = part.latest().unwrap_or(i64::MIN);
         if overdue {
-            self.overdue
-                .push((part.partition, Some(x.saturating_sub(latest).max(0))));
+            self.overdue.push((part.partition, Some((latest, x))));
         } else if !self.stale(part, now, stall_after_ms) {
             self.pending.get_or_insert_with(|| match part.lag {
                 _ if latest == x => format!(
@@ -558,13 +570,29 @@ impl Behind {
         if let Some(&(p, how)) = self.overdue.first() {
             let more = match self.overdue.len() {
                 1 => String::new(),
-                n => format!(" (and {} more partitions)", n - 1),
+                2 => " (1 more partition likewise)".to_string(),
+                n => format!(" ({} more partitions likewise)", n - 1),
             };
             let why = match how {
-                Some(ms) => format!(
-                    "{tier}/{dc} has read all of partition {p}{more} but not the upstream's records of this window: {} s behind the upstream past the grace period; they are not in the downstream cluster yet (a replicator paused or behind?)",
-                    seconds(ms)
-                ),
+                Some((latest, x)) => {
+                    let read = if latest > 0 {
+                        format!(
+                            "has read all of partition {p}, up to record time {}",
+                            at(latest)
+                        )
+                    } else {
+                        format!("has nothing in partition {p}")
+                    };
+                    let behind = if latest > 0 {
+                        format!(", {} s later", seconds(x.saturating_sub(latest)))
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{tier}/{dc} {read}; the upstream's records of this window there reach {}{behind}, and the grace period after them has passed{more}: they are not in the downstream cluster yet (a replicator paused or behind?)",
+                        at(x)
+                    )
+                }
                 None => format!(
                     "{tier}/{dc} reports no partition {p}{more}, where the upstream counted records of this window past the grace period (a downstream topic with fewer partitions, or a replicator that does not preserve partitions: set preserves_partitions = false on the edge)"
                 ),

@@ -422,7 +422,11 @@ fn reasons_say_how_far_behind_the_downstream_is() {
     );
     assert_eq!(
         delayed,
-        "aggregate/agg has read all of partition 0 (and 1 more partitions) but not the upstream's records of this window: 60 s behind the upstream past the grace period; they are not in the downstream cluster yet (a replicator paused or behind?)"
+        format!(
+            "aggregate/agg has read all of partition 0, up to record time {}; the upstream's records of this window there reach {}, 60 s later, and the grace period after them has passed (1 more partition likewise): they are not in the downstream cluster yet (a replicator paused or behind?)",
+            at(R - 60_000),
+            at(R)
+        )
     );
     let in_flight = judge(
         vec![
