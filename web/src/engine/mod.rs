@@ -476,9 +476,9 @@ impl UpstreamEvidence {
 /// bad it is.
 #[derive(Default)]
 struct Behind {
-    /// Overdue: read all it has (or reports no such partition) past the upstream's time
-    /// + grace: (partition, (latest record time read, the upstream's), or None for a
-    /// partition it does not report).
+    /// Overdue, read all it has (or reports no such partition) past the upstream's
+    /// time plus grace: (partition, (latest record time read, the upstream's), or None
+    /// for a partition it does not report).
     overdue: Vec<(i32, Option<(i64, i64)>)>,
     /// A partition that holds it back and was last reported longer than
     /// `stall_after` ago: (partition, instance).
