@@ -128,6 +128,26 @@ impl Run {
         }
     }
 
+    /// [`Run::start`] on the rig's two clusters: regional/dc1 on A, aggregate/agg on B.
+    async fn regional_to_aggregate(rig: TwoTiers, config: web::Config) -> Run {
+        let (a, b) = (rig.a.clone(), rig.b.clone());
+        let (audit_a, audit_b) = (rig.audit_a.clone(), rig.audit_b.clone());
+        Run::start(
+            rig,
+            &[
+                ("regional", "dc1", &a, &audit_a),
+                ("aggregate", "agg", &b, &audit_b),
+            ],
+            config,
+        )
+        .await
+    }
+
+    /// The rig's clusters A and B.
+    fn clusters(&self) -> (String, String) {
+        (self.rig.a.clone(), self.rig.b.clone())
+    }
+
     fn pages(&self) -> &Pages {
         &self.rig.pages
     }
@@ -267,18 +287,9 @@ async fn replay_pages_only_its_faults(run: Run, upstreams: &[&str], downstream: 
 async fn a_replay_pages_only_its_faults_sqlite() {
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::on_sqlite("replay-sqlite").await;
-    let (a, b) = (rig.a.clone(), rig.b.clone());
     let config = serve(&rig, r#"{ dc1 = "agg" }"#, "30s");
-    let (audit_a, audit_b) = (rig.audit_a.clone(), rig.audit_b.clone());
-    let run = Run::start(
-        rig,
-        &[
-            ("regional", "dc1", &a, &audit_a),
-            ("aggregate", "agg", &b, &audit_b),
-        ],
-        config,
-    )
-    .await;
+    let run = Run::regional_to_aggregate(rig, config).await;
+    let (a, b) = run.clusters();
     replay_pages_only_its_faults(run, &[&a], &b).await;
 }
 
@@ -286,18 +297,9 @@ async fn a_replay_pages_only_its_faults_sqlite() {
 async fn a_replay_pages_only_its_faults_postgres() {
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::new("replay-pg").await;
-    let (a, b) = (rig.a.clone(), rig.b.clone());
     let config = serve(&rig, r#"{ dc1 = "agg" }"#, "30s");
-    let (audit_a, audit_b) = (rig.audit_a.clone(), rig.audit_b.clone());
-    let run = Run::start(
-        rig,
-        &[
-            ("regional", "dc1", &a, &audit_a),
-            ("aggregate", "agg", &b, &audit_b),
-        ],
-        config,
-    )
-    .await;
+    let run = Run::regional_to_aggregate(rig, config).await;
+    let (a, b) = run.clusters();
     replay_pages_only_its_faults(run, &[&a], &b).await;
 }
 
@@ -336,18 +338,9 @@ async fn a_replay_pages_only_its_faults_on_three_clusters() {
 async fn a_replicator_paused_past_grace_is_delayed_not_loss() {
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::new("replay-paused").await;
-    let (a, b) = (rig.a.clone(), rig.b.clone());
     let config = serve(&rig, r#"{ dc1 = "agg" }"#, "30s");
-    let (audit_a, audit_b) = (rig.audit_a.clone(), rig.audit_b.clone());
-    let run = Run::start(
-        rig,
-        &[
-            ("regional", "dc1", &a, &audit_a),
-            ("aggregate", "agg", &b, &audit_b),
-        ],
-        config,
-    )
-    .await;
+    let run = Run::regional_to_aggregate(rig, config).await;
+    let (a, b) = run.clusters();
     let replay = Replay {
         per_window: 500,
         ..REPLAY
@@ -469,7 +462,6 @@ async fn a_spool_drain_pages_nothing_then_is_exact() {
     // grace) is loose.
     let started = common::now_ms();
     let rig = TwoTiers::new("spool-drain").await;
-    let (a, b) = (rig.a.clone(), rig.b.clone());
     let config: web::Config = toml::from_str(&format!(
         r#"
 [serve]
@@ -494,16 +486,9 @@ url = "{}"
         rig.hook
     ))
     .expect("serve config parses");
-    let (audit_a, audit_b) = (rig.audit_a.clone(), rig.audit_b.clone());
-    let run = Run::start(
-        rig,
-        &[
-            ("regional", "dc1", &a, &audit_a),
-            ("aggregate", "agg", &b, &audit_b),
-        ],
-        config,
-    )
-    .await;
+    let audit_a = rig.audit_a.clone();
+    let run = Run::regional_to_aggregate(rig, config).await;
+    let (a, b) = run.clusters();
     let replay = Replay {
         per_window: 1_000,
         ..REPLAY

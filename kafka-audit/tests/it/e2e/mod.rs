@@ -1,7 +1,8 @@
 //! Shared by the end-to-end tests of issue 14 (region_only_topic.rs, transactional.rs,
-//! late_auditor.rs, collector_outage.rs, stuck_instance.rs): real auditors on cluster A
-//! and B, the collector into PostgreSQL, the web evaluator and its alerting to a local
-//! webhook receiver. It uses the audit-service test support, which `main.rs` declares
+//! late_auditor.rs, collector_outage.rs, stuck_instance.rs) and issue 24 (evidence.rs):
+//! real auditors on cluster A and B, the collector into PostgreSQL (or SQLite), the web
+//! evaluator and its alerting to a local webhook receiver; live traffic written to both
+//! clusters as a replicator would (with a lag, if asked), and replays. It uses the audit-service test support, which `main.rs` declares
 //! as `support`.
 #![allow(dead_code)]
 
