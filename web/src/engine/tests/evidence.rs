@@ -14,6 +14,15 @@
 //! - *partitions*: `preserves_partitions = false` ignored;
 //! - *anywhere*: an upstream row without partitions (a producer) gives no evidence.
 //!
+//! The rows that show the rule is not stricter than it must be fail with a piece made
+//! too strict:
+//! - *past-needs-lag-0*: a partition read past the upstream's time counts only at lag 0;
+//! - *tie-never*: a record at the upstream's time never settles, not even at lag 0
+//!   measured past it + grace;
+//! - *lag-known* (rule 3, issue 14): a record time counts without a known lag;
+//! - *timeless-rows*: an upstream row without record times (an older emitter) asks for
+//!   its window end + grace, by the clock.
+//!
 //! The replay of the issue: the records of window `W` (an hour old by event time) are
 //! appended at `R` (CreateTime), long after `W`'s end + grace; the downstream's
 //! clock-rule evidence (record times past end + grace, lag 0) holds at once.
@@ -123,6 +132,7 @@ fn the_downstream_must_have_read_what_the_upstream_counted() {
                 read(0, R + 2, Some(7), R + MIN),
                 read(1, R + 5_001, Some(3), R + MIN),
             ],
+            // reverted (past-needs-lag-0): (Pending, Settling)
             ..row_at("replay: both partitions read past the upstream's times: final, ok")
         },
         Row {
@@ -131,6 +141,7 @@ fn the_downstream_must_have_read_what_the_upstream_counted() {
                 read(0, R + 2, Some(7), R + MIN),
                 read(1, R + 5_001, Some(3), R + MIN),
             ],
+            // reverted (past-needs-lag-0): (Pending, Settling)
             expect: (Verdict::Loss, Lifecycle::Final, Evidence::RecordTime),
             ..row_at("replay with 37 lost: read past, so a real loss")
         },
@@ -151,6 +162,7 @@ fn the_downstream_must_have_read_what_the_upstream_counted() {
                 read(1, R + 5_000, Some(0), R + 5_000 + GRACE),
             ],
             now: R + 5_000 + GRACE + MIN,
+            // reverted (tie-never): (Pending, Settling)
             ..row_at("the last records at the upstream's times, lag 0 past them + grace: final, not delayed")
         },
         Row {
@@ -169,7 +181,7 @@ fn the_downstream_must_have_read_what_the_upstream_counted() {
                 read(0, R + 2, Some(3), R + MIN),
                 read(1, R + 6_000, None, R + MIN),
             ],
-            // (rule 3 already: a record time counts only with a known lag)
+            // reverted (lag-known): (Loss, Final) "2 of 100 messages missing"
             expect: (Verdict::Pending, Lifecycle::Settling, Evidence::RecordTime),
             ..row_at("past the upstream's time with the lag unknown (first report): wait")
         },
@@ -319,6 +331,7 @@ fn the_downstream_must_have_read_what_the_upstream_counted() {
                 read(0, R + 2, Some(7), R + MIN),
                 read(1, R + 5_001, Some(3), R + MIN),
             ],
+            // reverted (timeless-rows): (Ok, Final, Clock); (past-needs-lag-0): pending
             ..row_at("an older emitter's row (dc2, no times) is no evidence: dc1's decide")
         },
         Row {
@@ -327,6 +340,7 @@ fn the_downstream_must_have_read_what_the_upstream_counted() {
                 row("aggregate", "agg", 0, 0),
             ],
             down: vec![read(0, W, Some(0), R + MIN), read(1, W, Some(0), R + MIN)],
+            // reverted (timeless-rows): (Loss, Final, Clock)
             expect: (Verdict::Loss, Lifecycle::Final, Evidence::WindowEnd),
             ..row_at("no upstream evidence (emitters before issue 24): the clock rule alone")
         },
