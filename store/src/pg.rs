@@ -935,6 +935,13 @@ impl AuditStore for PgStore {
             .begin()
             .await
             .context("beginning partition maintenance")?;
+        // Preparations take turns (the function's advisory lock, taken here first so
+        // that the lock timeout below is not for the turn): `serve` migrating while the
+        // collector prepares its whole range waits for it rather than failing to start.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('audit_ensure_day_partitions'))")
+            .execute(&mut *tx)
+            .await
+            .context("waiting for a concurrent partition preparation")?;
         // Attaching a partition locks its table briefly; never queue ingestion behind
         // a long wait for that lock (the next call tries again).
         sqlx::query("SET LOCAL lock_timeout = '5s'")
