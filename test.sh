@@ -2,7 +2,8 @@
 # The one test command. On a fresh Debian machine, as root, with nothing running:
 #   1. installs what is missing (apt packages; the Kafka jars come from Maven Central
 #      through deploy/dev/kafka),
-#   2. builds the workspace's tests,
+#   2. builds the workspace's tests, and builds and unit-tests the Java interceptors
+#      (Maven: interceptors/java; the end-to-end tests run their jar),
 #   3. starts Kafka clusters A and B and PostgreSQL, unless they already answer
 #      (a developer's services, kept up between runs, are used and left running),
 #   4. runs `cargo test --workspace --no-fail-fast` (or `cargo test ARGS...` when given arguments,
@@ -43,7 +44,8 @@ cargo_args=("$@")
 echo "== dependencies"
 missing=()
 # prometheus: its promtool checks the /metrics exposition (web metrics tests).
-for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus; do
+# python3-venv: the interceptor plugin's tests run confluent-kafka's wheel from PyPI.
+for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 command -v pkg-config >/dev/null || missing+=(pkg-config)
@@ -61,6 +63,7 @@ else
 fi
 command -v cargo >/dev/null || fail "cargo not found: install Rust (https://rustup.rs)"
 deploy/dev/kafka fetch || fail "could not fetch the Kafka broker jars"
+deploy/dev/python-clients >/dev/null || fail "could not install the Python test clients (confluent-kafka from PyPI)"
 phase deps
 
 # --- 2. build ---------------------------------------------------------------------------
@@ -76,6 +79,23 @@ fi
 echo "== build: cargo test ${cargo_args[*]} --no-run"
 cargo test "${cargo_args[@]}" --no-run || { phase build; print_timings; fail "the build failed"; }
 phase build
+
+# The Java interceptors (interceptors/java): built and unit-tested by Maven (the
+# conformance vectors need no service); the jar is what the end-to-end test of
+# kafka-audit runs. Test failures are reported with the others, and the jar is built
+# regardless, so the Rust tests still run.
+echo "== java: mvn verify (interceptors/java)"
+java_log=$(mktemp)
+mvn -B -f interceptors/java/pom.xml -Dmaven.test.failure.ignore=true verify 2>&1 | tee "$java_log" | grep -E "Tests run:|FAIL|ERROR|BUILD"
+java_build=${PIPESTATUS[0]}
+# Surefire's last "Tests run: N, Failures: F, Errors: E, Skipped: S" is the module's total.
+read -r java_run java_failed java_skipped < <(grep -E '^\[(INFO|WARNING|ERROR)\] Tests run: [0-9]+, Failures' "$java_log" | tail -1 |
+  sed -E 's/.*Tests run: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+), Skipped: ([0-9]+).*/\1 \2 \3 \4/' |
+  awk '{ print $1, $2 + $3, $4 }')
+rm -f "$java_log"
+java_run=${java_run:-0} java_failed=${java_failed:-0} java_skipped=${java_skipped:-0}
+((java_build == 0)) || { phase java; print_timings; fail "the Java interceptors did not build (mvn exit status $java_build)"; }
+phase java
 
 # --- 3. services ------------------------------------------------------------------------
 started=()
@@ -134,10 +154,11 @@ awk '/^test result:/ {
        n++
      }
      END {
-       printf "== %d test binaries\n", n
+       printf "== %d test binaries, and the Java interceptors: %d run, %d failed\n", n, jr, jf
+       p += jr - jf - js; f += jf; g += js
        # The plain closing line CI readers look for: "summary: N passed, N failed, N skipped".
        printf "summary: %d passed, %d failed, %d skipped\n", p, f, g
-     }' "$log"
+     }' jr="$java_run" jf="$java_failed" js="$java_skipped" "$log"
 grep -E '^test .* FAILED$' "$log" || true
 rm -f "$log"
 
@@ -145,5 +166,9 @@ rm -f "$log"
 stop_started
 trap - EXIT
 print_timings
-if ((status == 0)); then echo "== PASS"; else echo "== FAIL (cargo test exit status $status)"; fi
+if ((status == 0 && java_failed > 0)); then
+  echo "test.sh: $java_failed Java interceptor test(s) failed (interceptors/java/target/surefire-reports)" >&2
+  status=1
+fi
+if ((status == 0)); then echo "== PASS"; else echo "== FAIL (exit status $status)"; fi
 exit "$status"

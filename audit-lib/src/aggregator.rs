@@ -13,7 +13,7 @@ use crate::config::{CompiledConfig, CompiledRule, ConfigError, EventTimeConfig};
 use crate::extract::{classify, Classification};
 use crate::message::{AuditMessage, Identity};
 use crate::observation::Observation;
-use crate::stats::WindowStats;
+use crate::stats::{Counted, WindowStats};
 use crate::window::WindowSize;
 
 /// Bounds and options of an aggregator.
@@ -205,23 +205,65 @@ impl Aggregator {
     #[inline]
     fn record_with(&mut self, obs: &Observation<'_>, hash: Option<u64>) -> Classification {
         let slot = self.topic_slot(obs.topic);
-        let window_size = self.window_size;
+        let class = classify(&self.topics[slot].rule, obs);
+        let index = self
+            .window_size
+            .index_of(class.counted_at(obs.observed_at_ms));
         let track_offsets = self.limits.track_offsets;
-        let topic = &mut self.topics[slot];
-        let class = classify(&topic.rule, obs);
-        let index = window_size.index_of(class.counted_at(obs.observed_at_ms));
-        let (stats, opened) = topic.windows.get_or_open(index);
-        match hash {
+        self.window(slot, index, |stats| match hash {
             Some(h) => stats.record_hashed(obs, &class, track_offsets, h),
             None => stats.record(obs, &class, track_offsets),
-        }
+        });
+        class
+    }
+
+    /// Classifies `obs` without counting it: its window index and contribution, for
+    /// [`Self::add_counted`] once it is known to count (a consumer tier counts a message
+    /// when its group commits it, long after the message is gone).
+    #[inline]
+    pub fn observe(&mut self, obs: &Observation<'_>) -> (i64, Counted) {
+        let slot = self.topic_slot(obs.topic);
+        let class = classify(&self.topics[slot].rule, obs);
+        let index = self
+            .window_size
+            .index_of(class.counted_at(obs.observed_at_ms));
+        let hash = crate::message_hash(obs.key, obs.value.unwrap_or_default());
+        (index, Counted::of(obs, &class, hash))
+    }
+
+    /// Counts a contribution [`Self::observe`]d earlier into window `index` of `topic`.
+    #[inline]
+    pub fn add_counted(&mut self, topic: &str, index: i64, counted: &Counted) {
+        let slot = self.topic_slot(topic);
+        let track_offsets = self.limits.track_offsets;
+        self.window(slot, index, |stats| stats.add(counted, track_offsets));
+    }
+
+    /// Counts a message its producer was told it could not deliver: classified and
+    /// windowed like [`Self::record`], but only in `delivery_failed_count` (it is in no
+    /// downstream tier's count, and no offset was assigned).
+    pub fn record_delivery_failure(&mut self, obs: &Observation<'_>) -> Classification {
+        let slot = self.topic_slot(obs.topic);
+        let class = classify(&self.topics[slot].rule, obs);
+        let index = self
+            .window_size
+            .index_of(class.counted_at(obs.observed_at_ms));
+        self.window(slot, index, |stats| stats.delivery_failed_count += 1);
+        class
+    }
+
+    /// Applies `f` to window `index` of topic `slot`, opening it (and evicting the
+    /// oldest beyond the limit) when needed.
+    #[inline]
+    fn window(&mut self, slot: usize, index: i64, f: impl FnOnce(&mut WindowStats)) {
+        let (stats, opened) = self.topics[slot].windows.get_or_open(index);
+        f(stats);
         if opened {
             self.open += 1;
             while self.open > self.limits.max_open_windows {
                 self.evict_oldest();
             }
         }
-        class
     }
 
     /// Moves the oldest open window (smallest window start over all topics) to the

@@ -262,7 +262,7 @@ impl CompiledRule {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum TopicMatcher {
     Glob(TopicGlob),
     Regex(regex::Regex),
@@ -278,7 +278,7 @@ impl TopicMatcher {
 }
 
 /// A validated [`EventTimeConfig`]; rule lookup by topic name.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CompiledConfig {
     pub window_size: WindowSize,
     rules: Vec<(TopicMatcher, Arc<CompiledRule>)>,

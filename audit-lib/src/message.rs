@@ -208,6 +208,9 @@ struct WireOut<'a> {
     /// what readers older than the field expect.
     #[serde(skip_serializing_if = "Option::is_none")]
     observation_time_count: Option<u64>,
+    /// Written only when not 0, like `observation_time_count`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_failed_count: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     checksum: Option<Checksum>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -241,6 +244,7 @@ impl Serialize for AuditMessage {
             malformed_count: None,
             out_of_bounds_count: None,
             observation_time_count: None,
+            delivery_failed_count: None,
             checksum: None,
             latency: None,
             offsets: None,
@@ -259,6 +263,8 @@ impl Serialize for AuditMessage {
                 w.out_of_bounds_count = Some(st.out_of_bounds_count);
                 w.observation_time_count =
                     (st.observation_time_count != 0).then_some(st.observation_time_count);
+                w.delivery_failed_count =
+                    (st.delivery_failed_count != 0).then_some(st.delivery_failed_count);
                 w.checksum = Some(st.checksum);
                 w.latency = Some(&st.latency);
                 if !st.offsets.is_empty() {
@@ -293,6 +299,7 @@ struct WireIn {
     malformed_count: Option<u64>,
     out_of_bounds_count: Option<u64>,
     observation_time_count: Option<u64>,
+    delivery_failed_count: Option<u64>,
     checksum: Option<Checksum>,
     latency: Option<LatencyHistogram>,
     offsets: Option<Vec<OffsetSpan>>,
@@ -331,6 +338,9 @@ impl<'de> Deserialize<'de> for AuditMessage {
                     out_of_bounds_count: w.out_of_bounds_count.unwrap_or(0),
                     // Optional: 0 when absent (writers before the field, or none seen).
                     observation_time_count: w.observation_time_count.unwrap_or(0),
+                    // Optional: 0 when absent (every emitter but a producer tier that
+                    // was told of failed deliveries).
+                    delivery_failed_count: w.delivery_failed_count.unwrap_or(0),
                     checksum: required(w.checksum, "checksum")?,
                     latency: required(w.latency, "latency")?,
                     offsets: w.offsets.unwrap_or_default(),

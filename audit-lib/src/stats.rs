@@ -71,6 +71,11 @@ pub struct WindowStats {
     pub checksum: Checksum,
     /// Latency (observation − window time) of the messages in `count`.
     pub latency: LatencyHistogram,
+    /// Not in `count`: messages a producer was told it could not deliver (a delivery
+    /// report with an error), windowed like `count`. A producer tier's loss it knows
+    /// about, apart from the silent loss the downstream tier's count shows.
+    #[serde(default)]
+    pub delivery_failed_count: u64,
     /// Per partition offset range of every message of the window (`count` and
     /// `observation_time_count`); absent when offset tracking is off.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -84,9 +89,74 @@ pub struct WindowStats {
     pub max_observed_at: Option<i64>,
 }
 
+/// How a message was windowed, as far as its window's counters are concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountedKind {
+    EventTime,
+    NoTime,
+    Malformed,
+    OutOfBounds,
+    /// No tier-invariant time: `observation_time_count`, outside `count`.
+    ObservationTime,
+}
+
+/// One message's contribution to its window, computed when it was observed: what a
+/// consumer tier keeps until the group commits the message, when it is added
+/// ([`WindowStats::add`]) without the message itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    pub kind: CountedKind,
+    /// Key + value length.
+    pub bytes: u64,
+    /// [`message_hash`] of key and value.
+    pub hash: u64,
+    /// Observation time − window time.
+    pub latency_ms: i64,
+    pub partition: i32,
+    /// Negative when the message has no offset (a producer with `acks=0`): not tracked.
+    pub offset: i64,
+    /// When the emitter observed the message (its clock, epoch ms).
+    pub observed_at_ms: i64,
+    /// The record's Kafka timestamp capped at `observed_at_ms` plus
+    /// [`RECORD_TIME_SLACK_MS`]; `None` when it has none.
+    pub record_time: Option<i64>,
+}
+
+impl Counted {
+    /// The contribution of `obs` classified as `class`, whose hash is `hash`.
+    #[inline]
+    pub fn of(obs: &Observation<'_>, class: &Classification, hash: u64) -> Counted {
+        let kind = match class {
+            _ if !class.is_tier_invariant() => CountedKind::ObservationTime,
+            Classification::EventTime { .. } => CountedKind::EventTime,
+            Classification::NoTime(_) => CountedKind::NoTime,
+            Classification::Malformed(..) => CountedKind::Malformed,
+            Classification::OutOfBounds { .. } => CountedKind::OutOfBounds,
+        };
+        Counted {
+            kind,
+            bytes: obs.byte_len(),
+            hash,
+            latency_ms: obs
+                .observed_at_ms
+                .saturating_sub(class.counted_at(obs.observed_at_ms)),
+            partition: obs.partition,
+            offset: obs.offset,
+            observed_at_ms: obs.observed_at_ms,
+            // Capped at the observer's clock (with the slack of a clock read per
+            // batch): a producer with a fast clock cannot stamp a record past "now".
+            // Times before the epoch are no times (Kafka's -1 is "none").
+            record_time: obs
+                .record_timestamp
+                .map(|t| t.ms.min(obs.observed_at_ms.saturating_add(RECORD_TIME_SLACK_MS)))
+                .filter(|&t| t >= 0),
+        }
+    }
+}
+
 impl WindowStats {
     pub fn is_empty(&self) -> bool {
-        self.count == 0 && self.observation_time_count == 0
+        self.count == 0 && self.observation_time_count == 0 && self.delivery_failed_count == 0
     }
 
     /// Counts one message of `obs` classified as `class`: the accumulation rule of a
@@ -107,36 +177,30 @@ impl WindowStats {
         track_offsets: bool,
         hash: u64,
     ) {
-        if class.is_tier_invariant() {
-            self.count += 1;
-            self.bytes += obs.byte_len();
-            self.checksum.add_hash(hash);
-            self.latency.record(
-                obs.observed_at_ms
-                    .saturating_sub(class.counted_at(obs.observed_at_ms)),
-            );
-            match class {
-                Classification::EventTime { .. } => {}
-                Classification::NoTime(_) => self.no_time_count += 1,
-                Classification::Malformed(..) => self.malformed_count += 1,
-                Classification::OutOfBounds { .. } => self.out_of_bounds_count += 1,
-            }
-        } else {
+        self.add(&Counted::of(obs, class, hash), track_offsets);
+    }
+
+    /// Adds one message's contribution (the accumulation rule of a window).
+    #[inline]
+    pub fn add(&mut self, c: &Counted, track_offsets: bool) {
+        if c.kind == CountedKind::ObservationTime {
             self.observation_time_count += 1;
+        } else {
+            self.count += 1;
+            self.bytes += c.bytes;
+            self.checksum.add_hash(c.hash);
+            self.latency.record(c.latency_ms);
+            match c.kind {
+                CountedKind::NoTime => self.no_time_count += 1,
+                CountedKind::Malformed => self.malformed_count += 1,
+                CountedKind::OutOfBounds => self.out_of_bounds_count += 1,
+                CountedKind::EventTime | CountedKind::ObservationTime => {}
+            }
         }
         // `None < Some`: one compare each, no branch on whether one is known yet.
-        self.max_observed_at = self.max_observed_at.max(Some(obs.observed_at_ms));
-        if track_offsets {
-            // Capped at the observer's clock (with the slack of a clock read per
-            // batch): a producer with a fast clock cannot stamp a record past "now".
-            // Times before the epoch are no times (Kafka's -1 is "none").
-            let record_time = obs
-                .record_timestamp
-                .map(|t| {
-                    t.ms.min(obs.observed_at_ms.saturating_add(RECORD_TIME_SLACK_MS))
-                })
-                .filter(|&t| t >= 0);
-            self.track_offset(obs.partition, obs.offset, record_time);
+        self.max_observed_at = self.max_observed_at.max(Some(c.observed_at_ms));
+        if track_offsets && c.offset >= 0 {
+            self.track_offset(c.partition, c.offset, c.record_time);
         }
     }
 
@@ -170,6 +234,9 @@ impl WindowStats {
         self.observation_time_count = self
             .observation_time_count
             .saturating_add(other.observation_time_count);
+        self.delivery_failed_count = self
+            .delivery_failed_count
+            .saturating_add(other.delivery_failed_count);
         self.checksum.merge(other.checksum);
         self.latency.merge(&other.latency);
         self.max_observed_at = self.max_observed_at.max(other.max_observed_at);

@@ -41,6 +41,7 @@ mod tests {
             malformed_count: 2,
             out_of_bounds_count: 3,
             observation_time_count: 4,
+            delivery_failed_count: 5,
             checksum: Checksum(u64::MAX - 1),
             latency,
             offsets: vec![audit_lib::OffsetSpan {

@@ -124,6 +124,7 @@ fn generate(a: &Args) -> Vec<Message> {
                         malformed_count: 0,
                         out_of_bounds_count: 0,
                         observation_time_count: 0,
+                        delivery_failed_count: 0,
                         checksum: audit_lib::Checksum(rng.next()),
                         latency: LatencyHistogram::from_buckets(0, 0, 5_000, buckets).unwrap(),
                         offsets: vec![OffsetSpan {

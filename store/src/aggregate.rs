@@ -43,6 +43,7 @@ pub(crate) struct WindowDelta {
     pub malformed_count: i64,
     pub out_of_bounds_count: i64,
     pub observation_time_count: i64,
+    pub delivery_failed_count: i64,
     pub checksum: u64,
     pub zero_count: i64,
     pub negative_count: i64,
@@ -110,6 +111,7 @@ impl Rollup {
                     w.out_of_bounds_count = add(w.out_of_bounds_count, s.out_of_bounds_count);
                     w.observation_time_count =
                         add(w.observation_time_count, s.observation_time_count);
+                    w.delivery_failed_count = add(w.delivery_failed_count, s.delivery_failed_count);
                     w.checksum = w.checksum.wrapping_add(s.checksum.0);
                     w.zero_count = add(w.zero_count, s.latency.zero_count());
                     w.negative_count = add(w.negative_count, s.latency.negative_count());

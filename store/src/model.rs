@@ -99,6 +99,9 @@ pub struct WindowRow {
     /// Not in `count`: messages with no tier-invariant time, windowed by the
     /// auditor's observation time; shown, never compared across tiers.
     pub observation_time_count: u64,
+    /// Not in `count`: messages a producer tier was told it could not deliver (its
+    /// known loss; silent loss is the next tier's count below this one's).
+    pub delivery_failed_count: u64,
     pub checksum: u64,
     /// Merged latency histogram of all increments.
     pub latency: LatencyHistogram,
@@ -338,6 +341,7 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
             at_most("count", s.count, MAX)?;
             at_most("bytes", s.bytes, MAX)?;
             at_most("observation_time_count", s.observation_time_count, MAX)?;
+            at_most("delivery_failed_count", s.delivery_failed_count, MAX)?;
             at_most("latency.zero_count", s.latency.zero_count(), MAX)?;
             for (name, part) in [
                 ("no_time_count", s.no_time_count),

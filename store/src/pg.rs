@@ -26,12 +26,12 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
              count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
              latency_zero_count, latency_negative_count, latency_max_ms, increments,
              first_received_at_ms, last_received_at_ms, observation_time_count,
-             max_observed_at_ms)
-         SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16, obs, mo
+             max_observed_at_ms, delivery_failed_count)
+         SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16, obs, mo, df
          FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[],
                      $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
-                     $13::int8[], $14::int8[], $15::int8[], $17::int8[], $18::int8[])
-              AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, obs, mo)
+                     $13::int8[], $14::int8[], $15::int8[], $17::int8[], $18::int8[], $19::int8[])
+              AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, obs, mo, df)
          ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
              window_end_ms = GREATEST(w.window_end_ms, EXCLUDED.window_end_ms),
              count = {},
@@ -40,6 +40,7 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
              malformed_count = {},
              out_of_bounds_count = {},
              observation_time_count = {},
+             delivery_failed_count = {},
              checksum = audit_wrap_add(w.checksum, EXCLUDED.checksum),
              latency_zero_count = {},
              latency_negative_count = {},
@@ -54,6 +55,7 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
         sum("malformed_count"),
         sum("out_of_bounds_count"),
         sum("observation_time_count"),
+        sum("delivery_failed_count"),
         sum("latency_zero_count"),
         sum("latency_negative_count"),
         sum("increments"),
@@ -202,7 +204,7 @@ impl PgStore {
         let mut dcs = Vec::with_capacity(n);
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
-        let mut cols: [Vec<i64>; 11] = Default::default();
+        let mut cols: [Vec<i64>; 12] = Default::default();
         let mut observed: Vec<Option<i64>> = Vec::with_capacity(n);
         for (k, w) in &rollup.windows {
             observed.push(w.max_observed_at);
@@ -223,6 +225,7 @@ impl PgStore {
                 w.max_ms,
                 w.increments,
                 w.observation_time_count,
+                w.delivery_failed_count,
             ]) {
                 col.push(v);
             }
@@ -246,6 +249,7 @@ impl PgStore {
             .bind(received)
             .bind(&cols[10])
             .bind(&observed)
+            .bind(&cols[11])
             .fetch_all(&mut **tx)
             .await
             .context("adding increments to windows")?;
@@ -604,7 +608,7 @@ impl PgStore {
         let rows: Vec<StagedDb> = sqlx::query_as(
             "SELECT uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms, emitted_at_ms,
                     count, bytes, no_time_count, malformed_count, out_of_bounds_count,
-                    observation_time_count, checksum,
+                    observation_time_count, delivery_failed_count, checksum,
                     latency_zero_count, latency_negative_count, latency_max_ms, bucket_index,
                     bucket_count, offset_partition, offset_min, offset_max, partition_ms,
                     max_observed_at_ms, offset_max_record_time
@@ -701,6 +705,7 @@ struct StagedDb {
     malformed_count: Option<i64>,
     out_of_bounds_count: Option<i64>,
     observation_time_count: i64,
+    delivery_failed_count: i64,
     checksum: Option<i64>,
     latency_zero_count: Option<i64>,
     latency_negative_count: Option<i64>,
@@ -765,6 +770,7 @@ impl StagedDb {
                     malformed_count: u(self.malformed_count)?,
                     out_of_bounds_count: u(self.out_of_bounds_count)?,
                     observation_time_count: u(Some(self.observation_time_count))?,
+                    delivery_failed_count: u(Some(self.delivery_failed_count))?,
                     checksum: audit_lib::Checksum(self.checksum? as u64),
                     latency,
                     offsets,

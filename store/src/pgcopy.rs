@@ -9,9 +9,9 @@ pub const COPY_MESSAGES: &str = "COPY audit_message (uuid, kind, topic, tier, da
     no_time_count, malformed_count, out_of_bounds_count, latency_zero_count,
     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition,
     offset_min, offset_max, observation_time_count, partition_ms, max_observed_at_ms,
-    offset_max_record_time) FROM STDIN (FORMAT binary)";
+    offset_max_record_time, delivery_failed_count) FROM STDIN (FORMAT binary)";
 
-const COLUMNS: i16 = 28;
+const COLUMNS: i16 = 29;
 const INT4_OID: i32 = 23;
 const INT8_OID: i32 = 20;
 
@@ -164,6 +164,7 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 row.int8(inc.window_start);
                 row.opt_int8(s.max_observed_at);
                 row.opt_int8_array(s.offsets.iter().map(|o| o.max_record_time));
+                row.int8(i(s.delivery_failed_count));
             }
             AuditBody::Progress(_) => {
                 row.field(m.uuid.as_bytes());
@@ -183,6 +184,8 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 row.int8(m.emitted_at);
                 row.null();
                 row.null();
+                // delivery_failed_count is NOT NULL too.
+                row.int8(0);
             }
         }
     }

@@ -20,6 +20,7 @@ pub(crate) struct WindowDb {
     pub malformed_count: i64,
     pub out_of_bounds_count: i64,
     pub observation_time_count: i64,
+    pub delivery_failed_count: i64,
     pub checksum: i64,
     pub latency_zero_count: i64,
     pub latency_negative_count: i64,
@@ -59,6 +60,7 @@ where
             first_received_at_ms: row.try_get_unchecked(17)?,
             last_received_at_ms: row.try_get_unchecked(18)?,
             max_observed_at_ms: row.try_get_unchecked(19)?,
+            delivery_failed_count: row.try_get_unchecked(20)?,
         })
     }
 }
@@ -124,6 +126,7 @@ pub(crate) fn join_buckets(
                 malformed_count: u(r.malformed_count),
                 out_of_bounds_count: u(r.out_of_bounds_count),
                 observation_time_count: u(r.observation_time_count),
+                delivery_failed_count: u(r.delivery_failed_count),
                 checksum: r.checksum as u64,
                 latency,
                 increments: u(r.increments),

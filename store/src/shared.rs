@@ -14,7 +14,7 @@ pub(crate) const WINDOW_COLUMNS: &str =
     "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
     no_time_count, malformed_count, out_of_bounds_count, observation_time_count, checksum, latency_zero_count,
     latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms,
-    max_observed_at_ms";
+    max_observed_at_ms, delivery_failed_count";
 
 /// Window rows of one topic in a range: `$1` topic, `$2..$3` window starts.
 pub(crate) static TOPIC_WINDOWS: LazyLock<String> = LazyLock::new(|| {

@@ -143,9 +143,9 @@ impl SqliteStore {
                  count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
                  latency_zero_count, latency_negative_count, latency_max_ms, increments,
                  first_received_at_ms, last_received_at_ms, observation_time_count,
-                 max_observed_at_ms)
+                 max_observed_at_ms, delivery_failed_count)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17,
-                     ?18)
+                     ?18, ?19)
              ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
                  window_end_ms = max(audit_window.window_end_ms, excluded.window_end_ms),
                  count = {count},
@@ -154,6 +154,7 @@ impl SqliteStore {
                  malformed_count = {malformed_count},
                  out_of_bounds_count = {out_of_bounds_count},
                  observation_time_count = {observation_time_count},
+                 delivery_failed_count = {delivery_failed_count},
                  checksum = {WRAP_ADD_CHECKSUM},
                  latency_zero_count = {latency_zero_count},
                  latency_negative_count = {latency_negative_count},
@@ -169,6 +170,7 @@ impl SqliteStore {
             malformed_count = sat("malformed_count"),
             out_of_bounds_count = sat("out_of_bounds_count"),
             observation_time_count = sat("observation_time_count"),
+            delivery_failed_count = sat("delivery_failed_count"),
             latency_zero_count = sat("latency_zero_count"),
             latency_negative_count = sat("latency_negative_count"),
             increments = sat("increments"),
@@ -193,6 +195,7 @@ impl SqliteStore {
                 .bind(received)
                 .bind(w.observation_time_count)
                 .bind(w.max_observed_at)
+                .bind(w.delivery_failed_count)
                 .fetch_one(&mut **tx)
                 .await
                 .context("adding an increment to its window")?;

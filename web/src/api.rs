@@ -461,6 +461,9 @@ pub struct TierWindowView {
     /// observation time. `no_time_count`, `malformed_count` and `out_of_bounds_count`
     /// are the reasons of messages in `count` windowed by their record timestamp.
     pub observation_time_count: u64,
+    /// Not in `count`: messages whose producer was told their delivery failed (a
+    /// producer tier's known loss; 0 at other tiers).
+    pub delivery_failed_count: u64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -517,6 +520,7 @@ pub async fn windows(
             increments: r.increments,
             latency: engine::percentiles(&r.latency),
             observation_time_count: r.observation_time_count,
+            delivery_failed_count: r.delivery_failed_count,
         })
         .collect();
     Ok(Json(WindowsResponse {

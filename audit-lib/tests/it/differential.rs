@@ -19,19 +19,8 @@ enum J {
     Obj(Vec<(String, J)>),
 }
 
-/// Tiny deterministic RNG so rendering choices (whitespace, escapes) shrink with a seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn chance(&mut self, n: u64) -> bool {
-        self.next() % n == 0
-    }
-}
+// Rendering choices (whitespace, escapes) shrink with a seed.
+use crate::rng::Rng;
 
 fn ws(r: &mut Rng, out: &mut String) {
     if r.chance(3) {

@@ -4,7 +4,9 @@
 //! every other test running in the same process.
 
 mod aggregator;
+mod conformance;
 mod differential;
 mod oracle;
+mod rng;
 mod schema;
 mod sinks;

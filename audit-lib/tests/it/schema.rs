@@ -75,6 +75,7 @@ fn increments_and_progress_match_the_schema() {
         bytes: 10,
         no_time_count: 1,
         observation_time_count: 2,
+        delivery_failed_count: 3,
         ..Default::default()
     };
     stats.latency.record(25);

@@ -27,6 +27,7 @@ mod demo;
 mod deploy;
 mod evidence;
 mod inspect;
+mod java_interceptors;
 mod late_auditor;
 mod region_only_topic;
 mod rollup_held;

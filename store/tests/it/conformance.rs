@@ -276,6 +276,7 @@ struct Increment {
     malformed_count: u64,
     out_of_bounds_count: u64,
     observation_time_count: u64,
+    delivery_failed_count: u64,
     checksum: u64,
     latency: Latency,
     offsets: Vec<OffsetSpan>,
@@ -332,6 +333,7 @@ impl From<Increment> for Message {
                     malformed_count: i.malformed_count,
                     out_of_bounds_count: i.out_of_bounds_count,
                     observation_time_count: i.observation_time_count,
+                    delivery_failed_count: i.delivery_failed_count,
                     checksum: audit_lib::Checksum(i.checksum),
                     latency: i.latency.histogram(),
                     offsets: i.offsets,
@@ -385,6 +387,7 @@ fn increment(topic: &str, tier: &str, dc: &str, window: i64, count: u64) -> Incr
         malformed_count: 0,
         out_of_bounds_count: 0,
         observation_time_count: 0,
+        delivery_failed_count: 0,
         checksum: count.wrapping_mul(0x9E37_79B9_7F4A_7C15),
         latency: Latency {
             zero_count: 0,
@@ -409,6 +412,7 @@ fn random_increment(rng: &mut Rng) -> Increment {
     i.malformed_count = rng.below(count / 4 + 1);
     i.out_of_bounds_count = rng.below(count / 4 + 1);
     i.observation_time_count = rng.below(50);
+    i.delivery_failed_count = rng.below(20);
     i.checksum = rng.next();
     let zero = rng.below(count / 4 + 1);
     let mut left = count - zero;
@@ -481,6 +485,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
                     malformed_count: 0,
                     out_of_bounds_count: 0,
                     observation_time_count: 0,
+                    delivery_failed_count: 0,
                     checksum: 0,
                     latency: LatencyHistogram::new(),
                     increments: 0,
@@ -498,6 +503,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
         row.malformed_count += i.malformed_count;
         row.out_of_bounds_count += i.out_of_bounds_count;
         row.observation_time_count += i.observation_time_count;
+        row.delivery_failed_count += i.delivery_failed_count;
         row.checksum = row.checksum.wrapping_add(i.checksum);
         row.latency.merge(&i.latency.histogram());
         row.increments += 1;

@@ -53,6 +53,7 @@ fn message(topic: &str, tier: &str, dc: &str, window_start: i64, count: u64, sal
                 out_of_bounds_count: 0,
                 // the old schema had no such column: what the conversion carries is 0
                 observation_time_count: 0,
+                delivery_failed_count: 0,
                 checksum: audit_lib::Checksum(count.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt),
                 latency: LatencyHistogram::from_buckets(0, 0, 5_000 + salt as i64, buckets)
                     .expect("histogram"),

@@ -46,6 +46,7 @@ fn inc(
                 malformed_count: 0,
                 out_of_bounds_count: 0,
                 observation_time_count: 0,
+                delivery_failed_count: 0,
                 checksum: audit_lib::Checksum(checksum),
                 latency: LatencyHistogram::from_buckets(
                     1,

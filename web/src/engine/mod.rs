@@ -210,6 +210,10 @@ pub struct EdgeWindow {
     pub upstream_observation_time_count: u64,
     /// The same downstream, kept out of `observed`.
     pub downstream_observation_time_count: u64,
+    /// Shown, not judged: upstream messages whose producer was told their delivery
+    /// failed (a producer tier's known loss, kept out of `expected`). A `loss` verdict
+    /// is the silent loss, which no producer was told about.
+    pub upstream_delivery_failed_count: u64,
 }
 
 /// State of the auditor of one tier in one datacenter for one topic.
@@ -231,6 +235,7 @@ pub struct AuditorStatus {
 struct Side {
     count: u64,
     observation_time_count: u64,
+    delivery_failed_count: u64,
     checksum: u64,
     latency: LatencyHistogram,
 }
@@ -242,6 +247,9 @@ impl Side {
         self.observation_time_count = self
             .observation_time_count
             .saturating_add(row.observation_time_count);
+        self.delivery_failed_count = self
+            .delivery_failed_count
+            .saturating_add(row.delivery_failed_count);
         self.checksum = self.checksum.wrapping_add(row.checksum);
         self.latency.merge(&row.latency);
     }
@@ -850,6 +858,7 @@ impl Topology {
             downstream_latency: down_latency,
             upstream_observation_time_count: up.observation_time_count,
             downstream_observation_time_count: down.observation_time_count,
+            upstream_delivery_failed_count: up.delivery_failed_count,
         }
     }
 

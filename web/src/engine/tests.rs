@@ -90,6 +90,7 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         malformed_count: 0,
         out_of_bounds_count: 0,
         observation_time_count: 0,
+        delivery_failed_count: 0,
         checksum,
         latency: histogram(&[100, 200, 300]),
         increments: 1,

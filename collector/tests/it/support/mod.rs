@@ -35,6 +35,7 @@ pub fn increment(topic: &str, window: i64, count: u64, seed: u64) -> AuditMessag
         malformed_count: 0,
         out_of_bounds_count: 0,
         observation_time_count: 0,
+        delivery_failed_count: 0,
         checksum: Checksum(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (seed << 7)),
         latency,
         offsets: vec![OffsetSpan {

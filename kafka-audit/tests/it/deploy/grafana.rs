@@ -157,6 +157,7 @@ async fn seed(store: &store::Store, now: i64) -> i64 {
                         malformed_count: 1,
                         out_of_bounds_count: 0,
                         observation_time_count: 0,
+                        delivery_failed_count: 0,
                         checksum: audit_lib::Checksum(count.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
                         latency: h,
                         offsets: vec![OffsetSpan {

@@ -97,11 +97,45 @@ pub fn serve_config(datacenters: &str, stall_after: &str, hook: &str) -> web::Co
     serve_config_timed("10s", "5s", datacenters, stall_after, hook)
 }
 
+/// The `tiers` and `[[topology.edges]]` of [`serve_config`]: regional → aggregate in
+/// `datacenters`.
+fn regional_to_aggregate(datacenters: &str) -> String {
+    format!(
+        r#"tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = {datacenters}"#
+    )
+}
+
 /// [`serve_config`] with another `window` and `grace` (humantime strings).
 pub fn serve_config_timed(
     window: &str,
     grace: &str,
     datacenters: &str,
+    stall_after: &str,
+    hook: &str,
+) -> web::Config {
+    serve_config_of(
+        window,
+        grace,
+        &regional_to_aggregate(datacenters),
+        stall_after,
+        hook,
+    )
+}
+
+/// [`serve_config`] with other tiers and edges (`tiers = ...` and `[[topology.edges]]`
+/// tables, TOML of the `[topology]` section).
+pub fn serve_config_with(tiers_and_edges: &str, stall_after: &str, hook: &str) -> web::Config {
+    serve_config_of("10s", "5s", tiers_and_edges, stall_after, hook)
+}
+
+fn serve_config_of(
+    window: &str,
+    grace: &str,
+    tiers_and_edges: &str,
     stall_after: &str,
     hook: &str,
 ) -> web::Config {
@@ -113,11 +147,7 @@ evaluate_every = "500ms"
 window = "{window}"
 grace = "{grace}"
 stall_after = "{stall_after}"
-tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = {datacenters}
+{tiers_and_edges}
 [[alerting.channels]]
 name = "hook"
 kind = "webhook"

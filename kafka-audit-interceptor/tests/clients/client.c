@@ -1,0 +1,340 @@
+/*
+ * A C producer and consumer on librdkafka's C API, linked with the workspace's
+ * librdkafka (rdkafka-sys builds it with cmake, statically), used by the plugin's tests
+ * the way a C application uses the plugin: properties on the command line, in order
+ * (plugin.library.paths first). See tests/clients/c_client.rs for the command line.
+ *
+ * The few librdkafka declarations it needs are written out below (librdkafka's stable
+ * C ABI) rather than taken from rdkafka.h, which the crate cannot locate in
+ * rdkafka-sys's build.
+ */
+#include <dlfcn.h>
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct rd_kafka_s rd_kafka_t;
+typedef struct rd_kafka_conf_s rd_kafka_conf_t;
+typedef struct rd_kafka_topic_s rd_kafka_topic_t;
+typedef struct rd_kafka_topic_partition_list_s rd_kafka_topic_partition_list_t;
+typedef struct {
+        int err;
+        rd_kafka_topic_t *rkt;
+        int32_t partition;
+        void *payload;
+        size_t len;
+        void *key;
+        size_t key_len;
+        int64_t offset;
+        void *_private;
+} rd_kafka_message_t;
+
+rd_kafka_conf_t *rd_kafka_conf_new(void);
+int rd_kafka_conf_set(rd_kafka_conf_t *, const char *, const char *, char *, size_t);
+void rd_kafka_conf_destroy(rd_kafka_conf_t *);
+void rd_kafka_conf_set_dr_msg_cb(rd_kafka_conf_t *,
+                                 void (*)(rd_kafka_t *, const rd_kafka_message_t *, void *));
+rd_kafka_t *rd_kafka_new(int, rd_kafka_conf_t *, char *, size_t);
+void rd_kafka_destroy(rd_kafka_t *);
+rd_kafka_topic_t *rd_kafka_topic_new(rd_kafka_t *, const char *, void *);
+void rd_kafka_topic_destroy(rd_kafka_topic_t *);
+int rd_kafka_produce(rd_kafka_topic_t *, int32_t, int, void *, size_t, const void *, size_t,
+                     void *);
+int rd_kafka_poll(rd_kafka_t *, int);
+int rd_kafka_flush(rd_kafka_t *, int);
+int rd_kafka_last_error(void);
+const char *rd_kafka_err2str(int);
+int rd_kafka_poll_set_consumer(rd_kafka_t *);
+rd_kafka_topic_partition_list_t *rd_kafka_topic_partition_list_new(int);
+void *rd_kafka_topic_partition_list_add(rd_kafka_topic_partition_list_t *, const char *, int32_t);
+void rd_kafka_topic_partition_list_destroy(rd_kafka_topic_partition_list_t *);
+int rd_kafka_subscribe(rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
+rd_kafka_message_t *rd_kafka_consumer_poll(rd_kafka_t *, int);
+void rd_kafka_message_destroy(rd_kafka_message_t *);
+int rd_kafka_consumer_close(rd_kafka_t *);
+
+#define PRODUCER 0
+#define CONSUMER 1
+#define MSG_F_COPY 0x2
+#define ERR_QUEUE_FULL (-184)
+
+static long delivered, failed;
+
+/* Prints {"error": "<what>: <why>"} with the text escaped for JSON, and exits. */
+static void fail(const char *what, const char *why) {
+        printf("{\"error\": \"%s: ", what);
+        for (const char *c = why; *c; c++) {
+                if (*c == '"' || *c == '\\')
+                        putchar('\\');
+                if ((unsigned char)*c >= 0x20)
+                        putchar(*c);
+        }
+        printf("\"}\n");
+        fflush(stdout);
+        exit(2);
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+        (void)rk;
+        (void)opaque;
+        if (m->err)
+                failed++;
+        else
+                delivered++;
+}
+
+/* A client of `type` with the properties `props[0..n]` ("name=value", in order),
+ * plugin.library.paths replaced by `plugin` when not NULL; bootstrap.servers from the
+ * command line. */
+static const char *bootstrap;
+
+static rd_kafka_t *client(int type, char **props, int n, const char *plugin) {
+        char errstr[512];
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
+        if (type == PRODUCER)
+                rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+        for (int i = 0; i < n; i++) {
+                char *eq = strchr(props[i], '=');
+                if (!eq || !strncmp(props[i], "kai.", 4))
+                        continue; /* this program's own options */
+                *eq = '\0';
+                const char *value = eq + 1;
+                if (plugin && !strcmp(props[i], "plugin.library.paths"))
+                        value = plugin;
+                int r = rd_kafka_conf_set(conf, props[i], value, errstr, sizeof(errstr));
+                *eq = '=';
+                if (r != 0)
+                        fail("config", errstr);
+        }
+        rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof(errstr));
+        if (!rk)
+                fail("create", errstr);
+        return rk;
+}
+
+static const char *option(char **props, int n, const char *name) {
+        size_t len = strlen(name);
+        for (int i = 0; i < n; i++)
+                if (!strncmp(props[i], name, len) && props[i][len] == '=')
+                        return props[i] + len + 1;
+        return NULL;
+}
+
+/* The value's size (kai.size: a "pad" field fills it up), and each produce() call's
+ * duration in ns (for the benchmark's p99 added to produce()). */
+static int value_size;
+/* kai.fail_every=K: message i with i % K == K - 1 goes to partition PARTITIONS, which
+ * the topic has not: its delivery fails (at once, or in its delivery report). */
+static long fail_every;
+static long long *call_ns;
+static long calls;
+
+static long long now_ns(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+        long long x = *(const long long *)a, y = *(const long long *)b;
+        return (x > y) - (x < y);
+}
+
+/* Message i: key k<i>, JSON with its id and event time, to partition i % partitions. */
+static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long i, long long base,
+                        long long span, long count, int partitions) {
+        char key[32], value[4096];
+        int klen = snprintf(key, sizeof(key), "k%ld", i);
+        long long ts = base + (long long)i * span / count;
+        int vlen = snprintf(value, sizeof(value), "{\"id\":%ld,\"ts\":%lld}", i, ts);
+        if (value_size > vlen + 10 && value_size < (int)sizeof(value)) {
+                int pad = value_size - vlen - 9; /* ,"pad":"" */
+                vlen = snprintf(value, sizeof(value), "{\"id\":%ld,\"ts\":%lld,\"pad\":\"%0*d\"}",
+                                i, ts, pad, 0);
+        }
+        int32_t partition = (int32_t)(i % partitions);
+        if (fail_every > 0 && i % fail_every == fail_every - 1)
+                partition = partitions;
+        long long t0 = now_ns();
+        while (rd_kafka_produce(rkt, partition, MSG_F_COPY, value, (size_t)vlen, key,
+                                (size_t)klen, NULL) == -1) {
+                if (rd_kafka_last_error() != ERR_QUEUE_FULL) {
+                        if (partition != partitions)
+                                fail("produce", rd_kafka_err2str(rd_kafka_last_error()));
+                        failed++; /* refused at once: no delivery report comes */
+                        break;
+                }
+                rd_kafka_poll(rk, 10);
+        }
+        if (call_ns)
+                call_ns[calls++] = now_ns() - t0;
+        rd_kafka_poll(rk, 0);
+}
+
+static int threads(void) {
+        int n = 0;
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        if (!d)
+                return -1;
+        while ((e = readdir(d)))
+                if (e->d_name[0] != '.')
+                        n++;
+        closedir(d);
+        return n;
+}
+
+/* produce BOOTSTRAP TOPIC COUNT BASE_MS SPAN_MS PARTITIONS [PROP=VALUE...]
+ *   kai.clients=K      K producers in one process, messages round-robin over them
+ *   kai.alt_plugin=P   every second producer loads the plugin from path P
+ *   kai.fork=M         after the flush, a forked child destroys the inherited
+ *                      producers, then produces M more messages (ids COUNT..) with a
+ *                      producer of its own (librdkafka 2.12 itself crashed destroying
+ *                      three inherited producers in a child; one it survives)
+ *   kai.size=S         values of S bytes (a "pad" field fills them up)
+ *   kai.fail_every=K   every K-th message to a partition the topic has not (fails)
+ * Prints {"delivered", "failed", "plugin_loaded_after", "threads_after", "seconds" (first
+ * produce to the last flush), "cpu_s" (the process's), "produce_p50_ns", "produce_p99_ns"}. */
+static int produce(int argc, char **argv) {
+        const char *topic = argv[3];
+        long count = atol(argv[4]);
+        long long base = atoll(argv[5]), span = atoll(argv[6]);
+        int partitions = atoi(argv[7]);
+        char **props = argv + 8;
+        int n = argc - 8;
+        const char *k = option(props, n, "kai.clients");
+        const char *alt = option(props, n, "kai.alt_plugin");
+        const char *fork_more = option(props, n, "kai.fork");
+        const char *plugin = option(props, n, "plugin.library.paths");
+        int clients = k ? atoi(k) : 1;
+        const char *size = option(props, n, "kai.size");
+        value_size = size ? atoi(size) : 0;
+        const char *fails = option(props, n, "kai.fail_every");
+        fail_every = fails ? atol(fails) : 0;
+        call_ns = calloc((size_t)count + 1, sizeof(*call_ns));
+        rd_kafka_t *rk[16];
+        rd_kafka_topic_t *rkt[16];
+        if (clients < 1 || clients > 16)
+                return 2;
+        for (int c = 0; c < clients; c++) {
+                rk[c] = client(PRODUCER, props, n, (alt && c % 2) ? alt : NULL);
+                rkt[c] = rd_kafka_topic_new(rk[c], topic, NULL);
+        }
+        long long started = now_ns();
+        for (long i = 0; i < count; i++)
+                produce_one(rk[i % clients], rkt[i % clients], i, base, span, count, partitions);
+        for (int c = 0; c < clients; c++)
+                rd_kafka_flush(rk[c], 30000);
+        double seconds = (double)(now_ns() - started) / 1e9;
+        long long p50 = 0, p99 = 0;
+        if (calls > 0) {
+                qsort(call_ns, (size_t)calls, sizeof(*call_ns), cmp_ll);
+                p50 = call_ns[calls / 2];
+                p99 = call_ns[calls * 99 / 100];
+        }
+        long forked = calls;
+        call_ns = NULL; /* the child's messages are not timed */
+        if (fork_more) {
+                fflush(stdout);
+                pid_t child = fork();
+                if (child == 0) {
+                        /* librdkafka's threads did not come along: destroying the
+                         * inherited clients runs the plugin's close in the child, which
+                         * must not report the parent's counts. */
+                        for (int c = 0; c < clients; c++) {
+                                rd_kafka_topic_destroy(rkt[c]);
+                                rd_kafka_destroy(rk[c]);
+                        }
+                        long more = atol(fork_more);
+                        rd_kafka_t *own = client(PRODUCER, props, n, NULL);
+                        rd_kafka_topic_t *own_t = rd_kafka_topic_new(own, topic, NULL);
+                        for (long i = count; i < count + more; i++)
+                                produce_one(own, own_t, i, base, span, count + more, partitions);
+                        rd_kafka_flush(own, 30000);
+                        rd_kafka_topic_destroy(own_t);
+                        rd_kafka_destroy(own);
+                        _exit(failed ? 1 : 0);
+                }
+                int status = 0;
+                waitpid(child, &status, 0);
+                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                        printf("{\"error\": \"forked child failed: %d\"}\n", status);
+                        return 2;
+                }
+        }
+        for (int c = 0; c < clients; c++) {
+                rd_kafka_topic_destroy(rkt[c]);
+                rd_kafka_destroy(rk[c]);
+        }
+        int loaded = plugin && dlopen(plugin, RTLD_NOW | RTLD_NOLOAD) != NULL;
+        if (alt && dlopen(alt, RTLD_NOW | RTLD_NOLOAD))
+                loaded = 1;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                     (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+        printf("{\"delivered\": %ld, \"failed\": %ld, \"plugin_loaded_after\": %s, "
+               "\"threads_after\": %d, \"seconds\": %.6f, \"cpu_s\": %.6f, "
+               "\"produce_calls\": %ld, \"produce_p50_ns\": %lld, \"produce_p99_ns\": %lld}\n",
+               delivered, failed, loaded ? "true" : "false", threads(), seconds, cpu, forked,
+               p50, p99);
+        return 0;
+}
+
+/* consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]
+ * Reads until EXPECTED messages or the timeout, then closes (committing).
+ * Prints {"consumed"}. */
+static int consume(int argc, char **argv) {
+        const char *topic = argv[3];
+        long expected = atol(argv[5]);
+        time_t until = time(NULL) + atol(argv[6]);
+        char group[300];
+        snprintf(group, sizeof(group), "group.id=%s", argv[4]);
+        char *props[64];
+        int n = 0;
+        /* client() writes into its properties: no string literals. */
+        props[n++] = strdup("auto.offset.reset=earliest");
+        for (int i = 7; i < argc && n < 62; i++)
+                props[n++] = argv[i];
+        props[n++] = group;
+        rd_kafka_t *rk = client(CONSUMER, props, n, NULL);
+        rd_kafka_poll_set_consumer(rk);
+        rd_kafka_topic_partition_list_t *subs = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(subs, topic, -1);
+        rd_kafka_subscribe(rk, subs);
+        rd_kafka_topic_partition_list_destroy(subs);
+        long consumed = 0;
+        while (consumed < expected && time(NULL) < until) {
+                rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+                if (!m)
+                        continue;
+                if (!m->err)
+                        consumed++;
+                rd_kafka_message_destroy(m);
+        }
+        rd_kafka_consumer_close(rk);
+        rd_kafka_destroy(rk);
+        printf("{\"consumed\": %ld}\n", consumed);
+        return 0;
+}
+
+int kai_c_client_main(int argc, char **argv) {
+        bootstrap = argc > 2 ? argv[2] : "";
+        if (argc >= 8 && !strcmp(argv[1], "produce"))
+                return produce(argc, argv);
+        if (argc >= 7 && !strcmp(argv[1], "consume"))
+                return consume(argc, argv);
+        fprintf(stderr,
+                "usage: %s produce BOOTSTRAP TOPIC COUNT BASE_MS SPAN_MS PARTITIONS [PROP=VALUE...]\n"
+                "       %s consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]\n",
+                argv[0], argv[0]);
+        return 2;
+}
