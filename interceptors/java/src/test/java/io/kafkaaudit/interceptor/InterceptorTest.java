@@ -240,7 +240,8 @@ class InterceptorTest {
       i.onCommit(Map.of(tp, new OffsetAndMetadata(13)));
       String inc = i.drainForTest(ID, T0).get(0);
       assertTrue(inc.contains("\"count\":8,"), inc);
-      assertTrue(inc.contains("{\"partition\":3,\"min\":5,\"max\":12}"), inc);
+      // The latest record time counted (offset 12's), the evidence of issue #24.
+      assertTrue(inc.contains("{\"partition\":3,\"min\":5,\"max\":12,\"max_record_time\":" + (T0 + 12) + "}"), inc);
       assertEquals(13, i.metrics().getCounted());
       assertEquals(7, i.metrics().getDiscardedReread());
       assertEquals(0, i.metrics().getUncommitted());
