@@ -148,7 +148,9 @@ impl Counted {
             // Times before the epoch are no times (Kafka's -1 is "none").
             record_time: obs
                 .record_timestamp
-                .map(|t| t.ms.min(obs.observed_at_ms.saturating_add(RECORD_TIME_SLACK_MS)))
+                .map(|t| {
+                    t.ms.min(obs.observed_at_ms.saturating_add(RECORD_TIME_SLACK_MS))
+                })
                 .filter(|&t| t >= 0),
         }
     }
