@@ -1135,55 +1135,55 @@ impl PgStore {
         // they do not (the cap's cut needs them by window).
         let mut read_topics: Vec<&str> = rows.iter().map(|r| r.topic.as_str()).collect();
         read_topics.dedup();
-        let (ids, indexes, counts): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&format!(
-            "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg(bucket), '{{}}'),
-                    coalesce(array_agg(count), '{{}}')
-             FROM (SELECT window_id, bucket, count FROM audit_window_bucket
-                   WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
-                   ORDER BY window_id, bucket LIMIT {}) b",
-            crate::rows::bucket_limit(max_bucket_rows)
-        ))
-        .bind(&read_topics)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_one(&self.pool)
-        .await
-        .context("reading latency buckets")?;
-        let mut buckets: Vec<(i64, i32, i64)> = ids
-            .into_iter()
-            .zip(indexes)
-            .zip(counts)
-            .map(|((id, bucket), count)| (id, bucket, count))
-            .collect();
-        if !buckets.is_sorted_by_key(|b| (b.0, b.1)) {
-            buckets.sort_unstable_by_key(|b| (b.0, b.1));
-        }
+        // The rows (window id, key, value) of `table` for those windows, as above.
+        let per_window =
+            |table: &'static str, key: &'static str, value: &'static str, what: &'static str| {
+                let sql = format!(
+                "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg({key}), '{{}}'),
+                        coalesce(array_agg({value}), '{{}}')
+                 FROM (SELECT window_id, {key}, {value} FROM {table}
+                       WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+                         AND {value} IS NOT NULL
+                       ORDER BY window_id, {key} LIMIT {}) x",
+                crate::rows::bucket_limit(max_bucket_rows)
+            );
+                let read_topics = &read_topics;
+                async move {
+                    let (ids, keys, values): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&sql)
+                        .bind(read_topics)
+                        .bind(range.start_ms)
+                        .bind(range.end_ms)
+                        .fetch_one(&self.pool)
+                        .await
+                        .context(what)?;
+                    let mut triples: Vec<(i64, i32, i64)> = ids
+                        .into_iter()
+                        .zip(keys)
+                        .zip(values)
+                        .map(|((id, k), v)| (id, k, v))
+                        .collect();
+                    if !triples.is_sorted_by_key(|b| (b.0, b.1)) {
+                        triples.sort_unstable_by_key(|b| (b.0, b.1));
+                    }
+                    Ok::<_, StoreError>(triples)
+                }
+            };
+        let buckets = per_window(
+            "audit_window_bucket",
+            "bucket",
+            "count",
+            "reading latency buckets",
+        )
+        .await?;
         // The windows' per-partition record times, the same way (only partitions with
         // one: upstream evidence, issue 24).
-        let (ids, partitions, times): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&format!(
-            "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg(partition_id), '{{}}'),
-                    coalesce(array_agg(max_record_time_ms), '{{}}')
-             FROM (SELECT window_id, partition_id, max_record_time_ms FROM audit_window_offset
-                   WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
-                     AND max_record_time_ms IS NOT NULL
-                   ORDER BY window_id, partition_id LIMIT {}) o",
-            crate::rows::bucket_limit(max_bucket_rows)
-        ))
-        .bind(&read_topics)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_one(&self.pool)
-        .await
-        .context("reading record times of windows")?;
-        let mut record_times: Vec<(i64, i32, i64)> = ids
-            .into_iter()
-            .zip(partitions)
-            .zip(times)
-            .map(|((id, partition), t)| (id, partition, t))
-            .collect();
-        if !record_times.is_sorted_by_key(|b| (b.0, b.1)) {
-            record_times.sort_unstable_by_key(|b| (b.0, b.1));
-        }
+        let record_times = per_window(
+            "audit_window_offset",
+            "partition_id",
+            "max_record_time_ms",
+            "reading record times of windows",
+        )
+        .await?;
         Ok(WindowPage {
             rows: crate::rows::join_buckets_capped(
                 rows,

@@ -295,29 +295,23 @@ macro_rules! shared_window_reads {
                 .fetch_all(&self.pool)
                 .await
                 .context("reading windows of a topic")?;
-            // One row past the cap shows whether it was hit.
-            let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
-                "{} LIMIT {}",
-                Self::TOPIC_BUCKETS,
-                crate::rows::bucket_limit(max_bucket_rows)
-            ))
-            .bind(topic)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .fetch_all(&self.pool)
-            .await
-            .context("reading latency buckets")?;
-            let record_times: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
-                "{} LIMIT {}",
-                Self::TOPIC_RECORD_TIMES,
-                crate::rows::bucket_limit(max_bucket_rows)
-            ))
-            .bind(topic)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .fetch_all(&self.pool)
-            .await
-            .context("reading record times of windows")?;
+            // (window id, key, value) rows of the topic's windows; one row past the cap
+            // shows whether it was hit.
+            let per_window = |sql: &str, what: &'static str| {
+                let sql = format!("{sql} LIMIT {}", crate::rows::bucket_limit(max_bucket_rows));
+                async move {
+                    sqlx::query_as::<_, (i64, i32, i64)>(&sql)
+                        .bind(topic)
+                        .bind(range.start_ms)
+                        .bind(range.end_ms)
+                        .fetch_all(&self.pool)
+                        .await
+                        .context(what)
+                }
+            };
+            let buckets = per_window(Self::TOPIC_BUCKETS, "reading latency buckets").await?;
+            let record_times =
+                per_window(Self::TOPIC_RECORD_TIMES, "reading record times of windows").await?;
             Ok(crate::rows::join_buckets_capped(
                 rows,
                 buckets,

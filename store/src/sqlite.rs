@@ -463,33 +463,31 @@ impl SqliteStore {
         .fetch_all(&self.pool)
         .await
         .context("reading windows of a range")?;
-        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
+        // (window id, key, value) rows of the windows of the page's topics.
+        let per_window = |sql: &'static str| {
+            sqlx::query_as::<_, (i64, i32, i64)>(sql)
+                .bind(first)
+                .bind(last)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .bind(crate::rows::bucket_limit(max_bucket_rows))
+                .fetch_all(&self.pool)
+        };
+        let buckets = per_window(
             "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
              JOIN audit_window w ON w.id = b.window_id
              WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4
              ORDER BY b.window_id, b.bucket LIMIT ?5",
         )
-        .bind(first)
-        .bind(last)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(crate::rows::bucket_limit(max_bucket_rows))
-        .fetch_all(&self.pool)
         .await
         .context("reading latency buckets")?;
-        let record_times: Vec<(i64, i32, i64)> = sqlx::query_as(
+        let record_times = per_window(
             "SELECT o.window_id, o.partition_id, o.max_record_time_ms FROM audit_window_offset o
              JOIN audit_window w ON w.id = o.window_id
              WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4
                AND o.max_record_time_ms IS NOT NULL
              ORDER BY o.window_id, o.partition_id LIMIT ?5",
         )
-        .bind(first)
-        .bind(last)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(crate::rows::bucket_limit(max_bucket_rows))
-        .fetch_all(&self.pool)
         .await
         .context("reading record times of windows")?;
         Ok(WindowPage {
