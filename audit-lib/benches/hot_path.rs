@@ -194,7 +194,11 @@ fn record_path(c: &mut Criterion) {
                     key: Some(&keys[i]),
                     value: Some(black_box(m)),
                     headers: &audit_lib::NoHeaders,
-                    record_timestamp: None,
+                    // As an auditor reads them: every record has its CreateTime.
+                    record_timestamp: Some(audit_lib::RecordTimestamp {
+                        ms: T0 - (i as i64 & 1023),
+                        kind: audit_lib::TimestampType::CreateTime,
+                    }),
                     observed_at_ms: T0,
                 };
                 black_box(agg.record(&obs));

@@ -35,7 +35,7 @@ pub use message::{
 };
 pub use observation::{HeaderLookup, NoHeaders, Observation, RecordTimestamp, TimestampType};
 pub use sink::{MemorySink, Sink, SinkError, SpoolStats, SpoolingSink};
-pub use stats::{Counted, CountedKind, OffsetSpan, WindowStats};
+pub use stats::{Counted, CountedKind, OffsetSpan, WindowStats, RECORD_TIME_SLACK_MS};
 pub use timeparse::TimeUnit;
 pub use topic::{TopicGlob, TopicPartition};
 pub use window::{Window, WindowSize};

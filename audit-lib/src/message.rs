@@ -55,7 +55,7 @@ pub struct Increment {
 }
 
 /// How far one partition has been read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionProgress {
     pub partition: i32,
     /// The offset the auditor has read the partition up to: the consumer position
@@ -67,6 +67,17 @@ pub struct PartitionProgress {
     pub record_time: Option<i64>,
     /// High watermark minus `next_offset`, when known.
     pub lag: Option<i64>,
+    /// The latest record timestamp read on the partition, capped at the auditor's
+    /// clock when it read it (records outside the topic's skew bounds left out, as
+    /// for `record_time`): what the engine compares with the upstream's latest record
+    /// time of a window (docs/web.md, Verdicts). Absent: unknown (older auditors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_record_time: Option<i64>,
+    /// The partition's records carry LogAppendTime (the broker's clock at append),
+    /// not the CreateTime a replicator preserves: its record times cannot be compared
+    /// with the upstream's. Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log_append_time: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,6 +217,10 @@ struct WireOut<'a> {
     latency: Option<&'a LatencyHistogram>,
     #[serde(skip_serializing_if = "Option::is_none")]
     offsets: Option<&'a [OffsetSpan]>,
+    /// Written when known, so increments of emitters that know none stay what
+    /// readers older than the field expect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_observed_at: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     partitions: Option<&'a [PartitionProgress]>,
 }
@@ -233,6 +248,7 @@ impl Serialize for AuditMessage {
             checksum: None,
             latency: None,
             offsets: None,
+            max_observed_at: None,
             partitions: None,
         };
         match &self.body {
@@ -254,6 +270,7 @@ impl Serialize for AuditMessage {
                 if !st.offsets.is_empty() {
                     w.offsets = Some(&st.offsets);
                 }
+                w.max_observed_at = st.max_observed_at;
             }
             AuditBody::Progress(p) => w.partitions = Some(p),
         }
@@ -286,6 +303,7 @@ struct WireIn {
     checksum: Option<Checksum>,
     latency: Option<LatencyHistogram>,
     offsets: Option<Vec<OffsetSpan>>,
+    max_observed_at: Option<i64>,
     partitions: Option<Vec<PartitionProgress>>,
 }
 
@@ -326,6 +344,8 @@ impl<'de> Deserialize<'de> for AuditMessage {
                     checksum: required(w.checksum, "checksum")?,
                     latency: required(w.latency, "latency")?,
                     offsets: w.offsets.unwrap_or_default(),
+                    // Optional: unknown when absent (emitters before the field).
+                    max_observed_at: w.max_observed_at,
                 };
                 let parts = stats.no_time_count as u128
                     + stats.malformed_count as u128
@@ -457,22 +477,54 @@ mod tests {
                     next_offset: 10,
                     record_time: Some(1_764_410_400_000),
                     lag: Some(0),
+                    max_record_time: Some(1_764_410_400_100),
+                    log_append_time: true,
                 },
                 PartitionProgress {
                     partition: 1,
                     next_offset: 0,
                     record_time: None,
                     lag: None,
+                    ..PartitionProgress::default()
                 },
             ],
             1_764_410_400_500,
         );
         let json = m.to_json();
+        // Written when known (and the flag when set) only: an older auditor's report
+        // is byte for byte what it was.
+        assert_eq!(json.matches("max_record_time").count(), 1, "{json}");
+        assert_eq!(json.matches("log_append_time").count(), 1, "{json}");
         assert!(json.contains(r#""kind":"progress""#));
         assert!(!json.contains("window_start"));
         let back = AuditMessage::from_json(json.as_bytes()).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.as_progress().unwrap().len(), 2);
+    }
+
+    /// Issue 24: the record-time evidence of an increment is optional both ways: an
+    /// increment of an older emitter reads as "unknown", and one with it keeps it.
+    #[test]
+    fn record_time_evidence_is_optional_and_round_trips() {
+        let mut v: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+        let m: AuditMessage = serde_json::from_value(v.clone()).unwrap();
+        let st = &m.as_increment().unwrap().stats;
+        assert_eq!(st.max_observed_at, Some(1_764_411_011_000));
+        assert_eq!(st.offsets[0].max_record_time, Some(1_764_411_010_500));
+        v.as_object_mut().unwrap().remove("max_observed_at");
+        v["offsets"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("max_record_time");
+        let old: AuditMessage = serde_json::from_value(v).unwrap();
+        let st = &old.as_increment().unwrap().stats;
+        assert_eq!(
+            (st.max_observed_at, st.offsets[0].max_record_time),
+            (None, None)
+        );
+        let json = old.to_json();
+        assert!(!json.contains("max_observed_at") && !json.contains("max_record_time"));
+        assert_eq!(AuditMessage::from_json(json.as_bytes()).unwrap(), old);
     }
 
     #[test]

@@ -9,12 +9,41 @@ use crate::extract::Classification;
 use crate::histogram::LatencyHistogram;
 use crate::observation::Observation;
 
-/// Lowest and highest offset counted in one partition.
+/// How far past the observer's clock a record time may be before it is capped: an
+/// auditor reads its clock once per batch of messages (and before it waits for the
+/// next), so a record written just after that read would otherwise be capped below its
+/// own CreateTime, and a downstream tier could then "read past" it on records that
+/// precede it (issue 24's evidence compares record times). A producer clock ahead by
+/// more than this still cannot stamp a record much past "now".
+pub const RECORD_TIME_SLACK_MS: i64 = 1_000;
+
+/// Lowest and highest offset counted in one partition, and the latest record time
+/// counted there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OffsetSpan {
     pub partition: i32,
     pub min: i64,
     pub max: i64,
+    /// The latest Kafka record timestamp of the messages counted in this partition
+    /// (epoch ms), each capped at the emitter's clock when it observed the message
+    /// (plus [`RECORD_TIME_SLACK_MS`]):
+    /// what a downstream tier must have read past in this partition before the window
+    /// can be judged (docs/web.md, Verdicts). `None`: unknown (an emitter older than
+    /// the field, or no message with a record timestamp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_record_time: Option<i64>,
+}
+
+impl OffsetSpan {
+    /// The span of one message at `offset`, with its capped record time if known.
+    pub fn new(partition: i32, offset: i64, record_time: Option<i64>) -> Self {
+        OffsetSpan {
+            partition,
+            min: offset,
+            max: offset,
+            max_record_time: record_time,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +80,13 @@ pub struct WindowStats {
     /// `observation_time_count`); absent when offset tracking is off.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offsets: Vec<OffsetSpan>,
+    /// The latest observation time (the emitter's clock) of the messages of the window
+    /// (`count` and `observation_time_count`): when this emitter last counted one. The
+    /// evidence of an emitter that knows no partitions (a producer counting before
+    /// delivery, or offset tracking off): a downstream tier must have read past it
+    /// plus the grace period on every partition. `None`: unknown (older emitters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_observed_at: Option<i64>,
 }
 
 /// How a message was windowed, as far as its window's counters are concerned.
@@ -79,6 +115,11 @@ pub struct Counted {
     pub partition: i32,
     /// Negative when the message has no offset (a producer with `acks=0`): not tracked.
     pub offset: i64,
+    /// When the emitter observed the message (its clock, epoch ms).
+    pub observed_at_ms: i64,
+    /// The record's Kafka timestamp capped at `observed_at_ms` plus
+    /// [`RECORD_TIME_SLACK_MS`]; `None` when it has none.
+    pub record_time: Option<i64>,
 }
 
 impl Counted {
@@ -101,6 +142,16 @@ impl Counted {
                 .saturating_sub(class.counted_at(obs.observed_at_ms)),
             partition: obs.partition,
             offset: obs.offset,
+            observed_at_ms: obs.observed_at_ms,
+            // Capped at the observer's clock (with the slack of a clock read per
+            // batch): a producer with a fast clock cannot stamp a record past "now".
+            // Times before the epoch are no times (Kafka's -1 is "none").
+            record_time: obs
+                .record_timestamp
+                .map(|t| {
+                    t.ms.min(obs.observed_at_ms.saturating_add(RECORD_TIME_SLACK_MS))
+                })
+                .filter(|&t| t >= 0),
         }
     }
 }
@@ -148,30 +199,31 @@ impl WindowStats {
                 CountedKind::EventTime | CountedKind::ObservationTime => {}
             }
         }
+        // `None < Some`: one compare each, no branch on whether one is known yet.
+        self.max_observed_at = self.max_observed_at.max(Some(c.observed_at_ms));
         // A negative offset is one the client does not know (librdkafka's -1001 in the
         // delivery report of a resent idempotent message): nothing to replay, and the
         // collector refuses a range that holds one.
         if track_offsets && c.offset >= 0 && c.partition >= 0 {
-            self.track_offset(c.partition, c.offset);
+            self.track_offset(c.partition, c.offset, c.record_time);
         }
     }
 
-    /// Widens the offset range of `partition` to include `offset`. A linear scan: a
-    /// window of one topic sees few partitions per auditor instance.
+    /// Widens the offset range of `partition` to include `offset`, and its latest
+    /// record time to `record_time`. A linear scan: a window of one topic sees few
+    /// partitions per auditor instance.
     #[inline]
-    pub fn track_offset(&mut self, partition: i32, offset: i64) {
+    pub fn track_offset(&mut self, partition: i32, offset: i64, record_time: Option<i64>) {
         for r in self.offsets.iter_mut() {
             if r.partition == partition {
                 r.min = r.min.min(offset);
                 r.max = r.max.max(offset);
+                r.max_record_time = r.max_record_time.max(record_time);
                 return;
             }
         }
-        self.offsets.push(OffsetSpan {
-            partition,
-            min: offset,
-            max: offset,
-        });
+        self.offsets
+            .push(OffsetSpan::new(partition, offset, record_time));
     }
 
     /// Adds `other` into `self`.
@@ -192,9 +244,10 @@ impl WindowStats {
             .saturating_add(other.delivery_failed_count);
         self.checksum.merge(other.checksum);
         self.latency.merge(&other.latency);
+        self.max_observed_at = self.max_observed_at.max(other.max_observed_at);
         for r in &other.offsets {
-            self.track_offset(r.partition, r.min);
-            self.track_offset(r.partition, r.max);
+            self.track_offset(r.partition, r.min, r.max_record_time);
+            self.track_offset(r.partition, r.max, None);
         }
         self.offsets.sort_by_key(|r| r.partition);
     }
@@ -226,15 +279,13 @@ mod tests {
             s.record(&obs, &class, true);
         }
         assert_eq!(s.count, 3);
-        // reverted: [OffsetSpan { partition: 0, min: -1001, max: 9 }]
-        assert_eq!(
-            s.offsets,
-            vec![OffsetSpan {
-                partition: 0,
-                min: 7,
-                max: 9
-            }]
-        );
+        // reverted: [(0, -1001, 9)]
+        let spans: Vec<_> = s
+            .offsets
+            .iter()
+            .map(|o| (o.partition, o.min, o.max))
+            .collect();
+        assert_eq!(spans, vec![(0, 7, 9)]);
     }
 
     #[test]
@@ -261,8 +312,9 @@ mod tests {
             ..Default::default()
         };
         a.latency.record(10);
-        a.track_offset(1, 5);
-        a.track_offset(1, 7);
+        a.track_offset(1, 5, Some(100));
+        a.track_offset(1, 7, None);
+        a.max_observed_at = Some(300);
         let mut b = WindowStats {
             count: 2,
             bytes: 5,
@@ -274,8 +326,8 @@ mod tests {
             ..Default::default()
         };
         b.latency.record(20);
-        b.track_offset(0, 9);
-        b.track_offset(1, 2);
+        b.track_offset(0, 9, None);
+        b.track_offset(1, 2, Some(150));
         a.merge(&b);
         assert_eq!(a.count, 5);
         assert_eq!(a.bytes, 35);
@@ -291,14 +343,18 @@ mod tests {
                 OffsetSpan {
                     partition: 0,
                     min: 9,
-                    max: 9
+                    max: 9,
+                    max_record_time: None
                 },
                 OffsetSpan {
                     partition: 1,
                     min: 2,
-                    max: 7
+                    max: 7,
+                    max_record_time: Some(150)
                 }
             ]
         );
+        // The latest of both, an unknown one (an older emitter) being no evidence.
+        assert_eq!(a.max_observed_at, Some(300));
     }
 }

@@ -34,9 +34,23 @@ const FLUSH_EVERY: u32 = 512;
 
 type Range = (u32, u32);
 
-/// The partition positions a drain reports: (topic, partition, next offset, event-time
-/// watermark, see [`Watermark`]).
-pub(crate) type Positions = Vec<(String, i32, i64, Option<i64>)>;
+/// The position of one partition read since the previous drain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    /// The offset after the last message read.
+    pub(crate) next: i64,
+    /// The event-time watermark (see [`Watermark`]).
+    pub(crate) watermark: Option<i64>,
+    /// The latest record time read since the previous drain ([`Watermark::take_latest`]).
+    pub(crate) latest: Option<i64>,
+    /// The last timestamped record read carried LogAppendTime.
+    pub(crate) log_append_time: bool,
+}
+
+/// The partition positions a drain reports.
+pub(crate) type Positions = Vec<Position>;
 
 thread_local! {
     /// The counting state checked out by the consume loop on this thread, with the id
@@ -178,6 +192,8 @@ struct PartPos {
     next: i64,
     touched: bool,
     watermark: Watermark,
+    /// The last timestamped record read carried LogAppendTime.
+    log_append_time: bool,
     /// The topic's event-time rule: its skew bounds filter the watermark's times.
     rule: Arc<CompiledRule>,
 }
@@ -192,7 +208,13 @@ pub const WATERMARK_RECENT: usize = 32;
 /// it forward: its records are outvoted by every other record of the report interval
 /// and of the recent window, and a time ahead of the auditor's clock counts as "now".
 /// (The last record's time, used before, let one such record make a lagging partition
-/// look caught up.) Per record: one `min`, one store.
+/// look caught up.) Per record: one `min`, one `max`, one store.
+///
+/// It also keeps the *latest* record time read since the last report (issue 24), with
+/// the same bounds and the cap plus [`audit_lib::RECORD_TIME_SLACK_MS`] (the clock is
+/// read once per batch: the watermark may be conservative, the latest must not fall
+/// below the record's own CreateTime): the engine's evidence that this auditor has read
+/// a partition up to an upstream's record time (docs/web.md, Verdicts).
 #[doc(hidden)]
 #[derive(Clone)]
 pub struct Watermark {
@@ -200,6 +222,7 @@ pub struct Watermark {
     filled: usize,
     at: usize,
     since_report: Option<i64>,
+    latest: Option<i64>,
 }
 
 impl Default for Watermark {
@@ -209,6 +232,7 @@ impl Default for Watermark {
             filled: 0,
             at: 0,
             since_report: None,
+            latest: None,
         }
     }
 }
@@ -226,6 +250,8 @@ impl Watermark {
         }
         let t = ms.min(observed_at_ms);
         self.since_report = Some(self.since_report.map_or(t, |m| m.min(t)));
+        let latest = ms.min(observed_at_ms.saturating_add(audit_lib::RECORD_TIME_SLACK_MS));
+        self.latest = self.latest.max(Some(latest));
         self.recent[self.at] = t;
         self.at = (self.at + 1) % WATERMARK_RECENT;
         self.filled = (self.filled + 1).min(WATERMARK_RECENT);
@@ -239,6 +265,12 @@ impl Watermark {
         let since = self.since_report.take()?;
         let recent = self.recent[..self.filled].iter().copied().min();
         Some(recent.map_or(since, |r| r.min(since)))
+    }
+
+    /// The latest record time read since the previous call (capped and bounded as
+    /// [`Watermark::push`] takes times), or None when none was.
+    pub fn take_latest(&mut self) -> Option<i64> {
+        self.latest.take()
     }
 }
 
@@ -346,6 +378,7 @@ impl Worker {
         p.next = offset + 1;
         p.touched = true;
         if let Some(t) = timestamp {
+            p.log_append_time = t.kind == TimestampType::LogAppendTime;
             if !p.watermark.push(t.ms, observed_at_ms, &p.rule) {
                 self.watermark_ignored.inc();
             }
@@ -374,6 +407,7 @@ impl Worker {
                 next: 0,
                 touched: false,
                 watermark: Watermark::default(),
+                log_append_time: false,
                 rule: self.aggregator.config().rule_for(topic).clone(),
             },
         ));
@@ -409,7 +443,14 @@ impl Worker {
             .filter(|(_, _, pos)| pos.touched)
             .map(|(t, p, pos)| {
                 pos.touched = false;
-                (t.clone(), *p, pos.next, pos.watermark.take())
+                Position {
+                    topic: t.clone(),
+                    partition: *p,
+                    next: pos.next,
+                    watermark: pos.watermark.take(),
+                    latest: pos.watermark.take_latest(),
+                    log_append_time: pos.log_append_time,
+                }
             })
             .collect();
         (messages, positions)
@@ -611,6 +652,31 @@ mod tests {
         let _ = w.take();
         w.push(NOW + HOUR, NOW, &r);
         assert_eq!(w.take(), Some(NOW - HOUR + 100 + 9));
+    }
+
+    /// Issue 24: the latest record time read, per report interval, capped and bounded
+    /// as the watermark's times are (a row fails with the cap or bounds reverted).
+    #[test]
+    fn latest_record_time_is_capped_bounded_and_per_interval() {
+        let r = rule();
+        let mut w = Watermark::default();
+        for (ms, obs) in [(NOW - 50, NOW), (NOW - 10, NOW), (NOW - 30, NOW)] {
+            w.push(ms, obs, &r);
+        }
+        assert_eq!(w.take_latest(), Some(NOW - 10), "the latest, not the last");
+        assert_eq!(w.take_latest(), None, "nothing read since");
+        // A producer clock 10 min fast counts as "now" (with the slack of a clock read
+        // per batch); 2 h fast (beyond max_future) and 40 days old (beyond max_past)
+        // are left out.
+        w.push(NOW + 10 * 60_000, NOW, &r);
+        assert_eq!(w.take_latest(), Some(NOW + audit_lib::RECORD_TIME_SLACK_MS));
+        // Written just after the clock was read: its own time, not the stale clock
+        // (reverted, capped at the clock: NOW, before the record's CreateTime).
+        w.push(NOW + 300, NOW, &r);
+        assert_eq!(w.take_latest(), Some(NOW + 300));
+        w.push(NOW + 2 * HOUR, NOW, &r);
+        w.push(NOW - 40 * DAY, NOW, &r);
+        assert_eq!(w.take_latest(), None);
     }
 
     #[test]

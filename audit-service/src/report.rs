@@ -53,6 +53,11 @@ pub(crate) struct PartState {
     pub(crate) start: Option<i64>,
     pub(crate) next: Option<i64>,
     pub(crate) record_time: Option<i64>,
+    /// The latest record time read and reported (issue 24), over every report this
+    /// instance wrote since it read the partition.
+    pub(crate) max_record_time: Option<i64>,
+    /// The partition's records carry LogAppendTime (the last timestamped one did).
+    pub(crate) log_append_time: bool,
     /// The partition's log ends as librdkafka last saw them (statistics).
     pub(crate) ends: Option<LogEnds>,
     /// The consumer's position (next offset to fetch) as of the last report: past
@@ -105,6 +110,17 @@ impl PartState {
             _ if from_log_start => Some(0),
             _ => None,
         })
+    }
+
+    /// The latest record time to report, with `latest` read since the last report:
+    /// the latest over every report written, or 0 when the partition holds no record
+    /// at all (log start = end: no copy of anything can be in it, so an upstream's
+    /// record time is not read yet), else unknown (nothing read by this instance since
+    /// it started: the engine then judges the partition by the clock).
+    pub(crate) fn latest_record_time(&self, latest: Option<i64>) -> Option<i64> {
+        self.max_record_time
+            .max(latest)
+            .or_else(|| self.ends.filter(|e| e.low == e.end).map(|_| 0))
     }
 
     /// What progress reports for this partition: [`PartState::read_up_to`], and the
@@ -196,16 +212,24 @@ impl Core {
     pub(crate) fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
         let now = now_ms();
         let (mut messages, positions) = self.counting.drain(now);
-        for (topic, partition, next, record_time) in positions {
+        // The latest record times read since the last report are what this report's
+        // increments count: kept only once its WAL entry is written (after a failed
+        // write the records are read again, and until then no progress may claim them).
+        let mut latest: HashMap<TopicPartition, i64> = HashMap::new();
+        for pos in positions {
+            if let Some(t) = pos.latest {
+                latest.insert(TopicPartition::new(pos.topic.as_str(), pos.partition), t);
+            }
             let st = self
                 .parts
-                .entry(topic)
+                .entry(pos.topic)
                 .or_default()
-                .entry(partition)
+                .entry(pos.partition)
                 .or_default();
-            st.next = Some(next);
-            if record_time.is_some() {
-                st.record_time = record_time;
+            st.next = Some(pos.next);
+            if pos.watermark.is_some() {
+                st.record_time = pos.watermark;
+                st.log_append_time = pos.log_append_time;
             }
         }
         let from_log_start = starts_at_log_start(&self.cfg);
@@ -220,10 +244,8 @@ impl Core {
         for (topic, parts) in &mut self.parts {
             let mut progress = Vec::new();
             for (&partition, st) in parts.iter_mut() {
-                if !self
-                    .assigned
-                    .contains(&TopicPartition::new(topic.as_str(), partition))
-                {
+                let tp = TopicPartition::new(topic.as_str(), partition);
+                if !self.assigned.contains(&tp) {
                     continue;
                 }
                 if let Some(end) = st.next {
@@ -249,6 +271,8 @@ impl Core {
                         next_offset: next,
                         record_time: st.record_time,
                         lag,
+                        max_record_time: st.latest_record_time(latest.get(&tp).copied()),
+                        log_append_time: st.log_append_time,
                     });
                 }
             }
@@ -310,6 +334,15 @@ impl Core {
             {
                 st.start = Some(r.end);
                 st.next = None;
+            }
+        }
+        for (tp, t) in latest {
+            if let Some(st) = self
+                .parts
+                .get_mut(tp.topic.as_str())
+                .and_then(|p| p.get_mut(&tp.partition))
+            {
+                st.max_record_time = st.max_record_time.max(Some(t));
             }
         }
         self.update_wal_metrics();
@@ -459,6 +492,62 @@ mod tests {
                 },
             ],
         );
+    }
+
+    /// Issue 24: the latest record time a report gives (what the engine compares with
+    /// the upstream's): kept over reports, 0 for a partition that holds nothing,
+    /// unknown for one with records this instance has not read.
+    #[test]
+    fn latest_record_time_is_kept_zero_when_empty_else_unknown() {
+        let st = |max_record_time, ends| PartState {
+            max_record_time,
+            ends,
+            ..PartState::default()
+        };
+        let table: Vec<(&str, PartState, Option<i64>, Option<i64>)> = vec![
+            ("read now", st(None, ends(0, 9)), Some(70), Some(70)),
+            (
+                "read before, not since",
+                st(Some(80), ends(0, 9)),
+                None,
+                Some(80),
+            ),
+            (
+                "read before and since: the latest",
+                st(Some(80), ends(0, 9)),
+                Some(70),
+                Some(80),
+            ),
+            // reverted (no 0 for an empty log): None, judged by the clock: a paused
+            // replicator looked like a loss after grace again
+            (
+                "never written, nothing read",
+                st(None, ends(0, 0)),
+                None,
+                Some(0),
+            ),
+            (
+                "emptied by retention",
+                st(None, ends(500, 500)),
+                None,
+                Some(0),
+            ),
+            (
+                "records not read by this instance (restarted)",
+                st(None, ends(0, 9)),
+                None,
+                None,
+            ),
+            ("no statistics yet", st(None, None), None, None),
+        ];
+        let failures: Vec<String> = table
+            .iter()
+            .filter_map(|(what, st, latest, want)| {
+                let got = st.latest_record_time(*latest);
+                (got != *want).then(|| format!("{what}: expected {want:?}, got {got:?}"))
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
     /// B2 of issue 14 (auditor side): an empty partition reports lag 0; and the

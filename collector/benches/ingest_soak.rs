@@ -114,6 +114,7 @@ fn big_progress(now: i64) -> String {
             next_offset: 0,
             record_time: Some(now),
             lag: Some(0),
+            ..Default::default()
         })
         .collect();
     format!(

@@ -89,10 +89,10 @@ mod tests {
             checksum: Checksum(u64::MAX - 1),
             latency,
             offsets: vec![audit_lib::OffsetSpan {
-                partition: 3,
-                min: 7,
                 max: 9,
+                ..audit_lib::OffsetSpan::new(3, 7, Some(1_100_000))
             }],
+            max_observed_at: Some(1_150_000),
         };
         let wire = AuditMessage::increment(
             &Identity::new("regional", "dc1", "h"),

@@ -143,6 +143,8 @@ mod tests {
             latency_ms: 1,
             partition: 0,
             offset,
+            observed_at_ms: 1_000,
+            record_time: Some(900),
         }
     }
 

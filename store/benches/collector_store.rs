@@ -141,7 +141,9 @@ fn generate(a: &Args) -> Vec<Message> {
                             partition,
                             min,
                             max: min + count as i64,
+                            max_record_time: None,
                         }],
+                        max_observed_at: None,
                     },
                 }),
             }

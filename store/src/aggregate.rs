@@ -50,8 +50,10 @@ pub(crate) struct WindowDelta {
     pub max_ms: i64,
     pub increments: i64,
     pub buckets: BTreeMap<i32, i64>,
-    /// partition → (min, max)
-    pub offsets: BTreeMap<i32, (i64, i64)>,
+    /// partition → (min, max, latest record time)
+    pub offsets: BTreeMap<i32, (i64, i64, Option<i64>)>,
+    /// The latest observation time of the increments (`None`: none carried one).
+    pub max_observed_at: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -61,6 +63,8 @@ pub(crate) struct ProgressDelta<'m> {
     pub record_time_ms: Option<i64>,
     pub lag: Option<i64>,
     pub emitted_at_ms: i64,
+    pub max_record_time_ms: Option<i64>,
+    pub log_append_time: bool,
 }
 
 /// (topic, tier, datacenter, partition), borrowed from the batch's messages: a
@@ -134,14 +138,16 @@ impl<'m> Rollup<'m> {
                         let c = w.buckets.entry(bucket as i32).or_default();
                         *c = add(*c, count);
                     }
+                    w.max_observed_at = w.max_observed_at.max(s.max_observed_at);
                     for o in &s.offsets {
                         w.offsets
                             .entry(o.partition)
-                            .and_modify(|(min, max)| {
+                            .and_modify(|(min, max, record_time)| {
                                 *min = (*min).min(o.min);
                                 *max = (*max).max(o.max);
+                                *record_time = (*record_time).max(o.max_record_time);
                             })
-                            .or_insert((o.min, o.max));
+                            .or_insert((o.min, o.max, o.max_record_time));
                     }
                     rollup.emit(&m.tier, &m.datacenter, &m.host, m.emitted_at);
                 }
@@ -159,6 +165,8 @@ impl<'m> Rollup<'m> {
                             record_time_ms: part.record_time,
                             lag: part.lag,
                             emitted_at_ms: m.emitted_at,
+                            max_record_time_ms: part.max_record_time,
+                            log_append_time: part.log_append_time,
                         };
                         // Same rule as in SQL: the latest emitted_at wins, ties go to
                         // the later message.

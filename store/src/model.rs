@@ -114,6 +114,15 @@ pub struct WindowRow {
     /// measured (a delay cannot be ruled out).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub latency_unread: bool,
+    /// The latest observation time of the row's increments (their emitters' clocks;
+    /// `None`: no increment carried one, e.g. emitters older than issue 24).
+    pub max_observed_at_ms: Option<i64>,
+    /// `(partition, latest record time counted in it)`, by partition, from the offset
+    /// ranges of the increments that carried one: the upstream evidence the engine
+    /// asks a downstream tier to have read past (docs/web.md, Verdicts). Empty when
+    /// none did, and for a window whose offset rows a capped read did not read whole
+    /// (then the engine falls back to `max_observed_at_ms`).
+    pub record_times: Vec<(i32, i64)>,
 }
 
 impl WindowRow {
@@ -148,6 +157,11 @@ pub struct ProgressRow {
     pub lag: Option<i64>,
     pub emitted_at_ms: i64,
     pub received_at_ms: i64,
+    /// The latest record time the auditor read on the partition (capped at its clock);
+    /// `None` from auditors older than issue 24.
+    pub max_record_time_ms: Option<i64>,
+    /// The partition's records carry LogAppendTime.
+    pub log_append_time: bool,
 }
 
 /// When an emitter (auditor instance) was last heard from.
@@ -307,7 +321,7 @@ fn not_negative(field: &str, value: i64) -> Result<(), String> {
 /// | `bytes` | ≤ `i64::MAX` in the store; ≤ [`MAX_BYTES`] (2^60) at ingest |
 /// | latency buckets | indexes 0–[`MAX_BUCKET_INDEX`], strictly sorted, counts > 0, total ≤ `count` |
 /// | offsets, progress partitions | ≤ [`MAX_PARTITIONS`] entries, partitions ≥ 0, no duplicates, offsets ≥ 0 |
-/// | `emitted_at`, `window_start`, `record_time` | ≥ 0; at ingest at most [`MAX_CLOCK_SKEW_MS`] (1 h) after the collector's clock |
+/// | `emitted_at`, `window_start`, `record_time`, `max_record_time`, `max_observed_at` | ≥ 0; at ingest at most [`MAX_CLOCK_SKEW_MS`] (1 h) after the collector's clock |
 /// | `lag` | ≥ 0 |
 ///
 /// Window sums in the store saturate at `i64::MAX` rather than fail.
@@ -367,6 +381,9 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                     s.offsets.len()
                 ));
             }
+            if let Some(t) = s.max_observed_at {
+                not_negative("max_observed_at", t)?;
+            }
             let mut partitions = std::collections::HashSet::new();
             for o in &s.offsets {
                 if o.partition < 0 || o.min < 0 || o.max < o.min {
@@ -374,6 +391,9 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                         "offset range of partition {} is invalid: min {} max {}",
                         o.partition, o.min, o.max
                     ));
+                }
+                if let Some(t) = o.max_record_time {
+                    not_negative("max_record_time", t)?;
                 }
                 if !partitions.insert(o.partition) {
                     return Err(format!("partition {} listed twice in offsets", o.partition));
@@ -397,8 +417,13 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                         part.next_offset, part.partition
                     ));
                 }
-                if let Some(t) = part.record_time {
-                    not_negative("record_time", t)?;
+                for (field, t) in [
+                    ("record_time", part.record_time),
+                    ("max_record_time", part.max_record_time),
+                ] {
+                    if let Some(t) = t {
+                        not_negative(field, t)?;
+                    }
                 }
                 if let Some(lag) = part.lag {
                     not_negative("lag", lag)?;
@@ -436,6 +461,16 @@ pub fn validate_ingest(message: &Message, received_at_ms: i64) -> Result<(), Str
         AuditBody::Increment(i) => {
             let s = &i.stats;
             not_future("window_start", i.window_start)?;
+            // Evidence from the future would hold a window back for up to the skew:
+            // bounded like the other times.
+            if let Some(t) = s.max_observed_at {
+                not_future("max_observed_at", t)?;
+            }
+            for o in &s.offsets {
+                if let Some(t) = o.max_record_time {
+                    not_future("max_record_time", t)?;
+                }
+            }
             for (field, v) in [
                 ("count", s.count),
                 ("latency.zero_count", s.latency.zero_count()),
@@ -449,8 +484,13 @@ pub fn validate_ingest(message: &Message, received_at_ms: i64) -> Result<(), Str
         }
         AuditBody::Progress(parts) => {
             for part in parts {
-                if let Some(t) = part.record_time {
-                    not_future("record_time", t)?;
+                for (field, t) in [
+                    ("record_time", part.record_time),
+                    ("max_record_time", part.max_record_time),
+                ] {
+                    if let Some(t) = t {
+                        not_future(field, t)?;
+                    }
                 }
             }
         }
@@ -533,11 +573,7 @@ mod tests {
         );
         assert!(check(|m| {
             inc(m).stats.offsets = (0..=MAX_PARTITIONS as i32)
-                .map(|partition| OffsetSpan {
-                    partition,
-                    min: 0,
-                    max: 0,
-                })
+                .map(|partition| OffsetSpan::new(partition, 0, None))
                 .collect()
         })
         .is_err());
@@ -556,6 +592,7 @@ mod tests {
                         next_offset: 0,
                         record_time: Some(1),
                         lag: Some(0),
+                        ..PartitionProgress::default()
                     })
                     .collect(),
             ),
@@ -563,6 +600,33 @@ mod tests {
         assert!(validate_ingest(&progress(MAX_PARTITIONS), 0).is_ok());
         let reason = validate_ingest(&progress(100_001), 0).unwrap_err();
         assert!(reason.contains("100001 partitions"), "{reason}");
+    }
+
+    /// Issue 24: the record-time evidence is bounded like the other times: a
+    /// negative or far-future one is a reject, not a window held back for hours.
+    #[test]
+    fn record_time_evidence_is_bounded() {
+        let future = 2_000_000 + MAX_CLOCK_SKEW_MS + 1;
+        for t in [-1, future] {
+            assert!(
+                check(|m| inc(m).stats.max_observed_at = Some(t)).is_err(),
+                "{t}"
+            );
+            assert!(
+                check(|m| inc(m).stats.offsets = vec![OffsetSpan::new(0, 5, Some(t))]).is_err(),
+                "{t}"
+            );
+            let progress = Message {
+                body: AuditBody::Progress(vec![PartitionProgress {
+                    max_record_time: Some(t),
+                    ..PartitionProgress::default()
+                }]),
+                ..increment()
+            };
+            let reason = validate_ingest(&progress, 2_000_000).unwrap_err();
+            assert!(reason.contains("max_record_time"), "{reason}");
+        }
+        assert!(check(|m| inc(m).stats.max_observed_at = Some(2_000_000)).is_ok());
     }
 
     #[test]

@@ -31,12 +31,12 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
              count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
              latency_zero_count, latency_negative_count, latency_max_ms, increments,
              first_received_at_ms, last_received_at_ms, observation_time_count,
-             delivery_failed_count)
-         SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16, obs, df
+             max_observed_at_ms, delivery_failed_count)
+         SELECT t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, $16, $16, obs, mo, df
          FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[],
                      $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[],
-                     $13::int8[], $14::int8[], $15::int8[], $17::int8[], $18::int8[])
-              AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, obs, df)
+                     $13::int8[], $14::int8[], $15::int8[], $17::int8[], $18::int8[], $19::int8[])
+              AS x(t, ti, d, ws, we, c, b, nt, mf, ob, cs, z, ng, mx, inc, obs, mo, df)
          ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
              window_end_ms = GREATEST(w.window_end_ms, EXCLUDED.window_end_ms),
              count = {},
@@ -51,7 +51,8 @@ static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
              latency_negative_count = {},
              latency_max_ms = GREATEST(w.latency_max_ms, EXCLUDED.latency_max_ms),
              increments = {},
-             last_received_at_ms = GREATEST(w.last_received_at_ms, EXCLUDED.last_received_at_ms)
+             last_received_at_ms = GREATEST(w.last_received_at_ms, EXCLUDED.last_received_at_ms),
+             max_observed_at_ms = GREATEST(w.max_observed_at_ms, EXCLUDED.max_observed_at_ms)
          RETURNING id, topic, tier, datacenter, window_start_ms",
         sum("count"),
         sum("bytes"),
@@ -280,7 +281,9 @@ impl PgStore {
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
         let mut cols: [Vec<i64>; 12] = Default::default();
+        let mut observed: Vec<Option<i64>> = Vec::with_capacity(n);
         for (k, w) in &rollup.windows {
+            observed.push(w.max_observed_at);
             topics.push(k.topic.as_str());
             tiers.push(k.tier.as_str());
             dcs.push(k.datacenter.as_str());
@@ -321,6 +324,7 @@ impl PgStore {
             .bind(&cols[9])
             .bind(received)
             .bind(&cols[10])
+            .bind(&observed)
             .bind(&cols[11])
             .fetch_all(&mut **tx)
             .await
@@ -364,6 +368,7 @@ impl PgStore {
         let mut o_part = Vec::new();
         let mut o_min = Vec::new();
         let mut o_max = Vec::new();
+        let mut o_time: Vec<Option<i64>> = Vec::new();
         let mut ordered: Vec<(i64, &WindowKey, &crate::aggregate::WindowDelta)> = rollup
             .windows
             .iter()
@@ -385,13 +390,14 @@ impl PgStore {
                 b_idx.push(bucket);
                 b_cnt.push(count);
             }
-            for (&partition, &(min, max)) in &w.offsets {
+            for (&partition, &(min, max, record_time)) in &w.offsets {
                 o_topics.push(k.topic.as_str());
                 o_starts.push(k.window_start_ms);
                 o_ids.push(id);
                 o_part.push(partition);
                 o_min.push(min);
                 o_max.push(max);
+                o_time.push(record_time);
             }
         }
         if !b_ids.is_empty() {
@@ -414,12 +420,13 @@ impl PgStore {
         if !o_ids.is_empty() {
             sqlx::query(
                 "INSERT INTO audit_window_offset AS o (window_id, partition_id, min_offset, max_offset,
-                                                       topic, window_start_ms)
+                                                       topic, window_start_ms, max_record_time_ms)
                  SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::int8[], $5::text[],
-                                      $6::int8[])
+                                      $6::int8[], $7::int8[])
                  ON CONFLICT (topic, window_start_ms, window_id, partition_id) DO UPDATE SET
                      min_offset = LEAST(o.min_offset, EXCLUDED.min_offset),
-                     max_offset = GREATEST(o.max_offset, EXCLUDED.max_offset)",
+                     max_offset = GREATEST(o.max_offset, EXCLUDED.max_offset),
+                     max_record_time_ms = GREATEST(o.max_record_time_ms, EXCLUDED.max_record_time_ms)",
             )
             .bind(&o_ids)
             .bind(&o_part)
@@ -427,6 +434,7 @@ impl PgStore {
             .bind(&o_max)
             .bind(&o_topics)
             .bind(&o_starts)
+            .bind(&o_time)
             .execute(&mut **tx)
             .await
             .context("widening offset ranges")?;
@@ -472,6 +480,8 @@ impl PgStore {
         let mut rtime = Vec::with_capacity(n);
         let mut lag = Vec::with_capacity(n);
         let mut emitted = Vec::with_capacity(n);
+        let mut max_rtime = Vec::with_capacity(n);
+        let mut append_time = Vec::with_capacity(n);
         let mut last_group = None;
         // The map is ordered by (topic, tier, datacenter, partition): each group's
         // partitions are consecutive. Indexes are 1-based (WITH ORDINALITY).
@@ -490,6 +500,8 @@ impl PgStore {
             });
             host_of.push(h);
             parts.push(partition);
+            max_rtime.push(p.max_record_time_ms);
+            append_time.push(p.log_append_time);
             next.push(p.next_offset);
             rtime.push(p.record_time_ms);
             lag.push(p.lag);
@@ -498,10 +510,11 @@ impl PgStore {
         // ORDER BY: rows are locked in key order, as the other writers lock them.
         sqlx::query(
             "INSERT INTO audit_progress AS p (topic, tier, datacenter, partition_id, host, next_offset,
-                 record_time_ms, lag, emitted_at_ms, received_at_ms)
-             SELECT g.t, g.ti, g.d, x.pa, h.h, x.n, x.r, x.l, x.e, $12
+                 record_time_ms, lag, emitted_at_ms, received_at_ms, max_record_time_ms,
+                 log_append_time)
+             SELECT g.t, g.ti, g.d, x.pa, h.h, x.n, x.r, x.l, x.e, $12, x.mr, x.la
              FROM UNNEST($1::int4[], $2::int4[], $3::int4[], $4::int8[], $5::int8[], $6::int8[],
-                         $7::int8[]) AS x(gi, hi, pa, n, r, l, e)
+                         $7::int8[], $13::int8[], $14::bool[]) AS x(gi, hi, pa, n, r, l, e, mr, la)
              JOIN UNNEST($8::text[], $9::text[], $10::text[]) WITH ORDINALITY AS g(t, ti, d, i)
                ON g.i = x.gi
              JOIN UNNEST($11::text[]) WITH ORDINALITY AS h(h, i) ON h.i = x.hi
@@ -509,7 +522,9 @@ impl PgStore {
              ON CONFLICT (topic, tier, datacenter, partition_id) DO UPDATE SET
                  host = EXCLUDED.host, next_offset = EXCLUDED.next_offset,
                  record_time_ms = EXCLUDED.record_time_ms, lag = EXCLUDED.lag,
-                 emitted_at_ms = EXCLUDED.emitted_at_ms, received_at_ms = EXCLUDED.received_at_ms
+                 emitted_at_ms = EXCLUDED.emitted_at_ms, received_at_ms = EXCLUDED.received_at_ms,
+                 max_record_time_ms = EXCLUDED.max_record_time_ms,
+                 log_append_time = EXCLUDED.log_append_time
              WHERE EXCLUDED.emitted_at_ms >= p.emitted_at_ms",
         )
         .bind(&groups)
@@ -524,6 +539,8 @@ impl PgStore {
         .bind(&dcs)
         .bind(&hosts)
         .bind(received)
+        .bind(&max_rtime)
+        .bind(&append_time)
         .execute(&mut **tx)
         .await
         .context("keeping progress watermarks")?;
@@ -849,6 +866,10 @@ struct StagedDb {
     offset_min: Option<Vec<i64>>,
     offset_max: Option<Vec<i64>>,
     partition_ms: i64,
+    max_observed_at_ms: Option<i64>,
+    /// NULL for messages staged before the column existed (and for partitions
+    /// without one: NULL elements).
+    offset_max_record_time: Option<Vec<Option<i64>>>,
 }
 
 impl StagedDb {
@@ -860,15 +881,18 @@ impl StagedDb {
             .zip(self.bucket_count?)
             .map(|(b, c)| Some((u32::try_from(b).ok()?, c.max(0) as u64)))
             .collect::<Option<_>>()?;
+        let record_times = self.offset_max_record_time.unwrap_or_default();
         let offsets = self
             .offset_partition?
             .into_iter()
             .zip(self.offset_min?)
             .zip(self.offset_max?)
-            .map(|((partition, min), max)| OffsetSpan {
+            .enumerate()
+            .map(|(i, ((partition, min), max))| OffsetSpan {
                 partition,
                 min,
                 max,
+                max_record_time: record_times.get(i).copied().flatten(),
             })
             .collect();
         let latency = LatencyHistogram::from_buckets(
@@ -900,6 +924,7 @@ impl StagedDb {
                     checksum: audit_lib::Checksum(self.checksum? as u64),
                     latency,
                     offsets,
+                    max_observed_at: self.max_observed_at_ms,
                 },
             }),
         })
@@ -1002,8 +1027,8 @@ impl MessageReads {
 const STAGED_COLUMNS: &str = "uuid, topic, tier, datacenter, host, window_start_ms, window_end_ms,
      emitted_at_ms, count, bytes, no_time_count, malformed_count, out_of_bounds_count,
      observation_time_count, delivery_failed_count, checksum, latency_zero_count,
-     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition, offset_min, offset_max,
-     partition_ms";
+     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition,
+     offset_min, offset_max, partition_ms, max_observed_at_ms, offset_max_record_time";
 
 /// The lowest and highest of `values` (an empty span, `(i64::MAX, i64::MIN)`, for none).
 fn span(values: impl Iterator<Item = i64>) -> (i64, i64) {
@@ -1317,7 +1342,19 @@ impl PgStore {
     /// Creates the missing partitions of the UTC day starting at `day_ms`, in one
     /// transaction; how many.
     async fn prepare_day(&self, day_ms: i64) -> Result<u64> {
-        let mut tx = self.maintenance_transaction().await?;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning partition maintenance")?;
+        // Preparations take turns (the function's advisory lock, taken here first so
+        // that the lock timeout below is not for the turn): `serve` migrating while the
+        // collector prepares its range waits for it rather than failing to start.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('audit_ensure_day_partitions'))")
+            .execute(&mut *tx)
+            .await
+            .context("waiting for a concurrent partition preparation")?;
+        Self::limit_lock_waits(&mut tx).await?;
         let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $1)")
             .bind(day_ms)
             .fetch_one(&mut *tx)
@@ -1336,13 +1373,19 @@ impl PgStore {
             .begin()
             .await
             .context("beginning a maintenance transaction")?;
+        Self::limit_lock_waits(&mut tx).await?;
+        Ok(tx)
+    }
+
+    /// Makes `tx`'s statements wait at most [`MAINTENANCE_LOCK_TIMEOUT`] for a lock.
+    async fn limit_lock_waits(tx: &mut Transaction<'static, Postgres>) -> Result<()> {
         for setting in MAINTENANCE_LOCK_TIMEOUT {
             sqlx::query(setting)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .context("setting a lock timeout")?;
         }
-        Ok(tx)
+        Ok(())
     }
 
     /// Whole days: a `DROP TABLE` per partition, no row-by-row delete. Dropping a
@@ -1450,6 +1493,7 @@ impl PgStore {
     crate::shared::shared_window_reads!();
 
     const TOPIC_BUCKETS: &'static str = crate::shared::PG_TOPIC_BUCKETS;
+    const TOPIC_RECORD_TIMES: &'static str = crate::shared::PG_TOPIC_RECORD_TIMES;
 
     fn window_all_offsets_sql() -> &'static str {
         crate::shared::PG_WINDOW_ALL_OFFSETS
@@ -1532,33 +1576,60 @@ impl PgStore {
         // they do not (the cap's cut needs them by window).
         let mut read_topics: Vec<&str> = rows.iter().map(|r| r.topic.as_str()).collect();
         read_topics.dedup();
-        let (ids, indexes, counts): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&format!(
-            "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg(bucket), '{{}}'),
-                    coalesce(array_agg(count), '{{}}')
-             FROM (SELECT window_id, bucket, count FROM audit_window_bucket
-                   WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
-                   ORDER BY window_id, bucket LIMIT {}) b",
-            crate::rows::bucket_limit(max_bucket_rows)
-        ))
-        .bind(&read_topics)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .fetch_one(&self.pool)
-        .await
-        .context("reading latency buckets")?;
-        let mut buckets: Vec<(i64, i32, i64)> = ids
-            .into_iter()
-            .zip(indexes)
-            .zip(counts)
-            .map(|((id, bucket), count)| (id, bucket, count))
-            .collect();
-        if !buckets.is_sorted_by_key(|b| (b.0, b.1)) {
-            buckets.sort_unstable_by_key(|b| (b.0, b.1));
-        }
+        // The rows (window id, key, value) of `table` for those windows, as above.
+        let per_window =
+            |table: &'static str, key: &'static str, value: &'static str, what: &'static str| {
+                let sql = format!(
+                "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg({key}), '{{}}'),
+                        coalesce(array_agg({value}), '{{}}')
+                 FROM (SELECT window_id, {key}, {value} FROM {table}
+                       WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+                         AND {value} IS NOT NULL
+                       ORDER BY window_id, {key} LIMIT {}) x",
+                crate::rows::bucket_limit(max_bucket_rows)
+            );
+                let read_topics = &read_topics;
+                async move {
+                    let (ids, keys, values): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&sql)
+                        .bind(read_topics)
+                        .bind(range.start_ms)
+                        .bind(range.end_ms)
+                        .fetch_one(&self.pool)
+                        .await
+                        .context(what)?;
+                    let mut triples: Vec<(i64, i32, i64)> = ids
+                        .into_iter()
+                        .zip(keys)
+                        .zip(values)
+                        .map(|((id, k), v)| (id, k, v))
+                        .collect();
+                    if !triples.is_sorted_by_key(|b| (b.0, b.1)) {
+                        triples.sort_unstable_by_key(|b| (b.0, b.1));
+                    }
+                    Ok::<_, StoreError>(triples)
+                }
+            };
+        let buckets = per_window(
+            "audit_window_bucket",
+            "bucket",
+            "count",
+            "reading latency buckets",
+        )
+        .await?;
+        // The windows' per-partition record times, the same way (only partitions with
+        // one: upstream evidence, issue 24).
+        let record_times = per_window(
+            "audit_window_offset",
+            "partition_id",
+            "max_record_time_ms",
+            "reading record times of windows",
+        )
+        .await?;
         Ok(WindowPage {
             rows: crate::rows::join_buckets_capped(
                 rows,
                 buckets,
+                record_times,
                 max_bucket_rows,
                 &crate::rows::topic_span(&topics),
                 range,

@@ -8,10 +8,10 @@ pub const COPY_MESSAGES: &str = "COPY audit_message (uuid, kind, topic, tier, da
     window_start_ms, emitted_at_ms, received_at_ms, count, checksum, window_end_ms, bytes,
     no_time_count, malformed_count, out_of_bounds_count, latency_zero_count,
     latency_negative_count, latency_max_ms, bucket_index, bucket_count, offset_partition,
-    offset_min, offset_max, observation_time_count, partition_ms, delivery_failed_count)
-    FROM STDIN (FORMAT binary)";
+    offset_min, offset_max, observation_time_count, partition_ms, max_observed_at_ms,
+    offset_max_record_time, delivery_failed_count) FROM STDIN (FORMAT binary)";
 
-const COLUMNS: i16 = 27;
+const COLUMNS: i16 = 29;
 const INT4_OID: i32 = 23;
 const INT8_OID: i32 = 20;
 
@@ -69,6 +69,35 @@ impl Row<'_> {
         self.array(INT4_OID, items, 4, |out, v| {
             out.extend_from_slice(&v.to_be_bytes())
         });
+    }
+    /// A one-dimensional int8 array whose elements may be NULL.
+    fn opt_int8_array(&mut self, items: impl ExactSizeIterator<Item = Option<i64>> + Clone) {
+        let n = items.len() as i32;
+        let nulls = items.clone().filter(Option::is_none).count() as i32;
+        let len = if n == 0 {
+            12
+        } else {
+            20 + n * 4 + (n - nulls) * 8
+        };
+        self.0.extend_from_slice(&len.to_be_bytes());
+        self.0
+            .extend_from_slice(&(if n == 0 { 0i32 } else { 1 }).to_be_bytes()); // dimensions
+        self.0
+            .extend_from_slice(&i32::from(nulls > 0).to_be_bytes()); // has NULLs
+        self.0.extend_from_slice(&INT8_OID.to_be_bytes());
+        if n > 0 {
+            self.0.extend_from_slice(&n.to_be_bytes());
+            self.0.extend_from_slice(&1i32.to_be_bytes()); // lower bound
+            for item in items {
+                match item {
+                    Some(v) => {
+                        self.0.extend_from_slice(&8i32.to_be_bytes());
+                        self.0.extend_from_slice(&v.to_be_bytes());
+                    }
+                    None => self.0.extend_from_slice(&(-1i32).to_be_bytes()),
+                }
+            }
+        }
     }
     fn int8_array(&mut self, items: impl ExactSizeIterator<Item = i64>) {
         self.array(INT8_OID, items, 8, |out, v| {
@@ -133,6 +162,8 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 row.int8_array(s.offsets.iter().map(|o| o.max));
                 row.int8(i(s.observation_time_count));
                 row.int8(inc.window_start);
+                row.opt_int8(s.max_observed_at);
+                row.opt_int8_array(s.offsets.iter().map(|o| o.max_record_time));
                 row.int8(i(s.delivery_failed_count));
             }
             AuditBody::Progress(_) => {
@@ -151,7 +182,9 @@ pub fn encode_messages(messages: &[&Message], received_at_ms: i64) -> Vec<u8> {
                 // observation_time_count is NOT NULL (0 for rows that are not increments).
                 row.int8(0);
                 row.int8(m.emitted_at);
-                // delivery_failed_count too.
+                row.null();
+                row.null();
+                // delivery_failed_count is NOT NULL too.
                 row.int8(0);
             }
         }

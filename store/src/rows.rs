@@ -30,12 +30,14 @@ pub(crate) struct WindowDb {
     pub increments: i64,
     pub first_received_at_ms: i64,
     pub last_received_at_ms: i64,
+    pub max_observed_at_ms: Option<i64>,
 }
 
 impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for WindowDb
 where
     usize: sqlx::ColumnIndex<R>,
     i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: sqlx::Decode<'r, R::Database>,
     String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
@@ -60,7 +62,8 @@ where
             increments: row.try_get_unchecked(16)?,
             first_received_at_ms: row.try_get_unchecked(17)?,
             last_received_at_ms: row.try_get_unchecked(18)?,
-            delivery_failed_count: row.try_get_unchecked(19)?,
+            max_observed_at_ms: row.try_get_unchecked(19)?,
+            delivery_failed_count: row.try_get_unchecked(20)?,
         })
     }
 }
@@ -71,23 +74,37 @@ fn u(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// Attaches `(window_id, bucket, count)` rows (any order) to their windows.
+/// The rows of `children` (`(window_id, …)`, any order) that belong to window `id`,
+/// once `children` is sorted by window id (binary search: no map nor vector per
+/// window).
+fn children_of<T>(children: &[(i64, i32, T)], id: i64) -> &[(i64, i32, T)] {
+    let from = children.partition_point(|b| b.0 < id);
+    let to = from + children[from..].partition_point(|b| b.0 == id);
+    &children[from..to]
+}
+
+/// Attaches `(window_id, bucket, count)` rows and `(window_id, partition, latest
+/// record time)` rows (any order) to their windows.
 pub(crate) fn join_buckets(
     rows: Vec<WindowDb>,
     mut buckets: Vec<(i64, i32, i64)>,
+    mut record_times: Vec<(i64, i32, i64)>,
 ) -> Vec<WindowRow> {
-    // By window id (the reads' order already: then this is one pass), each window's
-    // buckets found by binary search: no map nor vector per window.
-    if !buckets.is_sorted_by_key(|b| b.0) {
-        buckets.sort_by_key(|b| b.0);
+    // By window id (the reads' order already: then this is one pass).
+    for children in [&mut buckets, &mut record_times] {
+        if !children.is_sorted_by_key(|b| b.0) {
+            children.sort_by_key(|b| b.0);
+        }
     }
     rows.into_iter()
         .map(|r| {
-            let from = buckets.partition_point(|b| b.0 < r.id);
-            let to = from + buckets[from..].partition_point(|b| b.0 == r.id);
+            let window_record_times = children_of(&record_times, r.id)
+                .iter()
+                .map(|&(_, partition, t)| (partition, t))
+                .collect();
             // Stored indexes were validated (0 to MAX_BUCKET_INDEX); one outside can
             // only come from outside the store and is left out like a negative count.
-            let window_buckets = buckets[from..to]
+            let window_buckets = children_of(&buckets, r.id)
                 .iter()
                 .filter_map(|&(_, bucket, count)| Some((u32::try_from(bucket).ok()?, u(count))));
             let latency = LatencyHistogram::from_buckets(
@@ -119,29 +136,52 @@ pub(crate) fn join_buckets(
                 first_received_at_ms: r.first_received_at_ms,
                 last_received_at_ms: r.last_received_at_ms,
                 latency_unread: r.latency_unread,
+                max_observed_at_ms: r.max_observed_at_ms,
+                record_times: window_record_times,
             }
         })
         .collect()
 }
 
-/// [`join_buckets`] for a read bounded to `cap` bucket rows. `buckets` must come in
-/// (window_id, bucket) order, at most `cap + 1` of them (the query's `LIMIT cap + 1`).
-/// Holding more than `cap` shows the cap was hit: every window with an id below that
-/// of row `cap` was read whole; that window and all after it may not have been, so
-/// they get no latency at all (an empty histogram, zero and max counts cleared: a
-/// partial one would give wrong percentiles), and one warning names the read.
+/// Cuts child rows read with `LIMIT cap + 1` (in window id order) back to the
+/// windows read whole: holding more than `cap` shows the cap was hit, and every
+/// window with an id below that of row `cap` was read whole; that window and all after
+/// it may not have been. Returns that first window id when the cap was hit.
+fn cut_at_cap<T>(children: &mut Vec<(i64, i32, T)>, cap: usize) -> Option<i64> {
+    let cut = children.get(cap)?.0;
+    children.truncate(cap);
+    while children.last().is_some_and(|b| b.0 >= cut) {
+        children.pop();
+    }
+    Some(cut)
+}
+
+/// [`join_buckets`] for a read bounded to `cap` bucket rows and `cap` record-time
+/// rows. Both must come in (window_id, …) order, at most `cap + 1` of them (the
+/// queries' `LIMIT cap + 1`). Past the bucket cap, windows get no latency at all (an
+/// empty histogram, zero and max counts cleared: a partial one would give wrong
+/// percentiles); past the record-time cap, no per-partition record times (a partial
+/// set would claim evidence for fewer partitions than were counted: the engine then
+/// judges from the window's `max_observed_at_ms`, slower but right). One warning
+/// names the read.
 pub(crate) fn join_buckets_capped(
     mut rows: Vec<WindowDb>,
     mut buckets: Vec<(i64, i32, i64)>,
+    mut record_times: Vec<(i64, i32, i64)>,
     cap: usize,
     topics: &str,
     range: TimeRange,
 ) -> Vec<WindowRow> {
-    if let Some(&(cut, _, _)) = buckets.get(cap) {
-        buckets.truncate(cap);
-        while buckets.last().is_some_and(|b| b.0 >= cut) {
-            buckets.pop();
-        }
+    if cut_at_cap(&mut record_times, cap).is_some() {
+        tracing::warn!(
+            topics,
+            start_ms = range.start_ms,
+            end_ms = range.end_ms,
+            cap,
+            "a window read hit the record-time cap: windows past it are judged without per-partition record times"
+        );
+    }
+    if let Some(cut) = cut_at_cap(&mut buckets, cap) {
         let mut cleared = 0usize;
         for r in rows.iter_mut().filter(|r| r.id >= cut) {
             r.latency_zero_count = 0;
@@ -159,7 +199,7 @@ pub(crate) fn join_buckets_capped(
             "a window read hit the latency-bucket cap: windows past it are returned without latency"
         );
     }
-    join_buckets(rows, buckets)
+    join_buckets(rows, buckets, record_times)
 }
 
 /// The bucket query's LIMIT for a cap: one row past it shows whether it was hit.
@@ -194,6 +234,7 @@ pub(crate) struct OffsetDb {
     pub partition_id: i32,
     pub min_offset: i64,
     pub max_offset: i64,
+    pub max_record_time_ms: Option<i64>,
 }
 
 impl From<OffsetDb> for OffsetSpan {
@@ -202,6 +243,7 @@ impl From<OffsetDb> for OffsetSpan {
             partition: o.partition_id,
             min: o.min_offset,
             max: o.max_offset,
+            max_record_time: o.max_record_time_ms,
         }
     }
 }
@@ -218,6 +260,8 @@ pub(crate) struct ProgressDb {
     pub lag: Option<i64>,
     pub emitted_at_ms: i64,
     pub received_at_ms: i64,
+    pub max_record_time_ms: Option<i64>,
+    pub log_append_time: bool,
 }
 
 impl From<ProgressDb> for ProgressRow {
@@ -233,6 +277,8 @@ impl From<ProgressDb> for ProgressRow {
             lag: p.lag,
             emitted_at_ms: p.emitted_at_ms,
             received_at_ms: p.received_at_ms,
+            max_record_time_ms: p.max_record_time_ms,
+            log_append_time: p.log_append_time,
         }
     }
 }

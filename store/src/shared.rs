@@ -14,7 +14,7 @@ pub(crate) const WINDOW_COLUMNS: &str =
     "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
     no_time_count, malformed_count, out_of_bounds_count, observation_time_count, checksum, latency_zero_count,
     latency_negative_count, latency_max_ms, increments, first_received_at_ms, last_received_at_ms,
-    delivery_failed_count";
+    max_observed_at_ms, delivery_failed_count";
 
 /// Window rows of one topic in a range: `$1` topic, `$2..$3` window starts.
 pub(crate) static TOPIC_WINDOWS: LazyLock<String> = LazyLock::new(|| {
@@ -44,11 +44,28 @@ pub(crate) const PG_TOPIC_BUCKETS: &str = "SELECT window_id, bucket, count FROM 
      WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
      ORDER BY window_id, bucket";
 
+/// Per-partition record times of [`TOPIC_WINDOWS`]' rows (issue 24's upstream
+/// evidence), same binds; the caller appends the LIMIT. Only partitions with one.
+/// SQLite's; PostgreSQL's is [`PG_TOPIC_RECORD_TIMES`].
+pub(crate) const TOPIC_RECORD_TIMES: &str =
+    "SELECT o.window_id, o.partition_id, o.max_record_time_ms FROM audit_window_offset o
+     JOIN audit_window w ON w.id = o.window_id
+     WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
+       AND o.max_record_time_ms IS NOT NULL
+     ORDER BY o.window_id, o.partition_id";
+
+pub(crate) const PG_TOPIC_RECORD_TIMES: &str =
+    "SELECT window_id, partition_id, max_record_time_ms FROM audit_window_offset
+     WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
+       AND max_record_time_ms IS NOT NULL
+     ORDER BY window_id, partition_id";
+
 /// Offset ranges of one window: `$1` topic, `$2` tier, `$3` datacenter, `$4` start.
 /// SQLite's; PostgreSQL's is [`PG_WINDOW_OFFSETS`].
 pub(crate) static WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+        "SELECT o.partition_id, o.min_offset, o.max_offset, o.max_record_time_ms
+         FROM audit_window_offset o
          JOIN audit_window w ON w.id = o.window_id
          WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
          ORDER BY o.partition_id LIMIT {MAX_READ_ROWS}"
@@ -57,7 +74,8 @@ pub(crate) static WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
 
 pub(crate) static PG_WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT o.partition_id, o.min_offset, o.max_offset FROM audit_window_offset o
+        "SELECT o.partition_id, o.min_offset, o.max_offset, o.max_record_time_ms
+         FROM audit_window_offset o
          JOIN audit_window w ON w.id = o.window_id AND w.topic = o.topic
                             AND w.window_start_ms = o.window_start_ms
          WHERE w.topic = $1 AND w.tier = $2 AND w.datacenter = $3 AND w.window_start_ms = $4
@@ -69,7 +87,7 @@ pub(crate) static PG_WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
 pub(crate) static PROGRESS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-                emitted_at_ms, received_at_ms
+                emitted_at_ms, received_at_ms, max_record_time_ms, log_append_time
          FROM audit_progress WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1)
          ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
     )
@@ -120,13 +138,13 @@ pub(crate) const AUDITOR_REPORTS: &str =
 /// Offset ranges of every tier and datacenter of one window: `$1` topic, `$2` start,
 /// at most `$3` rows. SQLite's; PostgreSQL's is [`PG_WINDOW_ALL_OFFSETS`].
 pub(crate) const WINDOW_ALL_OFFSETS: &str =
-    "SELECT w.tier, w.datacenter, o.partition_id, o.min_offset, o.max_offset
+    "SELECT w.tier, w.datacenter, o.partition_id, o.min_offset, o.max_offset, o.max_record_time_ms
      FROM audit_window_offset o JOIN audit_window w ON w.id = o.window_id
      WHERE w.topic = $1 AND w.window_start_ms = $2
      ORDER BY w.tier, w.datacenter, o.partition_id LIMIT $3";
 
 pub(crate) const PG_WINDOW_ALL_OFFSETS: &str =
-    "SELECT w.tier, w.datacenter, o.partition_id, o.min_offset, o.max_offset
+    "SELECT w.tier, w.datacenter, o.partition_id, o.min_offset, o.max_offset, o.max_record_time_ms
      FROM audit_window_offset o
      JOIN audit_window w ON w.id = o.window_id AND w.topic = o.topic
                         AND w.window_start_ms = o.window_start_ms
@@ -328,7 +346,7 @@ macro_rules! shared_methods {
             window_start_ms: i64,
             limit: u32,
         ) -> Result<Vec<(String, String, OffsetSpan)>> {
-            let rows: Vec<(String, String, i32, i64, i64)> =
+            let rows: Vec<(String, String, i32, i64, i64, Option<i64>)> =
                 sqlx::query_as(Self::window_all_offsets_sql())
                     .bind(topic)
                     .bind(window_start_ms)
@@ -338,7 +356,7 @@ macro_rules! shared_methods {
                     .context("reading offset ranges of a window")?;
             Ok(rows
                 .into_iter()
-                .map(|(tier, datacenter, partition, min, max)| {
+                .map(|(tier, datacenter, partition, min, max, max_record_time)| {
                     (
                         tier,
                         datacenter,
@@ -346,6 +364,7 @@ macro_rules! shared_methods {
                             partition,
                             min,
                             max,
+                            max_record_time,
                         },
                     )
                 })
@@ -503,21 +522,27 @@ macro_rules! shared_window_reads {
                 .fetch_all(&self.pool)
                 .await
                 .context("reading windows of a topic")?;
-            // One row past the cap shows whether it was hit.
-            let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(&format!(
-                "{} LIMIT {}",
-                Self::TOPIC_BUCKETS,
-                crate::rows::bucket_limit(max_bucket_rows)
-            ))
-            .bind(topic)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .fetch_all(&self.pool)
-            .await
-            .context("reading latency buckets")?;
+            // (window id, key, value) rows of the topic's windows; one row past the cap
+            // shows whether it was hit.
+            let per_window = |sql: &str, what: &'static str| {
+                let sql = format!("{sql} LIMIT {}", crate::rows::bucket_limit(max_bucket_rows));
+                async move {
+                    sqlx::query_as::<_, (i64, i32, i64)>(&sql)
+                        .bind(topic)
+                        .bind(range.start_ms)
+                        .bind(range.end_ms)
+                        .fetch_all(&self.pool)
+                        .await
+                        .context(what)
+                }
+            };
+            let buckets = per_window(Self::TOPIC_BUCKETS, "reading latency buckets").await?;
+            let record_times =
+                per_window(Self::TOPIC_RECORD_TIMES, "reading record times of windows").await?;
             Ok(crate::rows::join_buckets_capped(
                 rows,
                 buckets,
+                record_times,
                 max_bucket_rows,
                 topic,
                 range,

@@ -27,6 +27,12 @@ const WRAP_ADD_CHECKSUM: &str = "CASE
       THEN (audit_window.checksum + 9223372036854775807 + 1) + (excluded.checksum + 9223372036854775807 + 1)
     ELSE audit_window.checksum + excluded.checksum END";
 
+/// The larger of two nullable columns, an unknown (NULL) one left out: SQLite's
+/// two-argument `max` is NULL when either is.
+fn greatest_known(old: &str, new: &str) -> String {
+    format!("CASE WHEN {old} IS NULL OR {new} > {old} THEN {new} ELSE {old} END")
+}
+
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -139,8 +145,9 @@ impl SqliteStore {
                  count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
                  latency_zero_count, latency_negative_count, latency_max_ms, increments,
                  first_received_at_ms, last_received_at_ms, observation_time_count,
-                 delivery_failed_count)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17, ?18)
+                 max_observed_at_ms, delivery_failed_count)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17,
+                     ?18, ?19)
              ON CONFLICT (topic, window_start_ms, tier, datacenter) DO UPDATE SET
                  window_end_ms = max(audit_window.window_end_ms, excluded.window_end_ms),
                  count = {count},
@@ -155,8 +162,10 @@ impl SqliteStore {
                  latency_negative_count = {latency_negative_count},
                  latency_max_ms = max(audit_window.latency_max_ms, excluded.latency_max_ms),
                  increments = {increments},
-                 last_received_at_ms = max(audit_window.last_received_at_ms, excluded.last_received_at_ms)
+                 last_received_at_ms = max(audit_window.last_received_at_ms, excluded.last_received_at_ms),
+                 max_observed_at_ms = {max_observed_at_ms}
              RETURNING id",
+            max_observed_at_ms = greatest_known("audit_window.max_observed_at_ms", "excluded.max_observed_at_ms"),
             count = sat("count"),
             bytes = sat("bytes"),
             no_time_count = sat("no_time_count"),
@@ -187,6 +196,7 @@ impl SqliteStore {
                 .bind(w.increments)
                 .bind(received)
                 .bind(w.observation_time_count)
+                .bind(w.max_observed_at)
                 .bind(w.delivery_failed_count)
                 .fetch_one(&mut **tx)
                 .await
@@ -205,18 +215,25 @@ impl SqliteStore {
                 .await
                 .context("adding a latency bucket")?;
             }
-            for (&partition, &(min, max)) in &w.offsets {
-                sqlx::query(
-                    "INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset)
-                     VALUES (?1, ?2, ?3, ?4)
+            for (&partition, &(min, max, record_time)) in &w.offsets {
+                sqlx::query(&format!(
+                    "INSERT INTO audit_window_offset (window_id, partition_id, min_offset, max_offset,
+                         max_record_time_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT (window_id, partition_id) DO UPDATE SET
                          min_offset = min(audit_window_offset.min_offset, excluded.min_offset),
-                         max_offset = max(audit_window_offset.max_offset, excluded.max_offset)",
-                )
+                         max_offset = max(audit_window_offset.max_offset, excluded.max_offset),
+                         max_record_time_ms = {}",
+                    greatest_known(
+                        "audit_window_offset.max_record_time_ms",
+                        "excluded.max_record_time_ms"
+                    )
+                ))
                 .bind(id)
                 .bind(partition)
                 .bind(min)
                 .bind(max)
+                .bind(record_time)
                 .execute(&mut **tx)
                 .await
                 .context("widening an offset range")?;
@@ -225,12 +242,15 @@ impl SqliteStore {
         for (&(topic, tier, dc, partition), p) in &rollup.progress {
             sqlx::query(
                 "INSERT INTO audit_progress (topic, tier, datacenter, partition_id, host, next_offset,
-                     record_time_ms, lag, emitted_at_ms, received_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                     record_time_ms, lag, emitted_at_ms, received_at_ms, max_record_time_ms,
+                     log_append_time)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                  ON CONFLICT (topic, tier, datacenter, partition_id) DO UPDATE SET
                      host = excluded.host, next_offset = excluded.next_offset,
                      record_time_ms = excluded.record_time_ms, lag = excluded.lag,
-                     emitted_at_ms = excluded.emitted_at_ms, received_at_ms = excluded.received_at_ms
+                     emitted_at_ms = excluded.emitted_at_ms, received_at_ms = excluded.received_at_ms,
+                     max_record_time_ms = excluded.max_record_time_ms,
+                     log_append_time = excluded.log_append_time
                  WHERE excluded.emitted_at_ms >= audit_progress.emitted_at_ms",
             )
             .bind(topic)
@@ -243,6 +263,8 @@ impl SqliteStore {
             .bind(p.lag)
             .bind(p.emitted_at_ms)
             .bind(received)
+            .bind(p.max_record_time_ms)
+            .bind(p.log_append_time)
             .execute(&mut **tx)
             .await
             .context("keeping a progress watermark")?;
@@ -410,6 +432,7 @@ impl SqliteStore {
     crate::shared::shared_window_reads!();
 
     const TOPIC_BUCKETS: &'static str = crate::shared::TOPIC_BUCKETS;
+    const TOPIC_RECORD_TIMES: &'static str = crate::shared::TOPIC_RECORD_TIMES;
 
     fn window_all_offsets_sql() -> &'static str {
         crate::shared::WINDOW_ALL_OFFSETS
@@ -451,24 +474,38 @@ impl SqliteStore {
         .fetch_all(&self.pool)
         .await
         .context("reading windows of a range")?;
-        let buckets: Vec<(i64, i32, i64)> = sqlx::query_as(
+        // (window id, key, value) rows of the windows of the page's topics.
+        let per_window = |sql: &'static str| {
+            sqlx::query_as::<_, (i64, i32, i64)>(sql)
+                .bind(first)
+                .bind(last)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .bind(crate::rows::bucket_limit(max_bucket_rows))
+                .fetch_all(&self.pool)
+        };
+        let buckets = per_window(
             "SELECT b.window_id, b.bucket, b.count FROM audit_window_bucket b
              JOIN audit_window w ON w.id = b.window_id
              WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4
              ORDER BY b.window_id, b.bucket LIMIT ?5",
         )
-        .bind(first)
-        .bind(last)
-        .bind(range.start_ms)
-        .bind(range.end_ms)
-        .bind(crate::rows::bucket_limit(max_bucket_rows))
-        .fetch_all(&self.pool)
         .await
         .context("reading latency buckets")?;
+        let record_times = per_window(
+            "SELECT o.window_id, o.partition_id, o.max_record_time_ms FROM audit_window_offset o
+             JOIN audit_window w ON w.id = o.window_id
+             WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4
+               AND o.max_record_time_ms IS NOT NULL
+             ORDER BY o.window_id, o.partition_id LIMIT ?5",
+        )
+        .await
+        .context("reading record times of windows")?;
         Ok(WindowPage {
             rows: crate::rows::join_buckets_capped(
                 rows,
                 buckets,
+                record_times,
                 max_bucket_rows,
                 &crate::rows::topic_span(&topics),
                 range,

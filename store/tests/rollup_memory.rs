@@ -37,6 +37,8 @@ fn costly_batch() -> Batch {
                             next_offset: 1,
                             record_time: Some(now),
                             lag: Some(0),
+                            max_record_time: Some(now),
+                            log_append_time: false,
                         })
                         .collect(),
                     now,

@@ -454,7 +454,9 @@ pub fn known_auditors(index: &VerdictIndex) -> BTreeSet<String> {
 }
 
 /// What should be open now: anomalous verdicts of the configured kinds on final
-/// windows, and one alert per stalled auditor ("tier X audit stalled"). Windows judged
+/// windows, windows `delayed` while settling (the downstream has read all it has, past
+/// the upstream's time + grace, without the upstream's records of the window: issue
+/// 24), and one alert per stalled auditor ("tier X audit stalled"). Windows judged
 /// `stalled` are listed by the API but not alerted one by one: the auditor's alert
 /// covers them all.
 pub fn desired(
@@ -466,7 +468,7 @@ pub fn desired(
         .entries
         .values()
         .filter(|e| config.kinds.contains(&e.verdict))
-        .filter(|e| e.lifecycle == Lifecycle::Final)
+        .filter(|e| e.lifecycle == Lifecycle::Final || e.verdict == Verdict::Delayed)
         .map(|e| (dedup_key(e), Alert::from_verdict(e)))
         .collect();
     if config.kinds.contains(&Verdict::Stalled) {

@@ -141,6 +141,9 @@ pub struct EdgeView {
     pub mapping: Mapping,
     /// Upstream datacenter → downstream datacenter.
     pub datacenters: BTreeMap<String, String>,
+    /// Records keep their partition number across the hop: evidence is compared per
+    /// partition (docs/web.md, Verdicts).
+    pub preserves_partitions: bool,
 }
 
 /// How an edge maps upstream datacenters to downstream ones.
@@ -200,6 +203,7 @@ pub async fn topology(State(state): State<AppState>) -> ApiResult<Json<TopologyV
                     Mapping::Mapped
                 },
                 datacenters: e.datacenters.clone(),
+                preserves_partitions: e.preserves_partitions,
             })
             .collect(),
         overrides: c

@@ -703,14 +703,15 @@ impl Evaluator {
             );
             return Ok(None);
         }
-        // Windows waiting for an auditor.
+        // Windows waiting for an auditor, or for the downstream's evidence (pending,
+        // stalled, or delayed while settling: issue 24).
         {
             let index = self.index.read().expect("verdict index lock");
             keys.extend(
                 index
                     .entries
                     .values()
-                    .filter(|e| matches!(e.verdict, Verdict::Pending | Verdict::Stalled))
+                    .filter(|e| e.lifecycle != engine::Lifecycle::Final)
                     .map(|e| (e.topic.clone(), e.window_start)),
             );
         }

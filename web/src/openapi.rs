@@ -77,6 +77,9 @@ pub struct PartitionOffsets {
     pub min: i64,
     /// Highest offset seen.
     pub max: i64,
+    /// The latest record time counted in the partition (epoch ms, capped at the
+    /// emitter's clock); absent when unknown (emitters older than the field).
+    pub max_record_time: Option<i64>,
 }
 
 /// `{"error": {"status", "message"}}`: every error answer (`common::ErrorBody`, which

@@ -331,6 +331,8 @@ mod tests {
             first_received_at_ms: 0,
             last_received_at_ms: 0,
             latency_unread,
+            max_observed_at_ms: None,
+            record_times: vec![],
         }
     }
 
@@ -346,6 +348,8 @@ mod tests {
             lag: Some(0),
             emitted_at_ms: NOW,
             received_at_ms: NOW,
+            max_record_time_ms: Some(W + 35 * MIN),
+            log_append_time: false,
         }]
     }
 

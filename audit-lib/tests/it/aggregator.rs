@@ -45,6 +45,10 @@ struct Truth {
     checksum: u64,
     latencies: Vec<i64>,
     offsets: BTreeMap<i32, (i64, i64)>,
+    /// Per partition: the latest record time, capped at the observation time.
+    record_times: BTreeMap<i32, i64>,
+    /// The latest observation time of the window's messages.
+    observed_at: Option<i64>,
 }
 
 const TOPICS: [&str; 3] = ["orders", "payments", "clicks"];
@@ -67,6 +71,15 @@ fn truth_of(msgs: &[Msg], window_ms: i64) -> BTreeMap<(String, i64), Truth> {
         let o = e.offsets.entry(m.partition).or_insert((m.offset, m.offset));
         o.0 = o.0.min(m.offset);
         o.1 = o.1.max(m.offset);
+        if let Some(ts) = m
+            .record_ts
+            .map(|ts| ts.min(m.observed_at + audit_lib::RECORD_TIME_SLACK_MS))
+            .filter(|&t| t >= 0)
+        {
+            let r = e.record_times.entry(m.partition).or_insert(ts);
+            *r = (*r).max(ts);
+        }
+        e.observed_at = e.observed_at.max(Some(m.observed_at));
         if invariant.is_none() {
             e.observed += 1;
             continue;
@@ -145,6 +158,13 @@ fn check_against_truth(
             .map(|r| (r.partition, (r.min, r.max)))
             .collect();
         prop_assert_eq!(&offs, &t.offsets);
+        let record_times: BTreeMap<i32, i64> = g
+            .offsets
+            .iter()
+            .filter_map(|r| Some((r.partition, r.max_record_time?)))
+            .collect();
+        prop_assert_eq!(&record_times, &t.record_times);
+        prop_assert_eq!(g.max_observed_at, t.observed_at);
     }
     Ok(())
 }

@@ -79,7 +79,8 @@ fn increments_and_progress_match_the_schema() {
         ..Default::default()
     };
     stats.latency.record(25);
-    stats.track_offset(2, 7);
+    stats.track_offset(2, 7, Some(4));
+    stats.max_observed_at = Some(5);
     check(
         &AuditMessage::increment(
             &id,
@@ -98,6 +99,8 @@ fn increments_and_progress_match_the_schema() {
         next_offset: 3,
         record_time: None,
         lag: Some(0),
+        max_record_time: Some(4),
+        log_append_time: true,
     }];
     check(&AuditMessage::progress(&id, "t", p, 5), "progress");
 }

@@ -2,7 +2,10 @@
 //! to its end, also when the end is a transaction marker (B5) and when the partition
 //! is empty (B2); the watermark is not pushed forward by one record with a far-future
 //! CreateTime (B8) nor pulled back by one 40 days old (beyond max_past); a partition a new consumer group has not read anything of yet is
-//! reported behind, not left out.
+//! reported behind, not left out. Issue 24: each partition's latest record time read
+//! (capped at the auditor's clock), 0 for a partition that holds nothing, the
+//! LogAppendTime flag, and the latest record time the increments counted per window
+//! and partition.
 
 use crate::support;
 
@@ -387,4 +390,84 @@ async fn no_lag_zero_is_dated_after_records_still_unread() {
     assert!(claims > 0);
     // reverted (dated when the report was made): dozens of false claims
     assert!(false_claims.is_empty(), "{}", false_claims.join("\n"));
+}
+
+/// Issue 24 on a real broker: what the engine compares. Partition 0 gets records of
+/// two windows with known CreateTimes, the last one 45 minutes ahead of the clock
+/// (counted as "now": capped), partition 1 nothing. Progress: partition 0's latest
+/// record time read is the cap, partition 1's is 0 (it holds nothing); the increments
+/// carry each window's latest (capped) record time in partition 0. A topic whose
+/// records carry LogAppendTime is flagged so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_latest_record_times_read_and_counted_are_reported() {
+    init_tracing();
+    let mut s = Setup::new("latest", 2).await;
+    let appended = testkit::unique("latest-append-time");
+    testkit::create_topic_with_config(
+        &s.bootstrap,
+        &appended,
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
+    )
+    .await;
+    s.cfg.audit.topics.push(appended.clone());
+    let base = base_time();
+    let plain = producer(&s.bootstrap);
+    // Window `base`: times base..base+99; window base + 10 s: the rest.
+    for i in 0..200 {
+        send(&plain, &s.topic, 0, i, base + i as i64 * 100);
+    }
+    let before = common::now_ms();
+    send(&plain, &s.topic, 0, 200, before + 45 * 60_000);
+    for i in 0..10 {
+        send(&plain, &appended, 0, i, base);
+    }
+    plain.flush(Duration::from_secs(30)).unwrap();
+
+    let svc = spawn_service(s.cfg.clone());
+    let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
+    let ok = tokio::task::block_in_place(|| {
+        testkit::wait_until(Duration::from_secs(90), || {
+            reader.poll_for(Duration::from_millis(200));
+            let (l, a) = (latest(&reader, &s.topic), latest(&reader, &appended));
+            l.get(&0).is_some_and(|p| p.next_offset == 201)
+                && l.get(&1).is_some_and(|p| p.lag == Some(0))
+                && a.get(&0).is_some_and(|p| p.next_offset == 10)
+        })
+    });
+    // Capped at the auditor's clock plus the slack of a clock read per batch.
+    let after = common::now_ms() + audit_lib::RECORD_TIME_SLACK_MS;
+    svc.stop().await;
+    let (l, a) = (latest(&reader, &s.topic), latest(&reader, &appended));
+    assert!(ok, "not read to the end: {l:?} {a:?}");
+    let capped = l[&0].max_record_time.expect("a latest record time");
+    assert!(
+        (before..=after).contains(&capped),
+        "the record 45 min ahead counts as when it was read: {capped} not in {before}..={after}"
+    );
+    assert!(!l[&0].log_append_time);
+    assert_eq!(l[&1].max_record_time, Some(0), "an empty partition: {l:?}");
+    assert!(a[&0].log_append_time, "LogAppendTime topic: {a:?}");
+    let appended_at = a[&0].max_record_time.expect("a latest record time");
+    assert!((before..=after).contains(&appended_at), "{appended_at}");
+    // The increments: per window of partition 0, the latest record time counted.
+    let times = |w: i64| reader.record_times.get(&(s.topic.clone(), w, 0)).copied();
+    let w0 = base / WINDOW_MS * WINDOW_MS;
+    let last_of = |w: i64| {
+        (0..200)
+            .map(|i| base + i * 100)
+            .filter(|t| t / WINDOW_MS * WINDOW_MS == w)
+            .max()
+    };
+    assert_eq!(times(w0), last_of(w0));
+    assert_eq!(times(w0 + WINDOW_MS), last_of(w0 + WINDOW_MS));
+    let now_window = reader
+        .record_times
+        .iter()
+        .find(|((t, w, _), _)| *t == s.topic && *w > w0 + WINDOW_MS)
+        .map(|(_, &rt)| rt);
+    assert!(
+        now_window.is_some_and(|rt| (before..=after).contains(&rt)),
+        "the far-future record, windowed by its (45 min ahead) event time, counted at its cap: {now_window:?}"
+    );
 }

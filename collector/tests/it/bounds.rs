@@ -21,6 +21,8 @@ fn progress(partitions: &[i32]) -> AuditMessage {
                 next_offset: 1,
                 record_time: Some(T0),
                 lag: Some(0),
+                max_record_time: Some(T0),
+                log_append_time: false,
             })
             .collect(),
         T0,

@@ -102,6 +102,7 @@ async fn hostile_http_messages_are_rejected_and_do_not_wedge_the_rollup() {
             next_offset: 1,
             record_time: Some(T0),
             lag: Some(0),
+            ..Default::default()
         })
         .collect();
     let progress = audit_lib::AuditMessage::progress(

@@ -93,6 +93,8 @@ fn costly_progress(n: usize, seed: usize) -> Vec<AuditMessage> {
                         next_offset: 0,
                         record_time: None,
                         lag: None,
+                        max_record_time: None,
+                        log_append_time: false,
                     })
                     .collect(),
                 common::now_ms(),

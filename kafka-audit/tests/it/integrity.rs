@@ -115,6 +115,8 @@ pub fn honest(windows: &[i64]) -> (Vec<AuditMessage>, Vec<AuditMessage>) {
                 next_offset: 5000,
                 record_time: Some(now),
                 lag: Some(0),
+                max_record_time: Some(now),
+                log_append_time: false,
             })
             .collect(),
         now,
@@ -134,6 +136,8 @@ pub fn forged_progress(first: i32) -> AuditMessage {
                 next_offset: 0,
                 record_time: Some(now - 86_400_000),
                 lag: Some(1_000_000),
+                max_record_time: None,
+                log_append_time: false,
             })
             .collect(),
         now,

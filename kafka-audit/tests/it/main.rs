@@ -26,6 +26,7 @@ mod collector_outage;
 mod deleted_topic;
 mod demo;
 mod deploy;
+mod evidence;
 mod flood;
 mod inspect;
 mod integrity;

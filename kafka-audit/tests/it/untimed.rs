@@ -23,13 +23,13 @@ const PARTITIONS: i32 = 3;
 const DAY_MS: i64 = 86_400_000;
 
 /// Message `i` sent at `ts`: payload, record timestamp, tier-invariant.
-fn untimed_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
+fn untimed_message(i: u64, ts: i64) -> (Vec<u8>, i64, Option<i64>) {
     if i % 250 == 100 {
         // Beyond the default max_past (30 d): only observation time is left.
         return (
             format!("{{\"id\":{i}}}").into_bytes(),
             ts - 40 * DAY_MS,
-            false,
+            None,
         );
     }
     let payload = if i % 2 == 0 {
@@ -41,7 +41,8 @@ fn untimed_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
     } else {
         format!("{{\"id\":{i},\"kind\":\"click\"}}").into_bytes()
     };
-    (payload, ts, true)
+    // Windowed by the record timestamp.
+    (payload, ts, Some(ts))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -62,6 +62,7 @@ fn increment(topic: &str, tier: &str, window_start: i64, count: u64) -> Message 
                     partition: 0,
                     min: 0,
                     max: count as i64 - 1,
+                    max_record_time: None,
                 }],
                 ..WindowStats::default()
             },
@@ -86,6 +87,7 @@ fn progress(topic: &str, record_time: i64) -> Message {
             next_offset: 1000,
             record_time: Some(record_time),
             lag: Some(if caught_up { 0 } else { 3 }),
+            ..Default::default()
         }]),
     }
 }

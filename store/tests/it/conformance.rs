@@ -171,15 +171,7 @@ async fn staged_increments_add_up_exactly_after_rollup(store: &Store) {
     let expected: Vec<&WindowRow> = truth.values().map(|(r, _)| r).collect();
     assert_rows_match(&all_rows(store).await, &expected);
     for (key, (_, offsets)) in &truth {
-        let expected: Vec<OffsetSpan> = offsets
-            .iter()
-            .map(|(&partition, &(min, max))| OffsetSpan {
-                partition,
-                min,
-                max,
-            })
-            .collect();
-        assert_eq!(store.window_offsets(key).await.unwrap(), expected);
+        assert_eq!(store.window_offsets(key).await.unwrap(), spans(offsets));
     }
     // Progress, emitters and rejects are written at staging time.
     let p = store.progress(Some("topic-0")).await.unwrap();
@@ -309,6 +301,7 @@ struct Increment {
     checksum: u64,
     latency: Latency,
     offsets: Vec<OffsetSpan>,
+    max_observed_at: Option<i64>,
 }
 
 /// A latency histogram by its parts, as the tests write and compare them.
@@ -365,6 +358,7 @@ impl From<Increment> for Message {
                     checksum: audit_lib::Checksum(i.checksum),
                     latency: i.latency.histogram(),
                     offsets: i.offsets,
+                    max_observed_at: i.max_observed_at,
                 },
             }),
         }
@@ -423,6 +417,7 @@ fn increment(topic: &str, tier: &str, dc: &str, window: i64, count: u64) -> Incr
             buckets: vec![],
         },
         offsets: vec![],
+        max_observed_at: None,
     }
 }
 
@@ -458,11 +453,16 @@ fn random_increment(rng: &mut Rng) -> Increment {
     };
     let p = rng.below(4) as i32;
     let min = rng.below(1_000_000) as i64;
+    // Issue 24's evidence, known or not (an emitter older than the fields), so that
+    // unknown ones are seen to merge as "no evidence", not as 0.
+    let known = |rng: &mut Rng| (rng.below(3) > 0).then(|| T0 + rng.below(100_000) as i64);
     i.offsets = vec![OffsetSpan {
         partition: p,
         min,
         max: min + rng.below(10_000) as i64,
+        max_record_time: known(rng),
     }];
+    i.max_observed_at = known(rng);
     i
 }
 
@@ -479,8 +479,9 @@ fn all() -> TimeRange {
 }
 
 /// The expected window rows: the fold of `increments`, computed without the store.
-/// Expected row and offset ranges (partition → (min, max)) per window.
-type Truth = BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64)>)>;
+/// Expected row and offset ranges (partition → (min, max, latest record time)) per
+/// window.
+type Truth = BTreeMap<WindowKey, (WindowRow, BTreeMap<i32, (i64, i64, Option<i64>)>)>;
 
 fn ground_truth(increments: &[Increment]) -> Truth {
     let mut truth = Truth::new();
@@ -512,6 +513,8 @@ fn ground_truth(increments: &[Increment]) -> Truth {
                     first_received_at_ms: 0,
                     last_received_at_ms: 0,
                     latency_unread: false,
+                    max_observed_at_ms: None,
+                    record_times: vec![],
                 },
                 BTreeMap::new(),
             )
@@ -526,13 +529,34 @@ fn ground_truth(increments: &[Increment]) -> Truth {
         row.checksum = row.checksum.wrapping_add(i.checksum);
         row.latency.merge(&i.latency.histogram());
         row.increments += 1;
+        row.max_observed_at_ms = row.max_observed_at_ms.max(i.max_observed_at);
         for o in &i.offsets {
-            let e = offsets.entry(o.partition).or_insert((o.min, o.max));
+            let e = offsets
+                .entry(o.partition)
+                .or_insert((o.min, o.max, o.max_record_time));
             e.0 = e.0.min(o.min);
             e.1 = e.1.max(o.max);
+            e.2 = e.2.max(o.max_record_time);
         }
+        row.record_times = offsets
+            .iter()
+            .filter_map(|(&p, &(_, _, t))| Some((p, t?)))
+            .collect();
     }
     truth
+}
+
+/// The offset spans a window's truth expects `window_offsets` to read back.
+fn spans(offsets: &BTreeMap<i32, (i64, i64, Option<i64>)>) -> Vec<OffsetSpan> {
+    offsets
+        .iter()
+        .map(|(&partition, &(min, max, max_record_time))| OffsetSpan {
+            partition,
+            min,
+            max,
+            max_record_time,
+        })
+        .collect()
 }
 
 /// Compares everything but the receive times, which the store sets.
@@ -615,16 +639,12 @@ async fn increments_add_up_exactly_against_ground_truth(store: &Store) {
         assert_rows_match(&stored, &expected);
         for row in &stored {
             let offsets = store.window_offsets(&row.key()).await.unwrap();
-            let expected: Vec<OffsetSpan> = truth[&row.key()]
-                .1
-                .iter()
-                .map(|(&partition, &(min, max))| OffsetSpan {
-                    partition,
-                    min,
-                    max,
-                })
-                .collect();
-            assert_eq!(offsets, expected, "offsets of {:?}", row.key());
+            assert_eq!(
+                offsets,
+                spans(&truth[&row.key()].1),
+                "offsets of {:?}",
+                row.key()
+            );
         }
     }
     // A sub-range selects by window start, half-open.
@@ -680,6 +700,7 @@ fn progress(topic: &str, host: &str, emitted: i64, parts: &[(i32, i64)]) -> Prog
                 next_offset,
                 record_time: Some(emitted - 100),
                 lag: Some(0),
+                ..Default::default()
             })
             .collect(),
     }
@@ -893,30 +914,26 @@ async fn windows_in_range_across_a_day_boundary_read_each_bucket_once(store: &St
 }
 
 async fn offset_ranges_widen(store: &Store) {
+    // Partition 0's latest record time is the largest known one; partition 1 has none
+    // (an emitter older than issue 24): unknown, never 0.
     let mut a = increment("orders", "regional", "dc1", 0, 1);
     a.offsets = vec![
         OffsetSpan {
-            partition: 0,
-            min: 100,
             max: 200,
+            ..OffsetSpan::new(0, 100, Some(T0 + 10))
         },
-        OffsetSpan {
-            partition: 1,
-            min: 5,
-            max: 5,
-        },
+        OffsetSpan::new(1, 5, None),
     ];
     let mut b = increment("orders", "regional", "dc1", 0, 1);
     b.offsets = vec![OffsetSpan {
-        partition: 0,
-        min: 50,
         max: 150,
+        ..OffsetSpan::new(0, 50, Some(T0 + 30))
     }];
+    b.max_observed_at = Some(T0 + 40);
     let mut c = increment("orders", "regional", "dc1", 0, 1);
     c.offsets = vec![OffsetSpan {
-        partition: 0,
-        min: 180,
         max: 400,
+        ..OffsetSpan::new(0, 180, None)
     }];
     store
         .write_batch(&batch(vec![Message::from(a), Message::from(b)]))
@@ -936,16 +953,22 @@ async fn offset_ranges_widen(store: &Store) {
         store.window_offsets(&key).await.unwrap(),
         vec![
             OffsetSpan {
-                partition: 0,
-                min: 50,
-                max: 400
+                max: 400,
+                ..OffsetSpan::new(0, 50, Some(T0 + 30))
             },
-            OffsetSpan {
-                partition: 1,
-                min: 5,
-                max: 5
-            }
+            OffsetSpan::new(1, 5, None),
         ]
+    );
+    // The window read carries the evidence: per partition (those with a time only)
+    // and the latest observation time.
+    let row = store
+        .topic_windows("orders", all())
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (row.record_times, row.max_observed_at_ms),
+        (vec![(0, T0 + 30)], Some(T0 + 40))
     );
     let missing = WindowKey {
         window_start_ms: T0 + W,
@@ -989,6 +1012,7 @@ async fn retention_removes_old_windows_and_uuids_in_batches(store: &Store) {
             partition: 0,
             min: 1,
             max: 2,
+            max_record_time: None,
         }];
         old.push(i);
     }
@@ -1045,7 +1069,8 @@ async fn retention_removes_old_windows_and_uuids_in_batches(store: &Store) {
         vec![OffsetSpan {
             partition: 0,
             min: 1,
-            max: 2
+            max: 2,
+            max_record_time: None,
         }]
     );
 }

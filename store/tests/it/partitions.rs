@@ -119,7 +119,9 @@ fn message(topic: &str, tier: &str, dc: &str, window_start: i64, count: u64, sal
                     partition: (salt % 3) as i32,
                     min: salt as i64 * 10,
                     max: salt as i64 * 10 + count as i64,
+                    max_record_time: None,
                 }],
+                max_observed_at: None,
             },
         }),
     }
@@ -139,6 +141,7 @@ fn progress(topic: &str, tier: &str, dc: &str, emitted_at: i64, next_offset: i64
             next_offset,
             record_time: Some(emitted_at - 5_000),
             lag: Some(3),
+            ..Default::default()
         }]),
     }
 }
@@ -1027,4 +1030,43 @@ async fn on_citus_a_batchs_probes_and_reads_go_to_the_shards_of_its_topics() {
     );
     assert_eq!(p[0].next_offset, 9);
     assert!(fanned_out.is_empty(), "went to every shard: {fanned_out:?}");
+}
+
+/// `serve` migrating while the collector prepares its partitions (at start: every day
+/// of retention and a week ahead, hundreds of tables, seconds on a loaded machine)
+/// waits for it: the preparations take turns on an advisory lock, and the 5 s lock
+/// timeout that keeps ingestion from queueing behind an attach is for table locks, not
+/// for that turn. (It was not: `serve` failed to start, "canceling statement due to
+/// lock timeout", seen in the transactional end-to-end test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_waits_for_a_concurrent_partition_preparation() {
+    let (store, db) = pg_store("store_partitions_turn").await;
+    let other = PgPool::connect(db.url()).await.expect("connect");
+    // The collector's preparation, holding the turn for longer than the lock timeout.
+    let mut collector = other.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('audit_ensure_day_partitions'))")
+        .execute(&mut *collector)
+        .await
+        .unwrap();
+    let migrating = tokio::spawn(async move { store.migrate().await });
+    let waiting = testkit::wait_until_async(std::time::Duration::from_secs(30), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .fetch_one(&other)
+        .await
+        .unwrap();
+        n > 0
+    })
+    .await;
+    assert!(waiting, "the migration never waited for its turn");
+    // The fault: the other preparation takes longer than the lock timeout (5 s).
+    tokio::time::sleep(std::time::Duration::from_millis(6_000)).await;
+    collector.commit().await.unwrap();
+    let migrated = tokio::time::timeout(std::time::Duration::from_secs(60), migrating)
+        .await
+        .expect("the migration finished once the other preparation did")
+        .unwrap();
+    assert!(migrated.is_ok(), "{migrated:?}");
 }

@@ -59,7 +59,9 @@ fn inc(
                     partition: 0,
                     min: offset,
                     max: offset + count as i64 - 1,
+                    max_record_time: None,
                 }],
+                max_observed_at: None,
             },
         }),
     }
@@ -160,6 +162,7 @@ async fn main() -> anyhow::Result<()> {
                     next_offset: n * 20_000,
                     record_time: Some(now),
                     lag: Some(0),
+                    ..Default::default()
                 }]),
             });
         }

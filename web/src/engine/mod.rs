@@ -18,15 +18,27 @@
 //!    topic nor rows in the window does not carry the topic: it contributes 0 and does
 //!    not block. Progress older than `forget_after` is forgotten (a deleted topic stops
 //!    being expected).
-//! 4. Increments of the window at an involved tier and datacenter that the store has
+//! 4. The downstream auditor must have read what the upstream counted (issue 24): for
+//!    every partition the upstream counted the window in, a record after the
+//!    upstream's latest record time there (over the mapped datacenters), or one at it
+//!    and the clock past it + grace; where record times cannot be compared
+//!    (LogAppendTime downstream, an auditor without the field, `preserves_partitions =
+//!    false`, an upstream that knows no partitions), read past the upstream's latest
+//!    time + grace. Lag 0 alone is not evidence. Until then `pending` ("in flight");
+//!    a downstream that has read all it has (lag 0 measured past the upstream's time +
+//!    grace) without those records is `delayed`, still settling — never a loss. No
+//!    upstream record time known (older emitters): this rule does not apply.
+//! 5. Increments of the window at an involved tier and datacenter that the store has
 //!    received but not yet added up (PostgreSQL's staged roll-up) → `pending`.
-//! 5. Otherwise the window is `final` and counts are compared: `loss` / `duplication`
+//! 6. Otherwise the window is `final` and counts are compared: `loss` / `duplication`
 //!    when the difference exceeds both thresholds, `mismatch` when the counts are equal
 //!    but the multiset checksums differ (loss masked by duplication, or altered data),
 //!    `delayed` when the downstream tier's p99 latency exceeds its objective, else `ok`.
 //!
 //! Late data is just more increments in the same rows: evaluating again after it
-//! arrived yields the new verdict (a `loss` becomes `ok`), which is how alerts resolve.
+//! arrived yields the new verdict (a `loss` becomes `ok`), which is how alerts resolve;
+//! late upstream data raises the upstream's record time, so rule 4 puts its window back
+//! to settling until the downstream has read past it.
 
 pub mod topology;
 
@@ -144,6 +156,25 @@ pub enum Lifecycle {
     Final,
 }
 
+/// What the downstream auditor was asked to show before the window could be final
+/// (docs/web.md, Verdicts, rule 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Evidence {
+    /// No upstream record time is known (emitters older than issue 24, or none
+    /// counted): the window end + grace alone, as before.
+    WindowEnd,
+    /// In every partition the upstream counted the window in, the downstream read a
+    /// record at or after the upstream's latest record time there.
+    RecordTime,
+    /// The downstream's record times cannot be compared with the upstream's (its
+    /// records carry LogAppendTime, its auditor reports no latest record time, the edge
+    /// does not preserve partitions, or the upstream knows no partitions): it must
+    /// have read past the upstream's latest time plus the grace period, on the
+    /// partitions concerned. Slower, and a paused replicator is a loss after grace.
+    Clock,
+}
+
 /// The comparison of one edge, downstream datacenter and window.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct EdgeWindow {
@@ -167,6 +198,8 @@ pub struct EdgeWindow {
     pub verdict: Verdict,
     /// Why the verdict is what it is, for people.
     pub reason: String,
+    /// How the downstream was judged to have read what the upstream counted.
+    pub evidence: Evidence,
     #[schema(required = true)]
     pub upstream_latency: Option<Percentiles>,
     #[schema(required = true)]
@@ -229,6 +262,9 @@ struct Part<'a> {
     reported_at: i64,
     emitted_at: i64,
     host: &'a str,
+    /// The latest record time read (`None`: an auditor older than issue 24).
+    max_record_time: Option<i64>,
+    log_append_time: bool,
 }
 
 impl Part<'_> {
@@ -247,8 +283,50 @@ impl Part<'_> {
     /// `received − emitted ≥ 0` is enforced by taking the minimum.
     fn read_past(&self, t: i64) -> bool {
         (self.lag.is_some() && self.record_time.is_some_and(|r| r >= t))
-            || (self.lag == Some(0) && self.emitted_at.min(self.reported_at) >= t)
+            || (self.lag == Some(0) && self.measured_at() >= t)
     }
+
+    /// As of when its lag holds: `emitted_at`, never later than it was received.
+    fn measured_at(&self) -> i64 {
+        self.emitted_at.min(self.reported_at)
+    }
+
+    /// Whether the partition's record times can be compared with an upstream's: they
+    /// are the CreateTime a replicator preserves, and the auditor reports the latest.
+    fn comparable(&self) -> bool {
+        !self.log_append_time && self.max_record_time.is_some()
+    }
+
+    /// The latest record time read (the watermark is never later, but an auditor
+    /// older than issue 24 reports only that).
+    fn latest(&self) -> Option<i64> {
+        self.max_record_time.max(self.record_time)
+    }
+
+    /// How far, in record time, the partition is read with respect to `x`. Within a
+    /// partition records are read in offset order; this takes the record times to
+    /// follow it (docs/web.md). (A known lag is rule 3's: every partition judged here
+    /// has one.)
+    fn reading(&self, x: i64) -> Reading {
+        match self.latest() {
+            Some(m) if m > x => Reading::Past,
+            Some(m) if m == x => Reading::At,
+            _ => Reading::Before,
+        }
+    }
+}
+
+/// Where a downstream partition is read with respect to an upstream record time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// A record after it was read: every record up to it is.
+    Past,
+    /// A record at it (the same millisecond): more of that millisecond may follow,
+    /// appended after the auditor measured its lag (a lag 0 from the statistics before
+    /// the copies came says nothing of them). Settled by the clock.
+    At,
+    /// Not read up to it.
+    Before,
 }
 
 struct Auditor<'a> {
@@ -256,7 +334,15 @@ struct Auditor<'a> {
     partitions: Vec<Part<'a>>,
 }
 
-impl Auditor<'_> {
+impl<'a> Auditor<'a> {
+    /// Partition `p`'s progress (partitions are sorted by number).
+    fn part(&self, p: i32) -> Option<&Part<'a>> {
+        self.partitions
+            .binary_search_by_key(&p, |x| x.partition)
+            .ok()
+            .map(|i| &self.partitions[i])
+    }
+
     /// The partition holding the auditor back from `t` whose last report is the
     /// oldest: a stuck instance or partition is stalled even while the others report.
     fn oldest_behind(&self, t: i64) -> Option<&Part<'_>> {
@@ -304,7 +390,12 @@ fn auditors<'a>(
             reported_at: p.received_at_ms,
             emitted_at: p.emitted_at_ms,
             host: &p.host,
+            max_record_time: p.max_record_time_ms,
+            log_append_time: p.log_append_time,
         });
+    }
+    for a in map.values_mut() {
+        a.partitions.sort_by_key(|p| p.partition);
     }
     map
 }
@@ -346,6 +437,187 @@ pub fn tier_latency(rows: &[WindowRow]) -> BTreeMap<String, Percentiles> {
         .into_iter()
         .filter_map(|(t, h)| Some((t.to_string(), percentiles(&h)?)))
         .collect()
+}
+
+/// What the upstream counted in one window, as evidence the downstream must have read
+/// past (docs/web.md, Verdicts, rule 4).
+#[derive(Debug, Default)]
+struct UpstreamEvidence {
+    /// Partition → the latest record time counted there (over the mapped upstream
+    /// datacenters): the downstream must have read up to it in that partition.
+    partitions: BTreeMap<i32, i64>,
+    /// The latest time counted where no partition is known (a producer counting
+    /// before delivery, offset tracking off, a capped read) or the edge does not
+    /// preserve partitions: every downstream partition must have read past it + grace.
+    anywhere: Option<i64>,
+}
+
+impl UpstreamEvidence {
+    fn of(edge: &Edge, up_dcs: &[String], rows: &[&WindowRow]) -> UpstreamEvidence {
+        let mut e = UpstreamEvidence::default();
+        for r in rows
+            .iter()
+            .filter(|r| r.tier == edge.upstream && up_dcs.contains(&r.datacenter))
+        {
+            if r.record_times.is_empty() {
+                e.anywhere = e.anywhere.max(r.max_observed_at_ms);
+            }
+            for &(p, t) in &r.record_times {
+                let x = e.partitions.entry(p).or_insert(t);
+                *x = (*x).max(t);
+            }
+        }
+        if !edge.preserves_partitions {
+            let latest = e.partitions.values().copied().max();
+            e.anywhere = e.anywhere.max(latest);
+            e.partitions.clear();
+        }
+        e
+    }
+
+    fn is_empty(&self) -> bool {
+        self.partitions.is_empty() && self.anywhere.is_none()
+    }
+}
+
+/// Why the downstream has not shown its evidence yet: the partitions behind, by how
+/// bad it is.
+#[derive(Default)]
+struct Behind {
+    /// Overdue, read all it has (or reports no such partition) past the upstream's
+    /// time plus grace: (partition, (latest record time read, the upstream's), or None
+    /// for a partition it does not report).
+    overdue: Vec<(i32, Option<(i64, i64)>)>,
+    /// A partition that holds it back and was last reported longer than
+    /// `stall_after` ago: (partition, instance).
+    stalled: Option<(i32, String)>,
+    /// Not there yet, within its time.
+    pending: Option<String>,
+}
+
+fn seconds(ms: i64) -> i64 {
+    ms.saturating_add(999) / 1000
+}
+
+/// A record time for people: RFC 3339 with milliseconds (epoch ms if out of range).
+fn at(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| ms.to_string())
+}
+
+impl Behind {
+    fn missing(&mut self, p: i32, x: i64, overdue: bool) {
+        if overdue {
+            self.overdue.push((p, None));
+        } else {
+            self.pending.get_or_insert_with(|| {
+                format!("no progress for partition {p} yet, where the upstream counted this window up to record time {}", at(x))
+            });
+        }
+    }
+
+    fn stale(&mut self, part: &Part, now: i64, stall_after_ms: i64) -> bool {
+        let stale = now.saturating_sub(part.reported_at) > stall_after_ms;
+        if stale && self.stalled.is_none() {
+            self.stalled = Some((part.partition, part.host.to_string()));
+        }
+        stale
+    }
+
+    fn by_record_time(
+        &mut self,
+        part: &Part,
+        x: i64,
+        overdue: bool,
+        now: i64,
+        stall_after_ms: i64,
+    ) {
+        let latest = part.latest().unwrap_or(i64::MIN);
+        if overdue {
+            self.overdue.push((part.partition, Some((latest, x))));
+        } else if !self.stale(part, now, stall_after_ms) {
+            self.pending.get_or_insert_with(|| match part.lag {
+                _ if latest == x => format!(
+                    "partition {} is read up to the upstream's latest record time of this window ({}); records of the same millisecond may follow until it is read past it, or grace has passed",
+                    part.partition,
+                    at(x)
+                ),
+                Some(0) => format!(
+                    "in flight: partition {} is read to its end, up to record time {}; the upstream's records of this window there reach {} ({} s more)",
+                    part.partition,
+                    at(latest),
+                    at(x),
+                    seconds(x.saturating_sub(latest))
+                ),
+                _ => format!(
+                    "partition {} is read up to record time {} (lag {}); the upstream's records of this window there reach {}",
+                    part.partition,
+                    at(latest),
+                    part.lag.map_or("unknown".into(), |l| l.to_string()),
+                    at(x)
+                ),
+            });
+        }
+    }
+
+    fn by_clock(&mut self, part: &Part, now: i64, stall_after_ms: i64) {
+        if !self.stale(part, now, stall_after_ms) {
+            self.pending.get_or_insert_with(|| {
+                format!(
+                    "partition {} is not read past the upstream's latest time of this window + grace yet",
+                    part.partition
+                )
+            });
+        }
+    }
+
+    /// Overdue (`delayed`, paged) before stalled (the auditor's own alert covers it)
+    /// before pending.
+    fn verdict(self, tier: &str, dc: &str) -> Option<(Verdict, String)> {
+        if let Some(&(p, how)) = self.overdue.first() {
+            let more = match self.overdue.len() {
+                1 => String::new(),
+                2 => " (1 more partition likewise)".to_string(),
+                n => format!(" ({} more partitions likewise)", n - 1),
+            };
+            let why = match how {
+                Some((latest, x)) => {
+                    let read = if latest > 0 {
+                        format!(
+                            "has read all of partition {p}, up to record time {}",
+                            at(latest)
+                        )
+                    } else {
+                        format!("has nothing in partition {p}")
+                    };
+                    let behind = if latest > 0 {
+                        format!(", {} s later", seconds(x.saturating_sub(latest)))
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{tier}/{dc} {read}; the upstream's records of this window there reach {}{behind}, and the grace period after them has passed{more}: they are not in the downstream cluster yet (a replicator paused or behind?)",
+                        at(x)
+                    )
+                }
+                None => format!(
+                    "{tier}/{dc} reports no partition {p}{more}, where the upstream counted records of this window past the grace period (a downstream topic with fewer partitions, or a replicator that does not preserve partitions: set preserves_partitions = false on the edge)"
+                ),
+            };
+            return Some((Verdict::Delayed, why));
+        }
+        if let Some((p, host)) = self.stalled {
+            return Some((
+                Verdict::Stalled,
+                format!(
+                    "auditor {tier}/{dc} stopped reporting progress for partition {p} (instance {host})"
+                ),
+            ));
+        }
+        self.pending
+            .map(|why| (Verdict::Pending, format!("auditor {tier}/{dc}: {why}")))
+    }
 }
 
 fn exceeds(diff: u64, expected: u64, t: &Thresholds) -> bool {
@@ -517,6 +789,18 @@ impl Topology {
         };
         let checksums_match = up.checksum == down.checksum;
         let down_latency = percentiles(&down.latency);
+        // Rule 4 is judged whatever comes first, so that `evidence` says what the
+        // downstream is asked to show in every lifecycle.
+        let mut evidence = Evidence::WindowEnd;
+        let unproven = self.evidence_blocks(
+            edge,
+            &dc,
+            &UpstreamEvidence::of(edge, &up_dcs, rows),
+            auditors,
+            policy,
+            now,
+            &mut evidence,
+        );
         let (lifecycle, verdict, reason) = if now < window_end {
             (Lifecycle::Open, Verdict::Pending, "window is open".into())
         } else if now < settle_at {
@@ -528,6 +812,8 @@ impl Topology {
         } else if let Some((v, why)) =
             self.auditors_block(edge, &dc, &up_dcs, rows, auditors, settle_at, now)
         {
+            (Lifecycle::Settling, v, why)
+        } else if let Some((v, why)) = unproven {
             (Lifecycle::Settling, v, why)
         } else if let Some((tier, sdc)) = std::iter::once((edge.downstream.as_str(), dc.as_str()))
             .chain(up_dcs.iter().map(|u| (edge.upstream.as_str(), u.as_str())))
@@ -567,6 +853,7 @@ impl Topology {
             lifecycle,
             verdict,
             reason,
+            evidence,
             upstream_latency: percentiles(&up.latency),
             downstream_latency: down_latency,
             upstream_observation_time_count: up.observation_time_count,
@@ -641,6 +928,74 @@ impl Topology {
             }
         }
         pending.map(|why| (Verdict::Pending, why))
+    }
+
+    /// Rule 4 (docs/web.md, Verdicts): `Some` while the downstream auditor of `edge`
+    /// in `dc` has not shown that it read what the upstream counted in the window
+    /// (`wanted`). `evidence` is set to what it was asked to show.
+    #[allow(clippy::too_many_arguments)]
+    fn evidence_blocks(
+        &self,
+        edge: &Edge,
+        dc: &str,
+        wanted: &UpstreamEvidence,
+        auditors: &BTreeMap<(&str, &str), Auditor>,
+        policy: &Policy,
+        now: i64,
+        evidence: &mut Evidence,
+    ) -> Option<(Verdict, String)> {
+        let tier = edge.downstream.as_str();
+        // A tier without progress (it reads nothing, e.g. a producer) cannot show it.
+        if wanted.is_empty() || !self.tier(tier).is_some_and(|t| t.progress) {
+            return None;
+        }
+        *evidence = if wanted.anywhere.is_some() {
+            Evidence::Clock
+        } else {
+            Evidence::RecordTime
+        };
+        // Rule 3 waits for every involved auditor to report.
+        let down = auditors.get(&(tier, dc))?;
+        let grace = policy.grace_ms;
+        let mut behind = Behind::default();
+        for (&p, &x) in &wanted.partitions {
+            let Some(part) = down.part(p) else {
+                behind.missing(p, x, now.saturating_sub(x) >= grace);
+                continue;
+            };
+            if !part.comparable() {
+                *evidence = Evidence::Clock;
+                if !part.read_past(x.saturating_add(grace)) {
+                    behind.by_clock(part, now, self.stall_after_ms);
+                }
+            } else {
+                match part.reading(x) {
+                    Reading::Past => {}
+                    Reading::At if part.read_past(x.saturating_add(grace)) => {}
+                    // It has read up to the upstream's time: never overdue.
+                    Reading::At => behind.by_record_time(part, x, false, now, self.stall_after_ms),
+                    Reading::Before => {
+                        // Overdue only when the auditor has read everything its
+                        // cluster has (lag 0), measured after the upstream's time +
+                        // grace: the records are not there. An auditor still reading
+                        // (a late or slow one) is pending, as rule 3 has it.
+                        let overdue =
+                            part.lag == Some(0) && part.measured_at() >= x.saturating_add(grace);
+                        behind.by_record_time(part, x, overdue, now, self.stall_after_ms);
+                    }
+                }
+            }
+        }
+        if let Some(x) = wanted.anywhere {
+            for part in down
+                .partitions
+                .iter()
+                .filter(|part| !part.read_past(x.saturating_add(grace)))
+            {
+                behind.by_clock(part, now, self.stall_after_ms);
+            }
+        }
+        behind.verdict(tier, dc)
     }
 
     fn judge(

@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod evidence;
 mod rules;
 
 const MIN: i64 = 60_000;
@@ -96,6 +97,8 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         first_received_at_ms: 0,
         last_received_at_ms: 0,
         latency_unread: false,
+        max_observed_at_ms: None,
+        record_times: vec![],
     }
 }
 
@@ -111,6 +114,8 @@ fn progress(tier: &str, dc: &str, record_time: i64, reported_at: i64) -> Progres
         lag: Some(5),
         emitted_at_ms: reported_at,
         received_at_ms: reported_at,
+        max_record_time_ms: None,
+        log_append_time: false,
     }
 }
 

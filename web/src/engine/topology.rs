@@ -126,6 +126,15 @@ pub struct EdgeConfig {
     /// this edge.
     #[serde(default)]
     pub datacenters: BTreeMap<String, String>,
+    /// Whether the hop keeps every record in the partition of the same number (a
+    /// partition-preserving replicator such as MirrorMaker 2, or both tiers reading
+    /// one cluster): then the downstream must have read, in each partition, past the
+    /// upstream's latest record time of the window *in that partition*. `false` for a
+    /// replicator that repartitions: every downstream partition must then have read
+    /// past the upstream's latest record time of the window plus the grace period
+    /// (slower, and a paused replicator is judged loss after grace; docs/web.md).
+    #[serde(default = "yes")]
+    pub preserves_partitions: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,6 +168,8 @@ pub struct Edge {
     pub upstream: String,
     pub downstream: String,
     pub datacenters: BTreeMap<String, String>,
+    /// [`EdgeConfig::preserves_partitions`].
+    pub preserves_partitions: bool,
 }
 
 impl Edge {
@@ -311,6 +322,7 @@ impl Topology {
                 upstream: e.upstream.clone(),
                 downstream: e.downstream.clone(),
                 datacenters: e.datacenters.clone(),
+                preserves_partitions: e.preserves_partitions,
             });
         }
         let mut overrides = Vec::with_capacity(config.overrides.len());

@@ -33,6 +33,7 @@ datacenters = { dc1 = "agg", dc2 = "agg" }
 
 on_both_backends!(
     an_open_alert_stays_open_while_its_window_settles_again,
+    a_late_upstream_increment_re_arms_its_window,
     many_to_one_region_only_topic,
     lag_zero_is_dated_by_emitted_at,
     window_size_mismatch_is_reported,
@@ -748,5 +749,130 @@ async fn learned_window_reports_older_sizes_as_mismatch(backend: Backend) {
     assert_eq!(
         get(&state, "/api/v1/topology").await.body["window_ms"],
         WINDOW
+    );
+}
+
+/// An increment of `tier`/`dc` counting `count` records of window `w` in partition 0
+/// whose latest record time there is `record_time` (issue 24's upstream evidence).
+fn counted(tier: &str, dc: &str, w: i64, count: u64, checksum: u64, record_time: i64) -> Message {
+    let mut m = increment("orders", tier, dc, w, count, checksum);
+    if let store::AuditBody::Increment(i) = &mut m.body {
+        i.stats.offsets[0].max_record_time = Some(record_time);
+        i.stats.max_observed_at = Some(record_time);
+    }
+    m
+}
+
+/// The aggregate/agg auditor has read partition 0 to its end, up to record time
+/// `latest` (measured now).
+fn aggregate_read(latest: i64) -> Message {
+    let mut m = progress(
+        "orders",
+        "aggregate",
+        "agg",
+        "aggregate-agg-0",
+        0,
+        latest,
+        0,
+        now_ms(),
+    );
+    if let store::AuditBody::Progress(p) = &mut m.body {
+        p[0].max_record_time = Some(latest);
+    }
+    m
+}
+
+/// Issue 24: late data re-arms settling. Two windows of an hour-old replay are judged
+/// (`ok` is ok, `lossy` a loss of 10, paged); then the upstream counts 10 more of each
+/// (a later record time) that the downstream has not read yet: both go back to
+/// settling — no loss page for `ok`, and `lossy`'s open alert neither resolves nor
+/// pages again — and the evaluator re-judges them because their upstream increments
+/// arrived. Once the downstream has read past (with the 10 late ones of each and the
+/// 10 `lossy` missed), both are final and ok: `lossy`'s alert resolves. The pages are
+/// checked after every cycle, so a resolve and a new trigger in between would show.
+async fn a_late_upstream_increment_re_arms_its_window(backend: Backend) {
+    let (got, base) = start_receiver().await;
+    let (store, _db) = store(backend).await;
+    let config: Config = toml::from_str(&format!(
+        "{MANY_TO_ONE}\n{}",
+        one_webhook(&format!("{base}/hook"))
+    ))
+    .expect("config parses");
+    let state = AppState::new(config, store).expect("state");
+    let mut hook = ChannelWorker::new(
+        state.config.alerting.channels[0].clone(),
+        state.config.alerting.clone(),
+        state.metrics.clone(),
+        None,
+    );
+    let ok = settled_window();
+    let lossy = ok + WINDOW;
+    let replayed = now_ms() - 5 * MIN;
+    let late = replayed + 3 * MIN;
+    let pages = || -> Vec<(String, i64)> {
+        got.lock()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["action"].as_str().unwrap().to_string(),
+                    p["window_start"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let steps: Vec<Vec<Message>> = vec![
+        vec![
+            counted("regional", "dc1", ok, 100, 7, replayed),
+            counted("regional", "dc1", lossy, 100, 7, replayed),
+            counted("aggregate", "agg", ok, 100, 7, replayed),
+            counted("aggregate", "agg", lossy, 90, 6, replayed),
+            caught_up("orders", "regional", "dc1"),
+            aggregate_read(replayed + 1_000),
+        ],
+        vec![
+            counted("regional", "dc1", ok, 10, 1, late),
+            counted("regional", "dc1", lossy, 10, 1, late),
+            caught_up("orders", "regional", "dc1"),
+        ],
+        vec![
+            counted("aggregate", "agg", ok, 10, 1, late),
+            counted("aggregate", "agg", lossy, 20, 2, late),
+            aggregate_read(late + 1),
+        ],
+    ];
+    let mut seen = vec![];
+    for messages in steps {
+        write(&state.store, messages).await;
+        let now = now_ms();
+        state.evaluate(now).await.expect("cycle");
+        hook.sync_judged(&state.published_alerts().expect("published"), now)
+            .await;
+        let judged = |w| {
+            verdicts(&state, "orders", w)
+                .iter()
+                .map(|e| (e.2, e.3))
+                .collect()
+        };
+        let judged: (Vec<_>, Vec<_>) = (judged(ok), judged(lossy));
+        seen.push((judged, pages()));
+    }
+    let settling = vec![(Verdict::Pending, Lifecycle::Settling)];
+    let trigger = ("trigger".to_string(), lossy);
+    assert_eq!(
+        seen,
+        vec![
+            (
+                (vec![], vec![(Verdict::Loss, Lifecycle::Final)]),
+                vec![trigger.clone()]
+            ),
+            // reverted (issue 24's rule): `ok` final loss (10 of 110 missing), paged
+            ((settling.clone(), settling), vec![trigger.clone()]),
+            (
+                (vec![], vec![]),
+                vec![trigger, ("resolve".to_string(), lossy)]
+            ),
+        ],
+        "(verdicts of ok and lossy, pages so far) after each cycle"
     );
 }

@@ -215,6 +215,9 @@ pub struct AuditReader {
     pub duplicates: u64,
     pub progress: Vec<AuditMessage>,
     pub increments: u64,
+    /// (topic, window start, partition) → the latest record time the increments
+    /// counted there (issue 24's evidence).
+    pub record_times: BTreeMap<(String, i64, i32), i64>,
 }
 
 impl AuditReader {
@@ -239,6 +242,7 @@ impl AuditReader {
             duplicates: 0,
             progress: Vec::new(),
             increments: 0,
+            record_times: BTreeMap::new(),
         }
     }
 
@@ -270,6 +274,13 @@ impl AuditReader {
                         t.out_of_bounds += inc.stats.out_of_bounds_count;
                         t.observed += inc.stats.observation_time_count;
                         t.checksum = t.checksum.wrapping_add(inc.stats.checksum.0);
+                        for o in &inc.stats.offsets {
+                            if let Some(rt) = o.max_record_time {
+                                let k = (msg.topic.clone(), inc.window_start, o.partition);
+                                let e = self.record_times.entry(k).or_insert(rt);
+                                *e = (*e).max(rt);
+                            }
+                        }
                     } else {
                         self.progress.push(msg);
                     }

@@ -42,7 +42,9 @@ pub fn increment(topic: &str, window: i64, count: u64, seed: u64) -> AuditMessag
             partition: (seed % 4) as i32,
             min: seed as i64,
             max: seed as i64 + count as i64,
+            max_record_time: None,
         }],
+        max_observed_at: None,
     };
     let window = Window {
         start_ms: T0 + window * W,

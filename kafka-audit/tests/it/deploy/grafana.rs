@@ -164,7 +164,9 @@ async fn seed(store: &store::Store, now: i64) -> i64 {
                             partition: 0,
                             min: k * 1000,
                             max: k * 1000 + count as i64 - 1,
+                            max_record_time: None,
                         }],
+                        max_observed_at: None,
                     },
                 }),
             });
@@ -186,6 +188,7 @@ async fn seed(store: &store::Store, now: i64) -> i64 {
                         next_offset: 6_000,
                         record_time: Some(now - 6_000),
                         lag: Some(5 + i64::from(p)),
+                        ..Default::default()
                     })
                     .collect(),
             ),

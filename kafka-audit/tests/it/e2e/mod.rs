@@ -1,7 +1,8 @@
 //! Shared by the end-to-end tests of issue 14 (region_only_topic.rs, transactional.rs,
-//! late_auditor.rs, collector_outage.rs, stuck_instance.rs): real auditors on cluster A
-//! and B, the collector into PostgreSQL, the web evaluator and its alerting to a local
-//! webhook receiver. It uses the audit-service test support, which `main.rs` declares
+//! late_auditor.rs, collector_outage.rs, stuck_instance.rs) and issue 24 (evidence.rs):
+//! real auditors on cluster A and B, the collector into PostgreSQL (or SQLite), the web
+//! evaluator and its alerting to a local webhook receiver; live traffic written to both
+//! clusters as a replicator would (with a lag, if asked), and replays. It uses the audit-service test support, which `main.rs` declares
 //! as `support`.
 #![allow(dead_code)]
 
@@ -93,14 +94,33 @@ bootstrap_servers = "{bootstrap}"
 /// 10 s windows, 5 s grace, `stall_after`; evaluation every 500 ms; alerts to a
 /// webhook at `hook`.
 pub fn serve_config(datacenters: &str, stall_after: &str, hook: &str) -> web::Config {
-    serve_config_with(
-        &format!(
-            r#"tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
+    serve_config_timed("10s", "5s", datacenters, stall_after, hook)
+}
+
+/// The `tiers` and `[[topology.edges]]` of [`serve_config`]: regional → aggregate in
+/// `datacenters`.
+fn regional_to_aggregate(datacenters: &str) -> String {
+    format!(
+        r#"tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
 [[topology.edges]]
 upstream = "regional"
 downstream = "aggregate"
 datacenters = {datacenters}"#
-        ),
+    )
+}
+
+/// [`serve_config`] with another `window` and `grace` (humantime strings).
+pub fn serve_config_timed(
+    window: &str,
+    grace: &str,
+    datacenters: &str,
+    stall_after: &str,
+    hook: &str,
+) -> web::Config {
+    serve_config_of(
+        window,
+        grace,
+        &regional_to_aggregate(datacenters),
         stall_after,
         hook,
     )
@@ -109,13 +129,23 @@ datacenters = {datacenters}"#
 /// [`serve_config`] with other tiers and edges (`tiers = ...` and `[[topology.edges]]`
 /// tables, TOML of the `[topology]` section).
 pub fn serve_config_with(tiers_and_edges: &str, stall_after: &str, hook: &str) -> web::Config {
+    serve_config_of("10s", "5s", tiers_and_edges, stall_after, hook)
+}
+
+fn serve_config_of(
+    window: &str,
+    grace: &str,
+    tiers_and_edges: &str,
+    stall_after: &str,
+    hook: &str,
+) -> web::Config {
     toml::from_str(&format!(
         r#"
 [serve]
 evaluate_every = "500ms"
 [topology]
-window = "10s"
-grace = "5s"
+window = "{window}"
+grace = "{grace}"
 stall_after = "{stall_after}"
 {tiers_and_edges}
 [[alerting.channels]]
@@ -307,11 +337,13 @@ impl Replicated {
 
 /// What a live replicator does to the windows of its traffic, counted from the window
 /// the traffic starts in (0): drop the first `n` messages of window `loss.0`, send the
-/// first `n` of window `dup.0` twice.
+/// first `n` of window `dup.0` twice, drop the first `n` of window `masked.0` and send
+/// the next `n` twice (equal counts, different checksums).
 #[derive(Debug, Clone, Copy)]
 pub struct Faults {
     pub loss: Option<(i64, u64)>,
     pub dup: Option<(i64, u64)>,
+    pub masked: Option<(i64, u64)>,
 }
 
 impl Faults {
@@ -319,7 +351,24 @@ impl Faults {
     pub const NONE: Faults = Faults {
         loss: None,
         dup: None,
+        masked: None,
     };
+
+    /// How many copies the replicator sends of the `nth` message (from 1) of window
+    /// `index`.
+    pub fn copies(&self, index: i64, nth: u64) -> u64 {
+        let hit = |f: Option<(i64, u64)>, from: u64| {
+            f.is_some_and(|(w, n)| w == index && nth > from && nth <= from + n)
+        };
+        let masked_n = self.masked.map_or(0, |m| m.1);
+        if hit(self.loss, 0) || hit(self.masked, 0) {
+            0
+        } else if hit(self.dup, 0) || hit(self.masked, masked_n) {
+            2
+        } else {
+            1
+        }
+    }
 }
 
 fn now_ms() -> i64 {
@@ -347,6 +396,7 @@ impl Traffic {
             faults: Faults {
                 loss: Some((1, 37)),
                 dup: Some((2, 11)),
+                masked: None,
             },
         }
     }
@@ -380,21 +430,39 @@ pub fn replicate_live(a: &str, b: &str, topic: &str, traffic: Traffic) -> Replic
 }
 
 /// Message `i` of [`replicate_live`]: JSON with its event time `ts`, windowed by it.
-fn json_message(i: u64, ts: i64) -> (Vec<u8>, i64, bool) {
-    (format!("{{\"id\":{i},\"ts\":{ts}}}").into_bytes(), ts, true)
+fn json_message(i: u64, ts: i64) -> (Vec<u8>, i64, Option<i64>) {
+    (
+        format!("{{\"id\":{i},\"ts\":{ts}}}").into_bytes(),
+        ts,
+        Some(ts),
+    )
 }
 
 /// [`replicate_live`] with other messages: `message(i, now)` gives message `i`'s
-/// payload, its record timestamp (kept by the replicator), and whether the auditors
-/// window it by a tier-invariant time (else it is counted in
-/// [`Replicated::observation_time`], not in a window). Windows and faults go by the
-/// time of sending.
+/// payload, its record timestamp (kept by the replicator), and the tier-invariant time
+/// the auditors window it by (`None`: none, it is counted in
+/// [`Replicated::observation_time`], not in a window). Faults go by the window of that
+/// time, counted from the window the traffic starts in.
 pub fn replicate_live_with(
     a: &str,
     b: &str,
     topic: &str,
     traffic: Traffic,
-    message: impl Fn(u64, i64) -> (Vec<u8>, i64, bool),
+    message: impl Fn(u64, i64) -> (Vec<u8>, i64, Option<i64>),
+) -> Replicated {
+    replicate_live_delayed(a, b, topic, traffic, Duration::ZERO, message)
+}
+
+/// [`replicate_live_with`] through a replicator `copy_delay` behind: each copy reaches
+/// `b` that long after its original reached `a` (in the original order), as a
+/// replicator with that much lag writes it.
+pub fn replicate_live_delayed(
+    a: &str,
+    b: &str,
+    topic: &str,
+    traffic: Traffic,
+    copy_delay: Duration,
+    message: impl Fn(u64, i64) -> (Vec<u8>, i64, Option<i64>),
 ) -> Replicated {
     let Traffic {
         partitions,
@@ -407,53 +475,88 @@ pub fn replicate_live_with(
     let first = now_ms() / WINDOW_MS * WINDOW_MS;
     let mut out = Replicated::default();
     let mut seen: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut held: std::collections::VecDeque<(Instant, Copy)> = Default::default();
     let mut i: u64 = 0;
     while started.elapsed() < duration {
         // Pace: message i goes out at i / rate seconds.
         let due = started + Duration::from_micros(i * 1_000_000 / rate);
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
+        while held.front().is_some_and(|(at, _)| *at <= due) {
+            let (at, copy) = held.pop_front().expect("held");
+            sleep_until(at);
+            copy.send(&pb, topic);
         }
+        sleep_until(due);
         let ts = now_ms();
-        let window = ts / WINDOW_MS * WINDOW_MS;
-        let nth = seen.entry(window).or_default();
-        *nth += 1;
-        let index = (window - first) / WINDOW_MS;
-        let copies = match faults {
-            Faults {
-                loss: Some((w, n)), ..
-            } if w == index && *nth <= n => 0,
-            Faults {
-                dup: Some((w, n)), ..
-            } if w == index && *nth <= n => 2,
-            _ => 1,
+        let (value, record_ts, windowed_by) = message(i, ts);
+        let copy = Copy {
+            key: format!("k{i}"),
+            value,
+            partition: (i % partitions as u64) as i32,
+            create_time: record_ts,
         };
-        let key = format!("k{i}");
-        let (value, record_ts, windowed) = message(i, ts);
-        let partition = (i % partitions as u64) as i32;
-        let rec = || {
-            BaseRecord::to(topic)
-                .key(&key)
-                .payload(&value)
-                .partition(partition)
-                .timestamp(record_ts)
+        let copies = match windowed_by {
+            Some(t) => {
+                let window = t.div_euclid(WINDOW_MS) * WINDOW_MS;
+                let nth = seen.entry(window).or_default();
+                *nth += 1;
+                let copies = faults.copies((window - first) / WINDOW_MS, *nth);
+                let w = out.windows.entry(window).or_default();
+                w.0 += 1;
+                w.1 += copies;
+                copies
+            }
+            None => {
+                out.observation_time.0 += 1;
+                out.observation_time.1 += 1;
+                1
+            }
         };
-        send_queued(&pa, rec());
+        copy.send(&pa, topic);
         for _ in 0..copies {
-            send_queued(&pb, rec());
+            if copy_delay.is_zero() {
+                copy.send(&pb, topic);
+            } else {
+                held.push_back((Instant::now() + copy_delay, copy.clone()));
+            }
         }
-        let w = if windowed {
-            out.windows.entry(window).or_default()
-        } else {
-            &mut out.observation_time
-        };
-        w.0 += 1;
-        w.1 += copies;
         i += 1;
     }
     flush(&pa);
+    for (at, copy) in held {
+        sleep_until(at);
+        copy.send(&pb, topic);
+    }
     flush(&pb);
     out
+}
+
+fn sleep_until(t: Instant) {
+    if let Some(wait) = t.checked_duration_since(Instant::now()) {
+        std::thread::sleep(wait);
+    }
+}
+
+/// One record as a producer wrote it and a replicator copies it: key, value,
+/// partition and CreateTime kept.
+#[derive(Debug, Clone)]
+pub struct Copy {
+    pub key: String,
+    pub value: Vec<u8>,
+    pub partition: i32,
+    pub create_time: i64,
+}
+
+impl Copy {
+    pub fn send(&self, p: &ThreadedProducer<DefaultProducerContext>, topic: &str) {
+        send_queued(
+            p,
+            BaseRecord::to(topic)
+                .key(&self.key)
+                .payload(&self.value)
+                .partition(self.partition)
+                .timestamp(self.create_time),
+        );
+    }
 }
 
 fn flush(p: &ThreadedProducer<DefaultProducerContext>) {
@@ -473,9 +576,9 @@ pub async fn sleep_until_ms(t: i64) {
 
 /// The two-cluster rig of most end-to-end tests: tier regional/dc1 audits cluster A,
 /// tier aggregate/agg audits cluster B, each with its own audit topic and WAL
-/// directory; a fresh PostgreSQL database for the collector and serve; a local
-/// webhook receiver; one stop token, cancelled when the rig is dropped (a failing test
-/// stops its services).
+/// directory; a fresh PostgreSQL database for the collector and serve (or a SQLite
+/// file: [`TwoTiers::on_sqlite`]); a local webhook receiver; one stop token, cancelled
+/// when the rig is dropped (a failing test stops its services).
 pub struct TwoTiers {
     pub a: String,
     pub b: String,
@@ -484,6 +587,9 @@ pub struct TwoTiers {
     pub pages: Pages,
     pub hook: String,
     pub db: testkit::TestDatabase,
+    /// Where the collector and serve store: `db`, or a SQLite file.
+    pub store_url: String,
+    _sqlite: Option<tempfile::TempDir>,
     pub stop: tokio_util::sync::CancellationToken,
     _stop_on_drop: tokio_util::sync::DropGuard,
     wal_a: tempfile::TempDir,
@@ -513,9 +619,22 @@ impl TwoTiers {
             audit_b,
             pages,
             hook,
+            store_url: db.url().to_string(),
+            _sqlite: None,
             db,
             wal_a: tempfile::tempdir().unwrap(),
             wal_b: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// [`TwoTiers::new`] with the collector and serve on a SQLite file (the embedded
+    /// default) instead of PostgreSQL.
+    pub async fn on_sqlite(name: &str) -> TwoTiers {
+        let dir = tempfile::tempdir().unwrap();
+        TwoTiers {
+            store_url: format!("sqlite:{}", dir.path().join("audit.db").display()),
+            _sqlite: Some(dir),
+            ..TwoTiers::new(name).await
         }
     }
 
@@ -582,7 +701,7 @@ impl TwoTiers {
         &self,
         topic: &str,
         traffic: Traffic,
-        message: impl Fn(u64, i64) -> (Vec<u8>, i64, bool) + Send + 'static,
+        message: impl Fn(u64, i64) -> (Vec<u8>, i64, Option<i64>) + Send + 'static,
     ) -> tokio::task::JoinHandle<Replicated> {
         let (a, b, topic) = (self.a.clone(), self.b.clone(), topic.to_string());
         tokio::task::spawn_blocking(move || replicate_live_with(&a, &b, &topic, traffic, message))
@@ -601,7 +720,7 @@ impl TwoTiers {
     /// A collector config for both sources into the rig's database: `max_messages` per
     /// batch, librdkafka `consumer` properties (TOML lines, may be empty).
     pub fn collect(&self, max_messages: usize, consumer: &str) -> collector::CollectConfig {
-        collect_config_with(self.db.url(), &self.sources(), max_messages, consumer)
+        collect_config_with(&self.store_url, &self.sources(), max_messages, consumer)
     }
 
     /// Runs a collector until `until` is cancelled.
@@ -616,13 +735,20 @@ impl TwoTiers {
     /// serve's state on the rig's database (regional dc1 → aggregate agg, alerts to the
     /// rig's receiver) and its running jobs.
     pub async fn serve(&self, stall_after: &str) -> (AppState, Vec<tokio::task::JoinHandle<()>>) {
-        let store = store::Store::connect(self.db.url()).await.expect("connect");
+        self.serve_with(serve_config(r#"{ dc1 = "agg" }"#, stall_after, &self.hook))
+            .await
+    }
+
+    /// serve's state with `config` on the rig's store, and its running jobs.
+    pub async fn serve_with(
+        &self,
+        config: web::Config,
+    ) -> (AppState, Vec<tokio::task::JoinHandle<()>>) {
+        let store = store::Store::connect(&self.store_url)
+            .await
+            .expect("connect");
         store.migrate().await.expect("migrate");
-        let state = AppState::new(
-            serve_config(r#"{ dc1 = "agg" }"#, stall_after, &self.hook),
-            store,
-        )
-        .expect("state");
+        let state = AppState::new(config, store).expect("state");
         let jobs = state.spawn_jobs(&self.stop);
         (state, jobs)
     }
@@ -750,4 +876,92 @@ impl OneTopic {
         let jobs = std::mem::take(&mut *self.jobs.lock().unwrap());
         self.rig.shutdown(services, jobs).await;
     }
+}
+
+/// A replay (or backfill, or spool drain) of old events: `per_window` JSON messages in
+/// each of the `windows` windows (`window_ms` long) before the current one, their event
+/// times (`ts`) in those windows and their CreateTime the time they are written, the
+/// windows interleaved (message `i` in window `i · 7919 mod windows`), round-robin over
+/// `partitions`.
+#[derive(Debug, Clone, Copy)]
+pub struct Replay {
+    pub windows: i64,
+    pub per_window: u64,
+    pub partitions: i32,
+    pub window_ms: i64,
+}
+
+impl Replay {
+    /// The start of its first window, for a replay written now.
+    pub fn base(&self) -> i64 {
+        now_ms() / self.window_ms * self.window_ms - self.windows * self.window_ms
+    }
+
+    /// Message `i` of source `source` (sources write different messages): its
+    /// record, CreateTime now, and the window its event time is in.
+    pub fn message(&self, source: usize, i: u64, base: i64) -> (Copy, i64) {
+        let window = base + (i as i64 * 7919).rem_euclid(self.windows) * self.window_ms;
+        let ts = window + (i as i64 * 37) % self.window_ms;
+        (
+            Copy {
+                key: format!("s{source}-k{i}"),
+                value: format!("{{\"id\":{i},\"src\":{source},\"ts\":{ts}}}").into_bytes(),
+                partition: (i % self.partitions as u64) as i32,
+                create_time: now_ms(),
+            },
+            window,
+        )
+    }
+
+    /// Messages per source.
+    pub fn len(&self) -> u64 {
+        self.per_window * self.windows as u64
+    }
+}
+
+/// Writes `replay` (its windows from `base`, see [`Replay::base`]) to `topic` on every
+/// cluster of `upstreams` (each source its own messages, the sources alternating so
+/// that their CreateTimes interleave), then, as a
+/// replicator `copy_after` behind the last record would, copies everything to the same
+/// topic on `downstream` in the order it was written, partition and CreateTime kept,
+/// with `faults` on the first source's copies (windows counted from the replay's
+/// first). Per window: (upstream count over all sources, downstream count). Runs on the
+/// calling thread.
+pub fn replay_then_copy(
+    upstreams: &[&str],
+    downstream: &str,
+    topic: &str,
+    (replay, base): (Replay, i64),
+    faults: Faults,
+    copy_after: Duration,
+) -> Replicated {
+    let sources: Vec<_> = upstreams.iter().map(|b| producer(b)).collect();
+    let mut out = Replicated::default();
+    let mut nth: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut copies = Vec::new();
+    for i in 0..replay.len() {
+        for (s, p) in sources.iter().enumerate() {
+            let (record, window) = replay.message(s, i, base);
+            record.send(p, topic);
+            let n = if s == 0 {
+                let k = nth.entry(window).or_default();
+                *k += 1;
+                faults.copies((window - base) / replay.window_ms, *k)
+            } else {
+                1
+            };
+            let w = out.windows.entry(window).or_default();
+            w.0 += 1;
+            w.1 += n;
+            copies.extend(std::iter::repeat_n(record, n as usize));
+        }
+    }
+    sources.iter().for_each(flush);
+    std::thread::sleep(copy_after);
+    let p = producer(downstream);
+    for c in &copies {
+        c.send(&p, topic);
+    }
+    flush(&p);
+    out
 }

@@ -159,10 +159,11 @@ pub fn increment(
                 bytes: count * 100,
                 checksum: audit_lib::Checksum(checksum),
                 latency: LatencyHistogram::from_buckets(0, 0, 380, buckets).unwrap(),
+                // No record times: as an emitter older than issue 24 (the tests of the
+                // record-time rule add them).
                 offsets: vec![store::OffsetSpan {
-                    partition: 0,
-                    min: 1000,
                     max: 1000 + count as i64 - 1,
+                    ..store::OffsetSpan::new(0, 1000, None)
                 }],
                 ..WindowStats::default()
             },
@@ -196,6 +197,7 @@ pub fn progress_of(
             next_offset,
             record_time,
             lag,
+            ..Default::default()
         }]),
     }
 }

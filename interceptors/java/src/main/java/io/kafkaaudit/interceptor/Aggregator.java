@@ -83,14 +83,16 @@ final class Aggregator {
   }
 
   /** Counts one classified message; an offset below 0 (none known) is not tracked. */
-  void record(String topicName, Classifier.Classification c, long hash, long byteLen, long observedAt, int partition, long offset) {
+  void record(
+      String topicName, Classifier.Classification c, long hash, long byteLen, long observedAt, Classifier.RecordTimestamp ts, int partition, long offset) {
     window(topicName, Math.floorDiv(c.countedAt(observedAt), config.windowSizeMs))
-        .record(c, hash, byteLen, observedAt, partition, offset, trackOffsets);
+        .record(c, hash, byteLen, observedAt, ts, partition, offset, trackOffsets);
   }
 
   /** Counts one message by the contribution kept since it was observed (see {@link WindowStats#add}). */
-  void add(String topicName, long windowIndex, int kind, long hash, long byteLen, long latencyMs, int partition, long offset) {
-    window(topicName, windowIndex).add(kind, hash, byteLen, latencyMs, partition, offset, trackOffsets);
+  void add(
+      String topicName, long windowIndex, int kind, long hash, long byteLen, long latencyMs, long observedAt, long recordTime, int partition, long offset) {
+    window(topicName, windowIndex).add(kind, hash, byteLen, latencyMs, observedAt, recordTime, partition, offset, trackOffsets);
   }
 
   /** Counts one record whose delivery failed, in the window of {@code countedAt}. */

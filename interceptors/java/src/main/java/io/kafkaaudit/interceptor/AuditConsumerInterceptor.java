@@ -50,14 +50,18 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
     final long hash;
     final long byteLen;
     final long latencyMs;
+    final long observedAt;
+    final long recordTime;
 
-    Kept(long offset, long windowIndex, int kind, long hash, long byteLen, long latencyMs) {
+    Kept(long offset, long windowIndex, int kind, long hash, long byteLen, long latencyMs, long observedAt, long recordTime) {
       this.offset = offset;
       this.windowIndex = windowIndex;
       this.kind = kind;
       this.hash = hash;
       this.byteLen = byteLen;
       this.latencyMs = latencyMs;
+      this.observedAt = observedAt;
+      this.recordTime = recordTime;
     }
   }
 
@@ -131,7 +135,9 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
             WindowStats.kindOf(c),
             MessageHash.of(key, value),
             (key == null ? 0 : key.length) + (value == null ? 0 : value.length),
-            WindowStats.saturatingSub(now, countedAt));
+            WindowStats.saturatingSub(now, countedAt),
+            now,
+            WindowStats.recordTime(ts, now));
     synchronized (uncommitted) {
       Long counted = countedUpTo.get(tp);
       if (counted != null && k.offset < counted) {
@@ -200,7 +206,7 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
           while (!log.isEmpty() && log.peekFirst().offset < committed) {
             Kept k = log.pollFirst();
             kept--;
-            agg.add(topic, k.windowIndex, k.kind, k.hash, k.byteLen, k.latencyMs, partition, k.offset);
+            agg.add(topic, k.windowIndex, k.kind, k.hash, k.byteLen, k.latencyMs, k.observedAt, k.recordTime, partition, k.offset);
             metrics.counted.increment();
           }
         }

@@ -5,7 +5,8 @@ import java.util.UUID;
 /**
  * The audit message format v1 ({@code docs/audit-message-v1.md}), written byte for
  * byte as audit-lib writes it: the same field order, the same string escaping
- * (serde_json's), {@code observation_time_count} and {@code offsets} only when present.
+ * (serde_json's), {@code observation_time_count}, {@code offsets} and their times only
+ * when present.
  */
 final class AuditJson {
   private AuditJson() {}
@@ -61,6 +62,9 @@ final class AuditJson {
         st.offsets.get(i).writeJson(out);
       }
       out.append(']');
+    }
+    if (st.maxObservedAt != WindowStats.NONE) {
+      out.append(",\"max_observed_at\":").append(st.maxObservedAt);
     }
     return out.append('}').toString();
   }

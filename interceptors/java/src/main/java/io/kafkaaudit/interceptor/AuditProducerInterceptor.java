@@ -205,7 +205,7 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
         a.timestamp[i] == Long.MIN_VALUE ? null : new Classifier.RecordTimestamp(a.timestamp[i], false);
     Classifier.Classification c = classify(sent, lookup, ts, now);
     synchronized (emitter.lock) {
-      emitter.aggregator().record(sent.topic, c, sent.hash, sent.byteLen(), now, a.partition[i], a.offset[i]);
+      emitter.aggregator().record(sent.topic, c, sent.hash, sent.byteLen(), now, ts, a.partition[i], a.offset[i]);
     }
     metrics.counted.increment();
   }

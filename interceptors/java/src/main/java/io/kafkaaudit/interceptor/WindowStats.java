@@ -23,27 +23,58 @@ final class WindowStats {
   long checksum;
   final LatencyHistogram latency = new LatencyHistogram();
   final List<OffsetSpan> offsets = new ArrayList<>(2);
+  /**
+   * When this emitter last counted a message of the window (its clock): issue #24's
+   * evidence of an emitter that knows no partitions. {@link #NONE} until one is.
+   */
+  long maxObservedAt = NONE;
+
+  /** No time known (the format leaves the field out); below every time, so max keeps it. */
+  static final long NONE = Long.MIN_VALUE;
+  /** audit-lib's {@code RECORD_TIME_SLACK_MS}: how far past the observer's clock a record time may be. */
+  static final long RECORD_TIME_SLACK_MS = 1_000;
 
   /**
-   * Lowest and highest offset counted in one partition. New per-span fields (an
-   * optional {@code max_record_time}, say) go here and in {@link #writeJson}.
+   * Lowest and highest offset counted in one partition, and the latest record time
+   * counted there (issue #24's evidence: a downstream tier must read past it).
    */
   static final class OffsetSpan {
     final int partition;
     long min;
     long max;
+    long maxRecordTime;
 
-    OffsetSpan(int partition, long offset) {
+    OffsetSpan(int partition, long offset, long recordTime) {
       this.partition = partition;
       this.min = offset;
       this.max = offset;
+      this.maxRecordTime = recordTime;
     }
 
     void writeJson(StringBuilder out) {
       out.append("{\"partition\":").append(partition);
       out.append(",\"min\":").append(min);
-      out.append(",\"max\":").append(max).append('}');
+      out.append(",\"max\":").append(max);
+      if (maxRecordTime != NONE) {
+        out.append(",\"max_record_time\":").append(maxRecordTime);
+      }
+      out.append('}');
     }
+  }
+
+  /**
+   * The record time counted for a message with timestamp {@code ts} observed at
+   * {@code observedAt}, as audit-lib's {@code Counted::of} has it: capped at the
+   * observer's clock plus the slack (a producer with a fast clock cannot stamp a
+   * record past "now"); times before the epoch are none (Kafka's -1).
+   */
+  static long recordTime(Classifier.RecordTimestamp ts, long observedAt) {
+    if (ts == null) {
+      return NONE;
+    }
+    long cap = observedAt > Long.MAX_VALUE - RECORD_TIME_SLACK_MS ? Long.MAX_VALUE : observedAt + RECORD_TIME_SLACK_MS;
+    long t = Math.min(ts.ms, cap);
+    return t >= 0 ? t : NONE;
   }
 
   boolean isEmpty() {
@@ -58,17 +89,31 @@ final class WindowStats {
     return c.isTierInvariant() ? c.label : OBSERVATION_TIME;
   }
 
-  /** Counts one message classified as {@code c}, with its checksum hash and size. */
-  void record(Classifier.Classification c, long hash, long byteLen, long observedAt, int partition, long offset, boolean trackOffsets) {
-    add(kindOf(c), hash, byteLen, saturatingSub(observedAt, c.countedAt(observedAt)), partition, offset, trackOffsets);
+  /**
+   * Counts one message classified as {@code c}, with its checksum hash and size, and
+   * its record timestamp {@code ts} (null: none).
+   */
+  void record(
+      Classifier.Classification c, long hash, long byteLen, long observedAt, Classifier.RecordTimestamp ts, int partition, long offset, boolean trackOffsets) {
+    add(
+        kindOf(c),
+        hash,
+        byteLen,
+        saturatingSub(observedAt, c.countedAt(observedAt)),
+        observedAt,
+        recordTime(ts, observedAt),
+        partition,
+        offset,
+        trackOffsets);
   }
 
   /**
    * Counts one message by its contribution, computed when it was observed (a consumer
    * keeps these until its group commits the message). Offsets below 0 (none known)
-   * are not tracked.
+   * are not tracked; {@code recordTime} is {@link #recordTime}'s.
    */
-  void add(int kind, long hash, long byteLen, long latencyMs, int partition, long offset, boolean trackOffsets) {
+  void add(
+      int kind, long hash, long byteLen, long latencyMs, long observedAt, long recordTime, int partition, long offset, boolean trackOffsets) {
     if (kind != OBSERVATION_TIME) {
       count++;
       bytes += byteLen;
@@ -90,8 +135,9 @@ final class WindowStats {
     } else {
       observationTimeCount++;
     }
+    maxObservedAt = Math.max(maxObservedAt, observedAt);
     if (trackOffsets && offset >= 0) {
-      trackOffset(partition, offset);
+      trackOffset(partition, offset, recordTime);
     }
   }
 
@@ -103,17 +149,18 @@ final class WindowStats {
     return r;
   }
 
-  void trackOffset(int partition, long offset) {
+  void trackOffset(int partition, long offset, long recordTime) {
     // Indexed: an iterator per message showed in the producer's allocation profile.
     for (int i = 0; i < offsets.size(); i++) {
       OffsetSpan s = offsets.get(i);
       if (s.partition == partition) {
         s.min = Math.min(s.min, offset);
         s.max = Math.max(s.max, offset);
+        s.maxRecordTime = Math.max(s.maxRecordTime, recordTime);
         return;
       }
     }
-    offsets.add(new OffsetSpan(partition, offset));
+    offsets.add(new OffsetSpan(partition, offset, recordTime));
   }
 
   void merge(WindowStats o) {
@@ -126,9 +173,10 @@ final class WindowStats {
     deliveryFailedCount += o.deliveryFailedCount;
     checksum += o.checksum;
     latency.merge(o.latency);
+    maxObservedAt = Math.max(maxObservedAt, o.maxObservedAt);
     for (OffsetSpan s : o.offsets) {
-      trackOffset(s.partition, s.min);
-      trackOffset(s.partition, s.max);
+      trackOffset(s.partition, s.min, s.maxRecordTime);
+      trackOffset(s.partition, s.max, NONE);
     }
   }
 

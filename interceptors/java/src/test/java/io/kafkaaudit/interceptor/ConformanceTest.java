@@ -355,7 +355,7 @@ class ConformanceTest {
         bad.add(name + " message " + i + " (" + m.opt("value") + "): want " + want + " got " + canonical(got));
       }
       long byteLen = (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
-      agg.record(topic, cl, MessageHash.of(key, value), byteLen, observed, m.getInt("partition"), m.getLong("offset"));
+      agg.record(topic, cl, MessageHash.of(key, value), byteLen, observed, ts, m.getInt("partition"), m.getLong("offset"));
     }
     JSONObject id = c.getJSONObject("identity");
     AuditJson.Identity identity = new AuditJson.Identity(id.getString("tier"), id.getString("datacenter"), id.getString("host"));

@@ -107,9 +107,9 @@ class InterceptorTest {
       byte[] key = ((String) r[0]).getBytes(StandardCharsets.UTF_8);
       byte[] value = r[1] == null ? null : ((String) r[1]).getBytes(StandardCharsets.UTF_8);
       byte[] header = r[3] == null ? null : ((String) r[3]).getBytes(StandardCharsets.UTF_8);
-      Classifier.Classification c =
-          Classifier.classify(agg.ruleFor("orders"), value, n -> header, new Classifier.RecordTimestamp((Long) r[2], false), observedAt);
-      agg.record("orders", c, MessageHash.of(key, value), key.length + (value == null ? 0 : value.length), observedAt, 0, (Long) r[4]);
+      Classifier.RecordTimestamp ts = new Classifier.RecordTimestamp((Long) r[2], false);
+      Classifier.Classification c = Classifier.classify(agg.ruleFor("orders"), value, n -> header, ts, observedAt);
+      agg.record("orders", c, MessageHash.of(key, value), key.length + (value == null ? 0 : value.length), observedAt, ts, 0, (Long) r[4]);
     }
     List<String> out = new ArrayList<>();
     for (Aggregator.Increment inc : agg.drain()) {
@@ -118,8 +118,9 @@ class InterceptorTest {
     return out;
   }
 
+  /** Without the latency and the latest observation time, which are of each acknowledgement's clock. */
   static String withoutLatency(String json) {
-    return json.replaceAll("\"latency\":\\{[^}]*\\}", "");
+    return json.replaceAll("\"latency\":\\{[^}]*\\}", "").replaceAll(",\"max_observed_at\":[0-9]+", "");
   }
 
   @Test
@@ -158,10 +159,13 @@ class InterceptorTest {
       long now = System.currentTimeMillis();
       List<String> got = i.drainForTest(ID, now);
       List<String> want = expected(records, now);
-      // Latency is measured at each acknowledgement (a few ms apart): compared apart.
+      // Latency and the latest observation time are of each acknowledgement's clock (a
+      // few ms apart): compared apart.
       assertEquals(want.size(), got.size(), got.toString());
       for (int k = 0; k < want.size(); k++) {
         assertEquals(withoutLatency(want.get(k)), withoutLatency(got.get(k)));
+        java.util.regex.Matcher at = java.util.regex.Pattern.compile("\"max_observed_at\":([0-9]+)").matcher(got.get(k));
+        assertTrue(at.find() && Long.parseLong(at.group(1)) <= now, got.get(k));
       }
       assertEquals(records.size(), i.metrics().getCounted());
     } finally {
@@ -236,7 +240,8 @@ class InterceptorTest {
       i.onCommit(Map.of(tp, new OffsetAndMetadata(13)));
       String inc = i.drainForTest(ID, T0).get(0);
       assertTrue(inc.contains("\"count\":8,"), inc);
-      assertTrue(inc.contains("{\"partition\":3,\"min\":5,\"max\":12}"), inc);
+      // The latest record time counted (offset 12's), the evidence of issue #24.
+      assertTrue(inc.contains("{\"partition\":3,\"min\":5,\"max\":12,\"max_record_time\":" + (T0 + 12) + "}"), inc);
       assertEquals(13, i.metrics().getCounted());
       assertEquals(7, i.metrics().getDiscardedReread());
       assertEquals(0, i.metrics().getUncommitted());
