@@ -290,6 +290,23 @@ impl HeaderLookup for MessageHeaders<'_> {
     }
 }
 
+/// A record's timestamp as audit-lib reads it: none when the broker gave none, or a
+/// negative one (librdkafka's -1 for "not set").
+#[inline]
+pub fn record_timestamp(t: Timestamp) -> Option<RecordTimestamp> {
+    match t {
+        Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
+            ms,
+            kind: TimestampType::CreateTime,
+        }),
+        Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
+            ms,
+            kind: TimestampType::LogAppendTime,
+        }),
+        _ => None,
+    }
+}
+
 impl Worker {
     #[inline]
     fn count(&mut self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {
@@ -300,17 +317,7 @@ impl Worker {
             self.last_topic.push_str(m.topic());
             self.last_position = None;
         }
-        let timestamp = match m.timestamp() {
-            Timestamp::CreateTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::CreateTime,
-            }),
-            Timestamp::LogAppendTime(ms) if ms >= 0 => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::LogAppendTime,
-            }),
-            _ => None,
-        };
+        let timestamp = record_timestamp(m.timestamp());
         let (key, value) = (m.key(), m.payload());
         self.hashed.clear();
         self.hashed

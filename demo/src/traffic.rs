@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use audit_lib::{Aggregator, Identity, Observation, RecordTimestamp, TimestampType};
+use audit_lib::{Aggregator, Identity, Observation};
 use rdkafka::config::ClientConfig;
-use rdkafka::message::{Message, Timestamp};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 use tokio_util::sync::CancellationToken;
@@ -44,17 +44,7 @@ impl ProducerContext for CountingContext {
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         match result {
             Ok(m) => {
-                let record_timestamp = match m.timestamp() {
-                    Timestamp::CreateTime(ms) => Some(RecordTimestamp {
-                        ms,
-                        kind: TimestampType::CreateTime,
-                    }),
-                    Timestamp::LogAppendTime(ms) => Some(RecordTimestamp {
-                        ms,
-                        kind: TimestampType::LogAppendTime,
-                    }),
-                    Timestamp::NotAvailable => None,
-                };
+                let record_timestamp = audit_service::counting::record_timestamp(m.timestamp());
                 let obs = Observation {
                     topic: m.topic(),
                     partition: m.partition(),

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use audit_lib::sink::{KafkaSink, Sink};
-use audit_lib::{Aggregator, Identity, Observation, RecordTimestamp, TimestampType};
+use audit_lib::{Aggregator, Identity, Observation};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -406,17 +406,7 @@ impl ProducerContext for Acks {
                 return;
             }
         };
-        let record_timestamp = match m.timestamp() {
-            Timestamp::CreateTime(ms) => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::CreateTime,
-            }),
-            Timestamp::LogAppendTime(ms) => Some(RecordTimestamp {
-                ms,
-                kind: TimestampType::LogAppendTime,
-            }),
-            Timestamp::NotAvailable => None,
-        };
+        let record_timestamp = audit_service::counting::record_timestamp(m.timestamp());
         let obs = Observation {
             topic: m.topic(),
             partition: m.partition(),
