@@ -97,7 +97,7 @@ pub(crate) static PROGRESS: LazyLock<String> = LazyLock::new(|| {
 /// horizon applied before the bound, not after it.
 pub(crate) const PROGRESS_SINCE: &str =
     "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-            emitted_at_ms, received_at_ms
+            emitted_at_ms, received_at_ms, max_record_time_ms, log_append_time
      FROM audit_progress
      WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1) AND received_at_ms >= $2
      ORDER BY topic, tier, datacenter, partition_id LIMIT $3";
@@ -123,7 +123,7 @@ pub(crate) const CHANGED_WINDOWS: &str = "SELECT DISTINCT topic, window_start_ms
 /// of topics.
 pub(crate) const PROGRESS_OF_TOPICS: &str =
     "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-            emitted_at_ms, received_at_ms
+            emitted_at_ms, received_at_ms, max_record_time_ms, log_append_time
      FROM audit_progress
      WHERE topic >= $1 AND topic <= $2 AND received_at_ms >= $3
      ORDER BY topic, tier, datacenter, partition_id LIMIT $4";
