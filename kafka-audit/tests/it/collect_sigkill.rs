@@ -171,9 +171,23 @@ async fn sigkill_mid_ingestion_then_restart_counts_every_increment_exactly_once(
             "collector made no progress; log:\n{}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
-        // Spread the kill instants over a batch cycle (progress is seen right after an
-        // offset commit).
-        std::thread::sleep(Duration::from_millis(37 * kills as u64 % 130));
+        if kills % 2 == 0 {
+            // Spread the kill instants over a batch cycle (progress is seen right after
+            // an offset commit).
+            std::thread::sleep(Duration::from_millis(37 * kills as u64 % 130));
+        } else {
+            // Aim at the window between a store commit and its offset commit: kill as
+            // soon as a batch stored after the progress seen is visible (the collector
+            // then pauses 100 ms before committing its offsets). A fixed instant after
+            // the last commit lands before the next store commit whenever a batch takes
+            // longer than the spread (a loaded machine: no kill hit it in 5).
+            let stored_then = stored_count(pg.pool()).await;
+            let stored = testkit::wait_until_async(Duration::from_secs(30), || async {
+                stored_count(pg.pool()).await > stored_then
+            })
+            .await;
+            assert!(stored, "no batch stored within 30 s");
+        }
         child.0.kill().expect("SIGKILL");
         let status = child.0.wait().unwrap();
         assert_eq!(
@@ -262,4 +276,11 @@ async fn sigkill_mid_ingestion_then_restart_counts_every_increment_exactly_once(
         status.unwrap().success(),
         "clean exit after SIGTERM: {status:?}"
     );
+}
+
+async fn stored_count(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM audit_message")
+        .fetch_one(pool)
+        .await
+        .expect("count stored messages")
 }
