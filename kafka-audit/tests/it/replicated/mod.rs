@@ -227,9 +227,42 @@ impl Cluster {
     }
 
     fn coordinator(&self, internal_topic: &str, id: &str) -> i32 {
+        self.ensure_internal_topic(internal_topic);
         let n = self.partitions(internal_topic).len();
         assert!(n > 0, "{internal_topic} does not exist on R yet");
         self.leader(internal_topic, coordinator_partition(id, n as i32))
+    }
+
+    /// Kafka creates its internal topics at the first request that needs them; on a
+    /// fresh cluster R (CI) no group or transaction has asked yet. Asks once: an offset
+    /// fetch of a group (its coordinator lookup creates `__consumer_offsets`), or a
+    /// transactional producer's init (`__transaction_state`).
+    fn ensure_internal_topic(&self, internal_topic: &str) {
+        if !self.partitions(internal_topic).is_empty() {
+            return;
+        }
+        if internal_topic == "__consumer_offsets" {
+            let consumer: BaseConsumer = testkit::client_config(&self.bootstrap)
+                .set("group.id", testkit::unique("r-offsets"))
+                .create()
+                .expect("create consumer");
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition("__consumer_offsets", 0);
+            let _ = consumer.committed_offsets(tpl, Duration::from_secs(30));
+        } else {
+            let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+                testkit::client_config(&self.bootstrap)
+                    .set("transactional.id", testkit::unique("r-txn"))
+                    .create()
+                    .expect("create producer");
+            let _ = producer.init_transactions(Duration::from_secs(30));
+        }
+        assert!(
+            testkit::wait_until(Duration::from_secs(60), || !self
+                .partitions(internal_topic)
+                .is_empty()),
+            "{internal_topic} was not created on R"
+        );
     }
 
     /// What Kafka's own tools say (`deploy/dev/kafka coordinator r group|transaction ID`):
