@@ -64,6 +64,8 @@ async fn failover(name: &str, unclean: bool) -> Outcome {
     });
     let topic = rig.topic.clone();
     let c = &rig.cluster;
+    // A topic just created may not be in every node's metadata yet (a fresh cluster).
+    testkit::wait_until(Duration::from_secs(30), || c.leader(&topic, 0) == LEADER);
     assert_eq!(c.leader(&topic, 0), LEADER, "{:?}", c.partitions(&topic));
     tokio::task::block_in_place(|| {
         // Both replicas in sync.
