@@ -307,6 +307,21 @@ pub fn record_timestamp(t: Timestamp) -> Option<RecordTimestamp> {
     }
 }
 
+/// What audit-lib sees of a record read or acknowledged through rdkafka, its headers
+/// left out (for counters whose rules read none: the demo's producer tier, tests).
+pub fn observation_without_headers<M: Message>(m: &M, observed_at_ms: i64) -> Observation<'_> {
+    Observation {
+        topic: m.topic(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key(),
+        value: m.payload(),
+        headers: &audit_lib::NoHeaders,
+        record_timestamp: record_timestamp(m.timestamp()),
+        observed_at_ms,
+    }
+}
+
 impl Worker {
     #[inline]
     fn count(&mut self, m: &BorrowedMessage<'_>, observed_at_ms: i64) {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use audit_lib::{Aggregator, Identity, Observation};
+use audit_lib::{Aggregator, Identity};
 use rdkafka::config::ClientConfig;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -44,17 +44,7 @@ impl ProducerContext for CountingContext {
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         match result {
             Ok(m) => {
-                let record_timestamp = audit_service::counting::record_timestamp(m.timestamp());
-                let obs = Observation {
-                    topic: m.topic(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key(),
-                    value: m.payload(),
-                    headers: &audit_lib::NoHeaders,
-                    record_timestamp,
-                    observed_at_ms: now_ms(),
-                };
+                let obs = audit_service::counting::observation_without_headers(m, now_ms());
                 self.aggregator
                     .lock()
                     .expect("aggregator lock poisoned")

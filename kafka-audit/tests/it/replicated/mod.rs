@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use audit_lib::sink::{KafkaSink, Sink};
-use audit_lib::{Aggregator, Identity, Observation};
+use audit_lib::{Aggregator, Identity};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -440,16 +440,7 @@ impl ProducerContext for Acks {
             }
         };
         let record_timestamp = audit_service::counting::record_timestamp(m.timestamp());
-        let obs = Observation {
-            topic: m.topic(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key(),
-            value: m.payload(),
-            headers: &audit_lib::NoHeaders,
-            record_timestamp,
-            observed_at_ms: common::now_ms(),
-        };
+        let obs = audit_service::counting::observation_without_headers(m, common::now_ms());
         self.aggregator.lock().unwrap().record(&obs);
         self.acked.lock().unwrap().push(Record {
             partition: m.partition(),
