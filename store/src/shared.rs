@@ -84,23 +84,35 @@ pub(crate) static PG_WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-pub(crate) static PROGRESS: LazyLock<String> = LazyLock::new(|| {
-    format!(
+/// The columns of a progress row ([`crate::rows::ProgressDb`]), one list for every
+/// progress read (reads that listed their own lost columns added later).
+macro_rules! progress_columns {
+    () => {
         "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
                 emitted_at_ms, received_at_ms, max_record_time_ms, log_append_time
-         FROM audit_progress WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1)
-         ORDER BY topic, tier, datacenter, partition_id LIMIT {MAX_READ_ROWS}"
+         FROM audit_progress"
+    };
+}
+
+pub(crate) static PROGRESS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        concat!(
+            progress_columns!(),
+            " WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1)
+         ORDER BY topic, tier, datacenter, partition_id LIMIT {}"
+        ),
+        MAX_READ_ROWS
     )
 });
 
 /// [`PROGRESS`] of the rows received at or after `$2`, at most `$3`: the forget
 /// horizon applied before the bound, not after it.
-pub(crate) const PROGRESS_SINCE: &str =
-    "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-            emitted_at_ms, received_at_ms, max_record_time_ms, log_append_time
-     FROM audit_progress
+pub(crate) const PROGRESS_SINCE: &str = concat!(
+    progress_columns!(),
+    "
      WHERE (CAST($1 AS TEXT) IS NULL OR topic = $1) AND received_at_ms >= $2
-     ORDER BY topic, tier, datacenter, partition_id LIMIT $3";
+     ORDER BY topic, tier, datacenter, partition_id LIMIT $3"
+);
 
 pub(crate) static EMITTERS: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -121,12 +133,12 @@ pub(crate) const CHANGED_WINDOWS: &str = "SELECT DISTINCT topic, window_start_ms
 
 /// [`PROGRESS_SINCE`] of the topics from `$1` to `$2` (inclusive): one read for a page
 /// of topics.
-pub(crate) const PROGRESS_OF_TOPICS: &str =
-    "SELECT topic, tier, datacenter, partition_id, host, next_offset, record_time_ms, lag,
-            emitted_at_ms, received_at_ms, max_record_time_ms, log_append_time
-     FROM audit_progress
+pub(crate) const PROGRESS_OF_TOPICS: &str = concat!(
+    progress_columns!(),
+    "
      WHERE topic >= $1 AND topic <= $2 AND received_at_ms >= $3
-     ORDER BY topic, tier, datacenter, partition_id LIMIT $4";
+     ORDER BY topic, tier, datacenter, partition_id LIMIT $4"
+);
 
 /// Auditors that reported at or after `$1` (the forget horizon, applied before the
 /// bound `$2`).
