@@ -128,16 +128,6 @@ impl PluginConfig {
             _file: Some(f),
         }
     }
-
-    /// No plugin at all.
-    #[allow(dead_code)]
-    pub fn none() -> PluginConfig {
-        PluginConfig {
-            props: Vec::new(),
-            env: Vec::new(),
-            _file: None,
-        }
-    }
 }
 
 /// What a client run printed (its last stdout line, JSON) and its stderr.

@@ -10,7 +10,6 @@
 //! counts, through audit-lib, exactly what the cluster acknowledged), the ground truth
 //! read back from the log, and the rig (auditor, collector into PostgreSQL, serve with
 //! its alerts to a local webhook receiver).
-#![allow(dead_code)]
 
 mod coordinator;
 mod kills;
@@ -748,7 +747,8 @@ pub struct Rig {
     pub audit_topic: String,
     pub group: String,
     pub pages: Pages,
-    pub db: testkit::TestDatabase,
+    /// Dropped with the rig: the database goes at the end of the test.
+    _db: testkit::TestDatabase,
     pub state: AppState,
     pub stop: tokio_util::sync::CancellationToken,
     _stop_on_drop: tokio_util::sync::DropGuard,
@@ -793,7 +793,7 @@ impl Rig {
             partitions,
             audit_topic,
             pages,
-            db,
+            _db: db,
             state,
             _stop_on_drop: stop.clone().drop_guard(),
             stop,
