@@ -14,6 +14,15 @@ use crate::model::*;
 use crate::rows::WindowDb;
 use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
+/// The advisory lock of the day partitions' creation (the SQL function
+/// `audit_ensure_day_partitions` takes it too): exclusive for a preparation, shared
+/// for the writers of traffic rows.
+macro_rules! partition_turn {
+    () => {
+        "hashtext('audit_ensure_day_partitions')"
+    };
+}
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
 const DAY_MS: i64 = 86_400_000;
@@ -1154,11 +1163,7 @@ impl AuditStore for PgStore {
     }
 
     async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .context("beginning a batch transaction")?;
+        let mut tx = self.writing_transaction().await?;
         let outcome = Self::write_in(&mut tx, batch).await?;
         tx.commit().await.context("committing a batch")?;
         self.note_window_size(batch, &outcome).await;
@@ -1168,11 +1173,7 @@ impl AuditStore for PgStore {
     async fn stage_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
         let mut attempt = 0;
         loop {
-            let mut tx = self
-                .pool
-                .begin()
-                .await
-                .context("beginning a batch transaction")?;
+            let mut tx = self.writing_transaction().await?;
             match Self::stage_in(&mut tx, batch, self.message_reads()).await {
                 Ok(outcome) => {
                     tx.commit().await.context("committing a batch")?;
@@ -1194,11 +1195,7 @@ impl AuditStore for PgStore {
     }
 
     async fn rollup(&self, limit: u32) -> Result<u64> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .context("beginning a roll-up transaction")?;
+        let mut tx = self.writing_transaction().await?;
         match Self::rollup_in(&mut tx, limit, self.message_reads()).await {
             Ok(n) => {
                 tx.commit().await.context("committing a roll-up")?;
@@ -1215,11 +1212,7 @@ impl AuditStore for PgStore {
                     .await
                     .context("rolling back a failed roll-up")?;
                 tracing::warn!(error = %e, "roll-up hit a data error; rolling up one increment at a time");
-                let mut tx = self
-                    .pool
-                    .begin()
-                    .await
-                    .context("beginning a roll-up transaction")?;
+                let mut tx = self.writing_transaction().await?;
                 let n = Self::rollup_isolating(&mut tx, limit, self.message_reads()).await?;
                 tx.commit().await.context("committing a roll-up")?;
                 Ok(n)
@@ -1341,6 +1334,29 @@ impl AuditStore for PgStore {
 impl PgStore {
     /// Creates the missing partitions of the UTC day starting at `day_ms`, in one
     /// transaction; how many.
+    /// A transaction that writes traffic rows (a batch, a roll-up). It first takes the
+    /// partition preparations' turn shared: creating a day locks the parent tables and
+    /// moves that day's rows out of the default partitions, and a writer holding one
+    /// of those tables while it waited for another deadlocked with it (PostgreSQL
+    /// aborted the writer after its deadlock_timeout). Writers share the turn with
+    /// each other; a day's creation waits for the writers in hand, and they for it.
+    async fn writing_transaction(&self) -> Result<Transaction<'static, Postgres>> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning a write transaction")?;
+        sqlx::query(concat!(
+            "SELECT pg_advisory_xact_lock_shared(",
+            partition_turn!(),
+            ")"
+        ))
+        .execute(&mut *tx)
+        .await
+        .context("waiting for a partition preparation")?;
+        Ok(tx)
+    }
+
     async fn prepare_day(&self, day_ms: i64) -> Result<u64> {
         let mut tx = self
             .pool
@@ -1350,10 +1366,14 @@ impl PgStore {
         // Preparations take turns (the function's advisory lock, taken here first so
         // that the lock timeout below is not for the turn): `serve` migrating while the
         // collector prepares its range waits for it rather than failing to start.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('audit_ensure_day_partitions'))")
-            .execute(&mut *tx)
-            .await
-            .context("waiting for a concurrent partition preparation")?;
+        sqlx::query(concat!(
+            "SELECT pg_advisory_xact_lock(",
+            partition_turn!(),
+            ")"
+        ))
+        .execute(&mut *tx)
+        .await
+        .context("waiting for a concurrent partition preparation")?;
         Self::limit_lock_waits(&mut tx).await?;
         let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $1)")
             .bind(day_ms)
