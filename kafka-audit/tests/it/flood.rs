@@ -214,7 +214,6 @@ bootstrap_servers = "{bootstrap}"
     })
     .await;
     assert!(up, "collector did not start:\n{}", collector.log());
-    wait_for_day_partitions(addr).await;
 
     let windows = six_windows();
     let (honest_producer, honest_regional) = honest(&windows);
