@@ -17,26 +17,11 @@
 //!   `[ingest] max_partitions` are rejected (in progress reports and offset ranges),
 //!   so a (topic, tier, datacenter) holds at most that many progress rows.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use store::{AuditBody, Message, Store};
 
 use crate::config::{IngestConfig, RetentionConfig};
-use crate::metrics::Metrics;
-
-/// Which bound refused a message (the label of `bound_rejects`).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Bound {
-    window_size,
-    window_age,
-    partition,
-    record_bytes,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BoundLabels {
-    pub bound: Bound,
-}
+pub use crate::metrics::Bound;
+use crate::metrics::{BoundLabels, Metrics};
 
 pub struct Bounds {
     /// `[ingest] window` in ms.

@@ -26,6 +26,21 @@ pub struct SourceLabels {
     pub source: String,
 }
 
+/// Which bound refused a message (the label of `bound_rejects`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Bound {
+    window_size,
+    window_age,
+    partition,
+    record_bytes,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BoundLabels {
+    pub bound: Bound,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetentionLabels {
     pub table: String,
@@ -56,7 +71,7 @@ pub struct Metrics {
     pub rollup_errors: Counter,
     pub rollup_caught_up: Gauge,
     pub quarantined: Counter,
-    pub bound_rejects: Family<crate::bounds::BoundLabels, Counter>,
+    pub bound_rejects: Family<BoundLabels, Counter>,
     pub http_throttled: Family<TokenLabels, Counter>,
     pub http_busy: Counter,
     pub excerpts_dropped: Counter,
