@@ -10,7 +10,7 @@
 //! A producer counts every message the cluster acknowledged (and, apart, those it was
 //! told failed); a consumer counts what its group committed. Both count into
 //! audit-lib's windows with the auditors' event-time rules, checksum and latency, and
-//! report through the host's own librdkafka to the audit topic (`client` has the
+//! report through the host's own librdkafka to the audit topic (`plugin` has the
 //! interceptor rules, `host` how the host's librdkafka is found, `settings` the
 //! properties, `emitter` the reports, `uncommitted` the consumer's bookkeeping).
 #![allow(unsafe_code)] // a C plugin: every entry point is FFI
@@ -19,6 +19,7 @@ mod client;
 mod counters;
 mod emitter;
 mod host;
+mod plugin;
 pub mod settings;
 pub mod uncommitted;
 
@@ -74,12 +75,12 @@ pub unsafe extern "C" fn conf_init(
         )?;
         let host = Arc::new(host::Host::of_caller(caller)?);
         let settings = match std::env::var(PROPERTIES_ENV) {
-            Ok(path) if !path.is_empty() => client::settings_file(&host, &path)?,
+            Ok(path) if !path.is_empty() => plugin::settings_file(&host, &path)?,
             _ => settings::Settings::default(),
         };
         // The last step: after it, conf_init must not fail (librdkafka would unload
         // the library under the interceptors it registered).
-        client::Plugin::attach(host, conf, settings).map(|_| ())
+        plugin::Plugin::attach(host, conf, settings).map(|_| ())
     });
     let result =
         result.unwrap_or_else(|_| Err("kafka-audit-interceptor panicked in conf_init".into()));
