@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashSet};
 
 use uuid::Uuid;
 
+use crate::error::StoreError;
 use crate::model::{AuditBody, Batch, BatchOutcome, Message, WindowKey, WriteOutcome};
 use crate::validate_message;
-use crate::StoreError;
 
 /// Deduplication, step 1 of 2 (within the batch): indices of the messages of `batch`
 /// whose UUID did not occur earlier in the batch, after checking each one. The UUIDs

@@ -10,9 +10,10 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::aggregate::{first_in_batch, Rollup};
+use crate::contract::*;
+use crate::error::{Context, Result, StoreError};
 use crate::model::*;
 use crate::rows::WindowDb;
-use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
 /// The advisory lock of the day partitions' creation (the SQL function
 /// `audit_ensure_day_partitions` takes it too): exclusive for a preparation, shared
@@ -34,7 +35,7 @@ const PROGRESS_CHUNK: usize = 10_000;
 /// PostgreSQL evaluates lazily), so no increment can make the statement fail with
 /// `bigint out of range` and wedge the roll-up.
 static UPSERT_WINDOWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let sum = |c: &str| crate::sat_add(&format!("w.{c}"), &format!("EXCLUDED.{c}"));
+    let sum = |c: &str| crate::shared::sat_add(&format!("w.{c}"), &format!("EXCLUDED.{c}"));
     format!(
         "INSERT INTO audit_window AS w (topic, tier, datacenter, window_start_ms, window_end_ms,
              count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
@@ -89,12 +90,15 @@ pub struct PgStore {
 
 impl PgStore {
     pub async fn connect(url: &str) -> Result<PgStore> {
-        Self::connect_with(url, &crate::StoreOptions::default()).await
+        Self::connect_with(url, &crate::connection::StoreOptions::default()).await
     }
 
-    pub async fn connect_with(url: &str, opts: &crate::StoreOptions) -> Result<PgStore> {
+    pub async fn connect_with(
+        url: &str,
+        opts: &crate::connection::StoreOptions,
+    ) -> Result<PgStore> {
         let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Url {
-            url: crate::redact_url(url),
+            url: crate::connection::redact_url(url),
             reason: e.to_string(),
         })?;
         let pool = PgPoolOptions::new()
@@ -1145,7 +1149,7 @@ fn is_unique_violation(e: &StoreError) -> bool {
     }
 }
 
-impl AuditStore for PgStore {
+impl Deployment for PgStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
         // Today and tomorrow at least; the collector prepares its whole range.
@@ -1162,6 +1166,10 @@ impl AuditStore for PgStore {
         Ok(())
     }
 
+    crate::shared::shared_deployment!();
+}
+
+impl Ingest for PgStore {
     async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
         let mut tx = self.writing_transaction().await?;
         let outcome = Self::write_in(&mut tx, batch).await?;
@@ -1220,18 +1228,9 @@ impl AuditStore for PgStore {
             Err(e) => Err(e),
         }
     }
+}
 
-    async fn list_topics(&self) -> Result<Vec<String>> {
-        // audit_topic, kept by the roll-up: a loose index scan of the partitioned
-        // audit_window would descend every day partition once per topic.
-        sqlx::query_scalar("SELECT topic FROM audit_topic ORDER BY topic")
-            .fetch_all(&self.pool)
-            .await
-            .context("listing topics")
-    }
-
-    crate::shared::shared_methods!();
-
+impl VerdictReads for PgStore {
     async fn staged_windows(
         &self,
         topic: Option<&str>,
@@ -1245,6 +1244,27 @@ impl AuditStore for PgStore {
             .context("reading staged increments")
     }
 
+    crate::shared::shared_verdict_reads!();
+}
+
+impl Inventory for PgStore {
+    async fn list_topics(&self) -> Result<Vec<String>> {
+        // audit_topic, kept by the roll-up: a loose index scan of the partitioned
+        // audit_window would descend every day partition once per topic.
+        sqlx::query_scalar("SELECT topic FROM audit_topic ORDER BY topic")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics")
+    }
+
+    crate::shared::shared_inventory!();
+}
+
+impl AlertLedger for PgStore {
+    crate::shared::alert_ledger!();
+}
+
+impl Upkeep for PgStore {
     async fn prepare_partitions(&self, from_ms: i64, to_ms: i64) -> Result<u64> {
         // Hourly from the collector, and at every migration: a store distributed since
         // the connect is read routed from here on.
@@ -1323,9 +1343,11 @@ impl AuditStore for PgStore {
         outcome.rejects = rejects;
         Ok(outcome)
     }
+
+    crate::shared::shared_forgetting!();
 }
 
-/// Partition upkeep and the steps of [`AuditStore::retention`], each in a transaction
+/// Partition upkeep and the steps of [`Upkeep::retention`], each in a transaction
 /// of its own. No `FOR UPDATE` on the tables that Citus distributes (it refuses row
 /// locks in a multi-shard query): a step waits at most [`MAINTENANCE_LOCK_TIMEOUT`]
 /// for rows an ingesting transaction holds and otherwise fails alone, to be retried at
@@ -1523,7 +1545,7 @@ impl PgStore {
         &crate::shared::PG_WINDOW_OFFSETS
     }
 
-    /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
+    /// [`VerdictReads::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
     pub async fn windows_in_range_capped(
         &self,

@@ -1,14 +1,24 @@
 //! Reads and small writes whose SQL is the same on both backends: SQLite accepts
 //! PostgreSQL's `$N` placeholders with the same meaning (sqlx binds `$N` to the N-th
 //! argument), and `CAST($1 AS TEXT)` replaces PostgreSQL's `$1::text`. One text per
-//! statement here, one method body in [`shared_methods!`] (expanded in the
-//! `AuditStore` impls of pg.rs and sqlite.rs) or [`shared_window_reads!`] (in their
-//! inherent impls). Writes of the ingest path, staging,
+//! statement here, one method body in a macro per part of the contract
+//! ([`shared_deployment!`], [`shared_verdict_reads!`], [`shared_inventory!`],
+//! [`alert_ledger!`], [`shared_forgetting!`], expanded in the impls of that part in
+//! pg.rs and sqlite.rs) or [`shared_window_reads!`] (in their inherent impls). Writes of the ingest path, staging,
 //! roll-up, retention and `list_topics` really differ and stay per backend.
 
 use std::sync::LazyLock;
 
-use crate::MAX_READ_ROWS;
+use crate::contract::MAX_READ_ROWS;
+
+/// `old + new` for non-negative i64 columns, saturating at `i64::MAX`, in SQL that
+/// PostgreSQL and SQLite evaluate alike (SQLite would turn an overflowing sum into a
+/// REAL, PostgreSQL would fail the statement).
+pub(crate) fn sat_add(old: &str, new: &str) -> String {
+    format!(
+        "CASE WHEN {old} > 9223372036854775807 - {new} THEN 9223372036854775807 ELSE {old} + {new} END"
+    )
+}
 
 pub(crate) const WINDOW_COLUMNS: &str =
     "id, topic, tier, datacenter, window_start_ms, window_end_ms, count, bytes,
@@ -209,12 +219,54 @@ pub(crate) const SAVE_OPEN_ALERT: &str =
 pub(crate) const DELETE_OPEN_ALERT: &str =
     "DELETE FROM web_alert_open WHERE channel = $1 AND dedup_key = $2";
 
-/// The `AuditStore` methods whose body is the same on both backends, for an impl
-/// block of a store with a `pool` field, a `lock_writer` method (SQLite's one writer
-/// at a time; nothing on PostgreSQL), the backend's `*_capped` window reads and its
+/// The methods whose body is the same on both backends, one macro per part of the
+/// contract (expanded in that part's impl in pg.rs and sqlite.rs), for a store with a
+/// `pool` field, a `lock_writer` method (SQLite's one writer at a time; nothing on
+/// PostgreSQL), the backend's `*_capped` window reads and its
 /// `TOPIC_BUCKETS` / `window_offsets_sql()` (the bucket and offset tables differ). The
 /// SQL is above; the row types in rows.rs.
-macro_rules! shared_methods {
+macro_rules! shared_deployment {
+    () => {
+        async fn window_size_ms(&self) -> Result<Option<i64>> {
+            let size: Option<i64> = sqlx::query_scalar(crate::shared::WINDOW_SIZE)
+                .fetch_optional(&self.pool)
+                .await
+                .context("reading the deployment's window size")?;
+            if let Some(ms) = size {
+                self.window_size.set(ms);
+            }
+            Ok(size)
+        }
+
+        async fn fix_window_size_ms(&self, window_ms: i64, by: &str, replace: bool) -> Result<i64> {
+            let _writer = self.lock_writer().await;
+            sqlx::query(crate::shared::FIX_WINDOW_SIZE)
+                .bind(window_ms)
+                .bind(common::now_ms())
+                .bind(by)
+                .bind(replace)
+                .execute(&self.pool)
+                .await
+                .context("recording the deployment's window size")?;
+            let size: i64 = sqlx::query_scalar(crate::shared::WINDOW_SIZE)
+                .fetch_one(&self.pool)
+                .await
+                .context("reading the deployment's window size")?;
+            self.window_size.set(size);
+            Ok(size)
+        }
+
+        async fn latest_window_ms(&self) -> Result<Option<i64>> {
+            sqlx::query_scalar(crate::shared::LATEST_WINDOW_MS)
+                .fetch_optional(&self.pool)
+                .await
+                .context("reading the newest window's length")
+        }
+    };
+}
+pub(crate) use shared_deployment;
+
+macro_rules! shared_verdict_reads {
     () => {
         async fn topic_windows(&self, topic: &str, range: TimeRange) -> Result<Vec<WindowRow>> {
             self.topic_windows_capped(topic, range, crate::MAX_BUCKET_ROWS)
@@ -243,46 +295,35 @@ macro_rules! shared_methods {
             Ok(rows.into_iter().map(Into::into).collect())
         }
 
-        async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
-            let rows: Vec<crate::rows::ProgressDb> = sqlx::query_as(&crate::shared::PROGRESS)
-                .bind(topic)
-                .fetch_all(&self.pool)
-                .await
-                .context("reading progress")?;
-            Ok(rows.into_iter().map(Into::into).collect())
-        }
-
-        async fn emitters(&self) -> Result<Vec<EmitterRow>> {
-            let rows: Vec<crate::rows::EmitterDb> = sqlx::query_as(&crate::shared::EMITTERS)
-                .fetch_all(&self.pool)
-                .await
-                .context("reading emitters")?;
-            Ok(rows.into_iter().map(Into::into).collect())
-        }
-
-        async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
-            let rows: Vec<crate::rows::RejectDb> = sqlx::query_as(crate::shared::REJECTS)
-                .bind(i64::from(limit).min(crate::MAX_READ_ROWS as i64))
-                .fetch_all(&self.pool)
-                .await
-                .context("reading rejects")?;
-            Ok(rows.into_iter().map(Into::into).collect())
-        }
-
-        async fn window_keys(
+        async fn window_offsets_of_all_tiers(
             &self,
-            from_ms: i64,
-            to_ms: i64,
+            topic: &str,
+            window_start_ms: i64,
             limit: u32,
-        ) -> Result<Vec<(String, i64)>> {
-            let rows: Vec<(i64, String)> = sqlx::query_as(crate::shared::WINDOW_KEYS)
-                .bind(from_ms)
-                .bind(to_ms)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-                .context("listing windows of a range")?;
-            Ok(rows.into_iter().map(|(w, t)| (t, w)).collect())
+        ) -> Result<Vec<(String, String, OffsetSpan)>> {
+            let rows: Vec<(String, String, i32, i64, i64, Option<i64>)> =
+                sqlx::query_as(Self::window_all_offsets_sql())
+                    .bind(topic)
+                    .bind(window_start_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading offset ranges of a window")?;
+            Ok(rows
+                .into_iter()
+                .map(|(tier, datacenter, partition, min, max, max_record_time)| {
+                    (
+                        tier,
+                        datacenter,
+                        OffsetSpan {
+                            partition,
+                            min,
+                            max,
+                            max_record_time,
+                        },
+                    )
+                })
+                .collect())
         }
 
         async fn changed_windows(
@@ -300,21 +341,13 @@ macro_rules! shared_methods {
                 .context("listing windows with late increments")
         }
 
-        async fn auditor_reports(&self, limit: u32) -> Result<Vec<(String, String, String, i64)>> {
-            self.auditor_reports_since(i64::MIN, limit).await
-        }
-
-        async fn auditor_reports_since(
-            &self,
-            since_ms: i64,
-            limit: u32,
-        ) -> Result<Vec<(String, String, String, i64)>> {
-            sqlx::query_as(crate::shared::AUDITOR_REPORTS)
-                .bind(since_ms)
-                .bind(i64::from(limit))
+        async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
+            let rows: Vec<crate::rows::ProgressDb> = sqlx::query_as(&crate::shared::PROGRESS)
+                .bind(topic)
                 .fetch_all(&self.pool)
                 .await
-                .context("reading auditors' last reports")
+                .context("reading progress")?;
+            Ok(rows.into_iter().map(Into::into).collect())
         }
 
         async fn progress_since(
@@ -352,106 +385,66 @@ macro_rules! shared_methods {
             Ok(rows.into_iter().map(Into::into).collect())
         }
 
-        async fn window_offsets_of_all_tiers(
+        async fn auditor_reports(&self, limit: u32) -> Result<Vec<(String, String, String, i64)>> {
+            self.auditor_reports_since(i64::MIN, limit).await
+        }
+
+        async fn auditor_reports_since(
             &self,
-            topic: &str,
-            window_start_ms: i64,
+            since_ms: i64,
             limit: u32,
-        ) -> Result<Vec<(String, String, OffsetSpan)>> {
-            let rows: Vec<(String, String, i32, i64, i64, Option<i64>)> =
-                sqlx::query_as(Self::window_all_offsets_sql())
-                    .bind(topic)
-                    .bind(window_start_ms)
-                    .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
-                    .await
-                    .context("reading offset ranges of a window")?;
-            Ok(rows
-                .into_iter()
-                .map(|(tier, datacenter, partition, min, max, max_record_time)| {
-                    (
-                        tier,
-                        datacenter,
-                        OffsetSpan {
-                            partition,
-                            min,
-                            max,
-                            max_record_time,
-                        },
-                    )
-                })
-                .collect())
+        ) -> Result<Vec<(String, String, String, i64)>> {
+            sqlx::query_as(crate::shared::AUDITOR_REPORTS)
+                .bind(since_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .context("reading auditors' last reports")
+        }
+    };
+}
+pub(crate) use shared_verdict_reads;
+
+macro_rules! shared_inventory {
+    () => {
+        async fn window_keys(
+            &self,
+            from_ms: i64,
+            to_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<(String, i64)>> {
+            let rows: Vec<(i64, String)> = sqlx::query_as(crate::shared::WINDOW_KEYS)
+                .bind(from_ms)
+                .bind(to_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .context("listing windows of a range")?;
+            Ok(rows.into_iter().map(|(w, t)| (t, w)).collect())
         }
 
-        async fn window_size_ms(&self) -> Result<Option<i64>> {
-            let size: Option<i64> = sqlx::query_scalar(crate::shared::WINDOW_SIZE)
-                .fetch_optional(&self.pool)
+        async fn emitters(&self) -> Result<Vec<EmitterRow>> {
+            let rows: Vec<crate::rows::EmitterDb> = sqlx::query_as(&crate::shared::EMITTERS)
+                .fetch_all(&self.pool)
                 .await
-                .context("reading the deployment's window size")?;
-            if let Some(ms) = size {
-                self.window_size.set(ms);
-            }
-            Ok(size)
+                .context("reading emitters")?;
+            Ok(rows.into_iter().map(Into::into).collect())
         }
 
-        async fn fix_window_size_ms(&self, window_ms: i64, by: &str, replace: bool) -> Result<i64> {
-            let _writer = self.lock_writer().await;
-            sqlx::query(crate::shared::FIX_WINDOW_SIZE)
-                .bind(window_ms)
-                .bind(common::now_ms())
-                .bind(by)
-                .bind(replace)
-                .execute(&self.pool)
+        async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
+            let rows: Vec<crate::rows::RejectDb> = sqlx::query_as(crate::shared::REJECTS)
+                .bind(i64::from(limit).min(crate::MAX_READ_ROWS as i64))
+                .fetch_all(&self.pool)
                 .await
-                .context("recording the deployment's window size")?;
-            let size: i64 = sqlx::query_scalar(crate::shared::WINDOW_SIZE)
-                .fetch_one(&self.pool)
-                .await
-                .context("reading the deployment's window size")?;
-            self.window_size.set(size);
-            Ok(size)
+                .context("reading rejects")?;
+            Ok(rows.into_iter().map(Into::into).collect())
         }
+    };
+}
+pub(crate) use shared_inventory;
 
-        async fn forget_progress(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
-            let _writer = self.lock_writer().await;
-            Ok(sqlx::query(crate::shared::FORGET_PROGRESS)
-                .bind(received_before_ms)
-                .bind(i64::from(batch_size.max(1)))
-                .execute(&self.pool)
-                .await
-                .context("deleting forgotten progress")?
-                .rows_affected())
-        }
-
-        async fn forget_emitters(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
-            let _writer = self.lock_writer().await;
-            Ok(sqlx::query(crate::shared::FORGET_EMITTERS)
-                .bind(received_before_ms)
-                .bind(i64::from(batch_size.max(1)))
-                .execute(&self.pool)
-                .await
-                .context("deleting forgotten emitters")?
-                .rows_affected())
-        }
-
-        async fn trim_rejects(&self, keep: u32, batch_size: u32) -> Result<u64> {
-            let _writer = self.lock_writer().await;
-            Ok(sqlx::query(crate::shared::TRIM_REJECTS)
-                .bind(i64::from(keep))
-                .bind(i64::from(batch_size.max(1)))
-                .execute(&self.pool)
-                .await
-                .context("deleting the oldest rejects")?
-                .rows_affected())
-        }
-
-        async fn latest_window_ms(&self) -> Result<Option<i64>> {
-            sqlx::query_scalar(crate::shared::LATEST_WINDOW_MS)
-                .fetch_optional(&self.pool)
-                .await
-                .context("reading the newest window's length")
-        }
-
+macro_rules! alert_ledger {
+    () => {
         async fn open_alerts(&self, channel: &str) -> Result<Vec<(String, String)>> {
             sqlx::query_as(crate::shared::OPEN_ALERTS)
                 .bind(channel)
@@ -491,7 +484,45 @@ macro_rules! shared_methods {
         }
     };
 }
-pub(crate) use shared_methods;
+pub(crate) use alert_ledger;
+
+macro_rules! shared_forgetting {
+    () => {
+        async fn forget_progress(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
+            let _writer = self.lock_writer().await;
+            Ok(sqlx::query(crate::shared::FORGET_PROGRESS)
+                .bind(received_before_ms)
+                .bind(i64::from(batch_size.max(1)))
+                .execute(&self.pool)
+                .await
+                .context("deleting forgotten progress")?
+                .rows_affected())
+        }
+
+        async fn forget_emitters(&self, received_before_ms: i64, batch_size: u32) -> Result<u64> {
+            let _writer = self.lock_writer().await;
+            Ok(sqlx::query(crate::shared::FORGET_EMITTERS)
+                .bind(received_before_ms)
+                .bind(i64::from(batch_size.max(1)))
+                .execute(&self.pool)
+                .await
+                .context("deleting forgotten emitters")?
+                .rows_affected())
+        }
+
+        async fn trim_rejects(&self, keep: u32, batch_size: u32) -> Result<u64> {
+            let _writer = self.lock_writer().await;
+            Ok(sqlx::query(crate::shared::TRIM_REJECTS)
+                .bind(i64::from(keep))
+                .bind(i64::from(batch_size.max(1)))
+                .execute(&self.pool)
+                .await
+                .context("deleting the oldest rejects")?
+                .rows_affected())
+        }
+    };
+}
+pub(crate) use shared_forgetting;
 
 /// The inherent window reads whose body is the same on both backends.
 macro_rules! shared_window_reads {
@@ -518,7 +549,7 @@ macro_rules! shared_window_reads {
             }
         }
 
-        /// [`AuditStore::topic_windows`] with the bucket-row cap as a parameter (tests
+        /// [`VerdictReads::topic_windows`] with the bucket-row cap as a parameter (tests
         /// lower it).
         #[doc(hidden)]
         pub async fn topic_windows_capped(
@@ -561,7 +592,7 @@ macro_rules! shared_window_reads {
             ))
         }
 
-        /// The page of topics a [`AuditStore::windows_in_range`] call reads, and the
+        /// The page of topics a [`VerdictReads::windows_in_range`] call reads, and the
         /// topic to continue after (`None`: last page).
         async fn range_topics(
             &self,

@@ -12,9 +12,10 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 use tokio::sync::Mutex;
 
 use crate::aggregate::{first_in_batch, Rollup};
+use crate::contract::*;
+use crate::error::{Context, Result, StoreError};
 use crate::model::*;
 use crate::rows::WindowDb;
-use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -139,7 +140,9 @@ impl SqliteStore {
         );
 
         // Saturating sums: SQLite would silently turn an overflowing sum into a REAL.
-        let sat = |c: &str| crate::sat_add(&format!("audit_window.{c}"), &format!("excluded.{c}"));
+        let sat = |c: &str| {
+            crate::shared::sat_add(&format!("audit_window.{c}"), &format!("excluded.{c}"))
+        };
         let upsert_window = format!(
             "INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms,
                  count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
@@ -303,7 +306,7 @@ impl SqliteStore {
     }
 }
 
-impl AuditStore for SqliteStore {
+impl Deployment for SqliteStore {
     async fn migrate(&self) -> Result<()> {
         let _writer = self.writer.lock().await;
         MIGRATOR.run(&self.pool).await?;
@@ -318,6 +321,10 @@ impl AuditStore for SqliteStore {
         Ok(())
     }
 
+    crate::shared::shared_deployment!();
+}
+
+impl Ingest for SqliteStore {
     async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
         let outcome = {
             let _writer = self.writer.lock().await;
@@ -342,17 +349,10 @@ impl AuditStore for SqliteStore {
     async fn rollup(&self, _limit: u32) -> Result<u64> {
         Ok(0)
     }
+}
 
-    async fn list_topics(&self) -> Result<Vec<String>> {
-        sqlx::query_scalar("SELECT DISTINCT topic FROM audit_window ORDER BY topic")
-            .fetch_all(&self.pool)
-            .await
-            .context("listing topics")
-    }
-
-    crate::shared::shared_methods!();
-
-    /// Nothing is ever staged: [`AuditStore::stage_batch`] adds increments up at once.
+impl VerdictReads for SqliteStore {
+    /// Nothing is ever staged: [`Ingest::stage_batch`] adds increments up at once.
     async fn staged_windows(
         &self,
         _topic: Option<&str>,
@@ -361,6 +361,25 @@ impl AuditStore for SqliteStore {
         Ok(Vec::new())
     }
 
+    crate::shared::shared_verdict_reads!();
+}
+
+impl Inventory for SqliteStore {
+    async fn list_topics(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar("SELECT DISTINCT topic FROM audit_window ORDER BY topic")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics")
+    }
+
+    crate::shared::shared_inventory!();
+}
+
+impl AlertLedger for SqliteStore {
+    crate::shared::alert_ledger!();
+}
+
+impl Upkeep for SqliteStore {
     async fn prepare_partitions(&self, _from_ms: i64, _to_ms: i64) -> Result<u64> {
         Ok(0)
     }
@@ -426,6 +445,8 @@ impl AuditStore for SqliteStore {
             failed_steps: 0,
         })
     }
+
+    crate::shared::shared_forgetting!();
 }
 
 impl SqliteStore {
@@ -442,7 +463,7 @@ impl SqliteStore {
         &crate::shared::WINDOW_OFFSETS
     }
 
-    /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
+    /// [`VerdictReads::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
     pub async fn windows_in_range_capped(
         &self,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use audit_lib::{AuditMessage, Identity, PartitionProgress, Window, WindowStats};
 use serde_json::Value;
-use store::AuditStore;
+use store::VerdictReads;
 
 pub const WINDOW: i64 = 600_000;
 pub const PRODUCER_TOKEN: &str = "producer-dc1-3f9a1c07e5b2d8640a1f";

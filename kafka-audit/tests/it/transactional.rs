@@ -15,7 +15,7 @@ use std::time::Duration;
 use e2e::*;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use store::AuditStore;
+use store::VerdictReads;
 use support::*;
 use web::engine::{Lifecycle, Verdict};
 

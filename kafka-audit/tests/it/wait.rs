@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::now_ms;
 use store::{
-    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, OffsetSpan,
+    AuditBody, Batch, Deployment, Increment, Ingest, LatencyHistogram, Message, OffsetSpan,
     PartitionProgress, Store, WindowStats,
 };
 use tokio_util::sync::CancellationToken;

@@ -16,7 +16,7 @@ use common::KafkaConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
-use store::{AuditStore, Store, TimeRange};
+use store::{Store, TimeRange, VerdictReads};
 
 pub const W: i64 = 600_000;
 pub const T0: i64 = 1_764_410_400_000;

@@ -32,7 +32,7 @@ use rdkafka::message::{Message, Timestamp};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::ClientContext;
-use store::AuditStore;
+use store::{Deployment, VerdictReads};
 use web::AppState;
 
 use crate::e2e::{Pages, Service};
