@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::model::{AuditBody, Batch, BatchOutcome, Message, WindowKey, WriteOutcome};
-use crate::validate_message;
+use crate::validate::validate_message;
 
 /// Deduplication, step 1 of 2 (within the batch): indices of the messages of `batch`
 /// whose UUID did not occur earlier in the batch, after checking each one. The UUIDs

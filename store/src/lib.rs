@@ -46,6 +46,7 @@ pub mod pgcopy;
 mod rows;
 mod shared;
 mod sqlite;
+mod validate;
 
 pub use connection::{redact_url, StoreOptions};
 pub use contract::*;
@@ -54,3 +55,4 @@ pub use error::{Result, StoreError};
 pub use model::*;
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
+pub use validate::*;

@@ -14,6 +14,7 @@ use crate::contract::*;
 use crate::error::{Context, Result, StoreError};
 use crate::model::*;
 use crate::rows::WindowDb;
+use crate::validate::sanitize_text;
 
 /// The advisory lock of the day partitions' creation (the SQL function
 /// `audit_ensure_day_partitions` takes it too): exclusive for a preparation, shared
