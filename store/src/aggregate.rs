@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use uuid::Uuid;
 
+use crate::domain::{AuditBody, Batch, BatchOutcome, Message, WindowKey, WriteOutcome};
 use crate::error::StoreError;
-use crate::model::{AuditBody, Batch, BatchOutcome, Message, WindowKey, WriteOutcome};
 use crate::validate::validate_message;
 
 /// Deduplication, step 1 of 2 (within the batch): indices of the messages of `batch`

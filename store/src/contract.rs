@@ -7,8 +7,8 @@
 
 use std::future::Future;
 
+use crate::domain::*;
 use crate::error::Result;
-use crate::model::*;
 
 /// Upper bound on rows a read returns, so no query can load an unbounded range.
 pub const MAX_READ_ROWS: usize = 100_000;

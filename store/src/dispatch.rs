@@ -3,8 +3,8 @@
 
 use crate::connection::{redact_url, StoreOptions};
 use crate::contract::*;
+use crate::domain::*;
 use crate::error::{Result, StoreError};
-use crate::model::*;
 use crate::pg::PgStore;
 use crate::sqlite::SqliteStore;
 

@@ -36,14 +36,14 @@
 mod aggregate;
 mod connection;
 mod contract;
+mod db_rows;
 mod dispatch;
+mod domain;
 mod error;
-mod model;
 #[cfg(feature = "test-support")]
 pub mod old_schema;
 mod pg;
 pub mod pgcopy;
-mod rows;
 mod shared;
 mod sqlite;
 mod validate;
@@ -51,8 +51,8 @@ mod validate;
 pub use connection::{redact_url, StoreOptions};
 pub use contract::*;
 pub use dispatch::Store;
+pub use domain::*;
 pub use error::{Result, StoreError};
-pub use model::*;
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
 pub use validate::*;

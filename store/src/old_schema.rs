@@ -5,7 +5,7 @@
 use sqlx::PgPool;
 
 use crate::contract::*;
-use crate::model::*;
+use crate::domain::*;
 use crate::pg::PgStore;
 
 async fn all_windows(store: &PgStore) -> Vec<WindowRow> {

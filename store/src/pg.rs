@@ -11,9 +11,9 @@ use uuid::Uuid;
 
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::contract::*;
+use crate::db_rows::WindowDb;
+use crate::domain::*;
 use crate::error::{Context, Result, StoreError};
-use crate::model::*;
-use crate::rows::WindowDb;
 use crate::validate::sanitize_text;
 
 /// The advisory lock of the day partitions' creation (the SQL function
@@ -1629,7 +1629,7 @@ impl PgStore {
                        WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
                          AND {value} IS NOT NULL
                        ORDER BY window_id, {key} LIMIT {}) x",
-                crate::rows::bucket_limit(max_bucket_rows)
+                crate::db_rows::bucket_limit(max_bucket_rows)
             );
                 let read_topics = &read_topics;
                 async move {
@@ -1669,12 +1669,12 @@ impl PgStore {
         )
         .await?;
         Ok(WindowPage {
-            rows: crate::rows::join_buckets_capped(
+            rows: crate::db_rows::join_buckets_capped(
                 rows,
                 buckets,
                 record_times,
                 max_bucket_rows,
-                &crate::rows::topic_span(&topics),
+                &crate::db_rows::topic_span(&topics),
                 range,
             ),
             next_after_topic,

@@ -94,7 +94,7 @@ pub(crate) static PG_WINDOW_OFFSETS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The columns of a progress row ([`crate::rows::ProgressDb`]), one list for every
+/// The columns of a progress row ([`crate::db_rows::ProgressDb`]), one list for every
 /// progress read (reads that listed their own lost columns added later).
 macro_rules! progress_columns {
     () => {
@@ -224,7 +224,7 @@ pub(crate) const DELETE_OPEN_ALERT: &str =
 /// `pool` field, a `lock_writer` method (SQLite's one writer at a time; nothing on
 /// PostgreSQL), the backend's `*_capped` window reads and its
 /// `TOPIC_BUCKETS` / `window_offsets_sql()` (the bucket and offset tables differ). The
-/// SQL is above; the row types in rows.rs.
+/// SQL is above; the database row types in db_rows.rs.
 macro_rules! shared_deployment {
     () => {
         async fn window_size_ms(&self) -> Result<Option<i64>> {
@@ -284,7 +284,7 @@ macro_rules! shared_verdict_reads {
         }
 
         async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetSpan>> {
-            let rows: Vec<crate::rows::OffsetDb> = sqlx::query_as(Self::window_offsets_sql())
+            let rows: Vec<crate::db_rows::OffsetDb> = sqlx::query_as(Self::window_offsets_sql())
                 .bind(&key.topic)
                 .bind(&key.tier)
                 .bind(&key.datacenter)
@@ -342,7 +342,7 @@ macro_rules! shared_verdict_reads {
         }
 
         async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
-            let rows: Vec<crate::rows::ProgressDb> = sqlx::query_as(&crate::shared::PROGRESS)
+            let rows: Vec<crate::db_rows::ProgressDb> = sqlx::query_as(&crate::shared::PROGRESS)
                 .bind(topic)
                 .fetch_all(&self.pool)
                 .await
@@ -356,13 +356,14 @@ macro_rules! shared_verdict_reads {
             since_ms: i64,
             limit: u32,
         ) -> Result<Vec<ProgressRow>> {
-            let rows: Vec<crate::rows::ProgressDb> = sqlx::query_as(crate::shared::PROGRESS_SINCE)
-                .bind(topic)
-                .bind(since_ms)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-                .context("reading progress")?;
+            let rows: Vec<crate::db_rows::ProgressDb> =
+                sqlx::query_as(crate::shared::PROGRESS_SINCE)
+                    .bind(topic)
+                    .bind(since_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading progress")?;
             Ok(rows.into_iter().map(Into::into).collect())
         }
 
@@ -373,7 +374,7 @@ macro_rules! shared_verdict_reads {
             since_ms: i64,
             limit: u32,
         ) -> Result<Vec<ProgressRow>> {
-            let rows: Vec<crate::rows::ProgressDb> =
+            let rows: Vec<crate::db_rows::ProgressDb> =
                 sqlx::query_as(crate::shared::PROGRESS_OF_TOPICS)
                     .bind(first_topic)
                     .bind(last_topic)
@@ -424,7 +425,7 @@ macro_rules! shared_inventory {
         }
 
         async fn emitters(&self) -> Result<Vec<EmitterRow>> {
-            let rows: Vec<crate::rows::EmitterDb> = sqlx::query_as(&crate::shared::EMITTERS)
+            let rows: Vec<crate::db_rows::EmitterDb> = sqlx::query_as(&crate::shared::EMITTERS)
                 .fetch_all(&self.pool)
                 .await
                 .context("reading emitters")?;
@@ -432,7 +433,7 @@ macro_rules! shared_inventory {
         }
 
         async fn rejects(&self, limit: u32) -> Result<Vec<RejectRow>> {
-            let rows: Vec<crate::rows::RejectDb> = sqlx::query_as(crate::shared::REJECTS)
+            let rows: Vec<crate::db_rows::RejectDb> = sqlx::query_as(crate::shared::REJECTS)
                 .bind(i64::from(limit).min(crate::MAX_READ_ROWS as i64))
                 .fetch_all(&self.pool)
                 .await
@@ -558,7 +559,7 @@ macro_rules! shared_window_reads {
             range: TimeRange,
             max_bucket_rows: usize,
         ) -> Result<Vec<WindowRow>> {
-            let rows: Vec<crate::rows::WindowDb> = sqlx::query_as(&crate::shared::TOPIC_WINDOWS)
+            let rows: Vec<crate::db_rows::WindowDb> = sqlx::query_as(&crate::shared::TOPIC_WINDOWS)
                 .bind(topic)
                 .bind(range.start_ms)
                 .bind(range.end_ms)
@@ -568,7 +569,7 @@ macro_rules! shared_window_reads {
             // (window id, key, value) rows of the topic's windows; one row past the cap
             // shows whether it was hit.
             let per_window = |sql: &str, what: &'static str| {
-                let sql = format!("{sql} LIMIT {}", crate::rows::bucket_limit(max_bucket_rows));
+                let sql = format!("{sql} LIMIT {}", crate::db_rows::bucket_limit(max_bucket_rows));
                 async move {
                     sqlx::query_as::<_, (i64, i32, i64)>(&sql)
                         .bind(topic)
@@ -582,7 +583,7 @@ macro_rules! shared_window_reads {
             let buckets = per_window(Self::TOPIC_BUCKETS, "reading latency buckets").await?;
             let record_times =
                 per_window(Self::TOPIC_RECORD_TIMES, "reading record times of windows").await?;
-            Ok(crate::rows::join_buckets_capped(
+            Ok(crate::db_rows::join_buckets_capped(
                 rows,
                 buckets,
                 record_times,
@@ -608,7 +609,7 @@ macro_rules! shared_window_reads {
                 .fetch_all(&self.pool)
                 .await
                 .context("listing topics of a range")?;
-            Ok(crate::rows::page(topics, topic_limit))
+            Ok(crate::db_rows::page(topics, topic_limit))
         }
     };
 }

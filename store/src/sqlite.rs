@@ -13,9 +13,9 @@ use tokio::sync::Mutex;
 
 use crate::aggregate::{first_in_batch, Rollup};
 use crate::contract::*;
+use crate::db_rows::WindowDb;
+use crate::domain::*;
 use crate::error::{Context, Result, StoreError};
-use crate::model::*;
-use crate::rows::WindowDb;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -502,7 +502,7 @@ impl SqliteStore {
                 .bind(last)
                 .bind(range.start_ms)
                 .bind(range.end_ms)
-                .bind(crate::rows::bucket_limit(max_bucket_rows))
+                .bind(crate::db_rows::bucket_limit(max_bucket_rows))
                 .fetch_all(&self.pool)
         };
         let buckets = per_window(
@@ -523,12 +523,12 @@ impl SqliteStore {
         .await
         .context("reading record times of windows")?;
         Ok(WindowPage {
-            rows: crate::rows::join_buckets_capped(
+            rows: crate::db_rows::join_buckets_capped(
                 rows,
                 buckets,
                 record_times,
                 max_bucket_rows,
-                &crate::rows::topic_span(&topics),
+                &crate::db_rows::topic_span(&topics),
                 range,
             ),
             next_after_topic,

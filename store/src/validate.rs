@@ -1,7 +1,7 @@
 //! The bounds of what the store accepts and what the collector accepts from the
 //! outside, and the typed reason a message is rejected ([`RejectReason`]).
 
-use crate::model::*;
+use crate::domain::*;
 
 /// Longest topic name (Kafka's limit).
 pub const MAX_TOPIC_LEN: usize = 249;

@@ -1,4 +1,6 @@
-//! Row types of the store: what the collector writes and what the web service reads.
+//! The store's domain types, public: what the collector writes (batches of audit
+//! messages and rejects) and what readers get back (window, progress, emitter and
+//! reject rows). How the database holds them is db_rows.rs.
 //!
 //! Times are epoch milliseconds (`_ms`), as in audit message v1. Counts are `u64` as on
 //! the wire; the store keeps them as signed 64-bit integers, so a value above
@@ -30,7 +32,7 @@ pub struct WindowKey {
 
 /// An audit message as the store takes it: audit-lib's own type (message format v1),
 /// an increment of window statistics or a progress report. The store keeps no copy
-/// of the domain; only its SQL row types (rows.rs) are its own.
+/// of the domain; only its SQL row types (db_rows.rs) are its own.
 pub use audit_lib::{
     AuditBody, AuditMessage as Message, Increment, LatencyHistogram, OffsetSpan, PartitionProgress,
     WindowStats,
