@@ -19,7 +19,7 @@ use crate::validate::validate_message;
 /// `audit_message` table (UUID primary key) in the same transaction: `ON CONFLICT
 /// (uuid) DO NOTHING` or a probe (`PgStore::stage_in`) on PostgreSQL,
 /// `SqliteStore::write_in` on SQLite; a UUID seen before is
-/// [`WriteOutcome::Duplicate`](crate::WriteOutcome::Duplicate).
+/// [`WriteOutcome::Duplicate`].
 pub(crate) fn first_in_batch(batch: &Batch) -> Result<Vec<(Uuid, usize)>, StoreError> {
     let mut seen = HashSet::with_capacity(batch.messages.len());
     let mut firsts = Vec::with_capacity(batch.messages.len());

@@ -58,8 +58,8 @@ pub trait Ingest: Send + Sync {
     /// first-seen increments to their window rows (counts, bytes, histogram buckets,
     /// wrapping checksum, offset ranges), keeps the latest progress per partition,
     /// updates emitters' last-seen times and stores the rejects. Messages must have
-    /// passed [`validate_message`]; an invalid one fails the batch with
-    /// [`StoreError::Invalid`].
+    /// passed [`crate::validate_message`]; an invalid one fails the batch with
+    /// [`crate::StoreError::Invalid`].
     fn write_batch(&self, batch: &Batch) -> impl Future<Output = Result<BatchOutcome>> + Send;
 
     /// The collector's hot path: like [`Ingest::write_batch`] (same outcomes, same

@@ -4,7 +4,7 @@
 
 use crate::domain::*;
 
-/// A row of `SELECT` [`crate::shared::WINDOW_COLUMNS`], decoded by position in that
+/// A row of `SELECT` [`crate::sql::WINDOW_COLUMNS`], decoded by position in that
 /// order and without sqlx's per-value check of the column type (every column is a BIGINT
 /// or TEXT of the migrated schema; a value that does not decode is still an error): by
 /// name and checked, decoding was ~20 % of serve's CPU in a cold start.

@@ -12,7 +12,7 @@ pub enum StoreError {
     },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// `url` has its password masked ([`redact_url`]).
+    /// `url` has its password masked ([`crate::redact_url`]).
     #[error("invalid store url {url:?}: {reason}")]
     Url { url: String, reason: String },
     #[error("invalid input: {0}")]

@@ -45,6 +45,7 @@ pub mod old_schema;
 mod pg;
 pub mod pgcopy;
 mod shared;
+mod sql;
 mod sqlite;
 mod validate;
 

@@ -140,9 +140,8 @@ impl SqliteStore {
         );
 
         // Saturating sums: SQLite would silently turn an overflowing sum into a REAL.
-        let sat = |c: &str| {
-            crate::shared::sat_add(&format!("audit_window.{c}"), &format!("excluded.{c}"))
-        };
+        let sat =
+            |c: &str| crate::sql::sat_add(&format!("audit_window.{c}"), &format!("excluded.{c}"));
         let upsert_window = format!(
             "INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms,
                  count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
@@ -452,15 +451,15 @@ impl Upkeep for SqliteStore {
 impl SqliteStore {
     crate::shared::shared_window_reads!();
 
-    const TOPIC_BUCKETS: &'static str = crate::shared::TOPIC_BUCKETS;
-    const TOPIC_RECORD_TIMES: &'static str = crate::shared::TOPIC_RECORD_TIMES;
+    const TOPIC_BUCKETS: &'static str = crate::sql::TOPIC_BUCKETS;
+    const TOPIC_RECORD_TIMES: &'static str = crate::sql::TOPIC_RECORD_TIMES;
 
     fn window_all_offsets_sql() -> &'static str {
-        crate::shared::WINDOW_ALL_OFFSETS
+        crate::sql::WINDOW_ALL_OFFSETS
     }
 
     fn window_offsets_sql() -> &'static str {
-        &crate::shared::WINDOW_OFFSETS
+        &crate::sql::WINDOW_OFFSETS
     }
 
     /// [`VerdictReads::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
@@ -485,7 +484,7 @@ impl SqliteStore {
             "SELECT {} FROM audit_window
              WHERE topic >= ?1 AND topic <= ?2 AND window_start_ms >= ?3 AND window_start_ms < ?4
              ORDER BY topic, window_start_ms, tier, datacenter LIMIT {}",
-            crate::shared::WINDOW_COLUMNS,
+            crate::sql::WINDOW_COLUMNS,
             MAX_READ_ROWS
         ))
         .bind(first)
