@@ -54,7 +54,7 @@ impl Bounds {
     /// At start: records `[ingest] window` in the store (configuration changes what
     /// is recorded), or reads the recorded size into the store's cache.
     pub async fn prepare(&self) -> store::Result<()> {
-        use store::AuditStore;
+        use store::Deployment;
         match self.configured_window_ms {
             Some(ms) => {
                 self.store

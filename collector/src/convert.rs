@@ -13,7 +13,7 @@ pub fn parse(payload: &[u8], received_at_ms: i64) -> Result<AuditMessage, String
     let reason = |r: String| store::sanitize_text(&r, store::MAX_REJECT_REASON_LEN);
     let message = AuditMessage::from_json(payload)
         .map_err(|e| reason(format!("not an audit message v1: {e}")))?;
-    store::validate_ingest(&message, received_at_ms).map_err(reason)?;
+    store::validate_ingest(&message, received_at_ms).map_err(|r| reason(r.reason()))?;
     Ok(message)
 }
 

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use common::{Backoff, Health};
 use prometheus_client::registry::Registry;
-use store::{AuditStore, Store};
+use store::{Deployment, Store};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 

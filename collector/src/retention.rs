@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use store::{AuditStore, RetentionOutcome, Store};
+use store::{RetentionOutcome, Store, Upkeep};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RetentionConfig;

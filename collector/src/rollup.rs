@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Backoff;
-use store::{AuditStore, Store};
+use store::{Ingest, Store};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use common::{Backoff, Health};
-use store::{AuditStore, Batch, BatchOutcome, Reject, Store, StoreError, WriteOutcome};
+use store::{Batch, BatchOutcome, Ingest, Reject, Store, StoreError, WriteOutcome};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RetryConfig;

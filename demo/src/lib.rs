@@ -25,7 +25,7 @@ use anyhow::Context;
 use audit_lib::Identity;
 use clap::Args;
 use rdkafka::mocking::MockCluster;
-use store::AuditStore;
+use store::Deployment;
 use tokio_util::sync::CancellationToken;
 
 const TOPICS: [&str; 3] = ["orders", "payments", "clicks"];

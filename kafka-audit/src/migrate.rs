@@ -2,7 +2,7 @@
 //! (PostgreSQL or SQLite) and exits. `collect` also migrates at start unless told not to.
 
 use clap::Args;
-use store::AuditStore;
+use store::Deployment;
 
 #[derive(Args, Debug)]
 pub struct MigrateArgs {

@@ -1,4 +1,4 @@
-//! First-seen increments per second into PostgreSQL through `AuditStore::stage_batch`
+//! First-seen increments per second into PostgreSQL through `Ingest::stage_batch`
 //! (deduplication by UUID, each new increment stored whole and queued for roll-up,
 //! emitters, one transaction per batch), against a baseline measured in the same run:
 //! a raw binary `COPY` of the same rows into the same table (`audit_message`), one
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgPoolCopyExt;
 use sqlx::PgPool;
 use store::{
-    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, OffsetSpan, PgStore,
-    WindowStats,
+    AuditBody, Batch, Deployment, Increment, Ingest, LatencyHistogram, Message, OffsetSpan,
+    PgStore, Upkeep, WindowStats,
 };
 use uuid::Uuid;
 

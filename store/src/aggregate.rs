@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashSet};
 
 use uuid::Uuid;
 
-use crate::model::{AuditBody, Batch, BatchOutcome, Message, WindowKey, WriteOutcome};
-use crate::validate_message;
-use crate::StoreError;
+use crate::domain::{AuditBody, Batch, BatchOutcome, Message, WindowKey, WriteOutcome};
+use crate::error::StoreError;
+use crate::validate::validate_message;
 
 /// Deduplication, step 1 of 2 (within the batch): indices of the messages of `batch`
 /// whose UUID did not occur earlier in the batch, after checking each one. The UUIDs
@@ -19,7 +19,7 @@ use crate::StoreError;
 /// `audit_message` table (UUID primary key) in the same transaction: `ON CONFLICT
 /// (uuid) DO NOTHING` or a probe (`PgStore::stage_in`) on PostgreSQL,
 /// `SqliteStore::write_in` on SQLite; a UUID seen before is
-/// [`WriteOutcome::Duplicate`](crate::WriteOutcome::Duplicate).
+/// [`WriteOutcome::Duplicate`].
 pub(crate) fn first_in_batch(batch: &Batch) -> Result<Vec<(Uuid, usize)>, StoreError> {
     let mut seen = HashSet::with_capacity(batch.messages.len());
     let mut firsts = Vec::with_capacity(batch.messages.len());

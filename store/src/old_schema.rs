@@ -4,8 +4,9 @@
 
 use sqlx::PgPool;
 
-use crate::model::*;
-use crate::{AuditStore, PgStore};
+use crate::contract::*;
+use crate::domain::*;
+use crate::pg::PgStore;
 
 async fn all_windows(store: &PgStore) -> Vec<WindowRow> {
     let mut rows = vec![];

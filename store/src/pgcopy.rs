@@ -1,7 +1,7 @@
 //! PostgreSQL binary COPY encoding of `audit_message` rows: the collector's bulk path
 //! (and the baseline of the ingest benchmark, which copies the very same bytes).
 
-use crate::model::{AuditBody, Message};
+use crate::domain::{AuditBody, Message};
 
 /// The statement the rows of [`encode_messages`] are written with.
 pub const COPY_MESSAGES: &str = "COPY audit_message (uuid, kind, topic, tier, datacenter, host,

@@ -12,9 +12,10 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 use tokio::sync::Mutex;
 
 use crate::aggregate::{first_in_batch, Rollup};
-use crate::model::*;
-use crate::rows::WindowDb;
-use crate::{AuditStore, Context, Result, StoreError, MAX_READ_ROWS};
+use crate::contract::*;
+use crate::db_rows::WindowDb;
+use crate::domain::*;
+use crate::error::{Context, Result, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -139,7 +140,8 @@ impl SqliteStore {
         );
 
         // Saturating sums: SQLite would silently turn an overflowing sum into a REAL.
-        let sat = |c: &str| crate::sat_add(&format!("audit_window.{c}"), &format!("excluded.{c}"));
+        let sat =
+            |c: &str| crate::sql::sat_add(&format!("audit_window.{c}"), &format!("excluded.{c}"));
         let upsert_window = format!(
             "INSERT INTO audit_window (topic, tier, datacenter, window_start_ms, window_end_ms,
                  count, bytes, no_time_count, malformed_count, out_of_bounds_count, checksum,
@@ -303,7 +305,7 @@ impl SqliteStore {
     }
 }
 
-impl AuditStore for SqliteStore {
+impl Deployment for SqliteStore {
     async fn migrate(&self) -> Result<()> {
         let _writer = self.writer.lock().await;
         MIGRATOR.run(&self.pool).await?;
@@ -318,6 +320,10 @@ impl AuditStore for SqliteStore {
         Ok(())
     }
 
+    crate::shared::shared_deployment!();
+}
+
+impl Ingest for SqliteStore {
     async fn write_batch(&self, batch: &Batch) -> Result<BatchOutcome> {
         let outcome = {
             let _writer = self.writer.lock().await;
@@ -342,17 +348,10 @@ impl AuditStore for SqliteStore {
     async fn rollup(&self, _limit: u32) -> Result<u64> {
         Ok(0)
     }
+}
 
-    async fn list_topics(&self) -> Result<Vec<String>> {
-        sqlx::query_scalar("SELECT DISTINCT topic FROM audit_window ORDER BY topic")
-            .fetch_all(&self.pool)
-            .await
-            .context("listing topics")
-    }
-
-    crate::shared::shared_methods!();
-
-    /// Nothing is ever staged: [`AuditStore::stage_batch`] adds increments up at once.
+impl VerdictReads for SqliteStore {
+    /// Nothing is ever staged: [`Ingest::stage_batch`] adds increments up at once.
     async fn staged_windows(
         &self,
         _topic: Option<&str>,
@@ -361,6 +360,25 @@ impl AuditStore for SqliteStore {
         Ok(Vec::new())
     }
 
+    crate::shared::shared_verdict_reads!();
+}
+
+impl Inventory for SqliteStore {
+    async fn list_topics(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar("SELECT DISTINCT topic FROM audit_window ORDER BY topic")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics")
+    }
+
+    crate::shared::shared_inventory!();
+}
+
+impl AlertLedger for SqliteStore {
+    crate::shared::alert_ledger!();
+}
+
+impl Upkeep for SqliteStore {
     async fn prepare_partitions(&self, _from_ms: i64, _to_ms: i64) -> Result<u64> {
         Ok(0)
     }
@@ -426,23 +444,25 @@ impl AuditStore for SqliteStore {
             failed_steps: 0,
         })
     }
+
+    crate::shared::shared_forgetting!();
 }
 
 impl SqliteStore {
     crate::shared::shared_window_reads!();
 
-    const TOPIC_BUCKETS: &'static str = crate::shared::TOPIC_BUCKETS;
-    const TOPIC_RECORD_TIMES: &'static str = crate::shared::TOPIC_RECORD_TIMES;
+    const TOPIC_BUCKETS: &'static str = crate::sql::TOPIC_BUCKETS;
+    const TOPIC_RECORD_TIMES: &'static str = crate::sql::TOPIC_RECORD_TIMES;
 
     fn window_all_offsets_sql() -> &'static str {
-        crate::shared::WINDOW_ALL_OFFSETS
+        crate::sql::WINDOW_ALL_OFFSETS
     }
 
     fn window_offsets_sql() -> &'static str {
-        &crate::shared::WINDOW_OFFSETS
+        &crate::sql::WINDOW_OFFSETS
     }
 
-    /// [`AuditStore::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
+    /// [`VerdictReads::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
     #[doc(hidden)]
     pub async fn windows_in_range_capped(
         &self,
@@ -464,7 +484,7 @@ impl SqliteStore {
             "SELECT {} FROM audit_window
              WHERE topic >= ?1 AND topic <= ?2 AND window_start_ms >= ?3 AND window_start_ms < ?4
              ORDER BY topic, window_start_ms, tier, datacenter LIMIT {}",
-            crate::shared::WINDOW_COLUMNS,
+            crate::sql::WINDOW_COLUMNS,
             MAX_READ_ROWS
         ))
         .bind(first)
@@ -481,7 +501,7 @@ impl SqliteStore {
                 .bind(last)
                 .bind(range.start_ms)
                 .bind(range.end_ms)
-                .bind(crate::rows::bucket_limit(max_bucket_rows))
+                .bind(crate::db_rows::bucket_limit(max_bucket_rows))
                 .fetch_all(&self.pool)
         };
         let buckets = per_window(
@@ -502,12 +522,12 @@ impl SqliteStore {
         .await
         .context("reading record times of windows")?;
         Ok(WindowPage {
-            rows: crate::rows::join_buckets_capped(
+            rows: crate::db_rows::join_buckets_capped(
                 rows,
                 buckets,
                 record_times,
                 max_bucket_rows,
-                &crate::rows::topic_span(&topics),
+                &crate::db_rows::topic_span(&topics),
                 range,
             ),
             next_after_topic,

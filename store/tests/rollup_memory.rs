@@ -11,7 +11,7 @@
 //! one test only, so that no other test's allocations are counted.
 
 use audit_lib::{AuditMessage, Identity, PartitionProgress};
-use store::{AuditStore, Batch, Store};
+use store::{Batch, Deployment, Ingest, Store, VerdictReads};
 
 #[global_allocator]
 static GLOBAL: testkit::alloc::Counting = testkit::alloc::Counting;

@@ -16,8 +16,17 @@
 //!
 //! The dev clusters have automatic topic creation off: create topics with
 //! [`create_topic`] (which waits until every partition has a leader).
+//!
+//! One of each client and message a test needs: [`client_config`] for any Kafka client,
+//! [`producer`] for test records, [`committed_offsets`] for what a group committed,
+//! [`increment`] for an audit increment.
 
 pub mod alloc;
+mod clients;
+mod increments;
+
+pub use clients::{committed_offsets, committed_per_partition, committed_total, producer};
+pub use increments::{increment, IncrementBuilder};
 
 use std::future::Future;
 use std::net::{TcpStream, ToSocketAddrs};

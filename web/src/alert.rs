@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use common::Backoff;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use store::AuditStore;
+use store::AlertLedger;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

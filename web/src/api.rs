@@ -8,7 +8,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use store::{AuditStore, OffsetSpan, TimeRange};
+use store::{OffsetSpan, TimeRange, VerdictReads};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::engine::{self, EdgeWindow, Percentiles, Verdict};

@@ -17,7 +17,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use store::{AuditStore, TimeRange};
+use store::{TimeRange, VerdictReads};
 
 use crate::api::resolve_range;
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Topology, Verdict};

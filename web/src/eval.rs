@@ -27,7 +27,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use audit_lib::WindowSize;
-use store::{AuditStore, Store, StoreError, TimeRange};
+use store::{Deployment, Store, StoreError, TimeRange, VerdictReads};
 
 use crate::engine::topology::TopologyCell;
 use crate::engine::{self, EdgeWindow, ProgressRow, Topology, Verdict, WindowRow};

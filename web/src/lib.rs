@@ -23,7 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use store::{AuditStore, Store, StoreError};
+use store::{Deployment, Store, StoreError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;

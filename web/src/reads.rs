@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
-use store::{AuditStore, Store, StoreError, MAX_BUCKET_ROWS, MAX_READ_ROWS};
+use store::{Store, StoreError, VerdictReads, MAX_BUCKET_ROWS, MAX_READ_ROWS};
 
 use crate::engine::{EdgeWindow, Lifecycle, ProgressRow, Staged, Topology, Verdict, WindowRow};
 

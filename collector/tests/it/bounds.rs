@@ -7,7 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use audit_lib::{AuditMessage, Identity, PartitionProgress, Window};
-use store::AuditStore;
+use store::{Deployment, Inventory, VerdictReads};
 use support::*;
 
 fn progress(partitions: &[i32]) -> AuditMessage {

@@ -7,7 +7,7 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use store::{AuditStore, Store, TimeRange};
+use store::{Inventory, Store, TimeRange, VerdictReads};
 use support::*;
 
 /// The roll-up wakes on every staged batch and at least every second; 5 s leaves room

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use store::{AuditStore, TimeRange};
+use store::{Inventory, TimeRange, VerdictReads};
 use support::*;
 use tokio_util::sync::CancellationToken;
 

@@ -6,7 +6,7 @@ use crate::support;
 use std::time::Duration;
 
 use collector::config::CollectConfig;
-use store::{AuditStore, TimeRange};
+use store::{Inventory, TimeRange, VerdictReads};
 use support::*;
 use tokio_util::sync::CancellationToken;
 

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use store::{AuditStore, Store};
+use store::{Inventory, Store, VerdictReads};
 use support::*;
 
 const PARTITIONS: i32 = 2;

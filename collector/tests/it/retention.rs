@@ -6,7 +6,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use store::{AuditStore, TimeRange};
+use store::{Deployment, Ingest, TimeRange, Upkeep, VerdictReads};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

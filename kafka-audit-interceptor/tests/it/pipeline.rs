@@ -18,7 +18,7 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use store::{AuditStore, TimeRange, WindowRow};
+use store::{Deployment, TimeRange, VerdictReads, WindowRow};
 
 use crate::clients::{self, Kind, PluginConfig};
 use crate::e2e::{self, TwoTiers};

@@ -12,7 +12,10 @@
 
 use std::time::Duration;
 
-use store::{AuditBody, AuditStore, Batch, Increment, Message, PgStore, Reject, WindowStats};
+use store::{
+    AuditBody, Batch, Deployment, Increment, Ingest, Inventory, Message, PgStore, Reject, Upkeep,
+    VerdictReads, WindowStats,
+};
 
 use crate::e2e::*;
 

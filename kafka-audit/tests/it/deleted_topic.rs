@@ -15,7 +15,7 @@ use std::time::Duration;
 use e2e::*;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use store::AuditStore;
+use store::{Deployment, VerdictReads};
 use tokio_util::sync::CancellationToken;
 use web::metrics::ChannelLabels;
 use web::AppState;

@@ -25,7 +25,7 @@ use crate::support::{producer, WINDOW_MS};
 use std::time::Duration;
 
 use audit_lib::{Aggregator, AuditMessage, EventTimeConfig, Identity, Limits, Observation};
-use store::AuditStore;
+use store::VerdictReads;
 use web::engine::{Lifecycle, Verdict};
 use web::AppState;
 

@@ -325,7 +325,7 @@ bootstrap_servers = "{bootstrap}"
     let flood_stored = produced.elapsed();
     let reader = store::Store::connect(db.url()).await.unwrap();
     let stored = testkit::wait_until_async(Duration::from_secs(60), || async {
-        use store::AuditStore;
+        use store::VerdictReads;
         let mut all = true;
         for m in &behind {
             let rows = reader

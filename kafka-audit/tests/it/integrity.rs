@@ -9,9 +9,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use audit_lib::{AuditMessage, Identity, PartitionProgress, Window, WindowStats};
+use audit_lib::{AuditMessage, Identity, PartitionProgress};
 use serde_json::Value;
-use store::AuditStore;
+use store::VerdictReads;
 
 pub const WINDOW: i64 = 600_000;
 pub const PRODUCER_TOKEN: &str = "producer-dc1-3f9a1c07e5b2d8640a1f";
@@ -75,22 +75,10 @@ pub fn six_windows() -> Vec<i64> {
 }
 
 pub fn increment(tier: &str, window: i64, count: u64) -> AuditMessage {
-    let stats = WindowStats {
-        count,
-        bytes: count * 100,
-        checksum: audit_lib::Checksum(count),
-        ..WindowStats::default()
-    };
-    AuditMessage::increment(
-        &Identity::new(tier, "dc1", format!("{tier}-0")),
-        "orders",
-        Window {
-            start_ms: window,
-            end_ms: window + WINDOW,
-        },
-        stats,
-        common::now_ms(),
-    )
+    testkit::increment("orders", window, window + WINDOW, count)
+        .tier(tier)
+        .emitted_at(common::now_ms())
+        .build()
 }
 
 /// producer 1 000 in each window, regional 1 000 except 963 in w2, and regional's

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use store::AuditStore;
+use store::{Deployment, VerdictReads};
 use web::engine::{Lifecycle, Verdict};
 
 const PARTITIONS: i32 = 2;

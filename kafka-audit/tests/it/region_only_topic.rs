@@ -14,7 +14,7 @@ use crate::support;
 use std::time::Duration;
 
 use rdkafka::producer::{BaseRecord, Producer};
-use store::AuditStore;
+use store::Deployment;
 use support::*;
 use tokio_util::sync::CancellationToken;
 use web::engine::{Lifecycle, Verdict};

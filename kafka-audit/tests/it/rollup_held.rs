@@ -12,7 +12,7 @@ use crate::e2e;
 use std::time::Duration;
 
 use e2e::*;
-use store::AuditStore;
+use store::VerdictReads;
 use web::engine::Lifecycle;
 
 const PARTITIONS: i32 = 2;

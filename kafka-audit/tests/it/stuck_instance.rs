@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use e2e::*;
-use store::AuditStore;
+use store::{Deployment, VerdictReads};
 use support::*;
 use tokio_util::sync::CancellationToken;
 

@@ -13,9 +13,8 @@ use crate::support;
 use std::time::Duration;
 
 use e2e::*;
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use store::AuditStore;
+use store::VerdictReads;
 use support::*;
 use web::engine::{Lifecycle, Verdict};
 
@@ -31,8 +30,7 @@ fn produce_transaction(
     base: i64,
     mut skip: impl FnMut(u64, i64) -> bool,
 ) {
-    let txn: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let txn: ThreadedProducer<DefaultProducerContext> = testkit::client_config(bootstrap)
         .set("transactional.id", testkit::unique("e2e-txn"))
         .create()
         .expect("transactional producer");
@@ -148,8 +146,7 @@ async fn a_partition_not_read_yet_holds_its_windows_back() {
     // 0 in an open transaction.
     let base = base_time();
     let (pa, pb) = (producer(a), producer(b));
-    let txn: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", b)
+    let txn: ThreadedProducer<DefaultProducerContext> = testkit::client_config(b)
         .set("transactional.id", testkit::unique("unread-e2e-txn"))
         .create()
         .expect("transactional producer");

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::now_ms;
 use store::{
-    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, OffsetSpan,
-    PartitionProgress, Store, WindowStats,
+    AuditBody, Batch, Deployment, Ingest, LatencyHistogram, Message, OffsetSpan, PartitionProgress,
+    Store,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -42,32 +42,17 @@ tokens = [{ name = "airflow", token = "airflow-reader-token-0123456789abcdef", s
 "#;
 
 fn increment(topic: &str, tier: &str, window_start: i64, count: u64) -> Message {
-    Message {
-        version: audit_lib::AUDIT_MESSAGE_VERSION,
-        uuid: Uuid::new_v4(),
-        topic: topic.into(),
-        tier: tier.into(),
-        datacenter: "dc1".into(),
-        host: format!("{tier}-0"),
-        emitted_at: now_ms(),
-        body: AuditBody::Increment(Increment {
-            window_start,
-            window_end: window_start + WINDOW,
-            stats: WindowStats {
-                count,
-                bytes: count * 100,
-                checksum: audit_lib::Checksum(count),
-                latency: LatencyHistogram::from_buckets(0, 0, 50, [(190, count)]).unwrap(),
-                offsets: vec![OffsetSpan {
-                    partition: 0,
-                    min: 0,
-                    max: count as i64 - 1,
-                    max_record_time: None,
-                }],
-                ..WindowStats::default()
-            },
-        }),
-    }
+    testkit::increment(topic, window_start, window_start + WINDOW, count)
+        .tier(tier)
+        .emitted_at(now_ms())
+        .latency(LatencyHistogram::from_buckets(0, 0, 50, [(190, count)]).unwrap())
+        .offsets(vec![OffsetSpan {
+            partition: 0,
+            min: 0,
+            max: count as i64 - 1,
+            max_record_time: None,
+        }])
+        .build()
 }
 
 /// The regional auditor has read `topic` up to `record_time` (lag 0 only when it has

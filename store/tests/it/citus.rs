@@ -1,7 +1,7 @@
 //! The store distributed by topic on a Citus cluster, as docs/operations.md tells an
 //! operator to do it.
 
-use store::{AuditStore, PgStore};
+use store::{Deployment, PgStore};
 
 /// The operator's commands, run by the tests as they are published.
 pub const DISTRIBUTE: &str = include_str!("../../../deploy/citus/distribute.sql");

@@ -2,5 +2,6 @@
 
 mod citus;
 mod conformance;
+mod layout;
 mod partitions;
 mod postgres_tls;

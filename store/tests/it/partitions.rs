@@ -92,39 +92,28 @@ fn message(topic: &str, tier: &str, dc: &str, window_start: i64, count: u64, sal
         (100 + (salt % 7) as u32, count / 2),
         (140, count - count / 2),
     ];
-    Message {
-        version: audit_lib::AUDIT_MESSAGE_VERSION,
-        uuid: Uuid::new_v4(),
-        topic: topic.into(),
-        tier: tier.into(),
-        datacenter: dc.into(),
-        host: format!("{tier}-{dc}-0"),
-        emitted_at: window_start + W + 1_000,
-        body: AuditBody::Increment(Increment {
-            window_start,
-            window_end: window_start + W,
-            stats: WindowStats {
-                count,
-                bytes: count * 100,
-                no_time_count: salt % 3,
-                malformed_count: salt % 2,
-                out_of_bounds_count: 0,
-                // the old schema had no such column: what the conversion carries is 0
-                observation_time_count: 0,
-                delivery_failed_count: 0,
-                checksum: audit_lib::Checksum(count.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt),
-                latency: LatencyHistogram::from_buckets(0, 0, 5_000 + salt as i64, buckets)
-                    .expect("histogram"),
-                offsets: vec![OffsetSpan {
-                    partition: (salt % 3) as i32,
-                    min: salt as i64 * 10,
-                    max: salt as i64 * 10 + count as i64,
-                    max_record_time: None,
-                }],
-                max_observed_at: None,
-            },
-        }),
-    }
+    // observation_time_count stays 0: the old schema had no such column, and what the
+    // conversion carries is 0.
+    testkit::increment(topic, window_start, window_start + W, count)
+        .tier(tier)
+        .datacenter(dc)
+        .host(format!("{tier}-{dc}-0"))
+        .emitted_at(window_start + W + 1_000)
+        .checksum(count.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt)
+        .latency(
+            LatencyHistogram::from_buckets(0, 0, 5_000 + salt as i64, buckets).expect("histogram"),
+        )
+        .offsets(vec![OffsetSpan {
+            partition: (salt % 3) as i32,
+            min: salt as i64 * 10,
+            max: salt as i64 * 10 + count as i64,
+            max_record_time: None,
+        }])
+        .stats(|s| {
+            s.no_time_count = salt % 3;
+            s.malformed_count = salt % 2;
+        })
+        .build()
 }
 
 fn progress(topic: &str, tier: &str, dc: &str, emitted_at: i64, next_offset: i64) -> Message {

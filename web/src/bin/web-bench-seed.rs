@@ -1,7 +1,7 @@
 //! Seeds a store through its real write path with a small pipeline history that has
 //! every kind of verdict: `seed STORE_URL [HOURS]` (HOURS = 0: only migrate). Also
 //! `seed --retention STORE_URL CUTOFF_MS [BATCH]`: the collector's retention pass
-//! (`AuditStore::retention` until nothing older than CUTOFF_MS is left), timed, for
+//! (`Upkeep::retention` until nothing older than CUTOFF_MS is left), timed, for
 //! bench/store-scale.sh. Topology to serve it with:
 //! bench/serve-seeded.toml (producer → regional one-to-one in dc1/dc2, regional →
 //! aggregate many-to-one into `agg`).
@@ -12,8 +12,8 @@
 
 use common::now_ms;
 use store::{
-    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, OffsetSpan,
-    PartitionProgress, WindowStats,
+    AuditBody, Batch, Deployment, Increment, Ingest, LatencyHistogram, Message, OffsetSpan,
+    PartitionProgress, Upkeep, WindowStats,
 };
 
 const WINDOW: i64 = 600_000;

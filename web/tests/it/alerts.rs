@@ -373,7 +373,7 @@ async fn alerting_job_runs_alone() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("audit.db").display());
     let store = store::Store::connect(&url).await.unwrap();
-    store::AuditStore::migrate(&store).await.unwrap();
+    store::Deployment::migrate(&store).await.unwrap();
     seed_loss(&store, "orders", settled_window()).await;
     let mut cfg = config(&channels(&base, ""));
     cfg.serve.database_url = url;
@@ -411,7 +411,7 @@ async fn stalled_auditor_is_one_alert_and_resolves_when_it_reports_again() {
     }
     messages.push(progress);
     // ...and was received two hours ago, nothing since: stalled (stall_after = 30 min).
-    store::AuditStore::write_batch(
+    store::Ingest::write_batch(
         &store,
         &store::Batch {
             messages,
@@ -768,7 +768,7 @@ url = "{base}/redirect/elsewhere"
 /// stored in the writer and nothing is written to the reader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alert_state_goes_to_the_writer_and_reads_to_the_replica() {
-    use store::AuditStore;
+    use store::AlertLedger;
     let (receiver, base) = start_receiver().await;
     let (reader_rw, _reader_db) = store(Backend::Postgres).await;
     let (writer, _writer_db) = store(Backend::Postgres).await;
@@ -1177,7 +1177,7 @@ async fn an_alert_whose_window_leaves_the_horizon_is_not_resolved(backend: Backe
     for later in [now + 2 * DAY, w + horizon] {
         evaluate_and_sync(&state, &mut hook, later).await;
         assert_eq!(
-            store::AuditStore::open_alerts(&store, "hook")
+            store::AlertLedger::open_alerts(&store, "hook")
                 .await
                 .unwrap()
                 .len(),
@@ -1200,7 +1200,7 @@ async fn an_alert_whose_window_leaves_the_horizon_is_not_resolved(backend: Backe
     }
     assert_eq!(actions(&receiver), one_page, "over the whole run");
     assert_eq!(
-        store::AuditStore::open_alerts(&store, "hook")
+        store::AlertLedger::open_alerts(&store, "hook")
             .await
             .unwrap(),
         vec![],
@@ -1227,7 +1227,7 @@ async fn alerts_of_a_forgotten_topic_are_not_resolved(backend: Backend) {
     let now = now_ms();
     // Read past the window's settle time an hour ago, then nothing: stalled.
     let last = now - 60 * MIN;
-    store::AuditStore::write_batch(
+    store::Ingest::write_batch(
         &store,
         &store::Batch {
             messages: vec![
@@ -1288,7 +1288,7 @@ async fn alerts_of_a_forgotten_topic_are_not_resolved(backend: Backend) {
     assert!(state.index.read().unwrap().auditors.is_empty());
     assert_eq!(actions(&receiver).len(), 2, "{:#?}", receiver.got());
     assert_eq!(
-        store::AuditStore::open_alerts(&store, "hook")
+        store::AlertLedger::open_alerts(&store, "hook")
             .await
             .unwrap(),
         vec![]
@@ -1335,7 +1335,7 @@ async fn an_alert_whose_window_left_the_horizon_while_serve_was_down_is_not_reso
     hook.on_publication(&published, later).await;
     assert_eq!(expired_and_open(&second), (1, 0));
     assert_eq!(
-        store::AuditStore::open_alerts(&store, "hook")
+        store::AlertLedger::open_alerts(&store, "hook")
             .await
             .unwrap(),
         vec![]
@@ -1378,7 +1378,7 @@ async fn open_alerts_wait_while_nothing_is_judged(backend: Backend) {
         reason: "no progress report for longer than 1800 s".into(),
     };
     for a in [&loss, &stalled] {
-        store::AuditStore::save_open_alert(
+        store::AlertLedger::save_open_alert(
             &store,
             "hook",
             &a.dedup_key,
@@ -1399,7 +1399,7 @@ async fn open_alerts_wait_while_nothing_is_judged(backend: Backend) {
     assert_eq!(actions(&receiver), vec![]);
     assert_eq!(expired_and_open(&state), (0, 2));
     assert_eq!(
-        store::AuditStore::open_alerts(&store, "hook")
+        store::AlertLedger::open_alerts(&store, "hook")
             .await
             .unwrap()
             .len(),

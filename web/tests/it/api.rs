@@ -819,7 +819,7 @@ async fn serves_https_with_tls_cert_and_key() {
 /// ranges than one read returns (forged partitions) cannot exhaust `serve`'s memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offset_reads_are_bounded() {
-    use store::AuditStore;
+    use store::VerdictReads;
     for backend in [Backend::Sqlite, Backend::Postgres] {
         let (state, _db) = state(backend, "[serve]\nevaluate_every = \"1h\"").await;
         let w = settled_window();

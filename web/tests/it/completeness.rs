@@ -523,7 +523,7 @@ async fn staged_increments_keep_a_window_pending_until_rolled_up(backend: Backen
         rejects: vec![],
         received_at_ms: now_ms(),
     };
-    store::AuditStore::stage_batch(&state.store, &staged)
+    store::Ingest::stage_batch(&state.store, &staged)
         .await
         .expect("stage");
     let uri = format!(
@@ -548,7 +548,7 @@ async fn staged_increments_keep_a_window_pending_until_rolled_up(backend: Backen
         // SQLite adds increments up as it stores them.
         Backend::Sqlite => assert_eq!(r.body["status"], "incomplete", "{}", r.body),
     }
-    while store::AuditStore::rollup(&state.store, 1000)
+    while store::Ingest::rollup(&state.store, 1000)
         .await
         .expect("roll-up")
         > 0

@@ -52,7 +52,7 @@ async fn verdicts_are_identical_after_converting_an_old_store() {
     store::old_schema::migrate(&pool).await;
     store::old_schema::fill(&pool, reference_pg, &messages, &[]).await;
     let converted = Store::connect(db.url()).await.unwrap();
-    use store::AuditStore;
+    use store::Deployment;
     converted.migrate().await.expect("the conversion migration");
     let converted = AppState::new(config(extra), converted).expect("state");
 

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::Value;
-use store::{AuditStore, Batch, Message};
+use store::{Batch, Ingest, Message};
 use support::*;
 use web::alert::ChannelWorker;
 use web::engine::{Lifecycle, Verdict};

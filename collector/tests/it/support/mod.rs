@@ -6,17 +6,19 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use audit_lib::{
-    AuditMessage, Checksum, Identity, LatencyHistogram, OffsetSpan, Window, WindowStats,
-};
+use audit_lib::{AuditMessage, LatencyHistogram, OffsetSpan};
 use collector::config::{
     CollectConfig, HttpConfig, KafkaSourceConfig, RetentionConfig, StoreConfig,
 };
 use common::KafkaConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
-use store::{AuditStore, Store, TimeRange};
+use store::{Store, TimeRange, VerdictReads};
+
+// The test producer and the committed-offset readers are testkit's (`committed` is
+// the sum over the partitions). Not every test binary that includes this module
+// uses them all (kafka-audit's collect_sigkill reads them per partition).
+#[allow(unused_imports)]
+pub use testkit::{committed_per_partition, committed_total as committed, producer};
 
 pub const W: i64 = 600_000;
 pub const T0: i64 = 1_764_410_400_000;
@@ -24,33 +26,21 @@ pub const T0: i64 = 1_764_410_400_000;
 /// An increment of `count` messages of `topic` in window `window` with a checksum and
 /// latencies derived from `seed`, so distinct seeds give distinct contributions.
 pub fn increment(topic: &str, window: i64, count: u64, seed: u64) -> AuditMessage {
-    let identity = Identity::new("regional", "dc1", format!("auditor-{}", seed % 3));
     let mut latency = LatencyHistogram::new();
     latency.record_n(20 + (seed % 200) as i64, count.saturating_sub(1));
     latency.record_n(-5, 1.min(count));
-    let stats = WindowStats {
-        count,
-        bytes: count * 100,
-        no_time_count: 0,
-        malformed_count: 0,
-        out_of_bounds_count: 0,
-        observation_time_count: 0,
-        delivery_failed_count: 0,
-        checksum: Checksum(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (seed << 7)),
-        latency,
-        offsets: vec![OffsetSpan {
+    testkit::increment(topic, T0 + window * W, T0 + (window + 1) * W, count)
+        .host(format!("auditor-{}", seed % 3))
+        .checksum(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (seed << 7))
+        .latency(latency)
+        .offsets(vec![OffsetSpan {
             partition: (seed % 4) as i32,
             min: seed as i64,
             max: seed as i64 + count as i64,
             max_record_time: None,
-        }],
-        max_observed_at: None,
-    };
-    let window = Window {
-        start_ms: T0 + window * W,
-        end_ms: T0 + (window + 1) * W,
-    };
-    AuditMessage::increment(&identity, topic, window, stats, T0 + 10 * W + seed as i64)
+        }])
+        .emitted_at(T0 + 10 * W + seed as i64)
+        .build()
 }
 
 /// Expected (count, checksum, increments) per (topic, window start) of distinct messages.
@@ -106,15 +96,6 @@ pub async fn wait_stored(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-pub fn producer(bootstrap: &str) -> FutureProducer {
-    testkit::client_config(bootstrap)
-        .set("linger.ms", "5")
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .expect("create producer")
 }
 
 /// Produces every payload (all in flight at once), waits for every delivery and
@@ -251,42 +232,6 @@ pub fn wait_committed(bootstrap: &str, group: &str, topic: &str, partitions: i32
     testkit::wait_until(Duration::from_secs(60), || {
         committed(bootstrap, group, topic, partitions) == n
     })
-}
-
-/// Sum of the committed offsets of `group` over the partitions of `topic`.
-pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {
-    committed_per_partition(bootstrap, group, topic, partitions)
-        .iter()
-        .sum()
-}
-
-/// The committed offset of `group` per partition of `topic` (0 when none).
-pub fn committed_per_partition(
-    bootstrap: &str,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-) -> Vec<i64> {
-    let consumer: BaseConsumer = testkit::client_config(bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("create consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
-    committed
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        })
-        .collect()
 }
 
 pub async fn http_post(

@@ -131,7 +131,7 @@ fn seeded_latency(tier_index: usize, count: u64) -> audit_lib::LatencyHistogram 
 /// Six settled windows starting three hours ago, every tier of the example topology,
 /// progress of the auditors, one rejected message. Returns the first window's start.
 async fn seed(store: &store::Store, now: i64) -> i64 {
-    use store::{AuditBody, AuditStore, Batch, Increment, Message, OffsetSpan, WindowStats};
+    use store::{AuditBody, Batch, Increment, Ingest, Message, OffsetSpan, WindowStats};
     let first = (now - 3 * 3_600_000) / WINDOW_MS * WINDOW_MS;
     let mut messages = Vec::new();
     for k in 0..6 {
@@ -214,7 +214,7 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
     let db = testkit::fresh_database("grafana").await;
     let store = store::Store::connect(db.url()).await.unwrap();
     {
-        use store::AuditStore;
+        use store::Deployment;
         store.migrate().await.unwrap();
     }
     let now = now_ms();
@@ -352,7 +352,7 @@ async fn grafana_queries_run_against_the_migrated_schema_and_show_the_seeded_pip
     let window = audit_lib::WindowSize::from_millis(WINDOW_MS).unwrap();
     let topology = web::engine::Topology::learned(serve.topology, window).unwrap();
     let (rows, progress) = {
-        use store::AuditStore;
+        use store::VerdictReads;
         let range = store::TimeRange::new(first, first + 6 * WINDOW_MS);
         let rows = store.topic_windows(TOPIC, range).await.unwrap();
         (rows, store.progress(Some(TOPIC)).await.unwrap())

@@ -165,7 +165,7 @@ fn table<'a>(doc: &'a mut toml::Table, key: &str) -> &'a mut toml::Table {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_configs_run_the_pipeline_with_the_real_binary() {
     use rdkafka::producer::{FutureProducer, FutureRecord};
-    use store::AuditStore;
+    use store::VerdictReads;
     let bootstrap = testkit::kafka_a();
     let db = testkit::fresh_database("compose_smoke").await;
     let dir = std::env::temp_dir().join(testkit::unique("compose-smoke"));

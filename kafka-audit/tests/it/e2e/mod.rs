@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
 use serde_json::Value;
-use store::AuditStore;
+use store::{Deployment, VerdictReads};
 use web::engine::{Lifecycle, Verdict};
 use web::AppState;
 

@@ -26,13 +26,12 @@ use audit_lib::sink::{KafkaSink, Sink};
 use audit_lib::{Aggregator, Identity};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Message, Timestamp};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::ClientContext;
-use store::AuditStore;
+use store::{Deployment, VerdictReads};
 use web::AppState;
 
 use crate::e2e::{Pages, Service};
@@ -490,9 +489,8 @@ impl ProducerTier {
             acked: Mutex::new(Vec::new()),
             failed: AtomicU64::new(0),
         };
-        let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", bootstrap)
-            .set("linger.ms", "5");
+        let mut cfg = testkit::client_config(bootstrap);
+        cfg.set("linger.ms", "5");
         for (k, v) in props {
             cfg.set(*k, *v);
         }
@@ -647,8 +645,7 @@ impl Drop for ProducerTier {
 /// What `topic` holds now: every record of every partition up to its high watermark,
 /// read back (read_committed) by a consumer of its own.
 pub fn read_log(bootstrap: &str, topic: &str, partitions: i32) -> Vec<Record> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let consumer: BaseConsumer = testkit::client_config(bootstrap)
         .set("group.id", "unused-assign-only")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")

@@ -7,8 +7,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::Value;
 use store::{
-    AuditBody, AuditStore, Batch, Increment, LatencyHistogram, Message, PartitionProgress, Store,
-    WindowStats,
+    AuditBody, Batch, Deployment, Increment, Ingest, LatencyHistogram, Message, PartitionProgress,
+    Store, WindowStats,
 };
 use tower::ServiceExt;
 use uuid::Uuid;

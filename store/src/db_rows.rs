@@ -1,9 +1,10 @@
-//! Database row shapes shared by both stores (every column an i64, i32 or text) and
-//! their conversion to the public row types.
+//! Database row shapes, private to the store: what a `SELECT` decodes into on both
+//! backends (every column an i64, i32 or text), and their conversion to the public
+//! domain types of domain.rs.
 
-use crate::model::*;
+use crate::domain::*;
 
-/// A row of `SELECT` [`crate::shared::WINDOW_COLUMNS`], decoded by position in that
+/// A row of `SELECT` [`crate::sql::WINDOW_COLUMNS`], decoded by position in that
 /// order and without sqlx's per-value check of the column type (every column is a BIGINT
 /// or TEXT of the migrated schema; a value that does not decode is still an error): by
 /// name and checked, decoding was ~20 % of serve's CPU in a cold start.

@@ -1,212 +1,7 @@
-//! Row types of the store: what the collector writes and what the web service reads.
-//!
-//! Times are epoch milliseconds (`_ms`), as in audit message v1. Counts are `u64` as on
-//! the wire; the store keeps them as signed 64-bit integers, so a value above
-//! `i64::MAX` is rejected by [`validate_message`] before it reaches a transaction.
+//! The bounds of what the store accepts and what the collector accepts from the
+//! outside, and the typed reason a message is rejected ([`RejectReason`]).
 
-use serde::{Deserialize, Serialize};
-
-/// A half-open range `[start_ms, end_ms)` of window starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimeRange {
-    pub start_ms: i64,
-    pub end_ms: i64,
-}
-
-impl TimeRange {
-    pub fn new(start_ms: i64, end_ms: i64) -> Self {
-        Self { start_ms, end_ms }
-    }
-}
-
-/// Identifies one stored window row.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct WindowKey {
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
-    pub window_start_ms: i64,
-}
-
-/// An audit message as the store takes it: audit-lib's own type (message format v1),
-/// an increment of window statistics or a progress report. The store keeps no copy
-/// of the domain; only its SQL row types (rows.rs) are its own.
-pub use audit_lib::{
-    AuditBody, AuditMessage as Message, Increment, LatencyHistogram, OffsetSpan, PartitionProgress,
-    WindowStats,
-};
-
-/// A message that failed validation: kept with its reason, never counted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reject {
-    /// Where it came from, e.g. `kafka:regional/audit/3@1234` or `http:127.0.0.1:5555`.
-    pub source: String,
-    pub reason: String,
-    /// The payload, lossily decoded and truncated by the caller.
-    pub payload: String,
-}
-
-/// What the collector writes in one database transaction.
-#[derive(Debug, Clone, Default)]
-pub struct Batch {
-    pub messages: Vec<Message>,
-    pub rejects: Vec<Reject>,
-    /// The collector's clock when the batch was written.
-    pub received_at_ms: i64,
-}
-
-/// Outcome of one message of a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WriteOutcome {
-    /// First time this UUID was seen: its increment was added.
-    Accepted,
-    /// The UUID was already stored (or appeared earlier in the same batch): nothing added.
-    Duplicate,
-}
-
-/// Per message of [`Batch::messages`], in the same order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BatchOutcome {
-    pub outcomes: Vec<WriteOutcome>,
-}
-
-impl BatchOutcome {
-    pub fn accepted(&self) -> usize {
-        self.outcomes
-            .iter()
-            .filter(|o| **o == WriteOutcome::Accepted)
-            .count()
-    }
-    pub fn duplicates(&self) -> usize {
-        self.outcomes.len() - self.accepted()
-    }
-}
-
-/// The sum of all first-seen increments of one (topic, tier, datacenter, window).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WindowRow {
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
-    pub window_start_ms: i64,
-    pub window_end_ms: i64,
-    pub count: u64,
-    pub bytes: u64,
-    pub no_time_count: u64,
-    pub malformed_count: u64,
-    pub out_of_bounds_count: u64,
-    /// Not in `count`: messages with no tier-invariant time, windowed by the
-    /// auditor's observation time; shown, never compared across tiers.
-    pub observation_time_count: u64,
-    /// Not in `count`: messages a producer tier was told it could not deliver (its
-    /// known loss; silent loss is the next tier's count below this one's).
-    pub delivery_failed_count: u64,
-    pub checksum: u64,
-    /// Merged latency histogram of all increments.
-    pub latency: LatencyHistogram,
-    /// How many increments were added into this row.
-    pub increments: u64,
-    pub first_received_at_ms: i64,
-    pub last_received_at_ms: i64,
-    /// The read's bucket cap ([`crate::MAX_BUCKET_ROWS`]) left this row without its
-    /// latency: `latency` is empty because it was not read, not because nothing was
-    /// measured (a delay cannot be ruled out).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub latency_unread: bool,
-    /// The latest observation time of the row's increments (their emitters' clocks;
-    /// `None`: no increment carried one, e.g. emitters older than issue 24).
-    pub max_observed_at_ms: Option<i64>,
-    /// `(partition, latest record time counted in it)`, by partition, from the offset
-    /// ranges of the increments that carried one: the upstream evidence the engine
-    /// asks a downstream tier to have read past (docs/web.md, Verdicts). Empty when
-    /// none did, and for a window whose offset rows a capped read did not read whole
-    /// (then the engine falls back to `max_observed_at_ms`).
-    pub record_times: Vec<(i32, i64)>,
-}
-
-impl WindowRow {
-    pub fn key(&self) -> WindowKey {
-        WindowKey {
-            topic: self.topic.clone(),
-            tier: self.tier.clone(),
-            datacenter: self.datacenter.clone(),
-            window_start_ms: self.window_start_ms,
-        }
-    }
-}
-
-/// One page of windows across topics, ordered by (topic, window_start, tier, datacenter).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WindowPage {
-    pub rows: Vec<WindowRow>,
-    /// Pass as `after_topic` to get the next page; `None` when this was the last.
-    pub next_after_topic: Option<String>,
-}
-
-/// Latest progress watermark of one partition at one tier.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProgressRow {
-    pub topic: String,
-    pub tier: String,
-    pub datacenter: String,
-    pub partition: i32,
-    pub host: String,
-    pub next_offset: i64,
-    pub record_time_ms: Option<i64>,
-    pub lag: Option<i64>,
-    pub emitted_at_ms: i64,
-    pub received_at_ms: i64,
-    /// The latest record time the auditor read on the partition (capped at its clock);
-    /// `None` from auditors older than issue 24.
-    pub max_record_time_ms: Option<i64>,
-    /// The partition's records carry LogAppendTime.
-    pub log_append_time: bool,
-}
-
-/// When an emitter (auditor instance) was last heard from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EmitterRow {
-    pub tier: String,
-    pub datacenter: String,
-    pub host: String,
-    /// Latest `emitted_at` of its accepted messages (its clock).
-    pub last_emitted_at_ms: i64,
-    /// When the collector last accepted a message of it (the collector's clock).
-    pub last_received_at_ms: i64,
-    pub messages: u64,
-}
-
-/// A stored reject.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RejectRow {
-    pub id: i64,
-    pub received_at_ms: i64,
-    pub source: String,
-    pub reason: String,
-    pub payload: String,
-}
-
-/// What one retention pass removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetentionOutcome {
-    /// Rows deleted one by one (SQLite; PostgreSQL: from the default partitions).
-    pub windows: u64,
-    pub messages: u64,
-    pub rejects: u64,
-    /// Whole day partitions dropped (PostgreSQL), of every partitioned table.
-    pub partitions: u64,
-    /// Steps that failed in this call (PostgreSQL; each logged with its cause). The
-    /// steps are independent: the others ran. Not part of [`RetentionOutcome::total`].
-    pub failed_steps: u64,
-}
-
-impl RetentionOutcome {
-    /// Rows and partitions removed.
-    pub fn total(&self) -> u64 {
-        self.windows + self.messages + self.rejects + self.partitions
-    }
-}
+use crate::domain::*;
 
 /// Longest topic name (Kafka's limit).
 pub const MAX_TOPIC_LEN: usize = 249;
@@ -259,50 +54,125 @@ impl Reject {
     }
 }
 
-fn name(field: &str, value: &str, max: usize, extra: &[u8]) -> Result<(), String> {
+/// Why a message is rejected. Its `Display` is the reason stored with the reject and
+/// logged (word for word what the store said before the reasons were typed), so
+/// stored rejects and their counters read the same.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RejectReason {
+    #[error("{field} is empty")]
+    EmptyName { field: &'static str },
+    #[error("{field} longer than {max} bytes")]
+    NameTooLong { field: &'static str, max: usize },
+    /// `allowed_extra`: the bytes this field allows beyond `A-Z a-z 0-9 . _ -`.
+    #[error(
+        "{field} holds byte 0x{byte:02x}; allowed are A-Z a-z 0-9 . _ -{}",
+        spaced(allowed_extra)
+    )]
+    ForbiddenByte {
+        field: &'static str,
+        byte: u8,
+        allowed_extra: &'static [u8],
+    },
+    #[error("{field} = {value} is negative")]
+    Negative { field: &'static str, value: i64 },
+    #[error("{field} = {value} exceeds {max}")]
+    TooLarge {
+        field: &'static str,
+        value: u64,
+        max: u64,
+    },
+    #[error("window [{start}, {end}) is {size} ms long; allowed are {MIN_WINDOW_MS} to {MAX_WINDOW_MS} ms")]
+    WindowLength { start: i64, end: i64, size: i64 },
+    #[error("window_start {start} is not a multiple of the window size {size} ms")]
+    WindowUnaligned { start: i64, size: i64 },
+    /// A part of `count` (messages without a time, malformed, out of bounds) above it.
+    #[error("{field} = {value} exceeds count = {count}")]
+    PartExceedsCount {
+        field: &'static str,
+        value: u64,
+        count: u64,
+    },
+    #[error("latency histogram holds {total} values, more than count = {count}")]
+    LatencyExceedsCount { total: u64, count: u64 },
+    #[error("{ranges} offset ranges; at most {MAX_PARTITIONS} partitions allowed")]
+    TooManyOffsetRanges { ranges: usize },
+    #[error("offset range of partition {partition} is invalid: min {min} max {max}")]
+    InvalidOffsetRange { partition: i32, min: i64, max: i64 },
+    #[error("partition {partition} listed twice in offsets")]
+    OffsetPartitionTwice { partition: i32 },
+    #[error("{partitions} partitions in progress; at most {MAX_PARTITIONS} allowed")]
+    TooManyProgressPartitions { partitions: usize },
+    #[error("next_offset {next_offset} of partition {partition} is negative")]
+    NegativeNextOffset { partition: i32, next_offset: i64 },
+    #[error("partition {partition} listed twice in progress")]
+    ProgressPartitionTwice { partition: i32 },
+    /// A time more than [`MAX_CLOCK_SKEW_MS`] after the collector's clock.
+    #[error("{field} = {value} is more than {MAX_CLOCK_SKEW_MS} ms after the collector's clock ({received_at_ms})")]
+    InTheFuture {
+        field: &'static str,
+        value: i64,
+        received_at_ms: i64,
+    },
+}
+
+impl RejectReason {
+    /// The reason as stored with a reject.
+    pub fn reason(&self) -> String {
+        self.to_string()
+    }
+}
+
+fn spaced(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!(" {}", *b as char)).collect()
+}
+
+fn name(
+    field: &'static str,
+    value: &str,
+    max: usize,
+    allowed_extra: &'static [u8],
+) -> Result<(), RejectReason> {
     if value.is_empty() {
-        return Err(format!("{field} is empty"));
+        return Err(RejectReason::EmptyName { field });
     }
     if value.len() > max {
-        return Err(format!("{field} longer than {max} bytes"));
+        return Err(RejectReason::NameTooLong { field, max });
     }
-    if let Some(bad) = value
+    if let Some(byte) = value
         .bytes()
-        .find(|b| !(b.is_ascii_alphanumeric() || b".-_".contains(b) || extra.contains(b)))
+        .find(|b| !(b.is_ascii_alphanumeric() || b".-_".contains(b) || allowed_extra.contains(b)))
     {
-        return Err(format!(
-            "{field} holds byte 0x{bad:02x}; allowed are A-Z a-z 0-9 . _ -{}",
-            extra
-                .iter()
-                .map(|b| format!(" {}", *b as char))
-                .collect::<String>()
-        ));
+        return Err(RejectReason::ForbiddenByte {
+            field,
+            byte,
+            allowed_extra,
+        });
     }
     Ok(())
 }
 
-fn names(topic: &str, tier: &str, datacenter: &str, host: &str) -> Result<(), String> {
+fn names(topic: &str, tier: &str, datacenter: &str, host: &str) -> Result<(), RejectReason> {
     name("topic", topic, MAX_TOPIC_LEN, b"")?;
     name("tier", tier, MAX_NAME_LEN, b":/")?;
     name("datacenter", datacenter, MAX_NAME_LEN, b":/")?;
     name("host", host, MAX_NAME_LEN, b":/")
 }
 
-fn at_most(field: &str, value: u64, max: u64) -> Result<(), String> {
+fn at_most(field: &'static str, value: u64, max: u64) -> Result<(), RejectReason> {
     if value > max {
-        return Err(format!("{field} = {value} exceeds {max}"));
+        return Err(RejectReason::TooLarge { field, value, max });
     }
     Ok(())
 }
 
-fn not_negative(field: &str, value: i64) -> Result<(), String> {
+fn not_negative(field: &'static str, value: i64) -> Result<(), RejectReason> {
     if value < 0 {
-        return Err(format!("{field} = {value} is negative"));
+        return Err(RejectReason::Negative { field, value });
     }
     Ok(())
 }
 
-/// Why a message cannot be stored. Checked by the collector before writing, so that a
+/// Checks that a message can be stored: `Err` says why not. Checked by the collector before writing, so that a
 /// poison message is rejected with a reason instead of failing its whole batch; the
 /// stores check it again (a failure there is [`crate::StoreError::Invalid`]).
 /// [`validate_ingest`] adds the ingest-only bounds.
@@ -325,7 +195,7 @@ fn not_negative(field: &str, value: i64) -> Result<(), String> {
 /// | `lag` | ≥ 0 |
 ///
 /// Window sums in the store saturate at `i64::MAX` rather than fail.
-pub fn validate_message(message: &Message) -> Result<(), String> {
+pub fn validate_message(message: &Message) -> Result<(), RejectReason> {
     const MAX: u64 = i64::MAX as u64;
     let m = message;
     names(&m.topic, &m.tier, &m.datacenter, &m.host)?;
@@ -336,29 +206,34 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
             not_negative("window_start", i.window_start)?;
             let size = i.window_end.saturating_sub(i.window_start);
             if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&size) {
-                return Err(format!(
-                    "window [{}, {}) is {size} ms long; allowed are {MIN_WINDOW_MS} to {MAX_WINDOW_MS} ms",
-                    i.window_start, i.window_end
-                ));
+                return Err(RejectReason::WindowLength {
+                    start: i.window_start,
+                    end: i.window_end,
+                    size,
+                });
             }
             if i.window_start % size != 0 {
-                return Err(format!(
-                    "window_start {} is not a multiple of the window size {size} ms",
-                    i.window_start
-                ));
+                return Err(RejectReason::WindowUnaligned {
+                    start: i.window_start,
+                    size,
+                });
             }
             at_most("count", s.count, MAX)?;
             at_most("bytes", s.bytes, MAX)?;
             at_most("observation_time_count", s.observation_time_count, MAX)?;
             at_most("delivery_failed_count", s.delivery_failed_count, MAX)?;
             at_most("latency.zero_count", s.latency.zero_count(), MAX)?;
-            for (name, part) in [
+            for (field, value) in [
                 ("no_time_count", s.no_time_count),
                 ("malformed_count", s.malformed_count),
                 ("out_of_bounds_count", s.out_of_bounds_count),
             ] {
-                if part > s.count {
-                    return Err(format!("{name} = {part} exceeds count = {}", s.count));
+                if value > s.count {
+                    return Err(RejectReason::PartExceedsCount {
+                        field,
+                        value,
+                        count: s.count,
+                    });
                 }
             }
             // The histogram's own invariants (bucket indexes at most
@@ -370,16 +245,15 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                 total = total.saturating_add(count);
             }
             if total > s.count {
-                return Err(format!(
-                    "latency histogram holds {total} values, more than count = {}",
-                    s.count
-                ));
+                return Err(RejectReason::LatencyExceedsCount {
+                    total,
+                    count: s.count,
+                });
             }
             if s.offsets.len() > MAX_PARTITIONS {
-                return Err(format!(
-                    "{} offset ranges; at most {MAX_PARTITIONS} partitions allowed",
-                    s.offsets.len()
-                ));
+                return Err(RejectReason::TooManyOffsetRanges {
+                    ranges: s.offsets.len(),
+                });
             }
             if let Some(t) = s.max_observed_at {
                 not_negative("max_observed_at", t)?;
@@ -387,35 +261,37 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
             let mut partitions = std::collections::HashSet::new();
             for o in &s.offsets {
                 if o.partition < 0 || o.min < 0 || o.max < o.min {
-                    return Err(format!(
-                        "offset range of partition {} is invalid: min {} max {}",
-                        o.partition, o.min, o.max
-                    ));
+                    return Err(RejectReason::InvalidOffsetRange {
+                        partition: o.partition,
+                        min: o.min,
+                        max: o.max,
+                    });
                 }
                 if let Some(t) = o.max_record_time {
                     not_negative("max_record_time", t)?;
                 }
                 if !partitions.insert(o.partition) {
-                    return Err(format!("partition {} listed twice in offsets", o.partition));
+                    return Err(RejectReason::OffsetPartitionTwice {
+                        partition: o.partition,
+                    });
                 }
             }
             Ok(())
         }
         AuditBody::Progress(parts) => {
             if parts.len() > MAX_PARTITIONS {
-                return Err(format!(
-                    "{} partitions in progress; at most {MAX_PARTITIONS} allowed",
-                    parts.len()
-                ));
+                return Err(RejectReason::TooManyProgressPartitions {
+                    partitions: parts.len(),
+                });
             }
             let mut partitions = std::collections::HashSet::new();
             for part in parts {
                 not_negative("partition", i64::from(part.partition))?;
                 if part.next_offset < 0 {
-                    return Err(format!(
-                        "next_offset {} of partition {} is negative",
-                        part.next_offset, part.partition
-                    ));
+                    return Err(RejectReason::NegativeNextOffset {
+                        partition: part.partition,
+                        next_offset: part.next_offset,
+                    });
                 }
                 for (field, t) in [
                     ("record_time", part.record_time),
@@ -429,10 +305,9 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
                     not_negative("lag", lag)?;
                 }
                 if !partitions.insert(part.partition) {
-                    return Err(format!(
-                        "partition {} listed twice in progress",
-                        part.partition
-                    ));
+                    return Err(RejectReason::ProgressPartitionTwice {
+                        partition: part.partition,
+                    });
                 }
             }
             Ok(())
@@ -444,14 +319,16 @@ pub fn validate_message(message: &Message) -> Result<(), String> {
 /// the outside: physical limits on counts ([`MAX_COUNT`], [`MAX_BYTES`]) and times no
 /// more than [`MAX_CLOCK_SKEW_MS`] ahead of `received_at_ms` (a far-future `emitted_at`
 /// would pin a progress watermark; a far-future window would outlive retention).
-pub fn validate_ingest(message: &Message, received_at_ms: i64) -> Result<(), String> {
+pub fn validate_ingest(message: &Message, received_at_ms: i64) -> Result<(), RejectReason> {
     validate_message(message)?;
     let latest = received_at_ms.saturating_add(MAX_CLOCK_SKEW_MS);
-    let not_future = |field: &str, t: i64| {
-        if t > latest {
-            Err(format!(
-                "{field} = {t} is more than {MAX_CLOCK_SKEW_MS} ms after the collector's clock ({received_at_ms})"
-            ))
+    let not_future = |field: &'static str, value: i64| {
+        if value > latest {
+            Err(RejectReason::InTheFuture {
+                field,
+                value,
+                received_at_ms,
+            })
         } else {
             Ok(())
         }
@@ -531,7 +408,7 @@ mod tests {
         }
     }
 
-    fn check(f: impl Fn(&mut Message)) -> Result<(), String> {
+    fn check(f: impl Fn(&mut Message)) -> Result<(), RejectReason> {
         let mut m = increment();
         f(&mut m);
         validate_ingest(&m, 2_000_000)
@@ -598,7 +475,7 @@ mod tests {
             ),
         };
         assert!(validate_ingest(&progress(MAX_PARTITIONS), 0).is_ok());
-        let reason = validate_ingest(&progress(100_001), 0).unwrap_err();
+        let reason = validate_ingest(&progress(100_001), 0).unwrap_err().reason();
         assert!(reason.contains("100001 partitions"), "{reason}");
     }
 
@@ -623,7 +500,7 @@ mod tests {
                 }]),
                 ..increment()
             };
-            let reason = validate_ingest(&progress, 2_000_000).unwrap_err();
+            let reason = validate_ingest(&progress, 2_000_000).unwrap_err().reason();
             assert!(reason.contains("max_record_time"), "{reason}");
         }
         assert!(check(|m| inc(m).stats.max_observed_at = Some(2_000_000)).is_ok());
@@ -633,5 +510,146 @@ mod tests {
     fn sanitized_text_has_no_control_characters_and_is_bounded() {
         assert_eq!(sanitize_text("a\0b\nc", 100), "a\u{FFFD}b\u{FFFD}c");
         assert_eq!(sanitize_text("ééé", 5), "éé");
+    }
+
+    /// Every reject reason, word for word as stored with a reject and logged: the
+    /// typed reasons must print exactly what the strings said before them.
+    #[test]
+    fn each_reject_reason_reads_as_it_always_has() {
+        let progress = |parts: Vec<PartitionProgress>| Message {
+            body: AuditBody::Progress(parts),
+            ..increment()
+        };
+        let part = |partition: i32| PartitionProgress {
+            partition,
+            ..PartitionProgress::default()
+        };
+        let offsets = |m: &mut Message, spans: Vec<OffsetSpan>| inc(m).stats.offsets = spans;
+        let far = 2_000_000 + MAX_CLOCK_SKEW_MS + 1;
+        let mut table: Vec<(Message, &str)> = Vec::new();
+        let mut row = |f: &dyn Fn(&mut Message), reason: &'static str| {
+            let mut m = increment();
+            f(&mut m);
+            table.push((m, reason));
+        };
+        row(&|m| m.topic = String::new(), "topic is empty");
+        row(
+            &|m| m.topic = "t".repeat(250),
+            "topic longer than 249 bytes",
+        );
+        row(&|m| m.tier = "t".repeat(256), "tier longer than 255 bytes");
+        row(
+            &|m| m.topic = "a:b".into(),
+            "topic holds byte 0x3a; allowed are A-Z a-z 0-9 . _ -",
+        );
+        row(
+            &|m| m.host = "a b".into(),
+            "host holds byte 0x20; allowed are A-Z a-z 0-9 . _ - : /",
+        );
+        row(
+            &|m| m.datacenter = "a\0".into(),
+            "datacenter holds byte 0x00; allowed are A-Z a-z 0-9 . _ - : /",
+        );
+        row(&|m| m.emitted_at = -1, "emitted_at = -1 is negative");
+        row(
+            &|m| inc(m).window_end = 600_500,
+            "window [600000, 600500) is 500 ms long; allowed are 1000 to 86400000 ms",
+        );
+        row(
+            &|m| inc(m).window_start = 600_001,
+            "window_start 600001 is not a multiple of the window size 599999 ms",
+        );
+        row(
+            &|m| inc(m).stats.count = MAX_COUNT + 1,
+            "count = 281474976710657 exceeds 281474976710656",
+        );
+        row(
+            &|m| inc(m).stats.count = u64::MAX,
+            "count = 18446744073709551615 exceeds 9223372036854775807",
+        );
+        row(
+            &|m| inc(m).stats.bytes = MAX_BYTES + 1,
+            "bytes = 1152921504606846977 exceeds 1152921504606846976",
+        );
+        row(
+            &|m| inc(m).stats.malformed_count = 11,
+            "malformed_count = 11 exceeds count = 10",
+        );
+        row(
+            &|m| inc(m).stats.latency.record_n(5, 11),
+            "latency histogram holds 11 values, more than count = 10",
+        );
+        row(
+            &|m| inc(m).stats.max_observed_at = Some(-1),
+            "max_observed_at = -1 is negative",
+        );
+        row(&|m| inc(m).stats.max_observed_at = Some(far), "max_observed_at = 5600001 is more than 3600000 ms after the collector's clock (2000000)");
+        row(
+            &|m| m.emitted_at = far,
+            "emitted_at = 5600001 is more than 3600000 ms after the collector's clock (2000000)",
+        );
+        row(
+            &|m| {
+                offsets(
+                    m,
+                    (0..=MAX_PARTITIONS as i32)
+                        .map(|p| OffsetSpan::new(p, 0, None))
+                        .collect(),
+                )
+            },
+            "10001 offset ranges; at most 10000 partitions allowed",
+        );
+        row(
+            &|m| {
+                let mut span = OffsetSpan::new(3, 5, None);
+                span.max = 4;
+                offsets(m, vec![span])
+            },
+            "offset range of partition 3 is invalid: min 5 max 4",
+        );
+        row(
+            &|m| offsets(m, vec![OffsetSpan::new(3, 5, Some(-2))]),
+            "max_record_time = -2 is negative",
+        );
+        row(&|m| offsets(m, vec![OffsetSpan::new(3, 5, Some(far))]), "max_record_time = 5600001 is more than 3600000 ms after the collector's clock (2000000)");
+        row(
+            &|m| {
+                offsets(
+                    m,
+                    vec![OffsetSpan::new(3, 5, None), OffsetSpan::new(3, 6, None)],
+                )
+            },
+            "partition 3 listed twice in offsets",
+        );
+        table.push((
+            progress((0..=MAX_PARTITIONS as i32).map(part).collect()),
+            "10001 partitions in progress; at most 10000 allowed",
+        ));
+        table.push((progress(vec![part(-1)]), "partition = -1 is negative"));
+        let mut behind = part(2);
+        behind.next_offset = -1;
+        table.push((
+            progress(vec![behind]),
+            "next_offset -1 of partition 2 is negative",
+        ));
+        let mut lagging = part(2);
+        lagging.lag = Some(-1);
+        table.push((progress(vec![lagging]), "lag = -1 is negative"));
+        let mut stamped = part(2);
+        stamped.record_time = Some(far);
+        table.push((
+            progress(vec![stamped]),
+            "record_time = 5600001 is more than 3600000 ms after the collector's clock (2000000)",
+        ));
+        table.push((
+            progress(vec![part(2), part(2)]),
+            "partition 2 listed twice in progress",
+        ));
+        for (message, reason) in &table {
+            assert_eq!(
+                validate_ingest(message, 2_000_000).unwrap_err().to_string(),
+                *reason
+            );
+        }
     }
 }

@@ -1,0 +1,190 @@
+//! Reads: window rows with their histograms (bounded by the bucket cap), the staged
+//! increments, topics; the rest of [`VerdictReads`] and [`Inventory`] is shared with
+//! SQLite (shared.rs).
+
+use crate::contract::*;
+use crate::db_rows::WindowDb;
+use crate::domain::*;
+use crate::error::{Context, Result, StoreError};
+
+use super::connect::PgStore;
+
+impl VerdictReads for PgStore {
+    async fn staged_windows(
+        &self,
+        topic: Option<&str>,
+        from_window_ms: i64,
+    ) -> Result<Vec<(String, String, String, i64)>> {
+        sqlx::query_as(self.message_reads().staged_windows())
+            .bind(topic)
+            .bind(from_window_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading staged increments")
+    }
+
+    crate::shared::shared_verdict_reads!();
+}
+
+impl Inventory for PgStore {
+    async fn list_topics(&self) -> Result<Vec<String>> {
+        // audit_topic, kept by the roll-up: a loose index scan of the partitioned
+        // audit_window would descend every day partition once per topic.
+        sqlx::query_scalar("SELECT topic FROM audit_topic ORDER BY topic")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing topics")
+    }
+
+    crate::shared::shared_inventory!();
+}
+
+impl PgStore {
+    crate::shared::shared_window_reads!();
+
+    const TOPIC_BUCKETS: &'static str = crate::sql::PG_TOPIC_BUCKETS;
+    const TOPIC_RECORD_TIMES: &'static str = crate::sql::PG_TOPIC_RECORD_TIMES;
+
+    pub(super) fn window_all_offsets_sql() -> &'static str {
+        crate::sql::PG_WINDOW_ALL_OFFSETS
+    }
+
+    pub(super) fn window_offsets_sql() -> &'static str {
+        &crate::sql::PG_WINDOW_OFFSETS
+    }
+
+    /// [`VerdictReads::windows_in_range`] with the bucket-row cap as a parameter (tests lower it).
+    #[doc(hidden)]
+    pub async fn windows_in_range_capped(
+        &self,
+        range: TimeRange,
+        after_topic: Option<&str>,
+        topic_limit: u32,
+        max_bucket_rows: usize,
+    ) -> Result<WindowPage> {
+        let (topics, next_after_topic) = self.range_topics(range, after_topic, topic_limit).await?;
+        let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
+            return Ok(WindowPage {
+                rows: Vec::new(),
+                next_after_topic,
+            });
+        };
+        // The page's topics are exactly those with windows in range between first and
+        // last, so bounds on topic select them (with the range of starts, one scan of
+        // the index (window_start_ms, topic) per day partition). Binding the list
+        // instead (`topic = ANY($1)`, and the buckets by `window_id = ANY(ids)`) gave
+        // the prepared statement a generic plan of one probe per listed value: ~36 s
+        // per hour of the 60 M store's horizon (bench/store-scale.sh). The rows come
+        // unordered and are sorted here: ORDER BY spilled the page (~40 000 rows, 7 MB)
+        // to disk past work_mem and took two thirds of the query's time. A read that
+        // hits the row cap is read again in order, so that what it keeps is the oldest
+        // windows, as before.
+        let sql = |order: &str| {
+            format!(
+                "SELECT {} FROM audit_window
+                 WHERE topic >= $1 AND topic <= $2 AND window_start_ms >= $3 AND window_start_ms < $4
+                 {order} LIMIT {MAX_READ_ROWS}",
+                crate::sql::WINDOW_COLUMNS
+            )
+        };
+        let read = |order: &str| {
+            let sql = sql(order);
+            async move {
+                sqlx::query_as::<_, WindowDb>(&sql)
+                    .bind(first)
+                    .bind(last)
+                    .bind(range.start_ms)
+                    .bind(range.end_ms)
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading windows of a range")
+            }
+        };
+        let mut rows = read("").await?;
+        if rows.len() >= MAX_READ_ROWS {
+            rows = read("ORDER BY topic, window_start_ms, tier, datacenter").await?;
+        } else {
+            rows.sort_unstable_by(|a, b| {
+                (&a.topic, a.window_start_ms, &a.tier, &a.datacenter).cmp(&(
+                    &b.topic,
+                    b.window_start_ms,
+                    &b.tier,
+                    &b.datacenter,
+                ))
+            });
+        }
+        // Buckets by the topics of the windows read (one index descent per topic into
+        // the key (topic, window_start_ms, ...), then the range of starts): a bucket row
+        // carries its window's topic and start, so these are the buckets of the windows
+        // above, each once (buckets of windows written since are not joined). Bounds on
+        // the topic instead would scan every start of the day partition per topic.
+        // One row past the cap shows whether it was hit.
+        // The bucket rows come as three arrays in one row: a row each cost serve more
+        // to receive and decode than the window it belongs to (~14 % of serve's CPU in
+        // a cold start). The LIMIT picks the same rows as before (in the subquery, after
+        // its ORDER BY); the arrays keep that order in practice, and are sorted here if
+        // they do not (the cap's cut needs them by window).
+        let mut read_topics: Vec<&str> = rows.iter().map(|r| r.topic.as_str()).collect();
+        read_topics.dedup();
+        // The rows (window id, key, value) of `table` for those windows, as above.
+        let per_window =
+            |table: &'static str, key: &'static str, value: &'static str, what: &'static str| {
+                let sql = format!(
+                "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg({key}), '{{}}'),
+                        coalesce(array_agg({value}), '{{}}')
+                 FROM (SELECT window_id, {key}, {value} FROM {table}
+                       WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+                         AND {value} IS NOT NULL
+                       ORDER BY window_id, {key} LIMIT {}) x",
+                crate::db_rows::bucket_limit(max_bucket_rows)
+            );
+                let read_topics = &read_topics;
+                async move {
+                    let (ids, keys, values): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&sql)
+                        .bind(read_topics)
+                        .bind(range.start_ms)
+                        .bind(range.end_ms)
+                        .fetch_one(&self.pool)
+                        .await
+                        .context(what)?;
+                    let mut triples: Vec<(i64, i32, i64)> = ids
+                        .into_iter()
+                        .zip(keys)
+                        .zip(values)
+                        .map(|((id, k), v)| (id, k, v))
+                        .collect();
+                    if !triples.is_sorted_by_key(|b| (b.0, b.1)) {
+                        triples.sort_unstable_by_key(|b| (b.0, b.1));
+                    }
+                    Ok::<_, StoreError>(triples)
+                }
+            };
+        let buckets = per_window(
+            "audit_window_bucket",
+            "bucket",
+            "count",
+            "reading latency buckets",
+        )
+        .await?;
+        // The windows' per-partition record times, the same way (only partitions with
+        // one: upstream evidence, issue 24).
+        let record_times = per_window(
+            "audit_window_offset",
+            "partition_id",
+            "max_record_time_ms",
+            "reading record times of windows",
+        )
+        .await?;
+        Ok(WindowPage {
+            rows: crate::db_rows::join_buckets_capped(
+                rows,
+                buckets,
+                record_times,
+                max_bucket_rows,
+                &crate::db_rows::topic_span(&topics),
+                range,
+            ),
+            next_after_topic,
+        })
+    }
+}
