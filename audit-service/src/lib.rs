@@ -5,18 +5,15 @@
 //! messages and consumer offsets in one Kafka transaction per report, after writing
 //! them to a local write-ahead log.
 
+mod auditor;
 pub mod checks;
 pub mod config;
 #[doc(hidden)]
 pub mod counting;
+mod kafka;
 pub mod metrics;
 mod offsets_seen;
-mod publish;
 mod raw_headers;
-mod report;
-mod restart;
-mod service;
-mod topics;
 pub mod wal;
 
 use std::sync::Arc;
@@ -26,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, Mode};
-pub use service::consumer_client_config;
+pub use kafka::client::consumer_client_config;
 
 /// Runs the audit service until `shutdown` is cancelled, then reports, publishes and
 /// commits what it has counted and returns.
@@ -83,7 +80,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let producer = until_kafka_answers("producer", &shutdown, &health, || {
         let cfg = config.clone();
         async move {
-            tokio::task::spawn_blocking(move || publish::create_producer(&cfg))
+            tokio::task::spawn_blocking(move || kafka::publisher::create_producer(&cfg))
                 .await
                 .context("producer start-up panicked")?
         }
@@ -122,12 +119,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let token = shutdown.clone();
     let h = health.clone();
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut core = service::Core::new(cfg.clone(), wal, metrics, producer)?;
+        let mut shell = kafka::shell::Shell::new(cfg.clone(), wal, metrics, producer)?;
         loop {
-            let consumer = service::create_consumer(&cfg, core)?;
-            match service::consume_loop(consumer, cfg.clone(), token.clone(), h.clone())? {
-                service::LoopExit::Shutdown => return Ok(()),
-                service::LoopExit::ConsumerFailed(c) => core = *c,
+            let consumer = kafka::context::create_consumer(&cfg, shell)?;
+            match kafka::consume::consume_loop(consumer, cfg.clone(), token.clone(), h.clone())? {
+                kafka::consume::LoopExit::Shutdown => return Ok(()),
+                kafka::consume::LoopExit::ConsumerFailed(s) => shell = *s,
             }
         }
     })

@@ -3,31 +3,100 @@
 //! consumer's group metadata; in at-least-once mode produce, flush, then commit. A
 //! failed transaction is aborted, or the producer recreated, which makes the pending
 //! entries' outcome ambiguous until the restart rule settles them.
+//!
+//! The [`Publisher`] owns the producer and answers with a typed [`PublishError`]. It
+//! runs on the thread that calls it (the consume thread at a revoke or a resend, the
+//! publishing thread for interval reports), never two at once.
 
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
-use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Arc, Mutex};
 
 use crate::config::{Config, Mode};
-use crate::metrics::ServiceError;
-use crate::restart::Origin;
-use crate::service::{AuditContext, Core};
+use crate::metrics::{Metrics, ServiceError};
 use crate::wal::WalEntry;
 
+/// Why a WAL entry was not published.
+#[derive(Debug)]
+pub(crate) enum PublishError {
+    /// The producer queue stayed full for the whole publish timeout.
+    QueueFull(Duration),
+    /// The producer can take no further transactional call: a fatal transaction
+    /// error (e.g. fenced by a newer incarnation).
+    Fatal {
+        call: &'static str,
+        error: KafkaError,
+    },
+    /// A transactional call of the producer did not return within its bound
+    /// (librdkafka #5511, see [`send_offsets`]).
+    Stuck(Duration),
+    /// Worth another attempt with the same producer (after an abort).
+    Retriable {
+        call: &'static str,
+        error: KafkaError,
+    },
+    /// The entry's offsets could not be added to its transaction.
+    OffsetsFailed(Box<PublishError>),
+    /// At-least-once: audit messages the broker did not take.
+    Undelivered { count: usize, first: String },
+    /// An entry whose offsets librdkafka refuses, or a missing consumer group
+    /// metadata: nothing to retry.
+    Invalid(String),
+}
+
+impl PublishError {
+    fn of(call: &'static str, error: KafkaError) -> PublishError {
+        match &error {
+            KafkaError::Transaction(e) if e.is_fatal() => PublishError::Fatal { call, error },
+            _ => PublishError::Retriable { call, error },
+        }
+    }
+
+    /// Whether the producer must be recreated rather than its transaction aborted.
+    fn needs_new_producer(&self) -> bool {
+        match self {
+            PublishError::Fatal { .. } | PublishError::Stuck(_) => true,
+            PublishError::OffsetsFailed(e) => e.needs_new_producer(),
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for PublishError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PublishError::QueueFull(d) => write!(f, "producer queue full for {d:?}"),
+            PublishError::Fatal { call, error } => write!(f, "{call}: fatal: {error}"),
+            PublishError::Stuck(d) => write!(
+                f,
+                "librdkafka did not return within {d:?} (librdkafka #5511: a group coordinator \
+                 that left the cluster's metadata stays cached)"
+            ),
+            PublishError::Retriable { call, error } => write!(f, "{call}: {error}"),
+            PublishError::OffsetsFailed(e) => write!(f, "send_offsets_to_transaction: {e}"),
+            PublishError::Undelivered { count, first } => {
+                write!(f, "{count} audit messages not delivered, first: {first}")
+            }
+            PublishError::Invalid(what) => f.write_str(what),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {}
+
 /// Delivery failures of the audit-message producer (for at-least-once, where no
-/// transaction reports them).
-#[derive(Default)]
+/// transaction reports them), handed to the [`Publisher`] that flushes.
 pub(crate) struct PublishContext {
-    failures: Mutex<Vec<String>>,
+    failures: Sender<String>,
 }
 
 impl ClientContext for PublishContext {}
@@ -36,8 +105,8 @@ impl ProducerContext for PublishContext {
     type DeliveryOpaque = ();
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((e, m)) = result {
-            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            f.push(format!(
+            // The receiver lives as long as the producer's publisher.
+            let _ = self.failures.send(format!(
                 "audit message to {} partition {}: {e}",
                 m.topic(),
                 m.partition()
@@ -51,7 +120,15 @@ impl ProducerContext for PublishContext {
 // consume thread for CPU on small machines.
 pub(crate) type AuditProducer = BaseProducer<PublishContext>;
 
-pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
+/// A producer and where its delivery failures arrive.
+pub(crate) struct Producing {
+    producer: AuditProducer,
+    failures: Receiver<String>,
+}
+
+/// Creates the audit producer (exactly-once: `init_transactions`, which fences the
+/// previous incarnation of this instance).
+pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<Producing> {
     let a = &cfg.audit;
     let txn_id = a.transactional_id();
     let timeout_ms = a.publish_timeout.as_millis().max(1000).to_string();
@@ -61,6 +138,7 @@ pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
         overrides.push(("transactional.id", &txn_id));
         overrides.push(("transaction.timeout.ms", &txn_timeout));
     }
+    let (tx, failures) = std::sync::mpsc::channel();
     let producer: AuditProducer = cfg
         .kafka
         .client_config_with_defaults(
@@ -72,84 +150,64 @@ pub(crate) fn create_producer(cfg: &Config) -> anyhow::Result<AuditProducer> {
             ],
             &overrides,
         )
-        .create_with_context(PublishContext::default())
+        .create_with_context(PublishContext { failures: tx })
         .context("cannot create audit-message producer")?;
     if a.mode == Mode::ExactlyOnce {
         producer
             .init_transactions(a.publish_timeout)
             .with_context(|| format!("cannot init transactions (transactional.id {txn_id})"))?;
     }
-    Ok(producer)
+    Ok(Producing { producer, failures })
 }
 
-impl Core {
-    /// Publishes pending entries in order until one fails. Returns true when none is
-    /// left.
-    pub(crate) fn publish_pending(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
-        if self.unsettled.is_some() {
-            // Entries of an earlier session, or ambiguous ones, wait for the restart rule.
-            return false;
+/// Owns the audit producer; publishes one WAL entry at a time.
+pub(crate) struct Publisher {
+    cfg: Config,
+    metrics: Metrics,
+    /// Shared with a `send_offsets_to_transaction` that may outlive its bound (see
+    /// [`send_offsets`]).
+    producer: Arc<AuditProducer>,
+    failures: Receiver<String>,
+    /// The producer was replaced since [`Publisher::take_replaced`] last asked: the
+    /// outcome of the pending entries is ambiguous.
+    replaced: bool,
+}
+
+impl Publisher {
+    pub(crate) fn new(cfg: Config, metrics: Metrics, producing: Producing) -> Publisher {
+        Publisher {
+            cfg,
+            metrics,
+            producer: Arc::new(producing.producer),
+            failures: producing.failures,
+            replaced: false,
         }
-        for id in self.wal.pending_ids() {
-            let entry = match self.wal.read(id) {
-                Ok(e) => e,
-                Err(e) => {
-                    // Keep it: dropping it here would lose its counts while this
-                    // instance owns the partitions; at revoke or restart it is
-                    // discarded and recounted.
-                    self.metrics.emit(
-                        ServiceError::WalRead,
-                        &e,
-                        format_args!("cannot read pending WAL entry {id}"),
-                    );
-                    return false;
-                }
-            };
-            let started = Instant::now();
-            match self.publish(consumer, &entry) {
-                Ok(()) => {
-                    self.metrics
-                        .publish_latency
-                        .observe(started.elapsed().as_secs_f64());
-                    self.metrics.published_entries.inc();
-                    self.metrics
-                        .published_messages
-                        .inc_by(entry.messages.len() as u64);
-                    self.offsets_seen
-                        .insert_all(entry.ranges.iter().map(|r| (r.topic.as_str(), r.partition)));
-                    if let Err(e) = self.wal.mark_published(entry.id) {
-                        self.metrics.emit(
-                            ServiceError::Wal,
-                            &e,
-                            format_args!("cannot mark WAL entry {} published", entry.id),
-                        );
-                    }
-                }
-                Err(e) => {
-                    self.metrics.emit(
-                        ServiceError::Publish,
-                        &e,
-                        format_args!("cannot publish WAL entry {}; will retry", entry.id),
-                    );
-                    self.update_wal_metrics();
-                    return false;
-                }
-            }
-        }
-        self.update_wal_metrics();
-        true
     }
 
-    pub(crate) fn publish(
+    /// Whether the producer was replaced (fenced or broken: the pending entries may
+    /// have been committed or not, only the committed offsets can tell) since the
+    /// last call.
+    pub(crate) fn take_replaced(&mut self) -> bool {
+        std::mem::take(&mut self.replaced)
+    }
+
+    /// Publishes `entry` with its offsets, fenced by `consumer`'s group metadata
+    /// (exactly-once) or committed by `consumer` after the messages (at-least-once).
+    pub(crate) fn publish<C: ConsumerContext>(
         &mut self,
-        consumer: &BaseConsumer<AuditContext>,
+        consumer: &BaseConsumer<C>,
         entry: &WalEntry,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), PublishError> {
         let a = &self.cfg.audit;
         let mut tpl = TopicPartitionList::new();
         for r in &entry.ranges {
             tpl.add_partition_offset(&r.topic, r.partition, Offset::Offset(r.end))
-                .with_context(|| format!("bad offset {} for {}/{}", r.end, r.topic, r.partition))?;
+                .map_err(|e| {
+                    PublishError::Invalid(format!(
+                        "bad offset {} for {}/{}: {e}",
+                        r.end, r.topic, r.partition
+                    ))
+                })?;
         }
         match a.mode {
             Mode::ExactlyOnce => {
@@ -167,78 +225,65 @@ impl Core {
                 let full = a.publish_timeout;
                 let quick = full.min(OFFSETS_FIRST_TRY);
                 let mut res = self.publish_transaction(consumer, entry, &tpl, quick);
-                if let Err(e) = &res {
-                    if e.downcast_ref::<OffsetsFailed>().is_some() {
-                        let kept = existing_partitions(consumer, &tpl, quick);
-                        let retry = if kept.count() < tpl.count() {
-                            self.recover_producer(e);
-                            tracing::warn!(
-                                entry = entry.id,
-                                dropped = tpl.count() - kept.count(),
-                                "offsets of deleted partitions left out of the transaction"
-                            );
-                            self.unsettled.is_none()
-                        } else {
-                            // The transaction never reached its commit and the new
-                            // incarnation aborts it: the entry is certainly unpublished,
-                            // not ambiguous.
-                            self.metrics.emit(
-                                ServiceError::ProducerRecreated,
-                                e,
-                                format_args!(
-                                    "offsets not added to the transaction; a new producer \
-                                     looks the group coordinator up again and retries"
-                                ),
-                            );
-                            self.replace_producer()
-                        };
-                        if !retry {
-                            return res.with_context(|| {
-                                format!("transaction of WAL entry {} failed", entry.id)
-                            });
-                        }
-                        res = self.publish_transaction(consumer, entry, &kept, full);
+                if let Err(e @ PublishError::OffsetsFailed(_)) = &res {
+                    let kept = existing_partitions(consumer, &tpl, quick);
+                    let retry = if kept.count() < tpl.count() {
+                        let replaced = self.recover_producer(e);
+                        self.replaced |= replaced;
+                        tracing::warn!(
+                            entry = entry.id,
+                            dropped = tpl.count() - kept.count(),
+                            "offsets of deleted partitions left out of the transaction"
+                        );
+                        !replaced
+                    } else {
+                        // The transaction never reached its commit and the new
+                        // incarnation aborts it: the entry is certainly unpublished,
+                        // not ambiguous.
+                        self.metrics.emit(
+                            ServiceError::ProducerRecreated,
+                            e,
+                            format_args!(
+                                "offsets not added to the transaction; a new producer \
+                                 looks the group coordinator up again and retries"
+                            ),
+                        );
+                        self.replace_producer()
+                    };
+                    if !retry {
+                        return res;
                     }
+                    res = self.publish_transaction(consumer, entry, &kept, full);
                 }
                 if let Err(e) = &res {
-                    self.recover_producer(e);
+                    let replaced = self.recover_producer(e);
+                    self.replaced |= replaced;
                 }
-                res.with_context(|| format!("transaction of WAL entry {} failed", entry.id))
+                res
             }
             Mode::AtLeastOnce => {
-                self.producer
-                    .context()
-                    .failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
+                // Failures of earlier entries were reported with them.
+                while self.failures.try_recv().is_ok() {}
                 self.send_messages(entry)?;
                 self.producer
                     .flush(a.publish_timeout)
-                    .context("cannot flush audit messages")?;
-                let failures = std::mem::take(
-                    &mut *self
-                        .producer
-                        .context()
-                        .failures
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()),
-                );
-                if let Some(f) = failures.first() {
-                    anyhow::bail!(
-                        "{} audit messages not delivered, first: {f}",
-                        failures.len()
-                    );
+                    .map_err(|e| PublishError::of("flush", e))?;
+                let failures: Vec<String> = self.failures.try_iter().collect();
+                if let Some(first) = failures.first() {
+                    return Err(PublishError::Undelivered {
+                        count: failures.len(),
+                        first: first.clone(),
+                    });
                 }
                 if tpl.count() > 0 {
-                    commit_sync(consumer, &tpl).context("cannot commit offsets")?;
+                    commit_sync(consumer, &tpl).map_err(|e| PublishError::of("commit", e))?;
                 }
                 Ok(())
             }
         }
     }
 
-    fn send_messages(&self, entry: &WalEntry) -> anyhow::Result<()> {
+    fn send_messages(&self, entry: &WalEntry) -> Result<(), PublishError> {
         let topic = &self.cfg.audit.audit_topic;
         let deadline = Instant::now() + self.cfg.audit.publish_timeout;
         for m in &entry.messages {
@@ -250,68 +295,57 @@ impl Core {
                     Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                         // Back-pressure from the producer queue, not an error.
-                        anyhow::ensure!(
-                            Instant::now() < deadline,
-                            "producer queue full for {:?}",
-                            self.cfg.audit.publish_timeout
-                        );
+                        if Instant::now() >= deadline {
+                            return Err(PublishError::QueueFull(self.cfg.audit.publish_timeout));
+                        }
                         record = r;
                         self.producer.poll(Duration::from_millis(5));
                     }
-                    Err((e, _)) => {
-                        return Err(e).with_context(|| {
-                            format!("cannot produce audit message for topic {}", m.key)
-                        })
-                    }
+                    Err((e, _)) => return Err(PublishError::of("produce", e)),
                 }
             }
         }
         Ok(())
     }
 
-    fn publish_transaction(
+    fn publish_transaction<C: ConsumerContext>(
         &self,
-        consumer: &BaseConsumer<AuditContext>,
+        consumer: &BaseConsumer<C>,
         entry: &WalEntry,
         tpl: &TopicPartitionList,
         offsets_timeout: Duration,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), PublishError> {
         let t = self.cfg.audit.publish_timeout;
         self.producer
             .begin_transaction()
-            .context("begin_transaction")?;
+            .map_err(|e| PublishError::of("begin_transaction", e))?;
         self.send_messages(entry)?;
         if tpl.count() > 0 {
-            let meta = consumer
-                .group_metadata()
-                .context("consumer has no group metadata")?;
-            send_offsets(&self.producer, tpl, meta, offsets_timeout).context(OffsetsFailed)?;
+            let meta = consumer.group_metadata().ok_or_else(|| {
+                PublishError::Invalid("consumer has no group metadata".to_string())
+            })?;
+            send_offsets(&self.producer, tpl, meta, offsets_timeout)
+                .map_err(|e| PublishError::OffsetsFailed(Box::new(e)))?;
         }
         self.producer
             .commit_transaction(t)
-            .context("commit_transaction")?;
-        Ok(())
+            .map_err(|e| PublishError::of("commit_transaction", e))
     }
 
     /// After a failed transaction: abort it when it can be, recreate the producer when
-    /// the error is fatal (e.g. fenced), a call is stuck or the abort failed, then the
-    /// restart rule decides about the pending entries.
-    fn recover_producer(&mut self, err: &anyhow::Error) {
-        let kerr = err.chain().find_map(|c| c.downcast_ref::<KafkaError>());
-        let fatal = matches!(kerr, Some(KafkaError::Transaction(e)) if e.is_fatal());
-        // A producer with a call still under way takes no other call (librdkafka
-        // answers each with a conflict): only a new incarnation fences its transaction.
-        let wedged = err.chain().any(|c| c.is::<Wedged>());
-        if wedged || fatal {
+    /// the error is fatal (e.g. fenced), a call is stuck or the abort failed. Whether
+    /// the producer was replaced.
+    fn recover_producer(&mut self, err: &PublishError) -> bool {
+        if err.needs_new_producer() {
             self.metrics.emit(
                 ServiceError::ProducerRecreated,
                 err,
                 format_args!(
                     "{}; recreating the producer (the new one fences the old one's transaction)",
-                    if wedged {
-                        "the audit producer is stuck in a transactional call"
-                    } else {
+                    if matches!(err, PublishError::Fatal { .. }) {
                         "fatal transaction error"
+                    } else {
+                        "the audit producer is stuck in a transactional call"
                     }
                 ),
             );
@@ -323,7 +357,7 @@ impl Core {
                 .producer
                 .abort_transaction(self.cfg.audit.publish_timeout)
             {
-                Ok(()) => return,
+                Ok(()) => return false,
                 Err(e) => self.metrics.emit(
                     ServiceError::ProducerRecreated,
                     &e,
@@ -331,11 +365,7 @@ impl Core {
                 ),
             }
         }
-        if self.replace_producer() {
-            // A fenced or broken producer may have committed or not: only the
-            // committed offsets can tell.
-            self.unsettled = (self.wal.pending_count() > 0).then_some(Origin::AmbiguousThisSession);
-        }
+        self.replace_producer()
     }
 
     /// Replaces the producer by a new incarnation (same `transactional.id`: its
@@ -346,7 +376,8 @@ impl Core {
             Ok(p) => {
                 // A stuck call keeps its own reference: the old producer is destroyed
                 // when that call returns, fenced.
-                self.producer = Arc::new(p);
+                self.producer = Arc::new(p.producer);
+                self.failures = p.failures;
                 true
             }
             Err(e) => {
@@ -358,7 +389,7 @@ impl Core {
 }
 
 /// How long the first `send_offsets_to_transaction` of an entry may take before the
-/// entry's topics are checked for deletion (see [`Core::publish`]).
+/// entry's topics are checked for deletion (see [`Publisher::publish`]).
 const OFFSETS_FIRST_TRY: Duration = Duration::from_secs(5);
 
 /// How long past its own timeout a `send_offsets_to_transaction` may take before the
@@ -375,15 +406,15 @@ const STUCK_AFTER: Duration = Duration::from_secs(3);
 /// come up again, and nothing retries it until some other connection of the producer
 /// goes up or down (librdkafka #5511; the broker closing an idle connection does, after
 /// ten minutes). The call runs on a thread of its own; when it has not returned
-/// [`STUCK_AFTER`] past its timeout the result is [`Wedged`], and the caller recreates
-/// the producer: the new incarnation's `init_transactions` aborts the stuck one's
-/// transaction and fences it, and the restart rule settles the entry.
+/// [`STUCK_AFTER`] past its timeout the result is [`PublishError::Stuck`], and the
+/// caller recreates the producer: the new incarnation's `init_transactions` aborts the
+/// stuck one's transaction and fences it, and the restart rule settles the entry.
 fn send_offsets(
     producer: &Arc<AuditProducer>,
     offsets: &TopicPartitionList,
     group: ConsumerGroupMetadata,
     timeout: Duration,
-) -> anyhow::Result<()> {
+) -> Result<(), PublishError> {
     let (done, result) = std::sync::mpsc::sync_channel(1);
     let (producer, offsets) = (Arc::clone(producer), offsets.clone());
     std::thread::Builder::new()
@@ -392,49 +423,25 @@ fn send_offsets(
             // The receiver is gone when the call was given up: nothing to report to.
             let _ = done.send(producer.send_offsets_to_transaction(&offsets, &group, timeout));
         })
-        .context("cannot start a thread for send_offsets_to_transaction")?;
+        .map_err(|e| {
+            PublishError::Invalid(format!(
+                "cannot start a thread for send_offsets_to_transaction: {e}"
+            ))
+        })?;
     match result.recv_timeout(timeout + STUCK_AFTER) {
-        Ok(r) => r.map_err(Into::into),
-        Err(RecvTimeoutError::Timeout) => Err(Wedged(timeout + STUCK_AFTER).into()),
-        Err(RecvTimeoutError::Disconnected) => {
-            anyhow::bail!("send_offsets_to_transaction panicked")
-        }
-    }
-}
-
-/// A transactional call of the audit producer that did not return within its bound
-/// (see [`send_offsets`]).
-#[derive(Debug)]
-struct Wedged(Duration);
-
-impl std::fmt::Display for Wedged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "librdkafka did not return within {:?} (librdkafka #5511: a group coordinator that \
-             left the cluster's metadata stays cached)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for Wedged {}
-
-/// The context of a failed `send_offsets_to_transaction`.
-#[derive(Debug)]
-struct OffsetsFailed;
-
-impl std::fmt::Display for OffsetsFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("send_offsets_to_transaction")
+        Ok(r) => r.map_err(|e| PublishError::of("send_offsets_to_transaction", e)),
+        Err(RecvTimeoutError::Timeout) => Err(PublishError::Stuck(timeout + STUCK_AFTER)),
+        Err(RecvTimeoutError::Disconnected) => Err(PublishError::Invalid(
+            "send_offsets_to_transaction panicked".to_string(),
+        )),
     }
 }
 
 /// `tpl` without the partitions whose topic the cluster says no longer exists (one
 /// metadata request per topic of the list; on the failure path only). A topic whose
 /// metadata cannot be read is kept: only a proven deletion drops an offset.
-fn existing_partitions(
-    consumer: &BaseConsumer<AuditContext>,
+fn existing_partitions<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     tpl: &TopicPartitionList,
     timeout: Duration,
 ) -> TopicPartitionList {
@@ -471,14 +478,14 @@ fn existing_partitions(
     kept
 }
 
-pub(crate) fn commit_sync(
-    consumer: &BaseConsumer<AuditContext>,
+/// A synchronous offset commit; nothing to commit is success (vector's kafka source).
+pub(crate) fn commit_sync<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     tpl: &TopicPartitionList,
-) -> anyhow::Result<()> {
+) -> Result<(), KafkaError> {
     match consumer.commit(tpl, rdkafka::consumer::CommitMode::Sync) {
         Ok(()) => Ok(()),
-        // Nothing to commit is success (vector's kafka source).
         Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }
