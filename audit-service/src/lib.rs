@@ -16,6 +16,7 @@ mod offsets_seen;
 mod raw_headers;
 pub mod wal;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -25,9 +26,35 @@ use tokio_util::sync::CancellationToken;
 pub use config::{Config, Mode};
 pub use kafka::client::consumer_client_config;
 
+/// A started audit service.
+pub struct Running {
+    /// Where `/metrics` and `/healthz` listen (`None` if the ops server is disabled).
+    pub ops_addr: Option<SocketAddr>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Waits until the service returns: after `shutdown`, having reported, published
+    /// and committed what it counted, or on a failure.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("audit service task panicked")?
+    }
+
+    /// Whether the service has returned.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
 /// Runs the audit service until `shutdown` is cancelled, then reports, publishes and
 /// commits what it has counted and returns.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    start(config, shutdown).await?.wait().await
+}
+
+/// Validates the configuration and binds the ops server, then starts the service
+/// (start-up checks, producer, WAL, consume loop) as a task; see [`run`].
+pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Result<Running> {
     config.validate()?;
     let a = &config.audit;
     match a.mode {
@@ -64,7 +91,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     } else {
         None
     };
+    let ops_addr = ops.as_ref().map(|o| o.addr);
+    let task = tokio::spawn(async move {
+        let result = serve(config, shutdown, metrics, health).await;
+        stop_ops(ops, ops_token).await?;
+        result
+    });
+    Ok(Running { ops_addr, task })
+}
 
+/// Everything after the ops server: start-up checks, the producer, the WAL, then the
+/// consume loop until shutdown.
+async fn serve(
+    config: Config,
+    shutdown: CancellationToken,
+    metrics: metrics::Metrics,
+    health: common::Health,
+) -> anyhow::Result<()> {
+    let a = &config.audit;
     // Start-up checks need the list of audited topics; resolve it once here for the
     // report (the consume loop resolves it again and keeps it fresh).
     let explicit = a.topics.clone();
@@ -73,7 +117,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     })
     .await?;
     if checked.is_none() {
-        return stop_ops(ops, ops_token).await;
+        return Ok(());
     }
     // init_transactions (exactly-once) fences the previous incarnation of this
     // instance; it needs the transaction coordinator.
@@ -87,7 +131,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     })
     .await?;
     let Some(producer) = producer else {
-        return stop_ops(ops, ops_token).await;
+        return Ok(());
     };
     health.set_healthy();
 
@@ -130,7 +174,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     })
     .await
     .context("consume loop panicked")?;
-    stop_ops(ops, ops_token).await?;
     result
 }
 
