@@ -72,25 +72,25 @@ pub(crate) struct PartState {
     pub(crate) max_record_time: Option<i64>,
     /// The partition's records carry LogAppendTime (the last timestamped one did).
     pub(crate) log_append_time: bool,
-    /// The partition's log ends as librdkafka last saw them (statistics).
+    /// The partition's log ends as the consumer last saw them (statistics).
     pub(crate) ends: Option<LogEnds>,
     /// The consumer's position (next offset to fetch) as of the last report: past
     /// transaction markers, which `next` (last data offset + 1) never is.
     pub(crate) position: Option<i64>,
 }
 
-/// The log ends of every partition from one librdkafka statistics callback, and when
+/// The log ends of every partition from one statistics callback of the consumer, and when
 /// they were measured.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EndsSnapshot {
-    /// Epoch ms as of which the ends hold (None: no statistics yet): when librdkafka
+    /// Epoch ms as of which the ends hold (None: no statistics yet): when the client
     /// emitted the statistics minus the longest a fetch response can be older than
     /// them (see `kafka::context`).
     pub(crate) at: Option<i64>,
     pub(crate) ends: HashMap<TopicPartition, LogEnds>,
 }
 
-/// A partition's log ends from librdkafka's statistics.
+/// A partition's log ends from the consumer's statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LogEnds {
     /// Log start offset.
@@ -138,7 +138,7 @@ impl PartState {
     }
 
     /// What progress reports for this partition: [`PartState::read_up_to`], and the
-    /// lag behind the high watermark (null until librdkafka's statistics have it).
+    /// lag behind the high watermark (null until the consumer's statistics have it).
     pub(crate) fn progress(&self, from_log_start: bool) -> Option<(i64, Option<i64>)> {
         let next = self.read_up_to(from_log_start)?;
         Some((next, self.ends.map(|e| (e.end - next).max(0))))
@@ -175,7 +175,7 @@ mod tests {
         assert!(failures.is_empty(), "{rule}:\n{}", failures.join("\n"));
     }
 
-    /// B5 of issue 14: lag from the consumer position, which librdkafka advances past
+    /// B5 of issue 14: lag from the consumer position, which the client advances past
     /// transaction markers, against the high watermark (not the last stable offset).
     #[test]
     fn b5_lag_from_the_position_past_transaction_markers() {

@@ -3,7 +3,7 @@
 //! Lag 0 says the auditor has read everything written *before the log ends were
 //! measured* — records appended since may be unread — so progress is dated by that
 //! measurement, never by the report (the engine trusts lag 0 as of `emitted_at`,
-//! docs/audit-message-v1.md). The ends come from librdkafka's statistics: the high
+//! docs/audit-message-v1.md). The ends come from the consumer's statistics: the high
 //! watermark of each partition's last fetch response. This module decides which
 //! statistics may be taken (not while paused, not from before the last assignment
 //! or resume unless the consumer never fetched before), what a report is dated by,
@@ -15,7 +15,7 @@ use audit_lib::TopicPartition;
 
 use super::partitions::{EndsSnapshot, LogEnds, Parts};
 
-/// As of when the high watermarks of statistics emitted at `time_s` (librdkafka's
+/// As of when the high watermarks of statistics emitted at `time_s` (the client's
 /// whole seconds) and seen by the callback at `callback_ms` hold: the earlier of the
 /// two (a busy loop polls the callback late), minus how much older than the
 /// statistics a fetch response can be (`fetch_age_ms`).

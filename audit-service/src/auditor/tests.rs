@@ -16,7 +16,7 @@ fn auditor(started_at: i64) -> Auditor {
     )
 }
 
-/// `fetch.wait.max.ms` (500, librdkafka's default) + 1 s of slack.
+/// `fetch.wait.max.ms` (500, the client's default) + 1 s of slack.
 const FETCH_AGE: i64 = 1500;
 
 fn tp(p: i32) -> TopicPartition {
@@ -73,7 +73,7 @@ fn report(a: &mut Auditor, positions: Positions, now: i64) -> AuditMessage {
 enum Step {
     /// Partitions of "t" assigned, with their committed offsets.
     Assign(&'static [(i32, i64)]),
-    /// Statistics emitted at `emitted_s` (librdkafka's whole seconds since the
+    /// Statistics emitted at `emitted_s` (the client's whole seconds since the
     /// start) seen by the callback at the step's time, taken at the next report.
     Stats {
         emitted_s: i64,
@@ -100,7 +100,7 @@ struct Row {
     lags: &'static [(i32, Option<i64>)],
 }
 
-/// Epoch ms at which every row's auditor starts (a whole second, as librdkafka's
+/// Epoch ms at which every row's auditor starts (a whole second, as the client's
 /// statistics time is).
 const T0: i64 = 1_700_000_000_000;
 
@@ -439,7 +439,7 @@ fn progress_is_dated_by_when_the_log_ends_were_measured() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
-/// Lag 0 holds as of when librdkafka's statistics measured the high watermark,
+/// Lag 0 holds as of when the consumer's statistics measured the high watermark,
 /// not as of the report: a burst written after the statistics, of which the
 /// consumer has read part (position past the stale end, lag clamped to 0) or
 /// nothing (position at the stale end), is unread at the report. Progress is
