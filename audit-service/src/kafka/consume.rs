@@ -317,6 +317,22 @@ mod tests {
     use audit_lib::TopicPartition;
     use rdkafka::consumer::{ConsumerContext, Rebalance};
 
+    /// An at-least-once configuration for cluster A with a WAL in `wal`, and its shell.
+    fn shell_for(name: &str, topic: String, wal: &std::path::Path, cfg: &mut Config) -> Shell {
+        cfg.kafka.bootstrap_servers = testkit::kafka_a();
+        let a = &mut cfg.audit;
+        a.instance_id = testkit::unique(name);
+        a.group_id = testkit::unique(&format!("{name}-group"));
+        a.topics = vec![topic];
+        a.mode = crate::Mode::AtLeastOnce;
+        a.wal_dir = wal.to_path_buf();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
+        let producer = create_producer(cfg).unwrap();
+        Shell::new(cfg.clone(), w, metrics, producer).unwrap()
+    }
+
     /// Validation refuses `group.protocol = consumer`; should such a consumer get
     /// through anyway (a property the validation does not know about), the loop
     /// refuses the protocol the client really uses before it counts anything.
@@ -324,21 +340,11 @@ mod tests {
     fn an_incremental_consumer_is_refused_after_subscribe() {
         let wal = tempfile::tempdir().unwrap();
         let mut cfg = Config::default();
-        cfg.kafka.bootstrap_servers = testkit::kafka_a();
         cfg.kafka
             .consumer
             .insert("group.protocol".into(), "consumer".into());
-        let a = &mut cfg.audit;
-        a.instance_id = testkit::unique("proto");
-        a.group_id = testkit::unique("proto-group");
-        a.topics = vec![testkit::unique("proto-topic")];
-        a.mode = crate::Mode::AtLeastOnce;
-        a.wal_dir = wal.path().to_path_buf();
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = Metrics::new(&mut registry);
-        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
-        let producer = create_producer(&cfg).unwrap();
-        let shell = Shell::new(cfg.clone(), w, metrics, producer).unwrap();
+        let topic = testkit::unique("proto-topic");
+        let shell = shell_for("proto", topic, wal.path(), &mut cfg);
         // librdkafka refuses `session.timeout.ms` (one of our defaults) with this
         // protocol; without it the consumer is created.
         let mut client = consumer_client_config(&cfg);
@@ -367,18 +373,7 @@ mod tests {
     fn a_rebalance_error_forgets_the_assignment_like_a_lost_one() {
         let wal = tempfile::tempdir().unwrap();
         let mut cfg = Config::default();
-        cfg.kafka.bootstrap_servers = testkit::kafka_a();
-        let a = &mut cfg.audit;
-        a.instance_id = testkit::unique("rebalance-error");
-        a.group_id = testkit::unique("rebalance-error-group");
-        a.topics = vec!["t".into()];
-        a.mode = crate::Mode::AtLeastOnce;
-        a.wal_dir = wal.path().to_path_buf();
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = Metrics::new(&mut registry);
-        let (w, _) = Wal::open(&cfg.audit.instance_wal_dir(), Default::default()).unwrap();
-        let producer = create_producer(&cfg).unwrap();
-        let shell = Shell::new(cfg.clone(), w, metrics, producer).unwrap();
+        let shell = shell_for("rebalance-error", "t".into(), wal.path(), &mut cfg);
         let consumer = create_consumer(&cfg, shell).unwrap();
         {
             let mut g = consumer.context().lock();
