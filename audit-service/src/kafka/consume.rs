@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -51,7 +52,7 @@ pub(crate) fn consume_loop(
     shutdown: CancellationToken,
     health: common::Health,
 ) -> anyhow::Result<LoopExit> {
-    let exit = std::thread::scope(|s| -> anyhow::Result<LoopExit> {
+    let ended = std::thread::scope(|s| -> anyhow::Result<Ended> {
         let (publish, requests) = sync_channel::<()>(1);
         let (c, h) = (&consumer, &health);
         std::thread::Builder::new()
@@ -61,26 +62,44 @@ pub(crate) fn consume_loop(
         // Returning drops `publish`, which ends the publishing thread.
         consume(&consumer, &cfg, &shutdown, &health, &publish)
     });
-    // Dropping the consumer closes it; its revoke callback finds the shell taken.
+    // Dropping the consumer closes it; its revoke callback finds the loop done (after
+    // an error it reports what it can, as any revoke).
+    let ctx = Arc::clone(consumer.context());
     drop(consumer);
-    if matches!(exit, Ok(LoopExit::Shutdown)) {
-        tracing::info!("audit service stopped");
-    }
-    exit
+    let ended = ended?;
+    let mut shell = Arc::try_unwrap(ctx)
+        .map_err(|_| anyhow::anyhow!("the consumer's context outlived the consumer"))?
+        .into_shell();
+    Ok(match ended {
+        Ended::Shutdown => {
+            tracing::info!("audit service stopped");
+            LoopExit::Shutdown
+        }
+        Ended::ConsumerFailed => {
+            shell.reset_after_consumer_loss();
+            LoopExit::ConsumerFailed(Box::new(shell))
+        }
+    })
+}
+
+/// How [`consume`] ended (the shell stays in the consumer's context until it is gone).
+enum Ended {
+    Shutdown,
+    ConsumerFailed,
 }
 
 /// Publishes the pending WAL entries whenever the consume loop asks (after each
-/// interval report); returns when the loop is gone or the shell has been taken.
+/// interval report); returns when the loop is gone or done with the consumer.
 fn publish_loop(
     consumer: &BaseConsumer<AuditContext>,
     health: &common::Health,
     requests: Receiver<()>,
 ) {
     while requests.recv().is_ok() {
-        let mut g = consumer.context().lock();
-        let Some(shell) = g.as_mut() else {
+        let mut shell = consumer.context().lock();
+        if consumer.context().is_done() {
             return;
-        };
+        }
         if shell.publish_pending(consumer) {
             health.set_healthy();
         } else {
@@ -98,7 +117,7 @@ fn consume(
     shutdown: &CancellationToken,
     health: &common::Health,
     publish: &SyncSender<()>,
-) -> anyhow::Result<LoopExit> {
+) -> anyhow::Result<Ended> {
     let a = &cfg.audit;
     let mut topics = resolve_topics(consumer, cfg)?;
     anyhow::ensure!(
@@ -125,12 +144,7 @@ fn consume(
     let mut dry = false;
     // `CancellationToken::is_cancelled` takes a mutex: ask with the clock, not per message.
     let mut cancelled = shutdown.is_cancelled();
-    let feeder = ctx
-        .lock()
-        .as_ref()
-        .expect("shell present while running")
-        .counting
-        .feeder();
+    let feeder = ctx.lock().counting.feeder();
     while !cancelled {
         // Reading the clock costs as much as counting a message on some VMs: read it
         // once per batch of messages (observation time is then at most a few
@@ -152,8 +166,7 @@ fn consume(
             // published or committed.
             anyhow::ensure!(eager(consumer), "{NOT_EAGER}");
             let ends = ctx.ends.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let mut g = ctx.lock();
-            let shell = g.as_mut().expect("shell present while running");
+            let mut shell = ctx.lock();
             shell.auditor.take_ends(&ends);
             shell.update_positions(consumer);
             if shell.auditor.unsettled == Some(Origin::AmbiguousThisSession)
@@ -172,10 +185,8 @@ fn consume(
                 );
                 if !shell.rewind_unreported(consumer) {
                     tracing::error!("cannot rewind the consumer; recreating it");
-                    let mut shell = g.take().expect("shell present while running");
-                    drop(g);
-                    shell.reset_after_consumer_loss();
-                    return Ok(LoopExit::ConsumerFailed(Box::new(shell)));
+                    ctx.finish();
+                    return Ok(Ended::ConsumerFailed);
                 }
             } else {
                 // Full means a request is already waiting: it publishes this entry too.
@@ -251,33 +262,25 @@ fn consume(
                 since_clock = CLOCK_EVERY;
             }
             Some(Err(e)) => {
-                let mut g = ctx.lock();
-                match g.as_ref() {
-                    Some(shell) => shell.metrics.emit(
-                        ServiceError::Consume,
-                        &e,
-                        format_args!("consumer error"),
-                    ),
-                    None => tracing::warn!(error = %e, "consumer error"),
-                }
+                let shell = ctx.lock();
+                shell
+                    .metrics
+                    .emit(ServiceError::Consume, &e, format_args!("consumer error"));
                 if let Some((code, reason)) = consumer.client().fatal_error() {
                     // E.g. a static member fenced after a coordinator restart: this
                     // consumer can never work again. Its uncommitted counts are void
                     // (recounted from the committed offsets by the next consumer);
                     // pending WAL entries go through the restart rule.
                     tracing::error!(%code, %reason, "fatal consumer error; recreating the consumer");
-                    let mut shell = g.take().expect("shell present while running");
-                    drop(g);
-                    shell.reset_after_consumer_loss();
-                    return Ok(LoopExit::ConsumerFailed(Box::new(shell)));
+                    ctx.finish();
+                    return Ok(Ended::ConsumerFailed);
                 }
             }
         }
     }
     // Shutdown: report, publish (bounded), then leave.
     {
-        let mut g = ctx.lock();
-        let shell = g.as_mut().expect("shell present while running");
+        let mut shell = ctx.lock();
         shell.update_positions(consumer);
         if let Err(e) = shell.write_report(Reason::Shutdown) {
             tracing::error!(error = %format!("{e:#}"), "cannot write the shutdown report");
@@ -301,9 +304,9 @@ fn consume(
             );
         }
         // The revoke callback during close has nothing left to report.
-        *g = None;
+        ctx.finish();
     }
-    Ok(LoopExit::Shutdown)
+    Ok(Ended::Shutdown)
 }
 
 #[cfg(test)]
@@ -376,8 +379,7 @@ mod tests {
         let shell = shell_for("rebalance-error", "t".into(), wal.path(), &mut cfg);
         let consumer = create_consumer(&cfg, shell).unwrap();
         {
-            let mut g = consumer.context().lock();
-            let shell = g.as_mut().unwrap();
+            let mut shell = consumer.context().lock();
             let t0 = TopicPartition::new("t", 0);
             shell.auditor.assign(std::slice::from_ref(&t0));
             let committed = [(t0.clone(), crate::auditor::Committed::At(10))].into();
@@ -403,8 +405,7 @@ mod tests {
                 rdkafka::types::RDKafkaErrorCode::Fail,
             )),
         );
-        let g = consumer.context().lock();
-        let shell = g.as_ref().unwrap();
+        let shell = consumer.context().lock();
         assert!(shell.auditor.assigned().is_empty(), "assignment kept");
         assert!(shell.auditor.parts().is_empty(), "positions kept");
         assert_eq!(shell.wal.pending_count(), 0, "this session's entry kept");

@@ -23,7 +23,11 @@ use crate::kafka::shell::Shell;
 use crate::metrics::ServiceError;
 
 pub(crate) struct AuditContext {
-    shell: Mutex<Option<Shell>>,
+    shell: Mutex<Shell>,
+    /// Set when the consume loop is done with this consumer (shut down, or failed and
+    /// to be recreated): the revoke of its close has nothing to report, and the
+    /// publishing thread stops.
+    done: AtomicBool,
     /// Log ends per partition from the last statistics callback.
     pub(crate) ends: Mutex<EndsSnapshot>,
     /// How much older than the statistics callback the high watermark it carries can
@@ -43,8 +47,22 @@ pub(crate) const NOT_EAGER: &str =
      classic and partition.assignment.strategy = range or roundrobin)";
 
 impl AuditContext {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Shell>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Shell> {
         self.shell.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The consume loop is done with this consumer (see `done`).
+    pub(crate) fn finish(&self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::SeqCst)
+    }
+
+    /// The shell, once the consumer is gone.
+    pub(crate) fn into_shell(self) -> Shell {
+        self.shell.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -96,12 +114,14 @@ impl ConsumerContext for AuditContext {
         }
         // Only the publishing thread can hold the shell while this thread is in `poll`:
         // busy means a publication is in flight, and the callback waits for it.
-        let (mut guard, waited) = match self.shell.try_lock() {
+        let (mut shell, waited) = match self.shell.try_lock() {
             Ok(g) => (g, false),
             Err(std::sync::TryLockError::Poisoned(e)) => (e.into_inner(), false),
             Err(std::sync::TryLockError::WouldBlock) => (self.lock(), true),
         };
-        let Some(shell) = guard.as_mut() else { return };
+        if self.is_done() {
+            return;
+        }
         if waited && matches!(rebalance, Rebalance::Revoke(_)) {
             shell.metrics.revoke_waits.inc();
         }
@@ -142,7 +162,8 @@ impl ConsumerContext for AuditContext {
 impl AuditContext {
     pub(crate) fn new(cfg: &Config, shell: Shell) -> AuditContext {
         AuditContext {
-            shell: Mutex::new(Some(shell)),
+            shell: Mutex::new(shell),
+            done: AtomicBool::new(false),
             ends: Mutex::new(EndsSnapshot::default()),
             fetch_age_ms: fetch_age_ms(cfg),
             incremental: AtomicBool::new(false),
