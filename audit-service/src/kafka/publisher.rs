@@ -489,3 +489,48 @@ pub(crate) fn commit_sync<C: ConsumerContext>(
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a failed publication does to the producer (1592d81): a call stuck past its
+    /// bound, or a fatal error, needs a new incarnation even when it happened while
+    /// adding the offsets; anything else is aborted and retried with the same one.
+    #[test]
+    fn stuck_or_fatal_calls_recreate_the_producer_others_abort() {
+        let retriable = || PublishError::Retriable {
+            call: "commit_transaction",
+            error: KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut),
+        };
+        let stuck = || PublishError::Stuck(Duration::from_secs(8));
+        let table: Vec<(&str, PublishError, bool)> = vec![
+            ("stuck", stuck(), true),
+            // reverted (only the outer error looked at): false
+            (
+                "stuck while adding the offsets",
+                PublishError::OffsetsFailed(Box::new(stuck())),
+                true,
+            ),
+            ("retriable", retriable(), false),
+            (
+                "retriable while adding the offsets",
+                PublishError::OffsetsFailed(Box::new(retriable())),
+                false,
+            ),
+            (
+                "queue full",
+                PublishError::QueueFull(Duration::from_secs(30)),
+                false,
+            ),
+        ];
+        let failures: Vec<String> = table
+            .iter()
+            .filter_map(|(what, e, want)| {
+                let got = e.needs_new_producer();
+                (got != *want).then(|| format!("{what} ({e}): expected {want}, got {got}"))
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
