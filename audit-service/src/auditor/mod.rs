@@ -40,9 +40,9 @@ impl Reason {
     }
 }
 
-/// A report as it is to be written to the WAL: the drained audit messages plus one
-/// progress message per topic, and the offset range of every owned partition read
-/// since the previous report.
+/// A report as it is to be written to the WAL (DESIGN §5 steps 1-2): the drained
+/// audit messages plus one progress message per topic, and the offset range of every
+/// owned partition read since the previous report.
 #[derive(Debug)]
 pub(crate) struct ReportDraft {
     pub(crate) messages: Vec<AuditMessage>,
