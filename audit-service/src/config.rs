@@ -41,6 +41,10 @@ pub struct Config {
     pub log: LogConfig,
 }
 
+/// librdkafka's default `max.poll.interval.ms`: the rebalance timeout of a classic
+/// consumer-group member.
+const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 300_000;
+
 /// Sections the environment may override.
 pub const ENV_SECTIONS: &[&str] = &["kafka", "audit", "ops", "log"];
 
@@ -99,6 +103,25 @@ impl Config {
                 "partition.assignment.strategy {strategy:?}: the auditor needs an eager strategy (range, roundrobin)"
             );
         }
+        // A revoke reports and publishes inside the rebalance callback, while the rest
+        // of the group waits in its JoinGroup for at most the rebalance timeout (the
+        // classic protocol's is max.poll.interval.ms). Past it this member is dropped
+        // from the group and its revoke report can no longer commit. The revoke stops
+        // starting publications at revoke_timeout; one started just before may take
+        // publish_timeout more.
+        let rebalance_ms = consumer
+            .get("max.poll.interval.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_MAX_POLL_INTERVAL_MS);
+        let revoke_bound = a.revoke_timeout.saturating_add(a.publish_timeout);
+        anyhow::ensure!(
+            revoke_bound < Duration::from_millis(rebalance_ms),
+            "audit.revoke_timeout ({:?}) plus audit.publish_timeout ({:?}) must stay below the \
+             rebalance timeout, the consumer's max.poll.interval.ms ({rebalance_ms} ms): a revoke \
+             that outlasts it is dropped from the group before its report is committed",
+            a.revoke_timeout,
+            a.publish_timeout
+        );
         anyhow::ensure!(!a.audit_topic.is_empty(), "audit.audit_topic is required");
         anyhow::ensure!(
             !a.topics.is_empty() || !a.topic_regex.is_empty(),
@@ -292,6 +315,33 @@ mod tests {
             "cooperative-sticky".into(),
         );
         assert!(cfg.validate().unwrap_err().to_string().contains("eager"));
+    }
+
+    /// The revoke report must be committed before the group gives up on this member:
+    /// a revoke bound at or past the rebalance timeout is a configuration error.
+    #[test]
+    fn a_revoke_deadline_past_the_rebalance_timeout_is_refused() {
+        let mut cfg = Config::default();
+        cfg.kafka.bootstrap_servers = "b:1".into();
+        cfg.audit.instance_id = "x".into();
+        cfg.audit.topics = vec!["t".into()];
+        cfg.validate()
+            .expect("the defaults (20 s + 30 s < 300 s) are valid");
+        cfg.kafka
+            .consumer
+            .insert("max.poll.interval.ms".into(), "50000".into());
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("audit.revoke_timeout"), "{err}");
+        assert!(err.contains("max.poll.interval.ms (50000 ms)"), "{err}");
+        cfg.audit.revoke_timeout = Duration::from_secs(19);
+        cfg.validate().expect("19 s + 30 s < 50 s");
+        cfg.kafka.consumer.remove("max.poll.interval.ms");
+        cfg.audit.revoke_timeout = Duration::from_secs(290);
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("revoke_timeout"));
     }
 
     /// KIP-848 is refused however it is set: `[kafka.properties]`, `[kafka.consumer]`

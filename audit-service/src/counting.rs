@@ -34,23 +34,7 @@ const FLUSH_EVERY: u32 = 512;
 
 type Range = (u32, u32);
 
-/// The position of one partition read since the previous drain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Position {
-    pub(crate) topic: String,
-    pub(crate) partition: i32,
-    /// The offset after the last message read.
-    pub(crate) next: i64,
-    /// The event-time watermark (see [`Watermark`]).
-    pub(crate) watermark: Option<i64>,
-    /// The latest record time read since the previous drain ([`Watermark::take_latest`]).
-    pub(crate) latest: Option<i64>,
-    /// The last timestamped record read carried LogAppendTime.
-    pub(crate) log_append_time: bool,
-}
-
-/// The partition positions a drain reports.
-pub(crate) type Positions = Vec<Position>;
+pub(crate) use crate::auditor::{Position, Positions};
 
 thread_local! {
     /// The counting state checked out by the consume loop on this thread, with the id

@@ -5,20 +5,18 @@
 //! messages and consumer offsets in one Kafka transaction per report, after writing
 //! them to a local write-ahead log.
 
+mod auditor;
 pub mod checks;
 pub mod config;
 #[doc(hidden)]
 pub mod counting;
+mod kafka;
 pub mod metrics;
 mod offsets_seen;
-mod publish;
 mod raw_headers;
-mod report;
-mod restart;
-mod service;
-mod topics;
 pub mod wal;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -26,11 +24,37 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, Mode};
-pub use service::consumer_client_config;
+pub use kafka::client::consumer_client_config;
+
+/// A started audit service.
+pub struct Running {
+    /// Where `/metrics` and `/healthz` listen (`None` if the ops server is disabled).
+    pub ops_addr: Option<SocketAddr>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Waits until the service returns: after `shutdown`, having reported, published
+    /// and committed what it counted, or on a failure.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("audit service task panicked")?
+    }
+
+    /// Whether the service has returned.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}
 
 /// Runs the audit service until `shutdown` is cancelled, then reports, publishes and
 /// commits what it has counted and returns.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    start(config, shutdown).await?.wait().await
+}
+
+/// Validates the configuration and binds the ops server, then starts the service
+/// (start-up checks, producer, WAL, consume loop) as a task; see [`run`].
+pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Result<Running> {
     config.validate()?;
     let a = &config.audit;
     match a.mode {
@@ -67,7 +91,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     } else {
         None
     };
+    let ops_addr = ops.as_ref().map(|o| o.addr);
+    let task = tokio::spawn(async move {
+        let result = serve(config, shutdown, metrics, health).await;
+        stop_ops(ops, ops_token).await?;
+        result
+    });
+    Ok(Running { ops_addr, task })
+}
 
+/// Everything after the ops server: start-up checks, the producer, the WAL, then the
+/// consume loop until shutdown.
+async fn serve(
+    config: Config,
+    shutdown: CancellationToken,
+    metrics: metrics::Metrics,
+    health: common::Health,
+) -> anyhow::Result<()> {
+    let a = &config.audit;
     // Start-up checks need the list of audited topics; resolve it once here for the
     // report (the consume loop resolves it again and keeps it fresh).
     let explicit = a.topics.clone();
@@ -76,21 +117,21 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     })
     .await?;
     if checked.is_none() {
-        return stop_ops(ops, ops_token).await;
+        return Ok(());
     }
     // init_transactions (exactly-once) fences the previous incarnation of this
     // instance; it needs the transaction coordinator.
     let producer = until_kafka_answers("producer", &shutdown, &health, || {
         let cfg = config.clone();
         async move {
-            tokio::task::spawn_blocking(move || publish::create_producer(&cfg))
+            tokio::task::spawn_blocking(move || kafka::publisher::create_producer(&cfg))
                 .await
                 .context("producer start-up panicked")?
         }
     })
     .await?;
     let Some(producer) = producer else {
-        return stop_ops(ops, ops_token).await;
+        return Ok(());
     };
     health.set_healthy();
 
@@ -122,18 +163,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let token = shutdown.clone();
     let h = health.clone();
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut core = service::Core::new(cfg.clone(), wal, metrics, producer)?;
+        let mut shell = kafka::shell::Shell::new(cfg.clone(), wal, metrics, producer)?;
         loop {
-            let consumer = service::create_consumer(&cfg, core)?;
-            match service::consume_loop(consumer, cfg.clone(), token.clone(), h.clone())? {
-                service::LoopExit::Shutdown => return Ok(()),
-                service::LoopExit::ConsumerFailed(c) => core = *c,
+            let consumer = kafka::context::create_consumer(&cfg, shell)?;
+            match kafka::consume::consume_loop(consumer, cfg.clone(), token.clone(), h.clone())? {
+                kafka::consume::LoopExit::Shutdown => return Ok(()),
+                kafka::consume::LoopExit::ConsumerFailed(s) => shell = *s,
             }
         }
     })
     .await
     .context("consume loop panicked")?;
-    stop_ops(ops, ops_token).await?;
     result
 }
 

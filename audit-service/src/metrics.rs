@@ -183,10 +183,10 @@ impl Metrics {
 
     pub(crate) fn restart_decision(
         &self,
-        origin: crate::restart::Origin,
-        decision: crate::restart::Decision,
+        origin: crate::auditor::Origin,
+        decision: crate::auditor::Decision,
     ) {
-        use crate::restart::{Decision, Origin};
+        use crate::auditor::{Decision, Origin};
         let origin = match origin {
             Origin::EarlierSession => "earlier_session",
             Origin::AmbiguousThisSession => "ambiguous_this_session",

@@ -61,13 +61,13 @@ async fn unwritable_audit_topic_fills_the_wal_then_pauses_and_nothing_is_lost() 
     );
     cfg.audit.wal_max_bytes = 20_000;
     cfg.audit.publish_timeout = Duration::from_secs(5);
-    let port = free_port();
-    enable_ops(&mut cfg, port);
+    enable_ops(&mut cfg);
 
     let base = base_time();
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
-    let svc = spawn_service(cfg);
+    let svc = start_service(cfg).await;
+    let port = svc.ops_port();
     let mut seq = 0;
     let paused = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {

@@ -191,11 +191,12 @@ async fn waits_for_an_unreachable_cluster_then_audits_when_it_answers() {
         ..
     } = Setup::new("late-kafka", 2).await;
     let proxy_port = free_port();
-    let ops_port = free_port();
     cfg.kafka.bootstrap_servers = format!("127.0.0.1:{proxy_port}");
-    enable_ops(&mut cfg, ops_port);
+    enable_ops(&mut cfg);
     let token = tokio_util::sync::CancellationToken::new();
-    let service = tokio::spawn(audit_service::run(cfg, token.clone()));
+    let started = audit_service::start(cfg, token.clone()).await.unwrap();
+    let ops_port = started.ops_addr.expect("ops server enabled").port();
+    let service = tokio::spawn(started.wait());
 
     // Waiting, not exiting: /healthz says why.
     // (Polled from a blocking thread: start-up checks may block a runtime worker while

@@ -150,14 +150,14 @@ async fn expired_group_offsets_are_alerted() {
     } = Setup::new("expired", PARTS).await;
     // Dynamic membership: the stopped instance leaves the group at once.
     cfg.audit.static_membership = false;
-    let port = free_port();
-    enable_ops(&mut cfg, port);
+    enable_ops(&mut cfg);
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
     produce_known(&p, &topic, PARTS, 600, 0, base_time(), 2, &mut truth);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
 
-    let svc = spawn_service(cfg.clone());
+    let svc = start_service(cfg.clone()).await;
+    let port = svc.ops_port();
     assert!(tokio::task::block_in_place(|| reader.wait_for_count(
         &topic,
         600,
@@ -180,7 +180,8 @@ async fn expired_group_offsets_are_alerted() {
     assert!(deleted, "cannot delete group {group}");
     assert!(committed(&bootstrap, &group, &topic, PARTS).is_empty());
 
-    let svc = spawn_service(cfg.clone());
+    let svc = start_service(cfg.clone()).await;
+    let port = svc.ops_port();
     let alerted = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
             metric(port, "committed_offsets_missing_total") >= PARTS as f64

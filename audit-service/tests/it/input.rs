@@ -306,8 +306,7 @@ async fn a_header_name_that_is_not_utf8_is_ignored_and_its_record_counted_once()
     // it is counted apart (`observation_time_count`), outside `count` and the checksum.
     cfg.audit.event_time.default.header = Some("et".into());
     cfg.audit.event_time.default.record_timestamp = false;
-    let ops_port = free_port();
-    enable_ops(&mut cfg, ops_port);
+    enable_ops(&mut cfg);
     let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .create()
@@ -364,7 +363,8 @@ async fn a_header_name_that_is_not_utf8_is_ignored_and_its_record_counted_once()
     }
     tokio::task::block_in_place(|| p.flush(Duration::from_secs(60))).unwrap();
 
-    let svc = spawn_service(cfg);
+    let svc = start_service(cfg).await;
+    let ops_port = svc.ops_port();
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     let ok = tokio::task::block_in_place(|| {
         reader.wait_for_count(&topic, expected.count, Duration::from_secs(90))

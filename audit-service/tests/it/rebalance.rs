@@ -30,10 +30,10 @@ async fn revoke_reports_before_partitions_move_so_rebalances_count_exactly() {
     let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
 
     produce_known(&p, &s.topic, PARTITIONS, 5_000, 0, base, 4, &mut truth);
-    let ops_port = free_port();
     let mut cfg_a = cfg(&testkit::unique("ra"));
-    enable_ops(&mut cfg_a, ops_port);
-    let a = spawn_service(cfg_a);
+    enable_ops(&mut cfg_a);
+    let a = start_service(cfg_a).await;
+    let ops_port = a.ops_port();
     // A must own the partitions and have counted before B joins; otherwise both join
     // in the same generation and there is no revoke to test (seen on a loaded machine).
     assert!(
@@ -101,12 +101,12 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     init_tracing();
     let s = Setup::new("rebtx", PARTITIONS).await;
     // One config per instance: the same group and WAL directory, its own instance id.
-    let cfg = |id: &str, port: u16| {
+    let cfg = |id: &str| {
         let mut c = s.cfg.clone();
         c.audit.instance_id = id.to_string();
         c.audit.static_membership = false;
         c.audit.report_interval = Duration::from_millis(100);
-        enable_ops(&mut c, port);
+        enable_ops(&mut c);
         c
     };
     const WINDOWS: i64 = 30;
@@ -116,8 +116,8 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
     let mut reader = AuditReader::new(&s.bootstrap, &s.audit_topic, 3);
     let mut seq = 0;
 
-    let port_a = free_port();
-    let a = spawn_service(cfg(&testkit::unique("ta"), port_a));
+    let a = start_service(cfg(&testkit::unique("ta"))).await;
+    let port_a = a.ops_port();
     let mut rounds = 0;
     while metric(port_a, "revoke_waits_total") < 2.0 {
         rounds += 1;
@@ -131,12 +131,12 @@ async fn a_revoke_during_a_publication_in_flight_counts_exactly() {
         seq += 3_000;
         // B joins (A's partitions are revoked mid-traffic), then leaves again (A's
         // again, to get them all back).
-        let port_b = free_port();
         let stop_b = CancellationToken::new();
-        let b = tokio::spawn(audit_service::run(
-            cfg(&testkit::unique("tb"), port_b),
-            stop_b.clone(),
-        ));
+        let started_b = audit_service::start(cfg(&testkit::unique("tb")), stop_b.clone())
+            .await
+            .expect("B starts");
+        let port_b = started_b.ops_addr.expect("ops server enabled").port();
+        let b = tokio::spawn(started_b.wait());
         produce_known(
             &p, &s.topic, PARTITIONS, 3_000, seq, base, WINDOWS, &mut truth,
         );

@@ -97,14 +97,14 @@ async fn a_deleted_topic_with_pending_counts_neither_stalls_the_others_nor_loses
     );
     // Long enough that the deletion lands between counting and publishing.
     cfg.audit.report_interval = Duration::from_secs(3);
-    let port = free_port();
-    enable_ops(&mut cfg, port);
+    enable_ops(&mut cfg);
     let base = base_time();
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
     produce_known(&p, &kept, 2, 200, 0, base, 2, &mut truth);
     produce_known(&p, &gone, 2, 200, 0, base, 2, &mut truth);
-    let svc = spawn_service(cfg);
+    let svc = start_service(cfg).await;
+    let port = svc.ops_port();
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
     tokio::task::block_in_place(|| {
         assert!(reader.wait_for_count(&kept, 200, Duration::from_secs(60)));

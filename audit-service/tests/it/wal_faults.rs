@@ -243,13 +243,13 @@ async fn a_full_wal_disk_mid_run_loses_no_count() {
     let mnt = tempfile::tempdir().unwrap();
     let _tmpfs = Tmpfs::mount(mnt.path(), "16m");
     cfg.audit.wal_dir = mnt.path().join("wal");
-    let port = free_port();
-    enable_ops(&mut cfg, port);
+    enable_ops(&mut cfg);
     let base = base_time();
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
-    let svc = spawn_service(cfg.clone());
+    let svc = start_service(cfg.clone()).await;
+    let port = svc.ops_port();
 
     // Batches of 2 000 messages over many windows; `seq` counts what was produced.
     let mut seq = 0;
@@ -357,8 +357,7 @@ async fn a_failed_offset_read_at_assignment_discards_instead_of_resending_later(
         wal: _wal,
         mut cfg,
     } = Setup::new("walunst", PARTITIONS).await;
-    let port = free_port();
-    enable_ops(&mut cfg, port);
+    enable_ops(&mut cfg);
     cfg.audit.publish_timeout = Duration::from_secs(3);
     let wal_dir = cfg.audit.instance_wal_dir();
     let base = base_time();
@@ -411,7 +410,8 @@ async fn a_failed_offset_read_at_assignment_discards_instead_of_resending_later(
             .unwrap();
     });
 
-    let svc = spawn_service(cfg.clone());
+    let svc = start_service(cfg.clone()).await;
+    let port = svc.ops_port();
     // The auditor's offset read failed at assignment; then the other transaction ends.
     let failed = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
@@ -465,8 +465,7 @@ async fn at_least_once_counts_a_moved_report_twice_and_no_more() {
     } = Setup::new("alomove", PARTITIONS).await;
     cfg.audit.mode = audit_service::Mode::AtLeastOnce;
     cfg.audit.static_membership = false;
-    let port = free_port();
-    enable_ops(&mut cfg, port);
+    enable_ops(&mut cfg);
     let base = base_time();
     let p = producer(&bootstrap);
     let mut truth = Totals::new();
@@ -507,7 +506,8 @@ async fn at_least_once_counts_a_moved_report_twice_and_no_more() {
     run_until(&cfg_b, &mut reader, &topic, 6_000).await;
 
     // A comes back: its entry's partitions moved on; it is settled, never resent.
-    let svc = spawn_service(cfg.clone());
+    let svc = start_service(cfg.clone()).await;
+    let port = svc.ops_port();
     let settled = tokio::task::block_in_place(|| {
         testkit::wait_until(Duration::from_secs(90), || {
             // B committed exactly the entry's end: "already published" (by A, in

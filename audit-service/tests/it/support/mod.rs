@@ -439,10 +439,11 @@ pub fn committed_total(bootstrap: &str, group: &str, topic: &str, partitions: i3
         .sum::<i64>()
 }
 
-/// Serves the ops endpoints (/metrics, /healthz) on 127.0.0.1:`port`.
-pub fn enable_ops(cfg: &mut audit_service::Config, port: u16) {
+/// Serves the ops endpoints (/metrics, /healthz) on a free port of 127.0.0.1, which
+/// [`start_service`] tells ([`Running::ops_port`]).
+pub fn enable_ops(cfg: &mut audit_service::Config) {
     cfg.ops.enabled = true;
-    cfg.ops.listen = ([127, 0, 0, 1], port).into();
+    cfg.ops.listen = ([127, 0, 0, 1], 0).into();
 }
 
 /// One audit-service instance running in this test's runtime. A failed assertion
@@ -451,6 +452,7 @@ pub struct Running {
     shutdown: tokio_util::sync::CancellationToken,
     _guard: tokio_util::sync::DropGuard,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    ops_addr: Option<std::net::SocketAddr>,
 }
 
 /// Starts `audit_service::run(cfg)`.
@@ -462,10 +464,33 @@ pub fn spawn_service(cfg: audit_service::Config) -> Running {
         shutdown,
         _guard,
         task,
+        ops_addr: None,
+    }
+}
+
+/// Starts `audit_service::start(cfg)`: once it returns, the ops server (if enabled)
+/// listens at [`Running::ops_port`].
+pub async fn start_service(cfg: audit_service::Config) -> Running {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _guard = shutdown.clone().drop_guard();
+    let started = audit_service::start(cfg, shutdown.clone())
+        .await
+        .expect("audit service starts");
+    let ops_addr = started.ops_addr;
+    Running {
+        shutdown,
+        _guard,
+        task: tokio::spawn(started.wait()),
+        ops_addr,
     }
 }
 
 impl Running {
+    /// The port of the ops server (started by [`start_service`] with [`enable_ops`]).
+    pub fn ops_port(&self) -> u16 {
+        self.ops_addr.expect("ops server enabled").port()
+    }
+
     /// [`stop_service`]: shuts it down and panics unless it returns Ok within 60 s.
     pub async fn stop(self) {
         stop_service(&self.shutdown, self.task).await;

@@ -4,15 +4,14 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
 use crate::config::Config;
-use crate::service::AuditContext;
 
 /// Topic names to subscribe to: the configured names, plus existing topics matching
 /// the regexes, minus exclusions, internal topics and the audit topic itself.
-pub(crate) fn resolve_topics(
-    consumer: &BaseConsumer<AuditContext>,
+pub(crate) fn resolve_topics<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     cfg: &Config,
 ) -> anyhow::Result<Vec<String>> {
     let a = &cfg.audit;

@@ -1,18 +1,32 @@
-//! Report building (DESIGN §5 steps 1-2): drain the counts into audit messages plus
-//! progress per topic, with the offset range of every owned partition consumed since
-//! the previous report, and write them as one WAL entry before anything is sent.
+//! Per-partition bookkeeping of the auditor: where each owned partition's unreported
+//! range starts and ends, what was read of it, its log ends from the statistics, and
+//! what progress says about it (next offset, lag, latest record time).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use anyhow::Context;
-use audit_lib::{AuditMessage, PartitionProgress, TopicPartition};
-use common::now_ms;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::topic_partition_list::Offset;
+use audit_lib::TopicPartition;
 
-use crate::metrics::{KindLabel, PartitionLabel};
-use crate::service::{AuditContext, Core};
-use crate::wal::{CommittedRange, WalMessage};
+/// The position of one partition read since the previous drain (what the counting
+/// hands the auditor with its drained counts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    /// The offset after the last message read.
+    pub(crate) next: i64,
+    /// The event-time watermark (see `counting::Watermark`).
+    pub(crate) watermark: Option<i64>,
+    /// The latest record time read since the previous drain (`Watermark::take_latest`).
+    pub(crate) latest: Option<i64>,
+    /// The last timestamped record read carried LogAppendTime.
+    pub(crate) log_append_time: bool,
+}
+
+/// The partition positions a drain reports.
+pub(crate) type Positions = Vec<Position>;
+
+/// Every partition's state, by topic (a `BTreeMap` so reports list partitions in order).
+pub(crate) type Parts = HashMap<String, BTreeMap<i32, PartState>, FastHash>;
 
 /// FxHash-style hashing for the per-message partition lookup: topic names are not
 /// attacker-chosen keys here, and SipHash showed in profiles.
@@ -58,30 +72,30 @@ pub(crate) struct PartState {
     pub(crate) max_record_time: Option<i64>,
     /// The partition's records carry LogAppendTime (the last timestamped one did).
     pub(crate) log_append_time: bool,
-    /// The partition's log ends as librdkafka last saw them (statistics).
+    /// The partition's log ends as the consumer last saw them (statistics).
     pub(crate) ends: Option<LogEnds>,
     /// The consumer's position (next offset to fetch) as of the last report: past
     /// transaction markers, which `next` (last data offset + 1) never is.
     pub(crate) position: Option<i64>,
 }
 
-/// The log ends of every partition from one librdkafka statistics callback, and when
+/// The log ends of every partition from one statistics callback of the consumer, and when
 /// they were measured.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EndsSnapshot {
-    /// Epoch ms as of which the ends hold (None: no statistics yet): when librdkafka
+    /// Epoch ms as of which the ends hold (None: no statistics yet): when the client
     /// emitted the statistics minus the longest a fetch response can be older than
-    /// them (see `AuditContext::stats`).
+    /// them (see `kafka::context`).
     pub(crate) at: Option<i64>,
     pub(crate) ends: HashMap<TopicPartition, LogEnds>,
 }
 
-/// A partition's log ends from librdkafka's statistics.
+/// A partition's log ends from the consumer's statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LogEnds {
     /// Log start offset.
     pub(crate) low: i64,
-    /// The high watermark (see `AuditContext::stats` for why not the LSO).
+    /// The high watermark (see `kafka::context` for why not the LSO).
     pub(crate) end: i64,
 }
 
@@ -124,273 +138,10 @@ impl PartState {
     }
 
     /// What progress reports for this partition: [`PartState::read_up_to`], and the
-    /// lag behind the high watermark (null until librdkafka's statistics have it).
+    /// lag behind the high watermark (null until the consumer's statistics have it).
     pub(crate) fn progress(&self, from_log_start: bool) -> Option<(i64, Option<i64>)> {
         let next = self.read_up_to(from_log_start)?;
         Some((next, self.ends.map(|e| (e.end - next).max(0))))
-    }
-}
-
-/// Whether a partition without a committed offset is read from its log start
-/// (`auto.offset.reset` earliest, the auditor's default).
-fn starts_at_log_start(cfg: &crate::config::Config) -> bool {
-    matches!(
-        crate::service::consumer_client_config(cfg).get("auto.offset.reset"),
-        None | Some("earliest" | "smallest" | "beginning")
-    )
-}
-
-/// Why a report is made.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Reason {
-    Interval,
-    Revoke,
-    Shutdown,
-}
-
-impl Reason {
-    fn as_str(self) -> &'static str {
-        match self {
-            Reason::Interval => "interval",
-            Reason::Revoke => "revoke",
-            Reason::Shutdown => "shutdown",
-        }
-    }
-}
-
-impl Core {
-    /// Takes the log ends of a statistics snapshot for every partition (a partition
-    /// the snapshot lacks has no known end: lag null), and the time they were measured
-    /// at, which dates the next reports' progress (lag 0 holds as of then, not as of
-    /// the report: records written since may be unread).
-    ///
-    /// A snapshot is not taken while consumption is paused (fetching stopped, so the
-    /// ends it carries are from before the pause while its time is new), nor when it
-    /// was measured before the last assignment or resume (`ends_from`): its ends may
-    /// come from a fetch before it. The ends taken before stay, with their own time.
-    pub(crate) fn update_ends(&mut self, snap: &EndsSnapshot) {
-        let Some(at) = snap.at else { return };
-        if self.paused || at < self.ends_from {
-            return;
-        }
-        for (topic, parts) in &mut self.parts {
-            for (&partition, st) in parts.iter_mut() {
-                st.ends = snap
-                    .ends
-                    .get(&TopicPartition::new(topic.as_str(), partition))
-                    .copied();
-            }
-        }
-        self.ends_at = Some(at);
-    }
-
-    /// Records the consumer's position of every assigned partition. Called on the
-    /// consume thread right before a report, so it covers exactly what was polled
-    /// (messages and, unlike the drained offsets, transaction markers).
-    pub(crate) fn update_positions(&mut self, consumer: &BaseConsumer<AuditContext>) {
-        let Ok(tpl) = consumer.position() else {
-            return;
-        };
-        for el in tpl.elements() {
-            if let Some(part) = self
-                .parts
-                .get_mut(el.topic())
-                .and_then(|t| t.get_mut(&el.partition()))
-            {
-                // Invalid (nothing polled since the assignment or a seek): unknown,
-                // never an earlier value, which a seek back would make wrong.
-                part.position = match el.offset() {
-                    Offset::Offset(o) => Some(o),
-                    _ => None,
-                };
-            }
-        }
-    }
-
-    /// Drains the counts into a WAL entry (fsynced) and advances every partition's
-    /// range start to the entry's end. Returns false when there was nothing to write.
-    pub(crate) fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
-        let now = now_ms();
-        let (mut messages, positions) = self.counting.drain(now);
-        // The latest record times read since the last report are what this report's
-        // increments count: kept only once its WAL entry is written (after a failed
-        // write the records are read again, and until then no progress may claim them).
-        let mut latest: HashMap<TopicPartition, i64> = HashMap::new();
-        for pos in positions {
-            if let Some(t) = pos.latest {
-                latest.insert(TopicPartition::new(pos.topic.as_str(), pos.partition), t);
-            }
-            let st = self
-                .parts
-                .entry(pos.topic)
-                .or_default()
-                .entry(pos.partition)
-                .or_default();
-            st.next = Some(pos.next);
-            if pos.watermark.is_some() {
-                st.record_time = pos.watermark;
-                st.log_append_time = pos.log_append_time;
-            }
-        }
-        let from_log_start = starts_at_log_start(&self.cfg);
-        // Progress is dated by when the log ends were measured: a lag of 0 says the
-        // auditor has read everything written *before then* (records appended since
-        // may be unread, and a consumer past a stale end is no more caught up). The
-        // engine trusts lag 0 as of `emitted_at` (docs/audit-message-v1.md).
-        // Before any statistics, no lag is known and the date only orders reports: an
-        // early one, so the first dated by statistics is not older.
-        let dated = self.ends_at.unwrap_or(self.undated).min(now);
-        let mut ranges = Vec::new();
-        for (topic, parts) in &mut self.parts {
-            let mut progress = Vec::new();
-            for (&partition, st) in parts.iter_mut() {
-                let tp = TopicPartition::new(topic.as_str(), partition);
-                if !self.assigned.contains(&tp) {
-                    continue;
-                }
-                if let Some(end) = st.next {
-                    ranges.push(CommittedRange {
-                        topic: topic.clone(),
-                        partition,
-                        start: st.start,
-                        end,
-                    });
-                }
-                if let Some((next, lag)) = st.progress(from_log_start) {
-                    if let Some(lag) = lag {
-                        self.metrics
-                            .partition_lag
-                            .get_or_create(&PartitionLabel {
-                                topic: topic.clone(),
-                                partition,
-                            })
-                            .set(lag);
-                    }
-                    progress.push(PartitionProgress {
-                        partition,
-                        next_offset: next,
-                        record_time: st.record_time,
-                        lag,
-                        max_record_time: st.latest_record_time(latest.get(&tp).copied()),
-                        log_append_time: st.log_append_time,
-                    });
-                }
-            }
-            if !progress.is_empty() {
-                messages.push(AuditMessage::progress(
-                    &self.identity,
-                    topic.clone(),
-                    progress,
-                    dated,
-                ));
-            }
-        }
-        self.metrics
-            .reports
-            .get_or_create(&KindLabel {
-                kind: reason.as_str().into(),
-            })
-            .inc();
-        if ranges.is_empty()
-            && messages.iter().all(|m| m.as_progress().is_some())
-            && !matches!(reason, Reason::Interval)
-        {
-            return Ok(false);
-        }
-        if messages.is_empty() && ranges.is_empty() {
-            return Ok(false);
-        }
-        if ranges.is_empty()
-            && self.wal.pending_count() > 0
-            && messages.iter().all(|m| m.as_progress().is_some())
-        {
-            // Entries are stuck (audit topic unwritable): progress alone would only
-            // grow the WAL; the stuck entries carry progress already.
-            return Ok(false);
-        }
-        let wal_messages = messages
-            .iter()
-            .map(|m| WalMessage {
-                key: m.topic.clone(),
-                payload: m.to_json(),
-            })
-            .collect();
-        let id = self
-            .wal
-            .append(ranges.clone(), wal_messages)
-            .context("cannot write report to the WAL")?;
-        tracing::debug!(
-            id,
-            reason = reason.as_str(),
-            messages = messages.len(),
-            ranges = ranges.len(),
-            "report written to WAL"
-        );
-        for r in ranges {
-            if let Some(st) = self
-                .parts
-                .get_mut(&r.topic)
-                .and_then(|t| t.get_mut(&r.partition))
-            {
-                st.start = Some(r.end);
-                st.next = None;
-            }
-        }
-        for (tp, t) in latest {
-            if let Some(st) = self
-                .parts
-                .get_mut(tp.topic.as_str())
-                .and_then(|p| p.get_mut(&tp.partition))
-            {
-                st.max_record_time = st.max_record_time.max(Some(t));
-            }
-        }
-        self.update_wal_metrics();
-        Ok(true)
-    }
-
-    /// After a report whose WAL entry could not be written: its drained counts are
-    /// lost, so every partition it covered is read again from the start of its
-    /// unreported range (the end of the last entry written, or the committed offset).
-    /// False when a position cannot be reset: the caller then recreates the consumer,
-    /// which restarts from the committed offsets.
-    pub(crate) fn rewind_unreported(&mut self, consumer: &BaseConsumer<AuditContext>) -> bool {
-        let timeout = self.cfg.audit.publish_timeout;
-        for (topic, parts) in &mut self.parts {
-            for (&partition, st) in parts.iter_mut() {
-                if st.next.take().is_none()
-                    || !self
-                        .assigned
-                        .contains(&TopicPartition::new(topic.as_str(), partition))
-                {
-                    continue;
-                }
-                let to = match st.start {
-                    Some(o) if o >= 0 => Offset::Offset(o),
-                    // No committed offset: consumption began at the log start.
-                    None => Offset::Beginning,
-                    Some(_) => return false,
-                };
-                st.position = None;
-                if let Err(e) = consumer.seek(topic, partition, to, timeout) {
-                    tracing::warn!(%topic, partition, offset = ?to, error = %e, "cannot seek back");
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    pub(crate) fn update_wal_metrics(&self) {
-        self.metrics
-            .wal_pending_entries
-            .set(self.wal.pending_count() as i64);
-        self.metrics
-            .wal_pending_bytes
-            .set(self.wal.pending_bytes() as i64);
-        self.metrics
-            .wal_disk_bytes
-            .set(self.wal.disk_bytes() as i64);
     }
 }
 
@@ -424,7 +175,7 @@ mod tests {
         assert!(failures.is_empty(), "{rule}:\n{}", failures.join("\n"));
     }
 
-    /// B5 of issue 14: lag from the consumer position, which librdkafka advances past
+    /// B5 of issue 14: lag from the consumer position, which the client advances past
     /// transaction markers, against the high watermark (not the last stable offset).
     #[test]
     fn b5_lag_from_the_position_past_transaction_markers() {
