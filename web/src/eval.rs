@@ -130,7 +130,61 @@ impl VerdictIndex {
     }
 }
 
+/// What one cycle (or load step) changes in the index, planned from what it read and
+/// published under one write lock ([`VerdictIndex::apply`]): readers see the index of
+/// the last complete cycle or of this one, never one part-way through its reads.
+#[derive(Debug, Default)]
+pub(crate) struct IndexPlan {
+    /// `Some(why)` while nothing can be judged, `Some(None)` once it can.
+    waiting_for: Option<Option<String>>,
+    /// Every auditor and whether their read was capped.
+    auditors: Option<(BTreeMap<AuditorKey, engine::AuditorStatus>, bool)>,
+    /// The new horizon: verdicts of windows before it are dropped.
+    horizon_start: Option<i64>,
+    /// Per topic judged, the verdicts other than `ok` of every window judged (an empty
+    /// list: all `ok`), in the order they were judged.
+    windows: Vec<(String, BTreeMap<i64, Vec<EdgeWindow>>)>,
+    /// Topics with no window left in the horizon.
+    topics_gone: Vec<String>,
+    window_mismatches: Option<BTreeMap<(String, String), WindowMismatch>>,
+    evaluated_at: Option<i64>,
+    loading: Option<Option<Loading>>,
+}
+
 impl VerdictIndex {
+    /// Publishes `plan`: the one place the evaluator writes the index.
+    fn apply(&mut self, plan: IndexPlan) {
+        if let Some(waiting_for) = plan.waiting_for {
+            self.waiting_for = waiting_for;
+        }
+        if let Some((auditors, capped)) = plan.auditors {
+            self.auditors = auditors;
+            self.auditors_capped = capped;
+        }
+        if let Some(start) = plan.horizon_start {
+            self.horizon_start = start;
+            self.drop_before(start);
+        }
+        for (topic, by_window) in plan.windows {
+            for (w, vs) in by_window {
+                self.replace(&topic, w, vs);
+            }
+            self.topics.insert(topic);
+        }
+        for topic in &plan.topics_gone {
+            self.topics.remove(topic);
+        }
+        if let Some(m) = plan.window_mismatches {
+            self.window_mismatches = m;
+        }
+        if let Some(at) = plan.evaluated_at {
+            self.evaluated_at = Some(at);
+        }
+        if let Some(loading) = plan.loading {
+            self.loading = loading;
+        }
+    }
+
     /// Replaces every verdict of `topic`'s window `window_start`.
     fn replace(&mut self, topic: &str, window_start: i64, verdicts: Vec<EdgeWindow>) {
         let lo = VerdictKey::first_of(window_start, Some(topic));
@@ -342,7 +396,24 @@ impl Evaluator {
     /// One evaluation cycle at time `now` (epoch ms).
     pub async fn cycle(&mut self, now: i64) -> Result<CycleStats, StoreError> {
         let started = Instant::now();
-        let result = self.cycle_inner(now).await;
+        let mut plan = IndexPlan::default();
+        let result = self.cycle_inner(now, &mut plan).await;
+        if result.is_err() {
+            // The verdicts judged before the failure are published (each is right, and
+            // their metrics are counted); the mismatches and the time stay the last
+            // complete cycle's.
+            plan.window_mismatches = None;
+            plan.evaluated_at = None;
+            plan.loading = None;
+        }
+        self.publish(plan);
+        // The anomaly gauges from the index just published (none before a topology).
+        let result = result.map(|judged| {
+            judged.map_or_else(CycleStats::default, |stats| CycleStats {
+                anomalies: self.update_anomaly_metrics(),
+                ..stats
+            })
+        });
         self.metrics
             .evaluation_duration
             .observe(started.elapsed().as_secs_f64());
@@ -363,7 +434,10 @@ impl Evaluator {
     /// collector's `[ingest] window` or by the first stored increment, never by the
     /// newest window, which anyone who can write one could set) when `[topology]
     /// window` is not set; `None` (and why in the index) while none is recorded.
-    async fn known_topology(&self) -> Result<Option<Arc<Topology>>, StoreError> {
+    async fn known_topology(
+        &self,
+        plan: &mut IndexPlan,
+    ) -> Result<Option<Arc<Topology>>, StoreError> {
         if let Some(t) = self.topology.get() {
             return Ok(Some(t));
         }
@@ -378,7 +452,7 @@ impl Evaluator {
                         window_ms = t.window.as_millis(),
                         "window size as the store recorded it (the collector's [ingest] window, or the first stored increment's; [topology] window is not set)"
                     );
-                    self.index.write().expect("verdict index lock").waiting_for = None;
+                    plan.waiting_for = Some(None);
                     return Ok(Some(t));
                 }
                 // Stored rows are validated on the way in; this only guards the loop.
@@ -387,17 +461,23 @@ impl Evaluator {
                 ),
             },
         };
-        let mut index = self.index.write().expect("verdict index lock");
+        let index = self.index.read().expect("verdict index lock");
         if index.waiting_for.as_deref() != Some(waiting.as_str()) {
             tracing::info!(waiting_for = %waiting, "not evaluating yet");
         }
-        index.waiting_for = Some(waiting);
+        plan.waiting_for = Some(Some(waiting));
         Ok(None)
     }
 
-    async fn cycle_inner(&mut self, now: i64) -> Result<CycleStats, StoreError> {
-        let Some(topo) = self.known_topology().await? else {
-            return Ok(CycleStats::default());
+    /// Plans the cycle into `plan`; `None`: nothing judged (the window size is not
+    /// known yet).
+    async fn cycle_inner(
+        &mut self,
+        now: i64,
+        plan: &mut IndexPlan,
+    ) -> Result<Option<CycleStats>, StoreError> {
+        let Some(topo) = self.known_topology(plan).await? else {
+            return Ok(None);
         };
         let window_ms = topo.window.as_millis();
         let horizon_start = topo
@@ -461,11 +541,7 @@ impl Evaluator {
             }
         }
         self.update_auditor_metrics(&auditors, auditors_capped);
-        {
-            let mut index = self.index.write().expect("verdict index lock");
-            index.auditors = auditors;
-            index.auditors_capped = auditors_capped;
-        }
+        plan.auditors = Some((auditors, auditors_capped));
         let progress = Arc::new(progress);
         self.progress = progress.clone();
         self.progress_capped = progress_capped;
@@ -473,12 +549,13 @@ impl Evaluator {
         // window rows (see `AuditStore::staged_windows`).
         let staged = self.staged_from(horizon_start, i64::MAX).await?;
 
-        let mut mismatches = {
-            let mut index = self.index.write().expect("verdict index lock");
-            index.horizon_start = horizon_start;
-            index.drop_before(horizon_start);
-            std::mem::take(&mut index.window_mismatches)
-        };
+        plan.horizon_start = Some(horizon_start);
+        let mut mismatches = self
+            .index
+            .read()
+            .expect("verdict index lock")
+            .window_mismatches
+            .clone();
         mismatches.retain(|_, m| m.window_start >= horizon_start);
         let mut stats = CycleStats::default();
         match (self.last_cycle, self.loaded_from) {
@@ -496,6 +573,7 @@ impl Evaluator {
                     now,
                     &mut mismatches,
                     &mut stats,
+                    plan,
                 )
                 .await?;
                 // Older windows with late increments or waiting for an auditor: per topic;
@@ -510,6 +588,7 @@ impl Evaluator {
                             now,
                             &mut mismatches,
                             &mut stats,
+                            plan,
                         )
                         .await?;
                         BTreeMap::new()
@@ -535,6 +614,7 @@ impl Evaluator {
                         now,
                         &mut mismatches,
                         &mut stats,
+                        plan,
                     )
                     .await?;
                 }
@@ -555,6 +635,7 @@ impl Evaluator {
                     now,
                     &mut mismatches,
                     &mut stats,
+                    plan,
                 )
                 .await?;
                 self.loaded_from = Some(from);
@@ -562,19 +643,20 @@ impl Evaluator {
             }
         }
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);
-        self.drop_topics_before(horizon_start);
+        plan.topics_gone = self.drop_topics_before(horizon_start);
 
         self.update_mismatch_metrics(&mismatches);
-        {
-            let mut index = self.index.write().expect("verdict index lock");
-            index.evaluated_at = Some(now);
-            index.window_mismatches = mismatches;
-        }
+        plan.evaluated_at = Some(now);
+        plan.window_mismatches = Some(mismatches);
         self.windows_loaded += stats.windows as u64;
-        self.update_loading();
-        stats.anomalies = self.update_anomaly_metrics();
+        plan.loading = Some(self.loading_of(horizon_start));
         self.last_cycle = Some(now);
-        Ok(stats)
+        Ok(Some(stats))
+    }
+
+    /// Publishes what a cycle or load step planned (see [`IndexPlan`]).
+    fn publish(&self, plan: IndexPlan) {
+        self.index.write().expect("verdict index lock").apply(plan);
     }
 
     /// One step of the cold start: judges the next older part of the horizon not judged
@@ -586,7 +668,10 @@ impl Evaluator {
         };
         let horizon_start = self.index.read().expect("verdict index lock").horizon_start;
         if loaded_from <= horizon_start {
-            self.update_loading();
+            self.publish(IndexPlan {
+                loading: Some(self.loading_of(horizon_start)),
+                ..IndexPlan::default()
+            });
             return Ok(true);
         }
         let from = topo
@@ -598,14 +683,14 @@ impl Evaluator {
         // Progress of the last cycle (read before these window rows), then staged
         // increments, then window rows, as a cycle reads them.
         let staged = self.staged_from(from, loaded_from).await?;
-        let mut mismatches = std::mem::take(
-            &mut self
-                .index
-                .write()
-                .expect("verdict index lock")
-                .window_mismatches,
-        );
+        let mut mismatches = self
+            .index
+            .read()
+            .expect("verdict index lock")
+            .window_mismatches
+            .clone();
         let mut stats = CycleStats::default();
+        let mut plan = IndexPlan::default();
         let result = self
             .load_range(
                 &topo,
@@ -614,18 +699,19 @@ impl Evaluator {
                 now,
                 &mut mismatches,
                 &mut stats,
+                &mut plan,
             )
             .await;
         self.update_mismatch_metrics(&mismatches);
-        self.index
-            .write()
-            .expect("verdict index lock")
-            .window_mismatches = mismatches;
+        plan.window_mismatches = Some(mismatches);
+        if result.is_ok() {
+            self.loaded_from = Some(from);
+            self.windows_loaded += stats.windows as u64;
+            plan.loading = Some(self.loading_of(horizon_start));
+        }
+        self.publish(plan);
         result?;
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);
-        self.loaded_from = Some(from);
-        self.windows_loaded += stats.windows as u64;
-        self.update_loading();
         tracing::debug!(from, to = loaded_from, windows = stats.windows, topics = stats.topics,
             elapsed = ?started.elapsed(), "cold start: load step");
         let done = from <= horizon_start;
@@ -652,17 +738,16 @@ impl Evaluator {
             .is_some()
     }
 
-    /// Sets the index's `loading` from how far the load has come.
-    fn update_loading(&mut self) {
-        let mut index = self.index.write().expect("verdict index lock");
-        index.loading = match self.loaded_from {
-            Some(from) if from > index.horizon_start => Some(Loading {
+    /// The index's `loading` from how far the load has come.
+    fn loading_of(&self, horizon_start: i64) -> Option<Loading> {
+        match self.loaded_from {
+            Some(from) if from > horizon_start => Some(Loading {
                 loaded_from: from,
                 windows_evaluated: self.windows_loaded,
                 started_at: self.load_started,
             }),
             _ => None,
-        };
+        }
     }
 
     /// Staged increments by topic whose window starts in `[from, to)`.
@@ -737,6 +822,7 @@ impl Evaluator {
         now: i64,
         mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
         stats: &mut CycleStats,
+        plan: &mut IndexPlan,
     ) -> Result<(), StoreError> {
         let store = self.store.clone();
         let fetch = move |after: Option<String>, limit: u32| {
@@ -812,6 +898,7 @@ impl Evaluator {
                     now,
                     mismatches,
                     stats,
+                    plan,
                 )
                 .await?;
             }
@@ -838,6 +925,7 @@ impl Evaluator {
         now: i64,
         mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
         stats: &mut CycleStats,
+        plan: &mut IndexPlan,
     ) -> Result<(), StoreError> {
         let (cut, range_end) = read;
         note_window_mismatches(mismatches, topic, rows, topo.window.as_millis());
@@ -896,7 +984,7 @@ impl Evaluator {
         }
         stats.windows += windows.len();
         stats.topics += 1;
-        self.apply(topic, &windows, verdicts);
+        self.apply(topic, &windows, verdicts, plan);
         Ok(())
     }
 
@@ -973,7 +1061,7 @@ impl Evaluator {
 
     /// Forgets topics with no window in the horizon: out of `/topics`, and their
     /// anomaly and completeness series removed.
-    fn drop_topics_before(&mut self, horizon_start: i64) {
+    fn drop_topics_before(&mut self, horizon_start: i64) -> Vec<String> {
         let gone: Vec<String> = self
             .newest_window
             .iter()
@@ -981,12 +1069,10 @@ impl Evaluator {
             .map(|(t, _)| t.clone())
             .collect();
         if gone.is_empty() {
-            return;
+            return gone;
         }
-        let mut index = self.index.write().expect("verdict index lock");
         for topic in &gone {
             self.newest_window.remove(topic);
-            index.topics.remove(topic);
             for v in Verdict::ALL.into_iter().filter(|v| v.is_anomaly()) {
                 self.metrics.topic_anomalies.remove(&TopicKindLabels {
                     topic: topic.into(),
@@ -994,19 +1080,26 @@ impl Evaluator {
                 });
             }
         }
-        let gone: std::collections::HashSet<&str> = gone.iter().map(String::as_str).collect();
+        let names: std::collections::HashSet<&str> = gone.iter().map(String::as_str).collect();
         self.gauge_windows.retain(|labels, _| {
-            let keep = !gone.contains(labels.topic.as_str());
+            let keep = !names.contains(labels.topic.as_str());
             if !keep {
                 self.metrics.completeness.remove(labels);
                 self.metrics.completeness_window.remove(labels);
             }
             keep
         });
+        gone
     }
 
-    /// Puts the verdicts of one topic's windows into the index.
-    fn apply(&mut self, topic: &str, windows: &[i64], verdicts: Vec<EdgeWindow>) {
+    /// Plans the verdicts of one topic's windows into `plan`.
+    fn apply(
+        &mut self,
+        topic: &str,
+        windows: &[i64],
+        verdicts: Vec<EdgeWindow>,
+        plan: &mut IndexPlan,
+    ) {
         let newest = self
             .newest_window
             .entry(topic.to_string())
@@ -1019,8 +1112,8 @@ impl Evaluator {
                 self.update_completeness(v);
             }
         }
-        let mut index = self.index.write().expect("verdict index lock");
-        index.topics.insert(topic.to_string());
+        // Only this evaluator writes the index: it holds the previous verdicts.
+        let index = self.index.read().expect("verdict index lock");
         for v in verdicts {
             if v.verdict.is_anomaly() {
                 let known = index
@@ -1036,11 +1129,14 @@ impl Evaluator {
                         .inc();
                 }
             }
-            by_window.entry(v.window_start).or_default().push(v);
+            // A window's entry is kept even when all `ok`: it clears the old verdicts.
+            let judged = by_window.entry(v.window_start).or_default();
+            if v.verdict != Verdict::Ok {
+                judged.push(v);
+            }
         }
-        for (w, vs) in by_window {
-            index.replace(topic, w, vs);
-        }
+        drop(index);
+        plan.windows.push((topic.to_string(), by_window));
     }
 
     fn update_completeness(&mut self, v: &EdgeWindow) {
