@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AlertingConfig, ChannelConfig, ChannelKind, PAGERDUTY_URL};
-use crate::engine::{AuditorStatus, EdgeWindow, Lifecycle, Verdict};
+use crate::engine::{AuditorStatus, EdgeWindow, Lifecycle, Urgency, Verdict};
 use crate::eval::VerdictIndex;
 use crate::metrics::{AlertLabels, ChannelLabels, Metrics};
 
@@ -315,7 +315,7 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
                 "payload": {
                     "summary": truncate(alert.summary(), PAGERDUTY_SUMMARY_MAX),
                     "source": "kafka-audit",
-                    "severity": if severity(alert.verdict) == 0 { "error" } else { "warning" },
+                    "severity": if alert.verdict.urgency() == Urgency::Page { "error" } else { "warning" },
                     "component": alert.topic,
                     "group": group,
                     "class": alert.verdict.as_str(),
@@ -351,15 +351,6 @@ fn truncate(mut s: String, max_bytes: usize) -> String {
     s
 }
 
-/// 0 pages (loss, mismatch, stalled auditor), 1 and 2 warn.
-fn severity(v: Verdict) -> u8 {
-    match v {
-        Verdict::Loss | Verdict::Mismatch | Verdict::Stalled => 0,
-        Verdict::Duplication => 1,
-        _ => 2,
-    }
-}
-
 /// Delivery order under the rate limit: the most severe first; within a severity,
 /// each topic's newest alert before any topic's second, and so on (round robin over
 /// topics, newest window first within one). So however many anomalies one topic
@@ -371,15 +362,15 @@ fn prioritise(alerts: Vec<Alert>) -> Vec<Alert> {
         Subject::Window { window_start, .. } => *window_start,
         Subject::Auditor { .. } => i64::MAX,
     };
-    let mut by_topic: BTreeMap<(u8, &str), Vec<&Alert>> = BTreeMap::new();
+    let mut by_topic: BTreeMap<(Reverse<Urgency>, &str), Vec<&Alert>> = BTreeMap::new();
     for a in &alerts {
         by_topic
-            .entry((severity(a.verdict), a.topic.as_str()))
+            .entry((Reverse(a.verdict.urgency()), a.topic.as_str()))
             .or_default()
             .push(a);
     }
-    // (severity, rank within its topic, newest first, topic, key) orders them all.
-    type Key<'a> = (u8, usize, Reverse<i64>, &'a str, &'a str);
+    // (most urgent, rank within its topic, newest first, topic, key) orders them all.
+    type Key<'a> = (Reverse<Urgency>, usize, Reverse<i64>, &'a str, &'a str);
     let mut ranked: Vec<(Key, &Alert)> = Vec::new();
     for ((sev, topic), mut list) in by_topic {
         list.sort_by_key(|a| (Reverse(time(a)), a.dedup_key.as_str()));
