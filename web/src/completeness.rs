@@ -57,7 +57,7 @@ pub struct CompletenessQuery {
 }
 
 /// Where a window stands at the gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GateStatus {
     /// Final and at least the threshold: safe to publish.
@@ -69,7 +69,8 @@ pub enum GateStatus {
     Incomplete,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+// Deserialize: `kafka-audit wait` reads the answer as these types.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(as = CompletenessWindow)]
 pub struct WindowCompleteness {
     pub window_start: i64,
@@ -91,7 +92,7 @@ pub struct WindowCompleteness {
     pub reason: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(as = Completeness)]
 pub struct CompletenessResponse {
     pub topic: String,

@@ -176,6 +176,17 @@ pub enum Lifecycle {
     Final,
 }
 
+impl Lifecycle {
+    /// As the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Open => "open",
+            Lifecycle::Settling => "settling",
+            Lifecycle::Final => "final",
+        }
+    }
+}
+
 /// What the downstream auditor was asked to show before the window could be final
 /// (docs/web.md, Verdicts, rule 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
