@@ -18,11 +18,18 @@ pub struct ApiError {
 /// The body of an [`ApiError`] answer, public so that API documents and clients can
 /// name the shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(as = Error, description = "`{\"error\": {\"status\", \"message\"}}`: every error answer.")
+)]
 pub struct ErrorBody {
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     /// The HTTP status code, repeated.
     pub status: u16,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use serde::Deserialize;
+use web::completeness::{CompletenessResponse as Completeness, GateStatus};
 
 /// Every window of the range is complete.
 pub const EXIT_COMPLETE: i32 = 0;
@@ -67,32 +67,6 @@ pub struct WaitArgs {
     /// answering 5xx).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_failures: u32,
-}
-
-#[derive(Debug, Deserialize)]
-struct Completeness {
-    reference_tier: String,
-    reference_datacenters: Vec<String>,
-    from: i64,
-    to: i64,
-    threshold: f64,
-    status: String,
-    windows_total: usize,
-    windows_complete: usize,
-    windows_pending: usize,
-    ratio: Option<f64>,
-    windows: Vec<Window>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Window {
-    window_start: i64,
-    observed: u64,
-    reference: u64,
-    ratio: Option<f64>,
-    lifecycle: String,
-    status: String,
-    reason: String,
 }
 
 enum PollError {
@@ -267,13 +241,16 @@ async fn wait(args: WaitArgs) -> i32 {
                     percent(c.ratio),
                     percent(Some(c.threshold))
                 );
-                match c.status.as_str() {
-                    "complete" => {
+                match c.status {
+                    GateStatus::Complete => {
                         println!("{} complete: {head}: {counts}", now());
                         return EXIT_COMPLETE;
                     }
-                    "incomplete" => {
-                        let w = c.windows.iter().find(|w| w.status == "incomplete");
+                    GateStatus::Incomplete => {
+                        let w = c
+                            .windows
+                            .iter()
+                            .find(|w| w.status == GateStatus::Incomplete);
                         let which = w.map_or_else(String::new, |w| {
                             format!(
                                 "window {} is final at {} ({} of {}), below the threshold: data is missing; ",
@@ -286,7 +263,7 @@ async fn wait(args: WaitArgs) -> i32 {
                         println!("{} incomplete: {head}: {which}{counts}", now());
                         return EXIT_INCOMPLETE;
                     }
-                    _ => {}
+                    GateStatus::Pending => {}
                 }
                 if Instant::now() >= deadline {
                     println!(
@@ -306,12 +283,12 @@ async fn wait(args: WaitArgs) -> i32 {
                 let next = c
                     .windows
                     .iter()
-                    .find(|w| w.status == "pending")
+                    .find(|w| w.status == GateStatus::Pending)
                     .map(|w| {
                         format!(
                             "; first pending {} ({}: {})",
                             time(w.window_start),
-                            w.lifecycle,
+                            w.lifecycle.as_str(),
                             w.reason
                         )
                     })

@@ -536,12 +536,11 @@ fn no_source_file_over_600_non_test_lines() {
 }
 
 /// The auditor's decisions are plain data and functions (issue #27): no file of
-/// `audit-service/src/auditor/` may name rdkafka. Until that module exists this passes
-/// without looking at anything (the coordinator makes the folder required once the
-/// auditor branch is merged).
+/// `audit-service/src/auditor/` may name rdkafka.
 #[test]
 fn the_auditor_core_names_no_kafka_client() {
     let auditor = workspace().join("audit-service/src/auditor");
+    assert!(auditor.is_dir(), "{} is missing", auditor.display());
     let mut files = Vec::new();
     rust_files(&auditor, &mut files);
     let naming: Vec<String> = files

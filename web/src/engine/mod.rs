@@ -142,10 +142,30 @@ impl Verdict {
         !matches!(self, Verdict::Ok | Verdict::Pending)
     }
 
-    /// Severity order for "worst verdict" summaries (the enum order).
+    /// Severity order for "worst verdict" summaries (the enum order: the worst last).
     pub fn severity(self) -> u8 {
         self as u8
     }
+
+    /// How on-call is told: the severity order in three steps (a worse verdict is
+    /// never less urgent).
+    pub fn urgency(self) -> Urgency {
+        match self {
+            Verdict::Loss | Verdict::Mismatch | Verdict::Stalled => Urgency::Page,
+            Verdict::Duplication => Urgency::Warning,
+            Verdict::Ok | Verdict::Pending | Verdict::Delayed => Urgency::Notice,
+        }
+    }
+}
+
+/// Steps of [`Verdict::severity`] for alerting, the least urgent first: a page
+/// (`error` in the payloads) for data lost, altered or unaudited, warnings otherwise;
+/// alerts are delivered the most urgent first under a rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Urgency {
+    Notice,
+    Warning,
+    Page,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -154,6 +174,17 @@ pub enum Lifecycle {
     Open,
     Settling,
     Final,
+}
+
+impl Lifecycle {
+    /// As the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Open => "open",
+            Lifecycle::Settling => "settling",
+            Lifecycle::Final => "final",
+        }
+    }
 }
 
 /// What the downstream auditor was asked to show before the window could be final

@@ -961,3 +961,26 @@ fn percentiles_equal_the_histograms_quantiles() {
         );
     }
 }
+
+/// One severity order: alerting's urgency steps follow `severity` (a worse verdict is
+/// never less urgent), and loss, mismatch and a stalled auditor page.
+#[test]
+fn urgency_follows_the_severity_order() {
+    for a in Verdict::ALL {
+        for b in Verdict::ALL {
+            if a.severity() <= b.severity() {
+                assert!(
+                    a.urgency() <= b.urgency(),
+                    "{b:?} is at least as severe as {a:?} but less urgent"
+                );
+            }
+        }
+    }
+    let pages: Vec<Verdict> = Verdict::ALL
+        .into_iter()
+        .filter(|v| v.urgency() == Urgency::Page)
+        .collect();
+    assert_eq!(pages, [Verdict::Mismatch, Verdict::Stalled, Verdict::Loss]);
+    assert_eq!(Verdict::Duplication.urgency(), Urgency::Warning);
+    assert_eq!(Verdict::Delayed.urgency(), Urgency::Notice);
+}

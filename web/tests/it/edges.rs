@@ -37,6 +37,7 @@ on_both_backends!(
     many_to_one_region_only_topic,
     lag_zero_is_dated_by_emitted_at,
     window_size_mismatch_is_reported,
+    readyz_during_a_cycle_reports_the_last_complete_cycle,
     window_size_is_learned_from_the_store,
     learned_window_reports_older_sizes_as_mismatch
 );
@@ -603,6 +604,81 @@ async fn window_size_mismatch_is_reported(backend: Backend) {
     let ready = get(&state, "/readyz").await;
     assert!(
         ready.body.get("window_size_mismatch").is_none(),
+        "{}",
+        ready.body
+    );
+}
+
+/// `/readyz` answers from the last complete cycle while the next one runs: the cycle
+/// is driven one poll at a time (each `Pending` is the cycle waiting in a store read),
+/// and between polls `/readyz` must still name the mismatched tier the first cycle
+/// found. An index written piece by piece (mismatches taken out while the windows are
+/// read) answered none there.
+async fn readyz_during_a_cycle_reports_the_last_complete_cycle(backend: Backend) {
+    let (state, _db) = state(backend, "").await;
+    let w = settled_window();
+    let mut short = increment("orders", "regional", "dc1", w, 100, 1000);
+    if let store::AuditBody::Increment(i) = &mut short.body {
+        i.window_end = w + 5 * MIN;
+    }
+    write(
+        &state.store,
+        vec![
+            increment("orders", "producer", "dc1", w, 100, 1000),
+            short,
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+    state.evaluate(now_ms()).await.expect("first cycle");
+    let expected = serde_json::json!([{
+        "tier": "regional",
+        "datacenter": "dc1",
+        "topic": "orders",
+        "window_ms": 300_000,
+        "topology_window_ms": WINDOW,
+    }]);
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(
+        ready.body["window_size_mismatch"], expected,
+        "{}",
+        ready.body
+    );
+
+    // A cycle whose reads all answer before it is polled again never suspends (a
+    // loaded machine): cycles are run until one did, at most 20.
+    let mut suspended = 0;
+    for cycle_no in 1..=20 {
+        let mut cycle = std::pin::pin!(state.evaluate_cycle(now_ms() + cycle_no * MIN));
+        loop {
+            let step = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(cycle.as_mut(), cx))
+            })
+            .await;
+            match step {
+                std::task::Poll::Ready(r) => {
+                    r.expect("cycle");
+                    break;
+                }
+                std::task::Poll::Pending => {
+                    suspended += 1;
+                    let ready = get(&state, "/readyz").await;
+                    assert_eq!(
+                        ready.body["window_size_mismatch"], expected,
+                        "while the cycle waits in a store read (suspension {suspended}): {}",
+                        ready.body
+                    );
+                }
+            }
+        }
+        if suspended > 0 {
+            break;
+        }
+    }
+    assert!(suspended > 0, "the cycle never waited for the store");
+    let ready = get(&state, "/readyz").await;
+    assert_eq!(
+        ready.body["window_size_mismatch"], expected,
         "{}",
         ready.body
     );

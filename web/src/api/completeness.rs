@@ -19,12 +19,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use store::{TimeRange, VerdictReads};
 
-use crate::api::resolve_range;
+use super::params::{resolve_range, TimeParam};
 use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Topology, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::openapi::TimeParam;
 use crate::reads::{self, Unread};
-use crate::AppState;
+use crate::state::AppState;
 use common::now_ms;
 
 /// The handler checks the required parameters itself (a 400 that says what is
@@ -57,7 +56,7 @@ pub struct CompletenessQuery {
 }
 
 /// Where a window stands at the gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GateStatus {
     /// Final and at least the threshold: safe to publish.
@@ -69,7 +68,8 @@ pub enum GateStatus {
     Incomplete,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+// Deserialize: `kafka-audit wait` reads the answer as these types.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(as = CompletenessWindow)]
 pub struct WindowCompleteness {
     pub window_start: i64,
@@ -91,7 +91,7 @@ pub struct WindowCompleteness {
     pub reason: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(as = Completeness)]
 pub struct CompletenessResponse {
     pub topic: String,
@@ -244,14 +244,14 @@ fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
         (status = 200, description = "OK", body = CompletenessResponse, examples(
             ("six_windows" = (
                 summary = "aggregate in agg against regional dc1 + dc2: one window short, one pending",
-                value = json!(crate::openapi::completeness_example(false)))),
+                value = json!(completeness_example(false)))),
             ("complete" = (
                 summary = "an hour that is complete",
-                value = json!(crate::openapi::completeness_example(true)))),
+                value = json!(completeness_example(true)))),
         )),
-        (status = 400, body = crate::openapi::ErrorBody,
+        (status = 400, body = common::ErrorBody,
             description = "Invalid parameter: unknown tier, a tier without an upstream edge (the message names the tier it is the reference of), a datacenter the edge does not map to, from or to missing, a threshold outside [0, 1], a range longer than serve.max_range"),
-        (status = 404, body = crate::openapi::ErrorBody,
+        (status = 404, body = common::ErrorBody,
             description = "Nothing is known of the topic at the tier's or the reference's datacenters: no counts in the range and no auditor progress (a misspelt topic or datacenter)"),
     ))]
 pub async fn completeness(
@@ -386,4 +386,124 @@ pub async fn completeness(
         ratio: ratio(observed, reference),
         windows,
     }))
+}
+
+const EXAMPLE_FROM: i64 = 1_796_025_600_000;
+const EXAMPLE_WINDOW: i64 = 600_000;
+
+/// The completeness route's examples, as the handler's own type: `complete` an hour
+/// that is complete, otherwise one window short and one pending.
+pub fn completeness_example(complete: bool) -> CompletenessResponse {
+    let ok = |observed, no_data| {
+        (
+            observed,
+            observed,
+            Lifecycle::Final,
+            Verdict::Ok,
+            "complete",
+            no_data,
+        )
+    };
+    let rows = if complete {
+        vec![
+            ok(0, true),
+            ok(2000, false),
+            ok(1000, false),
+            ok(0, true),
+            ok(1000, false),
+            ok(200, false),
+        ]
+    } else {
+        vec![
+            ok(0, true),
+            (1999, 2000, Lifecycle::Final, Verdict::Ok, "complete", false),
+            (
+                990,
+                1000,
+                Lifecycle::Final,
+                Verdict::Loss,
+                "10 of 1000 messages missing",
+                false,
+            ),
+            ok(0, true),
+            ok(1000, false),
+            (
+                150,
+                200,
+                Lifecycle::Settling,
+                Verdict::Pending,
+                "auditor aggregate/agg has not read past window end + grace yet",
+                false,
+            ),
+        ]
+    };
+    let threshold = 0.999;
+    let ratio = |o: u64, r: u64| {
+        if r == 0 {
+            Some(1.0)
+        } else {
+            Some(o as f64 / r as f64)
+        }
+    };
+    let windows: Vec<WindowCompleteness> = rows
+        .into_iter()
+        .enumerate()
+        .map(
+            |(i, (observed, reference, lifecycle, verdict, reason, no_data))| {
+                let start = EXAMPLE_FROM + i as i64 * EXAMPLE_WINDOW;
+                let status = match lifecycle {
+                    Lifecycle::Final if observed as f64 >= threshold * reference as f64 => {
+                        GateStatus::Complete
+                    }
+                    Lifecycle::Final => GateStatus::Incomplete,
+                    _ => GateStatus::Pending,
+                };
+                WindowCompleteness {
+                    window_start: start,
+                    window_end: start + EXAMPLE_WINDOW,
+                    observed,
+                    reference,
+                    ratio: ratio(observed, reference),
+                    no_data,
+                    lifecycle,
+                    complete: status == GateStatus::Complete,
+                    status,
+                    verdict,
+                    reason: reason.to_string(),
+                }
+            },
+        )
+        .collect();
+    let count = |s: GateStatus| windows.iter().filter(|w| w.status == s).count();
+    let observed = windows.iter().map(|w| w.observed).sum();
+    let reference = windows.iter().map(|w| w.reference).sum();
+    let status = if count(GateStatus::Incomplete) > 0 {
+        GateStatus::Incomplete
+    } else if count(GateStatus::Pending) > 0 {
+        GateStatus::Pending
+    } else {
+        GateStatus::Complete
+    };
+    CompletenessResponse {
+        topic: "orders".into(),
+        tier: "aggregate".into(),
+        datacenter: "agg".into(),
+        reference_tier: "regional".into(),
+        reference_datacenters: vec!["dc1".into(), "dc2".into()],
+        from: EXAMPLE_FROM,
+        to: EXAMPLE_FROM + 6 * EXAMPLE_WINDOW,
+        now: EXAMPLE_FROM + 15 * EXAMPLE_WINDOW + 300_000,
+        window_ms: EXAMPLE_WINDOW,
+        threshold,
+        complete: status == GateStatus::Complete,
+        status,
+        windows_total: windows.len(),
+        windows_complete: count(GateStatus::Complete),
+        windows_pending: count(GateStatus::Pending),
+        windows_incomplete: count(GateStatus::Incomplete),
+        observed,
+        reference,
+        ratio: ratio(observed, reference),
+        windows,
+    }
 }
