@@ -1,7 +1,7 @@
 //! Classifying one message: where its event time comes from, or why it has none, and
 //! which time windows it.
 //!
-//! Order of preference (DESIGN §4): the rule's JSON fields in order, then its header.
+//! Order of preference (docs/design.md §4): the rule's JSON fields in order, then its header.
 //! A message with neither is windowed by a time every tier sees alike, the Kafka record
 //! timestamp (CreateTime or LogAppendTime, preserved by replication), when the rule
 //! allows it and it lies within the skew bounds; only otherwise by this tier's

@@ -1,4 +1,4 @@
-//! audit-lib: the sans-io core of kafka-audit (DESIGN §3, §4).
+//! audit-lib: the sans-io core of kafka-audit (docs/design.md §3, §4).
 //!
 //! Event-time extraction ([`extract`], on top of the targeted JSON [`scan`]ner),
 //! tumbling [`window`]s, mergeable [`stats`] ([`histogram`], [`checksum`]), the audit

@@ -144,7 +144,7 @@ impl Config {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// Audit messages and offsets in one Kafka transaction (DESIGN §5).
+    /// Audit messages and offsets in one Kafka transaction (docs/design.md §5).
     #[default]
     ExactlyOnce,
     /// For clusters without transactions: idempotent producer, then commit offsets.

@@ -1,4 +1,4 @@
-//! audit-service: audits one Kafka cluster as one tier (DESIGN §2, §5).
+//! audit-service: audits one Kafka cluster as one tier (docs/design.md §2, §5).
 //!
 //! `run(config, shutdown)` consumes the configured topics in a consumer group with
 //! `read_committed`, counts every message with audit-lib, and publishes audit

@@ -1,4 +1,4 @@
-//! Write-ahead log of report entries (DESIGN §5 step 2).
+//! Write-ahead log of report entries (docs/design.md §5 step 2).
 //!
 //! Every report becomes one entry: its audit messages plus the offset range of each
 //! partition it covers. The entry is written and fsynced *before* anything is sent to

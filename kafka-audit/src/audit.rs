@@ -1,5 +1,5 @@
 //! `kafka-audit audit --config audit.toml`: runs one audit-service instance beside one
-//! cluster (DESIGN §2). Exits 0 after a clean shutdown on SIGTERM / ctrl-c.
+//! cluster (docs/design.md §2). Exits 0 after a clean shutdown on SIGTERM / ctrl-c.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! `kafka-audit collect --config collect.toml`: the collector (DESIGN §2, §8). Audit
+//! `kafka-audit collect --config collect.toml`: the collector (docs/design.md §2, §8). Audit
 //! messages from Kafka audit topics and HTTP into the store, exactly once. Exits 0
 //! after a clean shutdown on SIGTERM / ctrl-c.
 

@@ -1,4 +1,4 @@
-//! The dashboard page (DESIGN §7): one HTML page, one script, one stylesheet, compiled
+//! The dashboard page (docs/design.md §7): one HTML page, one script, one stylesheet, compiled
 //! into the binary so it works without an internet connection. The page holds no data:
 //! its script reads the public `/api/v1` routes (with the reader's bearer token when
 //! auth is on), so these routes are open.

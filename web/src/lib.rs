@@ -1,5 +1,5 @@
 //! web: the REST API, the detection engine, alerting and Prometheus metrics
-//! (DESIGN §6, §7). `kafka-audit serve` calls [`run`]; tests drive [`app`].
+//! (docs/design.md §6, §7). `kafka-audit serve` calls [`run`]; tests drive [`app`].
 
 pub mod alert;
 pub mod api;

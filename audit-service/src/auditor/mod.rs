@@ -1,4 +1,4 @@
-//! The auditor's decisions, as plain data and functions (DESIGN §5): what an
+//! The auditor's decisions, as plain data and functions (docs/design.md §5): what an
 //! assignment starts from, what a revoke forgets, what a report holds, how progress
 //! is dated, and what the restart rule does with a pending WAL entry. Nothing here
 //! talks to Kafka, reads a clock or touches a file: the shell in `kafka/` does the
@@ -40,7 +40,7 @@ impl Reason {
     }
 }
 
-/// A report as it is to be written to the WAL (DESIGN §5 steps 1-2): the drained
+/// A report as it is to be written to the WAL (docs/design.md §5 steps 1-2): the drained
 /// audit messages plus one progress message per topic, and the offset range of every
 /// owned partition read since the previous report.
 #[derive(Debug)]

@@ -1,4 +1,4 @@
-//! The restart rule (DESIGN §5): what to do with a pending WAL entry, given the
+//! The restart rule (docs/design.md §5): what to do with a pending WAL entry, given the
 //! group's committed offsets and the partitions this instance owns. Pure: the I/O
 //! (reading offsets, resending, marking the WAL) is the caller's.
 //!

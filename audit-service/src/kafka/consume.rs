@@ -1,4 +1,4 @@
-//! The consume loop (DESIGN §5): one blocking thread owns a `BaseConsumer`, counts
+//! The consume loop (docs/design.md §5): one blocking thread owns a `BaseConsumer`, counts
 //! every message it polls, and makes the interval reports; a second thread publishes
 //! them. A report's WAL entry is written before anything is sent.
 

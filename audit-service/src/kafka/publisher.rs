@@ -1,4 +1,4 @@
-//! Publishing WAL entries (DESIGN §5 step 3): in exactly-once mode each entry's audit
+//! Publishing WAL entries (docs/design.md §5 step 3): in exactly-once mode each entry's audit
 //! messages and its partitions' end offsets in one Kafka transaction, fenced by the
 //! consumer's group metadata; in at-least-once mode produce, flush, then commit. A
 //! failed transaction is aborted, or the producer recreated, which makes the pending

@@ -1,4 +1,4 @@
-//! The I/O around the auditor (DESIGN §5): reading committed offsets, writing and
+//! The I/O around the auditor (docs/design.md §5): reading committed offsets, writing and
 //! settling WAL entries, publishing them, seeking, and the metrics. Every decision is
 //! the auditor's (`crate::auditor`); this file carries its answers to Kafka and the
 //! disk.

@@ -1,5 +1,5 @@
 //! Smoke test of the real broker (cluster A): Kafka transactions work end to end, the
-//! guarantee the audit service's exactly-once counting rests on (DESIGN §5).
+//! guarantee the audit service's exactly-once counting rests on (docs/design.md §5).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
