@@ -541,6 +541,24 @@ fn seed_control(w: i64) -> Vec<Message> {
     ]
 }
 
+/// Writes window `w` of `orders` as an honest producer and a regional auditor configured
+/// with window_size = "5m" under the 10-minute topology would.
+async fn write_a_short_regional_window(store: &store::Store, w: i64) {
+    let mut short = increment("orders", "regional", "dc1", w, 100, 1000);
+    if let store::AuditBody::Increment(i) = &mut short.body {
+        i.window_end = w + 5 * MIN;
+    }
+    write(
+        store,
+        vec![
+            increment("orders", "producer", "dc1", w, 100, 1000),
+            short,
+            caught_up("orders", "regional", "dc1"),
+        ],
+    )
+    .await;
+}
+
 /// The window size is configured in two processes (the auditor's
 /// `audit.event_time.window_size`, web's `[topology] window`). When they disagree, the
 /// evaluator says so at run time: a log line, the `kafka_audit_window_size_mismatch`
@@ -549,20 +567,7 @@ fn seed_control(w: i64) -> Vec<Message> {
 async fn window_size_mismatch_is_reported(backend: Backend) {
     let (state, _db) = state(backend, "").await;
     let w = settled_window();
-    let mut short = increment("orders", "regional", "dc1", w, 100, 1000);
-    if let store::AuditBody::Increment(i) = &mut short.body {
-        // An auditor configured with window_size = "5m" under a 10-minute topology.
-        i.window_end = w + 5 * MIN;
-    }
-    write(
-        &state.store,
-        vec![
-            increment("orders", "producer", "dc1", w, 100, 1000),
-            short,
-            caught_up("orders", "regional", "dc1"),
-        ],
-    )
-    .await;
+    write_a_short_regional_window(&state.store, w).await;
     state.evaluate(now_ms()).await.expect("cycle");
 
     let metrics = state.metrics.encode();
@@ -617,19 +622,7 @@ async fn window_size_mismatch_is_reported(backend: Backend) {
 async fn readyz_during_a_cycle_reports_the_last_complete_cycle(backend: Backend) {
     let (state, _db) = state(backend, "").await;
     let w = settled_window();
-    let mut short = increment("orders", "regional", "dc1", w, 100, 1000);
-    if let store::AuditBody::Increment(i) = &mut short.body {
-        i.window_end = w + 5 * MIN;
-    }
-    write(
-        &state.store,
-        vec![
-            increment("orders", "producer", "dc1", w, 100, 1000),
-            short,
-            caught_up("orders", "regional", "dc1"),
-        ],
-    )
-    .await;
+    write_a_short_regional_window(&state.store, w).await;
     state.evaluate(now_ms()).await.expect("first cycle");
     let expected = serde_json::json!([{
         "tier": "regional",
