@@ -83,10 +83,26 @@ fn is_test_file(relative: &Path) -> bool {
 
 /// The lines of `text` before its test module (the first line that is `#[cfg(test)]`
 /// at the left margin; an indented one guards a single item and is not the boundary).
+/// A test module kept in its own file (`#[cfg(test)]` then `mod tests;`) is no
+/// boundary either: only those two lines are left out, the code after them counts.
 fn non_test(text: &str) -> Vec<&str> {
-    text.lines()
-        .take_while(|l| l.trim_end() != "#[cfg(test)]")
-        .collect()
+    let mut lines = text.lines().peekable();
+    let mut kept = Vec::new();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == "#[cfg(test)]" {
+            match lines.peek() {
+                Some(next)
+                    if next.trim_start().starts_with("mod ") && next.trim_end().ends_with(';') =>
+                {
+                    lines.next();
+                    continue;
+                }
+                _ => break,
+            }
+        }
+        kept.push(line);
+    }
+    kept
 }
 
 /// `text` without its `//` comments (a `//` inside a string literal ends the line too
@@ -649,5 +665,11 @@ mod cycle_finder {
         let text =
             "a\n    #[cfg(test)]\n    fn only_in_tests() {}\nb\n#[cfg(test)]\nmod tests {}\n";
         assert_eq!(non_test(text).len(), 4);
+    }
+
+    #[test]
+    fn a_test_module_in_its_own_file_does_not_end_the_count() {
+        let text = "a\n#[cfg(test)]\nmod tests;\nb\nc\n#[cfg(test)]\nmod more {}\n";
+        assert_eq!(non_test(text), ["a", "b", "c"]);
     }
 }

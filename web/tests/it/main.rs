@@ -14,4 +14,3 @@ mod conversion;
 mod dashboard_browser;
 mod edges;
 mod golden;
-mod layout;
