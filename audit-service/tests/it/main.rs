@@ -8,7 +8,6 @@ mod broker_restart;
 mod checks;
 mod exactness;
 mod input;
-mod layout;
 mod progress;
 mod rebalance;
 mod topics;

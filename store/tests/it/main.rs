@@ -2,6 +2,5 @@
 
 mod citus;
 mod conformance;
-mod layout;
 mod partitions;
 mod postgres_tls;
