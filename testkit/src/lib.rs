@@ -25,7 +25,9 @@ pub mod alloc;
 mod clients;
 mod increments;
 
-pub use clients::{committed_offsets, committed_per_partition, committed_total, producer};
+pub use clients::{
+    committed_offsets, committed_per_partition, committed_total, producer, read_log, LogRecord,
+};
 pub use increments::{increment, IncrementBuilder};
 
 use std::future::Future;

@@ -145,10 +145,9 @@ pub fn known_message(i: u64, base: i64, windows: i64) -> (String, String, i64) {
 }
 
 /// Sends `rec`, waiting while the producer's queue is full.
-pub fn send_queued<K, P>(
-    p: &ThreadedProducer<DefaultProducerContext>,
-    mut rec: BaseRecord<'_, K, P>,
-) where
+pub fn send_queued<C, K, P>(p: &ThreadedProducer<C>, mut rec: BaseRecord<'_, K, P>)
+where
+    C: rdkafka::producer::ProducerContext<DeliveryOpaque = ()> + 'static,
     K: rdkafka::message::ToBytes + ?Sized,
     P: rdkafka::message::ToBytes + ?Sized,
 {
@@ -193,8 +192,8 @@ pub fn produce_known(
                 .partition((i % partitions as u64) as i32),
         );
     }
-    // A broker restart (tests/broker_restart.rs) can hold deliveries up for longer than
-    // one flush: keep flushing while librdkafka still retries, within a bound.
+    // A loaded machine can hold deliveries up for longer than one flush: keep flushing
+    // while librdkafka still retries, within a bound.
     let deadline = std::time::Instant::now() + Duration::from_secs(240);
     loop {
         match p.flush(Duration::from_secs(10)) {
@@ -601,6 +600,17 @@ impl PrivateKafka {
 
 impl Drop for PrivateKafka {
     fn drop(&mut self) {
+        // A failed test shows what its broker was doing: the log goes with the tempdir.
+        if std::thread::panicking() {
+            let log = self.home.path().join("kafka-b/logs/server.log");
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!(
+                "--- last lines of the private broker's {} ---\n{}",
+                log.display(),
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
         let _ = std::process::Command::new(dev_kafka())
             .args(["stop", "b"])
             .env("KAFKA_AUDIT_DEV_HOME", self.home.path())
