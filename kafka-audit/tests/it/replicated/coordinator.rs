@@ -32,6 +32,7 @@ async fn a_group_coordinator_gone_from_the_metadata_does_not_hold_the_auditor() 
         None,
         &[("min.insync.replicas", "2")],
         "60s",
+        "5s",
     )
     .await;
     // A group whose coordinator leads the audit topic's partition (one in three is).

@@ -47,6 +47,8 @@ async fn failover(name: &str, unclean: bool) -> Outcome {
         Some(&[&[LEADER, FOLLOWER]]),
         topic_config,
         "10m",
+        // The auditor starts after the producer tier's last increments: no race.
+        "5s",
     )
     .await;
     let producer = rig.producer_tier(if unclean {
@@ -64,9 +66,15 @@ async fn failover(name: &str, unclean: bool) -> Outcome {
     });
     let topic = rig.topic.clone();
     let c = &rig.cluster;
-    // A topic just created may not be in every node's metadata yet (a fresh cluster).
-    testkit::wait_until(Duration::from_secs(30), || c.leader(&topic, 0) == LEADER);
-    assert_eq!(c.leader(&topic, 0), LEADER, "{:?}", c.partitions(&topic));
+    // A topic just created may not be in every node's metadata yet, so a second read
+    // can answer from a node that does not know it: the check reads once per try and
+    // reports what it read (asking again after the wait failed a run with "-1, []").
+    let mut seen = Vec::new();
+    let led = testkit::wait_until(Duration::from_secs(30), || {
+        seen = c.partitions(&topic);
+        seen.first().is_some_and(|p| p.leader == LEADER)
+    });
+    assert!(led, "{topic} not led by node {LEADER}: {seen:?}");
     tokio::task::block_in_place(|| {
         // Both replicas in sync.
         producer.send_batch(300, RATE);
