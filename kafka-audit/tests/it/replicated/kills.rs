@@ -46,7 +46,9 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
     let (rig, producer) = (&steady.rig, steady.producer.clone());
     assert!(
         rig.wait_counted(1, Duration::from_secs(90)).await.is_some(),
-        "counting did not start"
+        "counting did not start: the producer tier acknowledged {}, stored {}",
+        producer.acked_count(),
+        rig.stored_total("regional").await
     );
     let txn_id = rig.transactional_id();
     let (topic, audit_topic, group) = (
