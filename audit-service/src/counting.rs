@@ -578,9 +578,6 @@ mod tests {
             .clone()
     }
 
-    /// B8 of issue 14, one table: each row is a sequence of report intervals, each a
-    /// list of (record time, observed at) read in it, and the watermark each interval's
-    /// report gives.
     /// Both ways of hashing, on either side of the size where one gives way to the
     /// other, give the pinned hash: xxh3_64(le_u32(len(key)) ‖ key ‖ value).
     #[test]
@@ -616,6 +613,9 @@ mod tests {
         );
     }
 
+    /// B8 of issue 14, one table: each row is a sequence of report intervals, each a
+    /// list of (record time, observed at) read in it, and the watermark each interval's
+    /// report gives.
     #[test]
     fn watermark_table() {
         type Interval = Vec<(i64, i64)>;

@@ -131,14 +131,7 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
     for r in &log {
         let (key, value) = (r.key.as_deref().unwrap(), r.payload.as_deref().unwrap());
         let i: u64 = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
-        let t = truth
-            .entry((topic.clone(), known_message(i, base, 4).2))
-            .or_default();
-        t.count += 1;
-        t.bytes += (key.len() + value.len()) as u64;
-        t.checksum = t
-            .checksum
-            .wrapping_add(audit_lib::message_hash(Some(key), value));
+        count_message(&mut truth, &topic, known_message(i, base, 4).2, key, value);
     }
     tokio::task::block_in_place(|| {
         assert!(

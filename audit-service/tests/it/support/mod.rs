@@ -162,6 +162,15 @@ where
     }
 }
 
+/// Adds one message (its key and value) to `truth`'s totals of `topic`'s window
+/// `window_start`, as an auditor counts it.
+pub fn count_message(truth: &mut Totals, topic: &str, window_start: i64, key: &[u8], value: &[u8]) {
+    let t = truth.entry((topic.to_string(), window_start)).or_default();
+    t.count += 1;
+    t.bytes += (key.len() + value.len()) as u64;
+    t.checksum = t.checksum.wrapping_add(message_hash(Some(key), value));
+}
+
 /// Produces `n` JSON messages to `topic` spread round-robin over `partitions` and
 /// over `windows` windows from `base`; adds them to `truth`. `seq0` makes keys unique
 /// across calls.
@@ -178,12 +187,7 @@ pub fn produce_known(
 ) {
     for i in seq0..seq0 + n {
         let (key, value, window_start) = known_message(i, base, windows);
-        let t = truth.entry((topic.to_string(), window_start)).or_default();
-        t.count += 1;
-        t.bytes += (key.len() + value.len()) as u64;
-        t.checksum = t
-            .checksum
-            .wrapping_add(message_hash(Some(key.as_bytes()), value.as_bytes()));
+        count_message(truth, topic, window_start, key.as_bytes(), value.as_bytes());
         send_queued(
             p,
             BaseRecord::to(topic)

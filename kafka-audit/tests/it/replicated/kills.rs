@@ -45,9 +45,10 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
     let mut steady = Steady::start("kills", PARTITIONS, RATE, "60s", "45s").await;
     let (rig, producer) = (&steady.rig, steady.producer.clone());
     // The first stored count after the earlier tests' node restarts took over 90 s in
-    // two fresh-clone runs (the producer tier had 9 142 acknowledged; cause not found
-    // yet, see the note of stop 36: a restarted node handed out no producer id for
-    // ~95 s, and the collector's source stalled after a leader kill in another run).
+    // two fresh-clone runs, with the producer tier acknowledging (9 142 in one). The
+    // cause is not found yet; the suspects: the collector's source stalled after a
+    // leader kill in another run, and a restarted node handed out no producer id for
+    // ~95 s.
     assert!(
         rig.wait_counted(1, Duration::from_secs(240))
             .await

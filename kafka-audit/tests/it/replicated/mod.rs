@@ -922,10 +922,10 @@ impl Steady {
             std::thread::spawn(move || p.send_until(rate, &stop))
         };
         // The producer's first acknowledgement waits for its producer id. A node
-        // restarted by the test before handed none out for 90 s in a fresh-clone run
+        // restarted by the test before handed none out for ~95 s in a fresh-clone run
         // (its broker asked the controller for a block of ids only then; the
-        // transactional auditor had its id at once): that is Kafka's, and the tests'
-        // bounds on counting start after it.
+        // transactional auditor had its id at once): the tests' bounds on counting
+        // start after it.
         let t = std::time::Instant::now();
         let acked = tokio::task::block_in_place(|| {
             testkit::wait_until(Duration::from_secs(240), || producer.acked_count() > 0)
