@@ -52,7 +52,7 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     // page of this outage is one that comes after.
     let settled = testkit::wait_until_async(Duration::from_secs(180), || async {
         let pages = rig.pages.all();
-        page_keys(&pages, "trigger") == page_keys(&pages, "resolve")
+        page_keys(&pages, "stalled", "trigger") == page_keys(&pages, "stalled", "resolve")
     })
     .await;
     assert!(
@@ -116,12 +116,12 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     // Every stalled page resolves: the auditor reports again and its windows are final.
     let all_resolved = testkit::wait_until_async(Duration::from_secs(60), || async {
         let pages = rig.pages.all();
-        page_keys(&pages, "trigger") == page_keys(&pages, "resolve")
+        page_keys(&pages, "stalled", "trigger") == page_keys(&pages, "stalled", "resolve")
     })
     .await;
     let (stored_producer, stored_regional) =
         (rig.stored("producer").await, rig.stored("regional").await);
-    rig.shutdown().await;
+    let beyond = written_beyond_acks(&acked, &log);
 
     let pages = rig.pages.all();
     eprintln!(
@@ -136,17 +136,13 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
         "counts published while two nodes were down"
     );
     assert!(resumed, "counting did not resume");
-    assert!(
-        pages
-            .iter()
-            .all(|p| p["topic"] == topic.as_str() && p["verdict"] == "stalled"),
-        "a page other than stalled: {pages:#?}"
-    );
-    assert!(all_resolved, "unresolved pages: {pages:#?}");
-    assert_same_records(&acked, &log);
+    assert!(all_resolved, "unresolved stalled pages: {pages:#?}");
     assert_exact_and_final(
         final_ok,
         (&want_producer, &stored_producer),
         (&want_regional, &stored_regional),
     );
+    // Stalled, resolved; and a record the idempotent producer wrote twice, if any.
+    assert_pages_are_the_logs_duplicates(&rig.pages, &topic, &beyond, &["stalled"]).await;
+    rig.shutdown().await;
 }
