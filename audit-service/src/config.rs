@@ -166,7 +166,9 @@ pub struct AuditConfig {
     pub topics: Vec<String>,
     pub topic_regex: Vec<String>,
     pub exclude_regex: Vec<String>,
-    /// How often the topic list is re-evaluated, so new topics are picked up.
+    /// How often the topic list is re-evaluated, so new topics are picked up; also
+    /// the consumer's `topic.metadata.refresh.interval.ms` (unless set), so partitions
+    /// it did not know at its last join are assigned within it.
     #[serde(with = "humantime_serde")]
     pub topic_refresh: Duration,
     pub audit_topic: String,

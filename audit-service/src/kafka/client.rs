@@ -12,6 +12,7 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
         .as_millis()
         .clamp(1000, 60_000)
         .to_string();
+    let metadata_refresh_ms = a.topic_refresh.as_millis().clamp(1000, 300_000).to_string();
     let mut overrides: Vec<(&str, &str)> = vec![
         ("group.id", &a.group_id),
         ("enable.auto.commit", "false"),
@@ -45,6 +46,13 @@ pub fn consumer_client_config(cfg: &Config) -> rdkafka::ClientConfig {
             // librdkafka's 64 MB) is still tens of milliseconds at full speed and keeps
             // the 2 000-topic memory benchmark at ~225 MB instead of ~245 MB.
             ("queued.max.messages.kbytes", "16384"),
+            // librdkafka reads a subscription's metadata again only this often (5 min
+            // by default): partitions it did not know when the group was joined —
+            // added to a topic, or a new topic not yet propagated to the broker that
+            // answered (seen on a three-node cluster: an assignment of 0 partitions
+            // and nothing counted for minutes) — are assigned after the next read.
+            // As often as the auditor re-reads its topic list (`topic_refresh`).
+            ("topic.metadata.refresh.interval.ms", &metadata_refresh_ms),
         ],
         &overrides,
     )

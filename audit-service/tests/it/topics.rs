@@ -161,3 +161,73 @@ async fn a_deleted_topic_with_pending_counts_neither_stalls_the_others_nor_loses
     let d = diff(&truth, &seen);
     assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
 }
+
+/// Partitions the auditor's consumer did not know when it joined: added to a topic
+/// while it runs, or not yet propagated to the broker that answered its metadata
+/// request (seen on cluster R in a fresh-clone CI run: a topic created a second
+/// before, the auditor's first assignment had 0 partitions, and nothing was counted
+/// for the 240 s the test waited). librdkafka reads the metadata of a subscription
+/// again only every `topic.metadata.refresh.interval.ms`, 5 minutes by default; the
+/// auditor sets it to its `topic_refresh`, so such partitions are counted within that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_added_while_auditing_are_counted_within_the_topic_refresh() {
+    init_tracing();
+    let bootstrap = testkit::kafka_a();
+    let topic = testkit::create_unique_topic(&bootstrap, "grown", 1).await;
+    let audit_topic = testkit::create_unique_topic(&bootstrap, "grown-audit", 1).await;
+    let wal = tempfile::tempdir().unwrap();
+    let mut cfg = audit_config(
+        &bootstrap,
+        std::slice::from_ref(&topic),
+        &audit_topic,
+        &testkit::unique("grown-group"),
+        &testkit::unique("g"),
+        wal.path(),
+    );
+    cfg.audit.topic_refresh = Duration::from_secs(5);
+    let base = base_time();
+    let p = producer(&bootstrap);
+    let mut truth = Totals::new();
+    produce_known(&p, &topic, 1, 100, 0, base, 2, &mut truth);
+    let svc = spawn_service(cfg);
+    let mut reader = AuditReader::new(&bootstrap, &audit_topic, 1);
+    assert!(tokio::task::block_in_place(|| reader.wait_for_count(
+        &topic,
+        100,
+        Duration::from_secs(60)
+    )));
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        testkit::client_config(&bootstrap).create().unwrap();
+    for r in admin
+        .create_partitions(
+            &[rdkafka::admin::NewPartitions::new(&topic, 2)],
+            &rdkafka::admin::AdminOptions::new(),
+        )
+        .await
+        .expect("create partitions")
+    {
+        r.expect("partition added");
+    }
+    // Spread over both partitions, half on the new one (a producer that knows it).
+    produce_known(
+        &producer(&bootstrap),
+        &topic,
+        2,
+        200,
+        100,
+        base,
+        2,
+        &mut truth,
+    );
+    // Several refresh intervals and reports; librdkafka's own default took up to 300 s.
+    let counted =
+        tokio::task::block_in_place(|| reader.wait_for_count(&topic, 300, Duration::from_secs(40)));
+    svc.stop().await;
+    assert!(
+        counted,
+        "the added partition not counted within 40 s: {} of 300",
+        reader.total_count(&topic)
+    );
+    let d = diff(&truth, &reader.topic_totals(&topic));
+    assert!(d.is_empty(), "per-window differences:\n{}", d.join("\n"));
+}
