@@ -13,6 +13,7 @@ pub mod config;
 pub mod kafka;
 pub mod labels;
 pub mod ops;
+pub mod replication;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

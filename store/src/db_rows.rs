@@ -84,24 +84,48 @@ fn children_of<T>(children: &[(i64, i32, T)], id: i64) -> &[(i64, i32, T)] {
     &children[from..to]
 }
 
+/// What one offset row of a window says of its partition: the latest record time
+/// counted there (`None`: no increment carried one) and the highest offset counted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PartitionMax {
+    pub record_time: Option<i64>,
+    pub offset: i64,
+}
+
+/// `(window_id, partition, max_record_time_ms, max_offset)` rows as the reads decode
+/// them, in the shape [`join_buckets`] takes.
+pub(crate) fn partition_maxima(
+    rows: Vec<(i64, i32, Option<i64>, i64)>,
+) -> Vec<(i64, i32, PartitionMax)> {
+    rows.into_iter()
+        .map(|(id, p, record_time, offset)| (id, p, PartitionMax { record_time, offset }))
+        .collect()
+}
+
 /// Attaches `(window_id, bucket, count)` rows and `(window_id, partition, latest
-/// record time)` rows (any order) to their windows.
+/// record time and offset)` rows (any order) to their windows.
 pub(crate) fn join_buckets(
     rows: Vec<WindowDb>,
     mut buckets: Vec<(i64, i32, i64)>,
-    mut record_times: Vec<(i64, i32, i64)>,
+    mut maxima: Vec<(i64, i32, PartitionMax)>,
 ) -> Vec<WindowRow> {
     // By window id (the reads' order already: then this is one pass).
-    for children in [&mut buckets, &mut record_times] {
-        if !children.is_sorted_by_key(|b| b.0) {
-            children.sort_by_key(|b| b.0);
-        }
+    if !buckets.is_sorted_by_key(|b| b.0) {
+        buckets.sort_by_key(|b| b.0);
+    }
+    if !maxima.is_sorted_by_key(|b| b.0) {
+        maxima.sort_by_key(|b| b.0);
     }
     rows.into_iter()
         .map(|r| {
-            let window_record_times = children_of(&record_times, r.id)
+            let of_window = children_of(&maxima, r.id);
+            let window_record_times = of_window
                 .iter()
-                .map(|&(_, partition, t)| (partition, t))
+                .filter_map(|&(_, partition, m)| Some((partition, m.record_time?)))
+                .collect();
+            let max_offsets = of_window
+                .iter()
+                .map(|&(_, partition, m)| (partition, m.offset))
                 .collect();
             // Stored indexes were validated (0 to MAX_BUCKET_INDEX); one outside can
             // only come from outside the store and is left out like a negative count.
@@ -139,6 +163,7 @@ pub(crate) fn join_buckets(
                 latency_unread: r.latency_unread,
                 max_observed_at_ms: r.max_observed_at_ms,
                 record_times: window_record_times,
+                max_offsets,
             }
         })
         .collect()
@@ -168,7 +193,7 @@ fn cut_at_cap<T>(children: &mut Vec<(i64, i32, T)>, cap: usize) -> Option<i64> {
 pub(crate) fn join_buckets_capped(
     mut rows: Vec<WindowDb>,
     mut buckets: Vec<(i64, i32, i64)>,
-    mut record_times: Vec<(i64, i32, i64)>,
+    mut record_times: Vec<(i64, i32, PartitionMax)>,
     cap: usize,
     topics: &str,
     range: TimeRange,

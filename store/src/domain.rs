@@ -125,6 +125,13 @@ pub struct WindowRow {
     /// none did, and for a window whose offset rows a capped read did not read whole
     /// (then the engine falls back to `max_observed_at_ms`).
     pub record_times: Vec<(i32, i64)>,
+    /// `(partition, highest offset counted in it)`, by partition, from the offset
+    /// ranges of every increment: what a replicator must have copied before the
+    /// downstream's count can prove a loss while the window is open (issue 28). Empty
+    /// when the increments carried no offset ranges, and for a window whose offset rows
+    /// a capped read did not read whole: then nothing can be proven early.
+    #[serde(default)]
+    pub max_offsets: Vec<(i32, i64)>,
 }
 
 impl WindowRow {

@@ -371,8 +371,18 @@ macro_rules! shared_window_reads {
                 }
             };
             let buckets = per_window(Self::TOPIC_BUCKETS, "reading latency buckets").await?;
-            let record_times =
-                per_window(Self::TOPIC_RECORD_TIMES, "reading record times of windows").await?;
+            let record_times: Vec<(i64, i32, Option<i64>, i64)> = sqlx::query_as(&format!(
+                "{} LIMIT {}",
+                Self::TOPIC_RECORD_TIMES,
+                crate::db_rows::bucket_limit(max_bucket_rows)
+            ))
+            .bind(topic)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading record times of windows")?;
+            let record_times = crate::db_rows::partition_maxima(record_times);
             Ok(crate::db_rows::join_buckets_capped(
                 rows,
                 buckets,

@@ -51,20 +51,19 @@ pub(crate) const PG_TOPIC_BUCKETS: &str = "SELECT window_id, bucket, count FROM 
      WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
      ORDER BY window_id, bucket";
 
-/// Per-partition record times of [`TOPIC_WINDOWS`]' rows (issue 24's upstream
-/// evidence), same binds; the caller appends the LIMIT. Only partitions with one.
-/// SQLite's; PostgreSQL's is [`PG_TOPIC_RECORD_TIMES`].
+/// Per-partition latest record time (null when no increment carried one) and highest
+/// offset of [`TOPIC_WINDOWS`]' rows (the upstream evidence of issues 24 and 28), same
+/// binds; the caller appends the LIMIT. SQLite's; PostgreSQL's is
+/// [`PG_TOPIC_RECORD_TIMES`].
 pub(crate) const TOPIC_RECORD_TIMES: &str =
-    "SELECT o.window_id, o.partition_id, o.max_record_time_ms FROM audit_window_offset o
+    "SELECT o.window_id, o.partition_id, o.max_record_time_ms, o.max_offset FROM audit_window_offset o
      JOIN audit_window w ON w.id = o.window_id
      WHERE w.topic = $1 AND w.window_start_ms >= $2 AND w.window_start_ms < $3
-       AND o.max_record_time_ms IS NOT NULL
      ORDER BY o.window_id, o.partition_id";
 
 pub(crate) const PG_TOPIC_RECORD_TIMES: &str =
-    "SELECT window_id, partition_id, max_record_time_ms FROM audit_window_offset
+    "SELECT window_id, partition_id, max_record_time_ms, max_offset FROM audit_window_offset
      WHERE topic = $1 AND window_start_ms >= $2 AND window_start_ms < $3
-       AND max_record_time_ms IS NOT NULL
      ORDER BY window_id, partition_id";
 
 /// Offset ranges of one window: `$1` topic, `$2` tier, `$3` datacenter, `$4` start.

@@ -512,15 +512,21 @@ impl SqliteStore {
         )
         .await
         .context("reading latency buckets")?;
-        let record_times = per_window(
-            "SELECT o.window_id, o.partition_id, o.max_record_time_ms FROM audit_window_offset o
+        let record_times: Vec<(i64, i32, Option<i64>, i64)> = sqlx::query_as(
+            "SELECT o.window_id, o.partition_id, o.max_record_time_ms, o.max_offset FROM audit_window_offset o
              JOIN audit_window w ON w.id = o.window_id
              WHERE w.topic >= ?1 AND w.topic <= ?2 AND w.window_start_ms >= ?3 AND w.window_start_ms < ?4
-               AND o.max_record_time_ms IS NOT NULL
              ORDER BY o.window_id, o.partition_id LIMIT ?5",
         )
+        .bind(first)
+        .bind(last)
+        .bind(range.start_ms)
+        .bind(range.end_ms)
+        .bind(crate::db_rows::bucket_limit(max_bucket_rows))
+        .fetch_all(&self.pool)
         .await
         .context("reading record times of windows")?;
+        let record_times = crate::db_rows::partition_maxima(record_times);
         Ok(WindowPage {
             rows: crate::db_rows::join_buckets_capped(
                 rows,

@@ -333,6 +333,7 @@ mod tests {
             latency_unread,
             max_observed_at_ms: None,
             record_times: vec![],
+            max_offsets: vec![],
         }
     }
 

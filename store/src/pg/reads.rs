@@ -166,15 +166,36 @@ impl PgStore {
             "reading latency buckets",
         )
         .await?;
-        // The windows' per-partition record times, the same way (only partitions with
-        // one: upstream evidence, issue 24).
-        let record_times = per_window(
-            "audit_window_offset",
-            "partition_id",
-            "max_record_time_ms",
-            "reading record times of windows",
-        )
-        .await?;
+        // The windows' per-partition latest record times and highest offsets, the same
+        // way (the upstream evidence of issues 24 and 28).
+        let sql = format!(
+            "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg(partition_id), '{{}}'),
+                    coalesce(array_agg(max_record_time_ms), '{{}}'), coalesce(array_agg(max_offset), '{{}}')
+             FROM (SELECT window_id, partition_id, max_record_time_ms, max_offset FROM audit_window_offset
+                   WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+                   ORDER BY window_id, partition_id LIMIT {}) x",
+            crate::db_rows::bucket_limit(max_bucket_rows)
+        );
+        #[allow(clippy::type_complexity)]
+        let (ids, partitions, times, offsets): (Vec<i64>, Vec<i32>, Vec<Option<i64>>, Vec<i64>) =
+            sqlx::query_as(&sql)
+                .bind(&read_topics)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .fetch_one(&self.pool)
+                .await
+                .context("reading record times of windows")?;
+        let mut record_times: Vec<(i64, i32, Option<i64>, i64)> = ids
+            .into_iter()
+            .zip(partitions)
+            .zip(times)
+            .zip(offsets)
+            .map(|(((id, p), t), o)| (id, p, t, o))
+            .collect();
+        if !record_times.is_sorted_by_key(|b| (b.0, b.1)) {
+            record_times.sort_unstable_by_key(|b| (b.0, b.1));
+        }
+        let record_times = crate::db_rows::partition_maxima(record_times);
         Ok(WindowPage {
             rows: crate::db_rows::join_buckets_capped(
                 rows,

@@ -516,6 +516,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
                     latency_unread: false,
                     max_observed_at_ms: None,
                     record_times: vec![],
+                    max_offsets: vec![],
                 },
                 BTreeMap::new(),
             )

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::config::AlertingConfig;
-use crate::engine::{AuditorStatus, EdgeWindow, Lifecycle, Verdict};
+use crate::engine::{AuditorStatus, EdgeWindow, Lifecycle, SoFar, Verdict};
 use crate::eval::VerdictIndex;
 
 /// What a notification is about.
@@ -271,7 +271,9 @@ pub fn known_auditors(index: &VerdictIndex) -> BTreeSet<String> {
 /// What should be open now: anomalous verdicts of the configured kinds on final
 /// windows, windows `delayed` while settling (the downstream has read all it has, past
 /// the upstream's time + grace, without the upstream's records of the window: issue
-/// 24), and one alert per stalled auditor ("tier X audit stalled"). Windows judged
+/// 24, or a replicator holding counted records back past its objective: issue 28),
+/// losses proven by replication evidence while the window is open (issue 28), and one
+/// alert per stalled auditor ("tier X audit stalled"). Windows judged
 /// `stalled` are listed by the API but not alerted one by one: the auditor's alert
 /// covers them all.
 pub fn desired(
@@ -283,7 +285,11 @@ pub fn desired(
         .entries
         .values()
         .filter(|e| config.kinds.contains(&e.verdict))
-        .filter(|e| e.lifecycle == Lifecycle::Final || e.verdict == Verdict::Delayed)
+        .filter(|e| {
+            e.lifecycle == Lifecycle::Final
+                || e.verdict == Verdict::Delayed
+                || e.so_far == Some(SoFar::Loss)
+        })
         .map(|e| (dedup_key(e), Alert::from_verdict(e)))
         .collect();
     if config.kinds.contains(&Verdict::Stalled) {

@@ -36,11 +36,17 @@ pub fn plan(
         .iter()
         .filter(|(k, a)| !desired.contains_key(*k) && a.expired(judged))
         .map(|(k, _)| Work::Expire(k.clone()));
+    // A window not final yet is never paged again for a less urgent verdict than the
+    // one open on it: a loss proven early stays the page while the replicator falls
+    // behind on the window's newer records (`delayed`) until the window is final.
     let triggers: Vec<Alert> = desired
         .iter()
         .filter(|(k, a)| {
-            open.get(*k).is_none_or(|o| o.verdict != a.verdict)
-                && a.recent_enough(now_ms - max_window_age_ms)
+            open.get(*k).is_none_or(|o| {
+                o.verdict != a.verdict
+                    && !(judged.unsettled.contains(*k)
+                        && a.verdict.urgency() < o.verdict.urgency())
+            }) && a.recent_enough(now_ms - max_window_age_ms)
         })
         .map(|(_, a)| a.clone())
         .collect();

@@ -218,6 +218,14 @@ impl Topology {
             );
             (Lifecycle::Final, judged.0, judged.1)
         };
+        // Rule 0: before the window is final, the replicator's evidence.
+        let (so_far, verdict, reason) = match lifecycle {
+            Lifecycle::Final => (None, verdict, reason),
+            _ => match self.early(edge, &dc, &up_dcs, rows, auditors, staged, window_start, now) {
+                Some(e) => e.judge(edge, up.count, down.count, policy, (verdict, reason)),
+                None => (None, verdict, reason),
+            },
+        };
         EdgeWindow {
             topic: topic.to_string(),
             upstream: edge.upstream.clone(),
@@ -235,6 +243,7 @@ impl Topology {
             verdict,
             reason,
             evidence,
+            so_far,
             upstream_latency: percentiles(&up.latency),
             downstream_latency: down_latency,
             upstream_observation_time_count: up.observation_time_count,

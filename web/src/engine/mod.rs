@@ -40,6 +40,7 @@
 //! late upstream data raises the upstream's record time, so rule 4 puts its window back
 //! to settling until the downstream has read past it.
 
+mod early;
 mod judge;
 pub mod topology;
 mod verdict;
@@ -84,6 +85,7 @@ impl Side {
 
 struct Part<'a> {
     partition: i32,
+    next_offset: i64,
     record_time: Option<i64>,
     lag: Option<i64>,
     reported_at: i64,
@@ -212,6 +214,7 @@ fn auditors<'a>(
         a.last_report = a.last_report.max(p.received_at_ms);
         a.partitions.push(Part {
             partition: p.partition,
+            next_offset: p.next_offset,
             record_time: p.record_time_ms,
             lag: p.lag,
             reported_at: p.received_at_ms,
@@ -235,6 +238,9 @@ pub fn auditor_status(
 ) -> Vec<AuditorStatus> {
     auditors(progress, now, topology.forget_after_ms)
         .into_iter()
+        // Replication evidence is published by the upstream auditors, whose own
+        // progress says whether they stalled.
+        .filter(|((tier, _), _)| !common::replication::is_evidence_tier(tier))
         .map(|((tier, dc), a)| {
             let stale: Vec<&Part> = a
                 .partitions

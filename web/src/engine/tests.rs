@@ -3,6 +3,7 @@
 use super::*;
 
 mod evidence;
+mod replication;
 mod rules;
 
 const MIN: i64 = 60_000;
@@ -99,6 +100,7 @@ fn row(tier: &str, dc: &str, count: u64, checksum: u64) -> WindowRow {
         latency_unread: false,
         max_observed_at_ms: None,
         record_times: vec![],
+        max_offsets: vec![],
     }
 }
 

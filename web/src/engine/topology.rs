@@ -135,6 +135,19 @@ pub struct EdgeConfig {
     /// (slower, and a paused replicator is judged loss after grace; docs/web.md).
     #[serde(default = "yes")]
     pub preserves_partitions: bool,
+    /// The replicator of this hop, whose progress the upstream tier's auditors publish
+    /// (`[[audit.replicators]]` in their configuration, the same value): with it, a
+    /// deficit is proven a loss while the window is still open, as soon as the
+    /// replicator has copied past every record the upstream counted in it and the
+    /// downstream auditor has read its whole log after that (docs/web.md, Replication
+    /// evidence). `{ consumer_group = "…" }` or `{ mirror_maker2 = { target = "…" } }`.
+    #[serde(default)]
+    pub replicator: Option<common::replication::Replicator>,
+    /// With a replicator: an open or settling window whose records the upstream
+    /// counted this long ago are not copied yet is `delayed` (paged as a notice), with
+    /// the replicator's lag. Unset: in-flight data is `pending` until the grace period.
+    #[serde(with = "humantime_serde", default)]
+    pub replication_lag_objective: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,6 +183,15 @@ pub struct Edge {
     pub datacenters: BTreeMap<String, String>,
     /// [`EdgeConfig::preserves_partitions`].
     pub preserves_partitions: bool,
+    /// [`EdgeConfig::replicator`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicator: Option<common::replication::Replicator>,
+    /// The tier its evidence is published under (`replicator:…`).
+    #[serde(skip)]
+    pub evidence_tier: Option<String>,
+    /// [`EdgeConfig::replication_lag_objective`], in ms.
+    #[serde(skip)]
+    pub replication_lag_objective_ms: Option<i64>,
 }
 
 impl Edge {
@@ -318,11 +340,25 @@ impl Topology {
                     )));
                 }
             }
+            if let Some(r) = &e.replicator {
+                r.validate().map_err(|why| {
+                    invalid(format!("edge {} -> {}: {why}", e.upstream, e.downstream))
+                })?;
+            }
+            if e.replication_lag_objective.is_some() && e.replicator.is_none() {
+                return Err(invalid(format!(
+                    "edge {} -> {}: replication_lag_objective needs a replicator to measure the lag of",
+                    e.upstream, e.downstream
+                )));
+            }
             edges.push(Edge {
                 upstream: e.upstream.clone(),
                 downstream: e.downstream.clone(),
                 datacenters: e.datacenters.clone(),
                 preserves_partitions: e.preserves_partitions,
+                replicator: e.replicator.clone(),
+                evidence_tier: e.replicator.as_ref().map(|r| r.evidence_tier()),
+                replication_lag_objective_ms: e.replication_lag_objective.map(ms),
             });
         }
         let mut overrides = Vec::with_capacity(config.overrides.len());

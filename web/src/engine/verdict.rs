@@ -157,6 +157,23 @@ pub enum Evidence {
     Clock,
 }
 
+/// What the replicator's evidence says of a window before it is final, on an edge
+/// with a replicator (issue 28; docs/web.md, Replication evidence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SoFar {
+    /// Every record the upstream has counted in the window so far is copied, the
+    /// downstream has read its whole log since, and its count is short: a loss,
+    /// proven while the window is open (the verdict is `loss` and pages at once).
+    Loss,
+    /// The replicator has not copied every record the upstream counted yet: data in
+    /// flight, never a loss (`delayed` past the edge's `replication_lag_objective`).
+    InFlight,
+    /// Everything counted upstream so far is copied and read downstream: nothing is
+    /// missing so far.
+    Ok,
+}
+
 /// The comparison of one edge, downstream datacenter and window.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct EdgeWindow {
@@ -182,6 +199,10 @@ pub struct EdgeWindow {
     pub reason: String,
     /// How the downstream was judged to have read what the upstream counted.
     pub evidence: Evidence,
+    /// Before the window is final, on an edge with a replicator: what its evidence
+    /// shows so far (null: no replicator, final, or no evidence to judge by).
+    #[schema(required = true)]
+    pub so_far: Option<SoFar>,
     #[schema(required = true)]
     pub upstream_latency: Option<Percentiles>,
     #[schema(required = true)]

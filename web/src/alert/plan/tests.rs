@@ -255,3 +255,33 @@ fn the_rate_limit_is_a_sliding_window() {
     .collect();
     assert_eq!(taken, [true, true, false, true, false, true]);
 }
+
+/// Issue 28: a loss proven while its window is open stays the page until the window
+/// is final, however its verdict moves meanwhile (`delayed` when the replicator falls
+/// behind on the window's newer records); a final window pages every change.
+#[test]
+fn an_unsettled_window_is_not_paged_again_for_a_less_urgent_verdict() {
+    let loss = window("t", W, Verdict::Loss);
+    let delayed = window("t", W, Verdict::Delayed);
+    let open = by_key(&[&loss]);
+    let mut judged = wanting(&[&delayed]);
+    judged.unsettled.insert(loss.dedup_key.clone());
+    assert_eq!(outline(&plan(&open, &judged, NOW, MAX_AGE)), vec![]);
+    // More urgent while unsettled: paged.
+    let open = by_key(&[&delayed]);
+    let judged_loss = {
+        let mut j = wanting(&[&loss]);
+        j.unsettled.insert(loss.dedup_key.clone());
+        j
+    };
+    assert_eq!(
+        outline(&plan(&open, &judged_loss, NOW, MAX_AGE)),
+        vec![trigger(&loss)]
+    );
+    // Final: any change of verdict is paged, as before.
+    let open = by_key(&[&loss]);
+    assert_eq!(
+        outline(&plan(&open, &wanting(&[&delayed]), NOW, MAX_AGE)),
+        vec![trigger(&delayed)]
+    );
+}

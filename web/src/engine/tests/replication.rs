@@ -1,0 +1,310 @@
+//! Rule 0 (issue 28): what a replicator's evidence proves before the window is final.
+//! regional/dc1 → aggregate/agg through a consumer-group replicator, window W open
+//! (five minutes in), the upstream having counted 100 records of W on partitions 0
+//! and 1 up to offset 49 in each.
+
+use super::*;
+
+const NOW: i64 = W + 5 * MIN;
+const SEC: i64 = 1_000;
+const EVIDENCE: &str = "replicator:group/mirror";
+
+fn replicated(objective: &str) -> Topology {
+    topology(&format!(
+        r#"
+        tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
+        [[edges]]
+        upstream = "regional"
+        downstream = "aggregate"
+        datacenters = {{ dc1 = "agg" }}
+        replicator = {{ consumer_group = "mirror" }}
+        {objective}
+        "#
+    ))
+}
+
+/// regional/dc1's row of W: 100 records up to offset 49 in partitions 0 and 1, the
+/// last counted 30 s ago; the aggregate's, `observed` records.
+fn counted(observed: u64) -> Vec<WindowRow> {
+    vec![
+        WindowRow {
+            max_offsets: vec![(0, 49), (1, 49)],
+            max_observed_at_ms: Some(NOW - 30 * SEC),
+            ..row("regional", "dc1", 100, 1)
+        },
+        row("aggregate", "agg", observed, 2),
+    ]
+}
+
+fn part(tier: &str, dc: &str, p: i32, next_offset: i64, lag: Option<i64>, at: i64) -> ProgressRow {
+    ProgressRow {
+        partition: p,
+        next_offset,
+        lag,
+        record_time_ms: Some(at - SEC),
+        ..progress(tier, dc, at - SEC, at)
+    }
+}
+
+/// The replicator's committed offsets on dc1, read at `at`.
+fn copied(p0: i64, p1: i64, at: i64) -> Vec<ProgressRow> {
+    vec![
+        part(EVIDENCE, "dc1", 0, p0, Some(0), at),
+        part(EVIDENCE, "dc1", 1, p1, Some(0), at),
+    ]
+}
+
+/// The aggregate's auditor at lag `lag` on partitions 0 and 1, measured at `at`.
+fn read(lag: Option<i64>, at: i64) -> Vec<ProgressRow> {
+    vec![
+        part("aggregate", "agg", 0, 40, lag, at),
+        part("aggregate", "agg", 1, 40, lag, at),
+    ]
+}
+
+struct Case {
+    what: &'static str,
+    rows: Vec<WindowRow>,
+    progress: Vec<Vec<ProgressRow>>,
+    objective: &'static str,
+    staged: bool,
+    expect: (Verdict, Option<SoFar>),
+}
+
+fn case(what: &'static str) -> Case {
+    Case {
+        what,
+        rows: counted(63),
+        progress: vec![copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+        objective: "",
+        staged: false,
+        expect: (Verdict::Loss, Some(SoFar::Loss)),
+    }
+}
+
+#[test]
+fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
+    let table = vec![
+        case("copied past every counted offset, read downstream after: 37 missing is a loss"),
+        Case {
+            rows: counted(100),
+            expect: (Verdict::Pending, Some(SoFar::Ok)),
+            ..case("copied and read, nothing missing: ok so far")
+        },
+        Case {
+            rows: counted(130),
+            expect: (Verdict::Pending, Some(SoFar::Ok)),
+            ..case("more downstream than counted upstream so far (upstream auditor behind): not judged early")
+        },
+        Case {
+            progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            expect: (Verdict::Pending, Some(SoFar::InFlight)),
+            ..case("partition 1 copied up to offset 40 of 49: in flight, not a loss")
+        },
+        Case {
+            progress: vec![copied(50, 49, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            expect: (Verdict::Pending, Some(SoFar::InFlight)),
+            ..case("next offset to copy 49 = the highest counted: record 49 not copied yet")
+        },
+        Case {
+            progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            objective: r#"replication_lag_objective = "20s""#,
+            expect: (Verdict::Delayed, Some(SoFar::InFlight)),
+            ..case("in flight for 30 s or more, objective 20 s: delayed")
+        },
+        Case {
+            progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            objective: r#"replication_lag_objective = "1m""#,
+            expect: (Verdict::Pending, Some(SoFar::InFlight)),
+            ..case("in flight for 30 s or more, objective 1 min: pending")
+        },
+        Case {
+            progress: vec![copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 11 * SEC)],
+            expect: (Verdict::Pending, None),
+            ..case("downstream's lag 0 measured before the copies were known: nothing proven")
+        },
+        Case {
+            progress: vec![
+                copied(50, 50, NOW - 10 * SEC)
+                    .into_iter()
+                    .map(|p| ProgressRow {
+                        received_at_ms: NOW - 8 * SEC,
+                        ..p
+                    })
+                    .collect(),
+                read(Some(0), NOW - 10 * SEC + 500),
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("lag 0 measured within the evidence clock's allowance after it: nothing proven")
+        },
+        Case {
+            progress: vec![
+                copied(50, 50, NOW - 10 * SEC)
+                    .into_iter()
+                    .map(|p| ProgressRow {
+                        received_at_ms: NOW - 8 * SEC,
+                        ..p
+                    })
+                    .collect(),
+                read(Some(0), NOW - 10 * SEC + 1500),
+            ],
+            ..case("lag 0 measured past the evidence clock's allowance: proven")
+        },
+        Case {
+            progress: vec![copied(50, 50, NOW - 10 * SEC), read(Some(3), NOW - 5 * SEC)],
+            expect: (Verdict::Pending, None),
+            ..case("downstream still reading (lag 3): nothing proven")
+        },
+        Case {
+            progress: vec![copied(50, 50, NOW - 10 * SEC), read(None, NOW - 5 * SEC)],
+            expect: (Verdict::Pending, None),
+            ..case("downstream's lag unknown: nothing proven")
+        },
+        Case {
+            progress: vec![
+                copied(50, 50, NOW - 10 * SEC),
+                vec![part("aggregate", "agg", 0, 40, Some(0), NOW - 5 * SEC)],
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("downstream reports no partition 1: nothing proven")
+        },
+        Case {
+            progress: vec![read(Some(0), NOW - 5 * SEC)],
+            expect: (Verdict::Pending, None),
+            ..case("no replication evidence at all: today's rules")
+        },
+        Case {
+            progress: vec![
+                vec![part(EVIDENCE, "dc1", 0, 50, Some(0), NOW - 10 * SEC)],
+                read(Some(0), NOW - 5 * SEC),
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("evidence for partition 0 only: nothing proven")
+        },
+        Case {
+            rows: vec![
+                WindowRow {
+                    max_offsets: vec![],
+                    ..counted(63)[0].clone()
+                },
+                counted(63)[1].clone(),
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("upstream increments without offset ranges: nothing proven")
+        },
+        Case {
+            staged: true,
+            expect: (Verdict::Pending, None),
+            ..case("downstream increments stored but not added up: nothing proven")
+        },
+    ];
+    let mut failures = Vec::new();
+    for c in table {
+        let t = replicated(c.objective);
+        let progress: Vec<ProgressRow> = c.progress.into_iter().flatten().collect();
+        let mut staged = Staged::new();
+        if c.staged {
+            staged.insert(("aggregate".into(), "agg".into(), W));
+        }
+        let v = t.evaluate_topic_staged("orders", &[W], &c.rows, &progress, &staged, NOW);
+        assert_eq!(v.len(), 1, "{}", c.what);
+        let v = &v[0];
+        assert_eq!(v.lifecycle, Lifecycle::Open, "{}", c.what);
+        if (v.verdict, v.so_far) != c.expect {
+            failures.push(format!(
+                "{}: got ({:?}, {:?}) \"{}\", want {:?}",
+                c.what, v.verdict, v.so_far, v.reason, c.expect
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// The reason on-call reads for a proven loss and for data in flight.
+#[test]
+fn proven_and_in_flight_say_what_they_rest_on() {
+    let t = replicated(r#"replication_lag_objective = "20s""#);
+    let progress: Vec<ProgressRow> = [copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)]
+        .concat();
+    let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, NOW)[0];
+    assert!(
+        v.reason.starts_with("proven before the window is final: 37 of the 100 messages counted upstream so far are missing downstream"),
+        "{}",
+        v.reason
+    );
+    let progress: Vec<ProgressRow> = [copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)]
+        .concat();
+    let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, NOW)[0];
+    assert_eq!(
+        v.reason,
+        "in flight: the replicator has copied dc1 partition 1 up to offset 40, 0 records behind its log end; the upstream counted this window there up to offset 49; counted upstream 30 s ago or more"
+    );
+}
+
+/// Once final, the window is judged by today's rules, whatever the evidence said.
+#[test]
+fn a_final_window_is_judged_by_the_counts_alone() {
+    let t = replicated("");
+    let now = CAUGHT_UP + MIN;
+    let progress: Vec<ProgressRow> = [
+        copied(50, 50, now),
+        vec![
+            progress("regional", "dc1", CAUGHT_UP, now),
+            ProgressRow {
+                partition: 1,
+                ..progress("regional", "dc1", CAUGHT_UP, now)
+            },
+        ],
+        vec![
+            progress("aggregate", "agg", CAUGHT_UP, now),
+            ProgressRow {
+                partition: 1,
+                ..progress("aggregate", "agg", CAUGHT_UP, now)
+            },
+        ],
+    ]
+    .concat();
+    let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, now)[0];
+    assert_eq!(
+        (v.lifecycle, v.verdict, v.so_far),
+        (Lifecycle::Final, Verdict::Loss, None),
+        "{}",
+        v.reason
+    );
+}
+
+/// Evidence tiers are not auditors: they are never reported stalled on their own.
+#[test]
+fn replication_evidence_is_not_an_auditor() {
+    let t = replicated("");
+    let progress = copied(50, 50, NOW - 10 * SEC);
+    assert!(auditor_status(&t, &progress, NOW + 365 * 24 * 60 * MIN).is_empty());
+}
+
+#[test]
+fn an_objective_without_a_replicator_or_a_bad_name_is_refused() {
+    let cfg: TopologyConfig = toml::from_str(
+        r#"
+        tiers = [{ name = "regional" }, { name = "aggregate" }]
+        [[edges]]
+        upstream = "regional"
+        downstream = "aggregate"
+        replication_lag_objective = "1m"
+        "#,
+    )
+    .unwrap();
+    let err = ten_minutes(cfg).unwrap_err().to_string();
+    assert!(err.contains("needs a replicator"), "{err}");
+    let cfg: TopologyConfig = toml::from_str(
+        r#"
+        tiers = [{ name = "regional" }, { name = "aggregate" }]
+        [[edges]]
+        upstream = "regional"
+        downstream = "aggregate"
+        replicator = { consumer_group = "has space" }
+        "#,
+    )
+    .unwrap();
+    let err = ten_minutes(cfg).unwrap_err().to_string();
+    assert!(err.contains("must be 1-200 characters"), "{err}");
+}
