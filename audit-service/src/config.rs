@@ -83,6 +83,15 @@ impl Config {
             );
         }
         anyhow::ensure!(!a.group_id.is_empty(), "audit.group_id is required");
+        for r in &a.replicators {
+            r.validate()
+                .map_err(|why| anyhow::anyhow!("audit.replicators: {why}"))?;
+            anyhow::ensure!(
+                !matches!(r, common::replication::Replicator::ConsumerGroup(g) if *g == a.group_id),
+                "audit.replicators: consumer group {:?} is the auditor's own group",
+                a.group_id
+            );
+        }
         // A revoke reports and commits every partition, then forgets them all: that
         // is the eager protocol. Incremental (cooperative) revokes would leave
         // partitions whose ranges are no longer tracked, and their counts would be
@@ -208,6 +217,13 @@ pub struct AuditConfig {
     /// Event-time extraction and window size (audit-lib's configuration), as
     /// `[audit.event_time]`.
     pub event_time: audit_lib::EventTimeConfig,
+    /// Replicators that copy this cluster's audited topics elsewhere, whose progress
+    /// this auditor reads and publishes with every report (issue 28), so serve can
+    /// prove a loss before the window is final: `[[audit.replicators]]` with
+    /// `consumer_group = "…"` (its committed offsets on this cluster) or
+    /// `mirror_maker2 = { target = "…" }` (MirrorMaker 2's offset syncs on this
+    /// cluster). The same value as the `replicator` of serve's edge.
+    pub replicators: Vec<common::replication::Replicator>,
 }
 
 impl Default for AuditConfig {
@@ -239,6 +255,7 @@ impl Default for AuditConfig {
             strict_checks: false,
             durability_checks: true,
             event_time: audit_lib::EventTimeConfig::default(),
+            replicators: Vec::new(),
         }
     }
 }

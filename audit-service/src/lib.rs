@@ -14,6 +14,7 @@ mod kafka;
 pub mod metrics;
 mod offsets_seen;
 mod raw_headers;
+mod replication;
 pub mod wal;
 
 use std::net::SocketAddr;

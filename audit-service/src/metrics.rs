@@ -55,6 +55,9 @@ pub struct Metrics {
     /// event-time rules see the header as absent).
     pub unreadable_headers: Counter,
     pub watermark_ignored_times: Counter,
+    /// Records of a MirrorMaker 2 offset-syncs topic that are not offset syncs (issue
+    /// 28): left out, never evidence.
+    pub replication_evidence_rejected: Counter,
 }
 
 impl Metrics {
@@ -80,6 +83,7 @@ impl Metrics {
             committed_offsets_missing: Counter::default(),
             unreadable_headers: Counter::default(),
             watermark_ignored_times: Counter::default(),
+            replication_evidence_rejected: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit");
         r.register(
@@ -178,6 +182,11 @@ impl Metrics {
             "Record timestamps left out of the partition watermark because they lie outside the topic's skew bounds (max_future / max_past); the record is still counted",
             m.watermark_ignored_times.clone(),
         );
+        r.register(
+            "replication_evidence_rejected",
+            "Records of a MirrorMaker 2 offset-syncs topic that are not offset syncs, left out of the replication evidence",
+            m.replication_evidence_rejected.clone(),
+        );
         m
     }
 
@@ -248,10 +257,13 @@ pub enum ServiceError {
     ProducerRecreated,
     /// Opening the WAL cut off a damaged tail.
     WalTruncated,
+    /// A replicator's progress could not be read (issue 28): its evidence goes stale,
+    /// windows wait for the grace period as without it.
+    ReplicationEvidence,
 }
 
 impl ServiceError {
-    pub const ALL: [ServiceError; 8] = [
+    pub const ALL: [ServiceError; 9] = [
         ServiceError::Wal,
         ServiceError::WalRead,
         ServiceError::Publish,
@@ -260,6 +272,7 @@ impl ServiceError {
         ServiceError::Consume,
         ServiceError::ProducerRecreated,
         ServiceError::WalTruncated,
+        ServiceError::ReplicationEvidence,
     ];
 
     /// The label value. The Prometheus rules (deploy/prometheus) match these: never
@@ -274,6 +287,7 @@ impl ServiceError {
             ServiceError::Consume => "consume",
             ServiceError::ProducerRecreated => "producer_recreated",
             ServiceError::WalTruncated => "wal_truncated",
+            ServiceError::ReplicationEvidence => "replication_evidence",
         }
     }
 
@@ -287,6 +301,7 @@ impl ServiceError {
                 | ServiceError::Consume
                 | ServiceError::ProducerRecreated
                 | ServiceError::WalTruncated
+                | ServiceError::ReplicationEvidence
         )
     }
 }
@@ -310,7 +325,8 @@ mod tests {
                 "rebalance",
                 "consume",
                 "producer_recreated",
-                "wal_truncated"
+                "wal_truncated",
+                "replication_evidence"
             ]
         );
     }

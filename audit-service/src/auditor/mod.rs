@@ -308,6 +308,47 @@ impl Auditor {
         }
     }
 
+    /// Progress messages of a replicator's evidence tier (issue 28): for each
+    /// partition this instance owns that `copied` names, the next offset the
+    /// replicator will copy and its lag behind the log end the consumer last saw;
+    /// dated by the latest read among them (every one holds as of then: copies stay).
+    pub(crate) fn evidence(
+        &self,
+        tier: &str,
+        copied: Vec<(TopicPartition, i64, i64)>,
+    ) -> Vec<AuditMessage> {
+        let identity = Identity::new(tier, &self.identity.datacenter, &self.identity.host);
+        let mut by_topic: std::collections::BTreeMap<String, (i64, Vec<PartitionProgress>)> =
+            Default::default();
+        for (tp, next, at) in copied {
+            if !self.assigned.contains(&tp) {
+                continue;
+            }
+            let ends = self
+                .parts
+                .get(tp.topic.as_str())
+                .and_then(|t| t.get(&tp.partition))
+                .and_then(|st| st.ends);
+            let e = by_topic.entry(tp.topic).or_insert((i64::MIN, Vec::new()));
+            e.0 = e.0.max(at);
+            e.1.push(PartitionProgress {
+                partition: tp.partition,
+                next_offset: next,
+                record_time: None,
+                lag: ends.map(|e| (e.end - next).max(0)),
+                max_record_time: None,
+                log_append_time: false,
+            });
+        }
+        by_topic
+            .into_iter()
+            .map(|(topic, (at, mut partitions))| {
+                partitions.sort_by_key(|p| p.partition);
+                AuditMessage::progress(&identity, topic, partitions, at)
+            })
+            .collect()
+    }
+
     /// The draft's WAL entry is written: every partition's range starts at the
     /// entry's end, and its latest record times are reported.
     pub(crate) fn written(&mut self, draft: &ReportDraft) {

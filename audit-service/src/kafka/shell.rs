@@ -36,6 +36,8 @@ pub(crate) struct Shell {
     pub(crate) metrics: Metrics,
     /// Partitions this instance has seen committed offsets for (expiry detection).
     offsets_seen: OffsetsSeen,
+    /// The replicators' progress, read beside the consumption (issue 28).
+    replication: crate::replication::Readers,
 }
 
 impl Shell {
@@ -69,6 +71,8 @@ impl Shell {
                 .map(|tp| (tp.topic.as_str(), tp.partition)),
         );
         let publisher = Publisher::new(cfg.clone(), metrics.clone(), producer);
+        let replication = crate::replication::start(&cfg, &metrics)
+            .context("cannot start the replication evidence readers")?;
         Ok(Shell {
             cfg,
             counting,
@@ -77,6 +81,7 @@ impl Shell {
             publisher,
             metrics,
             offsets_seen,
+            replication,
         })
     }
 
@@ -411,7 +416,15 @@ impl Shell {
     /// range start to the entry's end. Returns false when there was nothing to write.
     pub(crate) fn write_report(&mut self, reason: Reason) -> anyhow::Result<bool> {
         let now = now_ms();
-        let (messages, positions) = self.counting.drain(now);
+        let (mut messages, positions) = self.counting.drain(now);
+        if !self.cfg.audit.replicators.is_empty() {
+            let assigned: Vec<TopicPartition> = self.auditor.assigned().iter().cloned().collect();
+            for (i, r) in self.cfg.audit.replicators.iter().enumerate() {
+                let copied = self.replication.evidence.of(i, assigned.iter());
+                messages.extend(self.auditor.evidence(&r.evidence_tier(), copied));
+            }
+            self.replication.evidence.want(assigned);
+        }
         let stuck = self.wal.pending_count() > 0;
         let draft = self.auditor.draft(messages, positions, now, reason, stuck);
         for (TopicPartition { topic, partition }, lag) in &draft.lags {

@@ -1,0 +1,385 @@
+//! Replication evidence (issue 28): how far the replicators named in
+//! `[[audit.replicators]]` have copied this cluster's partitions, read beside the
+//! consumption and published with each report as progress of the tier
+//! `replicator:<name>` (docs/audit-message-v1.md, Replication evidence). serve proves a
+//! loss with it before the window is final (docs/web.md, Replication evidence).
+//!
+//! - `{ consumer_group = "g" }`: the group's committed offsets of the partitions this
+//!   instance audits, read every report interval (an OffsetFetch, without joining the
+//!   group). A replicator commits an offset once every record before it is written
+//!   downstream, so the committed offset is the next one to copy.
+//! - `{ mirror_maker2 = { target = "agg" } }`: MirrorMaker 2's offset syncs, read as
+//!   they come from `mm2-offset-syncs.agg.internal` on this cluster. A sync
+//!   (upstream offset U → downstream offset D) is written once the copy of U is
+//!   acknowledged by the target, and MirrorMaker 2 copies a partition in order, so
+//!   everything up to U is copied: the next offset to copy is U + 1.
+//!
+//! Each reader runs on a thread of its own, so a slow coordinator or broker never
+//! holds the consumption back; a report takes the latest of what they read. Evidence
+//! is dated by when it was read (after the offsets were committed or the sync
+//! written), never earlier.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use audit_lib::TopicPartition;
+use common::now_ms;
+use common::replication::Replicator;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::config::Config;
+use crate::metrics::{Metrics, ServiceError};
+
+/// Most partitions one reader keeps evidence for: an offset-syncs topic is writable
+/// by others, and a flood of syncs for made-up partitions must not grow without
+/// bound (past it, syncs for new partitions are counted as rejected).
+const MAX_PARTITIONS: usize = 1_000_000;
+
+/// What one replicator has copied: per partition, the next offset to copy and when
+/// that was read (epoch ms).
+type Copied = HashMap<TopicPartition, (i64, i64)>;
+
+/// The replication evidence of every configured replicator, shared between the
+/// readers (writers) and the reports (readers).
+#[derive(Clone, Default)]
+pub(crate) struct Evidence {
+    /// One slot per `[[audit.replicators]]` entry, in order.
+    copied: Arc<Vec<Mutex<Copied>>>,
+    /// The partitions this instance audits now: the consumer-group readers ask for
+    /// these.
+    wanted: Arc<Mutex<Vec<TopicPartition>>>,
+}
+
+impl Evidence {
+    fn new(replicators: usize) -> Evidence {
+        Evidence {
+            copied: Arc::new((0..replicators).map(|_| Mutex::default()).collect()),
+            wanted: Arc::default(),
+        }
+    }
+
+    /// The partitions audited now (set at every report).
+    pub(crate) fn want(&self, partitions: Vec<TopicPartition>) {
+        *self.wanted.lock().unwrap_or_else(|e| e.into_inner()) = partitions;
+    }
+
+    /// What replicator `i` has copied of `partitions`: (partition, next offset to
+    /// copy, read at).
+    pub(crate) fn of<'a>(
+        &self,
+        i: usize,
+        partitions: impl Iterator<Item = &'a TopicPartition>,
+    ) -> Vec<(TopicPartition, i64, i64)> {
+        let Some(slot) = self.copied.get(i) else {
+            return Vec::new();
+        };
+        let copied = slot.lock().unwrap_or_else(|e| e.into_inner());
+        partitions
+            .filter_map(|tp| copied.get(tp).map(|&(o, at)| (tp.clone(), o, at)))
+            .collect()
+    }
+
+    fn record(&self, i: usize, tp: TopicPartition, next: i64, at: i64) -> bool {
+        let mut copied = self.copied[i].lock().unwrap_or_else(|e| e.into_inner());
+        if copied.len() >= MAX_PARTITIONS && !copied.contains_key(&tp) {
+            return false;
+        }
+        // Copies do not disappear by the replicator's doing: a lower offset (a
+        // replicator that restarted from an older commit and copies again) does not
+        // take back what was copied before.
+        let e = copied.entry(tp).or_insert((next, at));
+        if next >= e.0 {
+            *e = (next, at);
+        }
+        true
+    }
+}
+
+/// The reader threads; dropping this stops and joins them.
+pub(crate) struct Readers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    pub(crate) evidence: Evidence,
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts a reader per configured replicator (none: no thread, empty evidence).
+pub(crate) fn start(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Readers> {
+    let replicators = &cfg.audit.replicators;
+    let evidence = Evidence::new(replicators.len());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for (i, r) in replicators.iter().enumerate() {
+        let (cfg, metrics, evidence, stop) =
+            (cfg.clone(), metrics.clone(), evidence.clone(), stop.clone());
+        let name = format!("evidence-{i}");
+        let thread = match r.clone() {
+            Replicator::ConsumerGroup(group) => {
+                let consumer = group_reader(&cfg, &group)?;
+                std::thread::Builder::new().name(name).spawn(move || {
+                    read_committed(&cfg, &consumer, i, &evidence, &stop, &metrics)
+                })?
+            }
+            Replicator::MirrorMaker2(_) => {
+                let topic = r.offset_syncs_topic().expect("MirrorMaker 2");
+                let consumer = syncs_reader(&cfg)?;
+                std::thread::Builder::new().name(name).spawn(move || {
+                    read_syncs(&consumer, &topic, i, &evidence, &stop, &metrics)
+                })?
+            }
+        };
+        threads.push(thread);
+    }
+    Ok(Readers {
+        stop,
+        threads,
+        evidence,
+    })
+}
+
+/// A consumer of group `group` that never joins it: only its committed offsets are
+/// read.
+fn group_reader(cfg: &Config, group: &str) -> anyhow::Result<BaseConsumer> {
+    Ok(cfg
+        .kafka
+        .client_config_with_defaults(
+            common::KafkaRole::Consumer,
+            &[],
+            &[
+                ("group.id", group),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+            ],
+        )
+        .create()?)
+}
+
+/// A consumer that assigns itself the offset-syncs topic and commits nothing.
+fn syncs_reader(cfg: &Config) -> anyhow::Result<BaseConsumer> {
+    let group = format!("{}-offset-syncs", cfg.audit.group_id);
+    Ok(cfg
+        .kafka
+        .client_config_with_defaults(
+            common::KafkaRole::Consumer,
+            &[],
+            &[
+                ("group.id", &group),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                // Syncs are written with transactions off; read what is there.
+                ("isolation.level", "read_uncommitted"),
+            ],
+        )
+        .create()?)
+}
+
+/// Sleeps up to `d`, waking early when stopped. False when stopped.
+fn pause(stop: &AtomicBool, d: Duration) -> bool {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+fn read_committed(
+    cfg: &Config,
+    consumer: &BaseConsumer,
+    i: usize,
+    evidence: &Evidence,
+    stop: &AtomicBool,
+    metrics: &Metrics,
+) {
+    let every = cfg.audit.report_interval.max(Duration::from_secs(1));
+    let timeout = cfg.audit.publish_timeout.min(every.max(Duration::from_secs(5)));
+    while pause(stop, every) {
+        let wanted = evidence.wanted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if wanted.is_empty() {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for tp in &wanted {
+            tpl.add_partition(&tp.topic, tp.partition);
+        }
+        match consumer.committed_offsets(tpl, timeout) {
+            Ok(c) => {
+                // Read after the response: the offsets were committed before.
+                let at = now_ms();
+                for el in c.elements() {
+                    if let (Ok(()), Offset::Offset(o)) = (el.error(), el.offset()) {
+                        evidence.record(i, TopicPartition::new(el.topic(), el.partition()), o, at);
+                    }
+                }
+            }
+            Err(e) => metrics.emit(
+                ServiceError::ReplicationEvidence,
+                &e,
+                format_args!("cannot read the replicator's committed offsets"),
+            ),
+        }
+    }
+}
+
+/// An offset sync as MirrorMaker 2 writes it (OffsetSync.java): key = topic (int16
+/// length + UTF-8) and partition (int32), value = upstream offset and downstream
+/// offset (int64 each), all big-endian.
+pub(crate) fn parse_sync(key: &[u8], value: &[u8]) -> Option<(TopicPartition, i64)> {
+    let len = usize::from(u16::from_be_bytes(key.get(..2)?.try_into().ok()?));
+    let topic = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
+    let rest = key.get(2 + len..)?;
+    let partition = i32::from_be_bytes(rest.try_into().ok()?);
+    let upstream = i64::from_be_bytes(value.get(..8)?.try_into().ok()?);
+    let _downstream = i64::from_be_bytes(value.get(8..16)?.try_into().ok()?);
+    if topic.is_empty() || value.len() != 16 || partition < 0 || upstream < 0 {
+        return None;
+    }
+    Some((TopicPartition::new(topic, partition), upstream))
+}
+
+fn read_syncs(
+    consumer: &BaseConsumer,
+    topic: &str,
+    i: usize,
+    evidence: &Evidence,
+    stop: &AtomicBool,
+    metrics: &Metrics,
+) {
+    // Assign every partition of the syncs topic from its start, once it exists.
+    loop {
+        match consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) {
+            Ok(md) => {
+                let parts: Vec<i32> = md
+                    .topics()
+                    .iter()
+                    .filter(|t| t.error().is_none())
+                    .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                    .collect();
+                if !parts.is_empty() {
+                    let mut tpl = TopicPartitionList::new();
+                    for p in parts {
+                        let _ = tpl.add_partition_offset(topic, p, Offset::Beginning);
+                    }
+                    match consumer.assign(&tpl) {
+                        Ok(()) => break,
+                        Err(e) => metrics.emit(
+                            ServiceError::ReplicationEvidence,
+                            &e,
+                            format_args!("cannot assign the offset-syncs topic {topic}"),
+                        ),
+                    }
+                } else {
+                    tracing::info!(topic, "offset-syncs topic not there yet (is MirrorMaker 2 running?)");
+                }
+            }
+            Err(e) => metrics.emit(
+                ServiceError::ReplicationEvidence,
+                &e,
+                format_args!("cannot read the metadata of the offset-syncs topic {topic}"),
+            ),
+        }
+        if !pause(stop, Duration::from_secs(5)) {
+            return;
+        }
+    }
+    while !stop.load(Ordering::Relaxed) {
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Ok(m)) => {
+                let at = now_ms();
+                match parse_sync(m.key().unwrap_or_default(), m.payload().unwrap_or_default()) {
+                    Some((tp, upstream)) => {
+                        if !evidence.record(i, tp, upstream.saturating_add(1), at) {
+                            metrics.replication_evidence_rejected.inc();
+                        }
+                    }
+                    None => {
+                        metrics.replication_evidence_rejected.inc();
+                        tracing::debug!(
+                            topic,
+                            partition = m.partition(),
+                            offset = m.offset(),
+                            "not an offset sync: left out"
+                        );
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                metrics.emit(
+                    ServiceError::ReplicationEvidence,
+                    &e,
+                    format_args!("cannot read the offset-syncs topic {topic}"),
+                );
+                if !pause(stop, Duration::from_secs(1)) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(topic: &str, partition: i32) -> Vec<u8> {
+        let mut k = (topic.len() as u16).to_be_bytes().to_vec();
+        k.extend_from_slice(topic.as_bytes());
+        k.extend_from_slice(&partition.to_be_bytes());
+        k
+    }
+
+    fn value(up: i64, down: i64) -> Vec<u8> {
+        [up.to_be_bytes(), down.to_be_bytes()].concat()
+    }
+
+    #[test]
+    fn an_offset_sync_parses_and_anything_else_is_refused() {
+        assert_eq!(
+            parse_sync(&key("orders", 3), &value(41, 7)),
+            Some((TopicPartition::new("orders", 3), 41))
+        );
+        let bad: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (vec![], value(1, 1)),
+            (key("orders", 3)[..5].to_vec(), value(1, 1)),
+            ([key("orders", 3), vec![0]].concat(), value(1, 1)),
+            (key("orders", -1), value(1, 1)),
+            (key("", 0), value(1, 1)),
+            (key("orders", 0), value(1, 1)[..15].to_vec()),
+            (key("orders", 0), [value(1, 1), vec![0]].concat()),
+            (key("orders", 0), value(-5, 1)),
+            (vec![0, 2, 0xff, 0xfe, 0, 0, 0, 0], value(1, 1)),
+            (vec![0xff, 0xff], value(1, 1)),
+        ];
+        for (k, v) in bad {
+            assert_eq!(parse_sync(&k, &v), None, "{k:?} {v:?}");
+        }
+    }
+
+    #[test]
+    fn evidence_keeps_the_furthest_copy_and_is_bounded() {
+        let e = Evidence::new(1);
+        let tp = TopicPartition::new("t", 0);
+        assert!(e.record(0, tp.clone(), 10, 100));
+        assert!(e.record(0, tp.clone(), 5, 200));
+        assert_eq!(e.of(0, [tp.clone()].iter()), vec![(tp.clone(), 10, 100)]);
+        assert!(e.record(0, tp.clone(), 12, 300));
+        assert_eq!(e.of(0, [tp.clone()].iter()), vec![(tp, 12, 300)]);
+        assert!(e.of(1, std::iter::empty()).is_empty());
+    }
+}
