@@ -224,6 +224,14 @@ pub struct AuditConfig {
     /// `mirror_maker2 = { target = "…" }` (MirrorMaker 2's offset syncs on this
     /// cluster). The same value as the `replicator` of serve's edge.
     pub replicators: Vec<common::replication::Replicator>,
+    /// How old replication evidence is when published: the downstream auditor must
+    /// show it read its whole log *after* the evidence, and its "lag 0" is dated by
+    /// its statistics — up to `fetch.wait.max.ms` + 1 s + one statistics interval
+    /// (its report interval) before its report. Evidence younger than that can never
+    /// be overtaken. Longer: more records may count as in flight (at R messages per
+    /// second, about R × this), so a smaller loss waits for its window to end.
+    #[serde(with = "humantime_serde")]
+    pub replication_evidence_age: Duration,
 }
 
 impl Default for AuditConfig {
@@ -256,6 +264,7 @@ impl Default for AuditConfig {
             durability_checks: true,
             event_time: audit_lib::EventTimeConfig::default(),
             replicators: Vec::new(),
+            replication_evidence_age: Duration::from_secs(5),
         }
     }
 }

@@ -19,7 +19,7 @@
 //! is dated by when it was read (after the offsets were committed or the sync
 //! written), never earlier.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -40,9 +40,13 @@ use crate::metrics::{Metrics, ServiceError};
 /// bound (past it, syncs for new partitions are counted as rejected).
 const MAX_PARTITIONS: usize = 1_000_000;
 
-/// What one replicator has copied: per partition, the next offset to copy and when
-/// that was read (epoch ms).
-type Copied = HashMap<TopicPartition, (i64, i64)>;
+/// Readings kept per partition while they wait to be published (a reader reads every
+/// 250 ms or more: 64 cover the default evidence age many times over).
+const MAX_READINGS: usize = 64;
+
+/// What one replicator has copied: per partition, each next offset to copy read
+/// lately with when it was first read (epoch ms), oldest first.
+type Copied = HashMap<TopicPartition, VecDeque<(i64, i64)>>;
 
 /// The replication evidence of every configured replicator, shared between the
 /// readers (writers) and the reports (readers).
@@ -68,19 +72,32 @@ impl Evidence {
         *self.wanted.lock().unwrap_or_else(|e| e.into_inner()) = partitions;
     }
 
-    /// What replicator `i` has copied of `partitions`: (partition, next offset to
-    /// copy, read at).
+    /// What replicator `i` had copied of `partitions` as of `until` (epoch ms): per
+    /// partition the furthest position read at or before it, and when it was first
+    /// read — (partition, next offset to copy, read at). Older readings are let go.
+    ///
+    /// Evidence is published `[audit] replication_evidence_age` late on purpose: the
+    /// downstream auditor's "read everything" is dated by its statistics, seconds
+    /// behind its reports, and can only prove a loss with evidence older than that.
     pub(crate) fn of<'a>(
         &self,
         i: usize,
         partitions: impl Iterator<Item = &'a TopicPartition>,
+        until: i64,
     ) -> Vec<(TopicPartition, i64, i64)> {
         let Some(slot) = self.copied.get(i) else {
             return Vec::new();
         };
-        let copied = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut copied = slot.lock().unwrap_or_else(|e| e.into_inner());
         partitions
-            .filter_map(|tp| copied.get(tp).map(|&(o, at)| (tp.clone(), o, at)))
+            .filter_map(|tp| {
+                let readings = copied.get_mut(tp)?;
+                let n = readings.iter().take_while(|&&(_, at)| at <= until).count();
+                // Keep the one in use: the next ones become due after it.
+                readings.drain(..n.saturating_sub(1));
+                let &(o, at) = readings.front().filter(|&&(_, at)| at <= until)?;
+                Some((tp.clone(), o, at))
+            })
             .collect()
     }
 
@@ -89,12 +106,16 @@ impl Evidence {
         if copied.len() >= MAX_PARTITIONS && !copied.contains_key(&tp) {
             return false;
         }
-        // Copies do not disappear by the replicator's doing: a lower offset (a
-        // replicator that restarted from an older commit and copies again) does not
-        // take back what was copied before.
-        let e = copied.entry(tp).or_insert((next, at));
-        if next >= e.0 {
-            *e = (next, at);
+        let readings = copied.entry(tp).or_default();
+        // The same position read again keeps the time it was first read (copied by
+        // then: the tighter evidence). Copies do not disappear by the replicator's
+        // doing: a lower offset (a replicator that restarted from an older commit and
+        // copies again) does not take back what was copied before.
+        if readings.back().is_none_or(|&(o, _)| next > o) {
+            if readings.len() >= MAX_READINGS {
+                readings.pop_front();
+            }
+            readings.push_back((next, at));
         }
         true
     }
@@ -129,16 +150,16 @@ pub(crate) fn start(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Readers> 
         let thread = match r.clone() {
             Replicator::ConsumerGroup(group) => {
                 let consumer = group_reader(&cfg, &group)?;
-                std::thread::Builder::new().name(name).spawn(move || {
-                    read_committed(&cfg, &consumer, i, &evidence, &stop, &metrics)
-                })?
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || read_committed(&cfg, &consumer, i, &evidence, &stop, &metrics))?
             }
             Replicator::MirrorMaker2(_) => {
                 let topic = r.offset_syncs_topic().expect("MirrorMaker 2");
                 let consumer = syncs_reader(&cfg)?;
-                std::thread::Builder::new().name(name).spawn(move || {
-                    read_syncs(&consumer, &topic, i, &evidence, &stop, &metrics)
-                })?
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || read_syncs(&consumer, &topic, i, &evidence, &stop, &metrics))?
             }
         };
         threads.push(thread);
@@ -206,10 +227,20 @@ fn read_committed(
     stop: &AtomicBool,
     metrics: &Metrics,
 ) {
-    let every = cfg.audit.report_interval.max(Duration::from_secs(1));
-    let timeout = cfg.audit.publish_timeout.min(every.max(Duration::from_secs(5)));
+    // Fresh evidence proves more: what the replicator may still hold back is counted
+    // from its position when read.
+    let every =
+        (cfg.audit.report_interval / 2).clamp(Duration::from_millis(250), Duration::from_secs(5));
+    let timeout = cfg
+        .audit
+        .publish_timeout
+        .min(every.max(Duration::from_secs(5)));
     while pause(stop, every) {
-        let wanted = evidence.wanted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let wanted = evidence
+            .wanted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         if wanted.is_empty() {
             continue;
         }
@@ -284,7 +315,10 @@ fn read_syncs(
                         ),
                     }
                 } else {
-                    tracing::info!(topic, "offset-syncs topic not there yet (is MirrorMaker 2 running?)");
+                    tracing::info!(
+                        topic,
+                        "offset-syncs topic not there yet (is MirrorMaker 2 running?)"
+                    );
                 }
             }
             Err(e) => metrics.emit(
@@ -372,14 +406,23 @@ mod tests {
     }
 
     #[test]
-    fn evidence_keeps_the_furthest_copy_and_is_bounded() {
+    fn evidence_is_the_furthest_copy_read_by_then_dated_by_its_first_reading() {
         let e = Evidence::new(1);
         let tp = TopicPartition::new("t", 0);
+        let of = |until| e.of(0, [tp.clone()].iter(), until);
         assert!(e.record(0, tp.clone(), 10, 100));
-        assert!(e.record(0, tp.clone(), 5, 200));
-        assert_eq!(e.of(0, [tp.clone()].iter()), vec![(tp.clone(), 10, 100)]);
+        assert!(e.record(0, tp.clone(), 10, 150), "same position read again");
+        assert!(e.record(0, tp.clone(), 5, 200), "a lower position");
         assert!(e.record(0, tp.clone(), 12, 300));
-        assert_eq!(e.of(0, [tp.clone()].iter()), vec![(tp, 12, 300)]);
-        assert!(e.of(1, std::iter::empty()).is_empty());
+        assert_eq!(of(99), vec![], "nothing read by then");
+        assert_eq!(of(250), vec![(tp.clone(), 10, 100)]);
+        assert_eq!(of(300), vec![(tp.clone(), 12, 300)]);
+        // Older readings are gone once a later one is due.
+        assert_eq!(of(250), vec![]);
+        assert!(e.of(1, std::iter::empty(), 0).is_empty());
+        for x in 13..13 + MAX_READINGS as i64 + 10 {
+            e.record(0, tp.clone(), x, 400 + x);
+        }
+        assert_eq!(e.copied[0].lock().unwrap()[&tp].len(), MAX_READINGS);
     }
 }

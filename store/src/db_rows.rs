@@ -98,7 +98,16 @@ pub(crate) fn partition_maxima(
     rows: Vec<(i64, i32, Option<i64>, i64)>,
 ) -> Vec<(i64, i32, PartitionMax)> {
     rows.into_iter()
-        .map(|(id, p, record_time, offset)| (id, p, PartitionMax { record_time, offset }))
+        .map(|(id, p, record_time, offset)| {
+            (
+                id,
+                p,
+                PartitionMax {
+                    record_time,
+                    offset,
+                },
+            )
+        })
         .collect()
 }
 

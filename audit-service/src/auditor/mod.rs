@@ -256,9 +256,9 @@ impl Auditor {
         let dated = self.dating.date(now);
         let mut ranges = Vec::new();
         let mut lags = Vec::new();
-        for (topic, parts) in &self.parts {
+        for (topic, parts) in self.parts.iter_mut() {
             let mut progress = Vec::new();
-            for (&partition, st) in parts {
+            for (&partition, st) in parts.iter_mut() {
                 let tp = TopicPartition::new(topic.as_str(), partition);
                 if !self.assigned.contains(&tp) {
                     continue;
@@ -272,6 +272,7 @@ impl Auditor {
                     });
                 }
                 if let Some((next, lag)) = st.progress(self.from_log_start) {
+                    st.note_read(next, now);
                     if let Some(lag) = lag {
                         lags.push((tp.clone(), lag));
                     }
@@ -310,7 +311,8 @@ impl Auditor {
 
     /// Progress messages of a replicator's evidence tier (issue 28): for each
     /// partition this instance owns that `copied` names, the next offset the
-    /// replicator will copy and its lag behind the log end the consumer last saw;
+    /// replicator will copy, its lag behind the log end the consumer last saw, and as
+    /// `record_time` by when this auditor had read that offset (null: not read yet);
     /// dated by the latest read among them (every one holds as of then: copies stay).
     pub(crate) fn evidence(
         &self,
@@ -324,17 +326,19 @@ impl Auditor {
             if !self.assigned.contains(&tp) {
                 continue;
             }
-            let ends = self
+            let st = self
                 .parts
                 .get(tp.topic.as_str())
-                .and_then(|t| t.get(&tp.partition))
-                .and_then(|st| st.ends);
+                .and_then(|t| t.get(&tp.partition));
+            let ends = st.and_then(|st| st.ends);
             let e = by_topic.entry(tp.topic).or_insert((i64::MIN, Vec::new()));
             e.0 = e.0.max(at);
             e.1.push(PartitionProgress {
                 partition: tp.partition,
                 next_offset: next,
-                record_time: None,
+                // By when this auditor had read the first record not copied yet: how
+                // long the replicator has held it back, at least.
+                record_time: st.and_then(|st| st.read_by(next)),
                 lag: ends.map(|e| (e.end - next).max(0)),
                 max_record_time: None,
                 log_append_time: false,

@@ -77,6 +77,36 @@ pub(crate) struct PartState {
     /// The consumer's position (next offset to fetch) as of the last report: past
     /// transaction markers, which `next` (last data offset + 1) never is.
     pub(crate) position: Option<i64>,
+    /// (offset read up to, when) at each of the last [`READ_HISTORY`] reports that
+    /// read further: by when a given offset was read, for the replication evidence's
+    /// lag (issue 28).
+    pub(crate) read_at: std::collections::VecDeque<(i64, i64)>,
+}
+
+/// Reports whose read offsets a partition keeps ([`PartState::read_at`]).
+pub(crate) const READ_HISTORY: usize = 64;
+
+impl PartState {
+    /// Notes that the partition is read up to `offset` at `at`.
+    pub(crate) fn note_read(&mut self, offset: i64, at: i64) {
+        if self.read_at.back().is_some_and(|&(o, _)| o >= offset) {
+            return;
+        }
+        if self.read_at.len() >= READ_HISTORY {
+            self.read_at.pop_front();
+        }
+        self.read_at.push_back((offset, at));
+    }
+
+    /// By when offset `x` had been read at the latest: the first noted report that
+    /// read past it (the oldest one kept when `x` is older than them all); `None`
+    /// when `x` has not been read.
+    pub(crate) fn read_by(&self, x: i64) -> Option<i64> {
+        self.read_at
+            .iter()
+            .find(|&&(o, _)| o > x)
+            .map(|&(_, at)| at)
+    }
 }
 
 /// The log ends of every partition from one statistics callback of the consumer, and when

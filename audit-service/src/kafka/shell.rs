@@ -420,7 +420,11 @@ impl Shell {
         if !self.cfg.audit.replicators.is_empty() {
             let assigned: Vec<TopicPartition> = self.auditor.assigned().iter().cloned().collect();
             for (i, r) in self.cfg.audit.replicators.iter().enumerate() {
-                let copied = self.replication.evidence.of(i, assigned.iter());
+                let until = now.saturating_sub(
+                    i64::try_from(self.cfg.audit.replication_evidence_age.as_millis())
+                        .unwrap_or(i64::MAX),
+                );
+                let copied = self.replication.evidence.of(i, assigned.iter(), until);
                 messages.extend(self.auditor.evidence(&r.evidence_tier(), copied));
             }
             self.replication.evidence.want(assigned);

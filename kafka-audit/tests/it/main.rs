@@ -26,6 +26,7 @@ mod collector_outage;
 mod deleted_topic;
 mod demo;
 mod deploy;
+mod early_loss;
 mod evidence;
 mod flood;
 mod inspect;

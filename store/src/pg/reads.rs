@@ -177,14 +177,18 @@ impl PgStore {
             crate::db_rows::bucket_limit(max_bucket_rows)
         );
         #[allow(clippy::type_complexity)]
-        let (ids, partitions, times, offsets): (Vec<i64>, Vec<i32>, Vec<Option<i64>>, Vec<i64>) =
-            sqlx::query_as(&sql)
-                .bind(&read_topics)
-                .bind(range.start_ms)
-                .bind(range.end_ms)
-                .fetch_one(&self.pool)
-                .await
-                .context("reading record times of windows")?;
+        let (ids, partitions, times, offsets): (
+            Vec<i64>,
+            Vec<i32>,
+            Vec<Option<i64>>,
+            Vec<i64>,
+        ) = sqlx::query_as(&sql)
+            .bind(&read_topics)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .fetch_one(&self.pool)
+            .await
+            .context("reading record times of windows")?;
         let mut record_times: Vec<(i64, i32, Option<i64>, i64)> = ids
             .into_iter()
             .zip(partitions)

@@ -44,8 +44,7 @@ pub fn plan(
         .filter(|(k, a)| {
             open.get(*k).is_none_or(|o| {
                 o.verdict != a.verdict
-                    && !(judged.unsettled.contains(*k)
-                        && a.verdict.urgency() < o.verdict.urgency())
+                    && !(judged.unsettled.contains(*k) && a.verdict.urgency() < o.verdict.urgency())
             }) && a.recent_enough(now_ms - max_window_age_ms)
         })
         .map(|(_, a)| a.clone())

@@ -27,22 +27,31 @@ pub(super) const EVIDENCE_CLOCK_SKEW_MS: i64 = 1000;
 /// datacenter.
 #[derive(Debug)]
 pub(super) enum Early {
-    /// Everything counted upstream so far is copied (as of `copied_at`) and the
-    /// downstream read its whole log after that.
-    Proven { copied_at: i64 },
-    /// The replicator has not copied the upstream's counted records of `partition`
-    /// (in `datacenter`) up to `counted_to` yet: it is at `copied_to`, `lag` records
-    /// behind its upstream log end; they have waited at least `waited_ms`.
-    InFlight {
-        datacenter: String,
-        partition: i32,
-        counted_to: i64,
-        copied_to: i64,
-        lag: Option<i64>,
-        waited_ms: Option<i64>,
+    /// Evidence for every partition the upstream counted in: `in_flight` is how many
+    /// of the upstream's counted records may not be copied yet (at most the offsets
+    /// from the replicator's position to the highest counted, per partition), and
+    /// `read` whether the downstream has read its whole log since the copies were
+    /// known. `behind` names the partition furthest behind, if any.
+    Evidence {
+        in_flight: u64,
+        read: Result<i64, String>,
+        behind: Option<Behind>,
     },
-    /// Nothing to conclude yet, and why (no evidence, not read downstream since, …).
+    /// Nothing to conclude, and why (no evidence, increments not added up, …).
     Unknown(String),
+}
+
+/// The partition whose counted records the replicator holds back the most.
+#[derive(Debug)]
+pub(super) struct Behind {
+    datacenter: String,
+    partition: i32,
+    counted_to: i64,
+    copied_to: i64,
+    lag: Option<i64>,
+    /// How long the first record not copied has waited at least since the upstream
+    /// auditor read it (the evidence's `record_time`), over every partition.
+    waited_ms: Option<i64>,
 }
 
 impl Part<'_> {
@@ -72,10 +81,8 @@ impl Topology {
         now: i64,
     ) -> Option<Early> {
         let evidence_tier = edge.evidence_tier.as_deref()?;
-        // The highest offset counted per (upstream datacenter, partition), and when
-        // the upstream last counted in each datacenter.
+        // The highest offset counted per (upstream datacenter, partition).
         let mut counted: BTreeMap<(&str, i32), i64> = BTreeMap::new();
-        let mut observed: BTreeMap<&str, i64> = BTreeMap::new();
         for r in rows
             .iter()
             .filter(|r| r.tier == edge.upstream && up_dcs.contains(&r.datacenter) && r.count > 0)
@@ -90,10 +97,6 @@ impl Topology {
                 let x = counted.entry((r.datacenter.as_str(), p)).or_insert(o);
                 *x = (*x).max(o);
             }
-            if let Some(t) = r.max_observed_at_ms {
-                let x = observed.entry(r.datacenter.as_str()).or_insert(t);
-                *x = (*x).max(t);
-            }
         }
         if counted.is_empty() {
             return None;
@@ -106,11 +109,13 @@ impl Topology {
                 "increments of {tier}/{sdc} for this window are stored but not yet added up"
             )));
         }
-        // 1. Copied: the replicator is past every counted offset. The partition
-        // furthest behind (in offsets) is the one named.
+        // What the replicator may still hold back: the offsets from its position to
+        // the highest counted, on every partition (a bound: offsets of other windows,
+        // transaction markers and compacted records are in it too).
         let mut copied_at = i64::MIN;
-        let mut in_flight: Option<Early> = None;
-        let mut furthest = i64::MIN;
+        let mut in_flight = 0u64;
+        let mut behind: Option<Behind> = None;
+        let mut waited = None;
         for (&(u, p), &m) in &counted {
             let Some(e) = auditors.get(&(evidence_tier, u)).and_then(|a| a.part(p)) else {
                 return Some(Early::Unknown(format!(
@@ -118,51 +123,82 @@ impl Topology {
                     edge.upstream
                 )));
             };
-            if e.next_offset > m {
-                copied_at = copied_at.max(e.copied_as_of());
-            } else if m - e.next_offset > furthest {
-                furthest = m - e.next_offset;
-                in_flight = Some(Early::InFlight {
-                    datacenter: u.to_string(),
-                    partition: p,
-                    counted_to: m,
-                    copied_to: e.next_offset,
-                    lag: e.lag,
-                    waited_ms: observed.get(u).map(|t| now.saturating_sub(*t)),
-                });
+            copied_at = copied_at.max(e.copied_as_of());
+            let held = m.saturating_add(1).saturating_sub(e.next_offset).max(0);
+            in_flight = in_flight.saturating_add(held as u64);
+            if held > 0 {
+                // The evidence's record time: by when the upstream auditor had read the
+                // first record not copied.
+                let w = e.record_time.map(|t| now.saturating_sub(t));
+                waited = waited.max(w);
+                if behind
+                    .as_ref()
+                    .is_none_or(|b| held > b.counted_to - b.copied_to + 1)
+                {
+                    behind = Some(Behind {
+                        datacenter: u.to_string(),
+                        partition: p,
+                        counted_to: m,
+                        copied_to: e.next_offset,
+                        lag: e.lag,
+                        waited_ms: None,
+                    });
+                }
             }
         }
-        if let Some(f) = in_flight {
-            return Some(f);
+        if let Some(b) = behind.as_mut() {
+            b.waited_ms = waited;
         }
-        // 2. Read: the downstream auditor read its whole log after the copies were
-        // made, on every partition that can hold them.
-        let Some(down) = auditors.get(&(edge.downstream.as_str(), dc)) else {
-            return Some(Early::Unknown(format!(
-                "copied; no progress from {}/{dc} yet",
-                edge.downstream
-            )));
+        // The downstream auditor must have read its whole log after the copies were
+        // known, on every partition that can hold them.
+        let read = match auditors.get(&(edge.downstream.as_str(), dc)) {
+            None => Err(format!("no progress from {}/{dc} yet", edge.downstream)),
+            Some(down) => {
+                let unread = |part: &Part| !(part.lag == Some(0) && part.measured_at() > copied_at);
+                let not_read = if edge.preserves_partitions {
+                    let partitions: std::collections::BTreeSet<i32> =
+                        counted.keys().map(|&(_, p)| p).collect();
+                    partitions
+                        .into_iter()
+                        .find(|&p| down.part(p).is_none_or(unread))
+                } else {
+                    down.partitions
+                        .iter()
+                        .find(|part| unread(part))
+                        .map(|part| part.partition)
+                };
+                match not_read {
+                    Some(p) => Err(format!(
+                        "{}/{dc} has not read partition {p} to its end since the replicator's evidence",
+                        edge.downstream
+                    )),
+                    None => Ok(copied_at),
+                }
+            }
         };
-        let unread = |part: &Part| !(part.lag == Some(0) && part.measured_at() > copied_at);
-        let behind = if edge.preserves_partitions {
-            let partitions: std::collections::BTreeSet<i32> =
-                counted.keys().map(|&(_, p)| p).collect();
-            partitions
-                .into_iter()
-                .find(|&p| down.part(p).is_none_or(unread))
-        } else {
-            down.partitions
-                .iter()
-                .find(|part| unread(part))
-                .map(|part| part.partition)
-        };
-        if let Some(p) = behind {
-            return Some(Early::Unknown(format!(
-                "copied; {}/{dc} has not read partition {p} to its end since",
-                edge.downstream
-            )));
-        }
-        Some(Early::Proven { copied_at })
+        Some(Early::Evidence {
+            in_flight,
+            read,
+            behind,
+        })
+    }
+}
+
+impl Behind {
+    fn describe(&self, in_flight: u64) -> String {
+        let lag = self.lag.map_or(String::new(), |l| {
+            format!(", {l} records behind its log end")
+        });
+        let waited = self.waited_ms.map_or(String::new(), |w| {
+            format!(
+                "; the first record not copied was read upstream {} s ago or more",
+                seconds(w)
+            )
+        });
+        format!(
+            "in flight: up to {in_flight} counted records not copied yet; the replicator has copied {} partition {} up to offset {}{lag}, the upstream counted this window there up to offset {}{waited}",
+            self.datacenter, self.partition, self.copied_to, self.counted_to
+        )
     }
 }
 
@@ -177,51 +213,56 @@ impl Early {
         policy: &Policy,
         (verdict, reason): (Verdict, String),
     ) -> (Option<SoFar>, Verdict, String) {
-        match self {
-            Early::Proven { copied_at } => {
-                if observed < expected && exceeds(expected - observed, expected, &policy.thresholds)
-                {
-                    (
-                        Some(SoFar::Loss),
-                        Verdict::Loss,
-                        format!(
-                            "proven before the window is final: {} of the {expected} messages counted upstream so far are missing downstream, though the replicator has copied past all of them (as of {}) and the downstream has read its whole log since",
-                            expected - observed,
-                            at(copied_at)
-                        ),
-                    )
-                } else {
-                    (Some(SoFar::Ok), verdict, reason)
+        let (in_flight, read, behind) = match self {
+            Early::Unknown(why) => {
+                return match verdict {
+                    Verdict::Pending => (None, verdict, format!("{reason}; {why}")),
+                    _ => (None, verdict, reason),
                 }
             }
-            Early::InFlight {
-                datacenter,
-                partition,
-                counted_to,
-                copied_to,
-                lag,
-                waited_ms,
-            } => {
-                let lag = lag.map_or(String::new(), |l| format!(", {l} records behind its log end"));
-                let waited = waited_ms.map_or(String::new(), |w| {
-                    format!("; counted upstream {} s ago or more", seconds(w))
-                });
-                let why = format!(
-                    "in flight: the replicator has copied {datacenter} partition {partition} up to offset {copied_to}{lag}; the upstream counted this window there up to offset {counted_to}{waited}"
+            Early::Evidence {
+                in_flight,
+                read,
+                behind,
+            } => (in_flight, read, behind),
+        };
+        // Proven missing: what the downstream lacks beyond all that may be in flight.
+        let proven = expected.saturating_sub(observed).saturating_sub(in_flight);
+        if let Ok(copied_at) = read {
+            if proven > 0 && exceeds(proven, expected, &policy.thresholds) {
+                let more = match in_flight {
+                    0 => String::new(),
+                    n => format!(" (and up to {n} more may still be in flight)"),
+                };
+                return (
+                    Some(SoFar::Loss),
+                    Verdict::Loss,
+                    format!(
+                        "proven before the window is final: at least {proven} of the {expected} messages counted upstream so far are missing downstream{more}; the replicator had copied past them as of {} and the downstream has read its whole log since",
+                        at(copied_at)
+                    ),
                 );
+            }
+        }
+        match behind {
+            Some(b) => {
                 let overdue = edge
                     .replication_lag_objective_ms
-                    .zip(waited_ms)
+                    .zip(b.waited_ms)
                     .is_some_and(|(objective, w)| w > objective);
+                let why = b.describe(in_flight);
                 match verdict {
                     Verdict::Pending if overdue => (Some(SoFar::InFlight), Verdict::Delayed, why),
                     Verdict::Pending => (Some(SoFar::InFlight), verdict, why),
                     _ => (Some(SoFar::InFlight), verdict, reason),
                 }
             }
-            Early::Unknown(why) => match verdict {
-                Verdict::Pending => (None, verdict, format!("{reason}; {why}")),
-                _ => (None, verdict, reason),
+            None => match read {
+                Ok(_) => (Some(SoFar::Ok), verdict, reason),
+                Err(why) => match verdict {
+                    Verdict::Pending => (None, verdict, format!("{reason}; copied; {why}")),
+                    _ => (None, verdict, reason),
+                },
             },
         }
     }

@@ -221,7 +221,16 @@ impl Topology {
         // Rule 0: before the window is final, the replicator's evidence.
         let (so_far, verdict, reason) = match lifecycle {
             Lifecycle::Final => (None, verdict, reason),
-            _ => match self.early(edge, &dc, &up_dcs, rows, auditors, staged, window_start, now) {
+            _ => match self.early(
+                edge,
+                &dc,
+                &up_dcs,
+                rows,
+                auditors,
+                staged,
+                window_start,
+                now,
+            ) {
                 Some(e) => e.judge(edge, up.count, down.count, policy, (verdict, reason)),
                 None => (None, verdict, reason),
             },

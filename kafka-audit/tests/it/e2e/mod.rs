@@ -132,7 +132,10 @@ pub fn serve_config_with(tiers_and_edges: &str, stall_after: &str, hook: &str) -
     serve_config_of("10s", "5s", tiers_and_edges, stall_after, hook)
 }
 
-fn serve_config_of(
+/// serve's config with `window`, `grace`, `stall_after` (humantime strings) and
+/// `tiers_and_edges` (TOML of the `[topology]` section); evaluation every 500 ms;
+/// alerts to the webhook at `hook`.
+pub fn serve_config_of(
     window: &str,
     grace: &str,
     tiers_and_edges: &str,

@@ -46,12 +46,16 @@ fn part(tier: &str, dc: &str, p: i32, next_offset: i64, lag: Option<i64>, at: i6
     }
 }
 
-/// The replicator's committed offsets on dc1, read at `at`.
+/// The replicator's committed offsets on dc1, read at `at`; where it is behind, the
+/// first record it has not copied was read upstream 30 s before now.
 fn copied(p0: i64, p1: i64, at: i64) -> Vec<ProgressRow> {
-    vec![
-        part(EVIDENCE, "dc1", 0, p0, Some(0), at),
-        part(EVIDENCE, "dc1", 1, p1, Some(0), at),
-    ]
+    [(0, p0), (1, p1)]
+        .into_iter()
+        .map(|(p, next)| ProgressRow {
+            record_time_ms: (next <= 49).then_some(NOW - 30 * SEC),
+            ..part(EVIDENCE, "dc1", p, next, Some(0), at)
+        })
+        .collect()
 }
 
 /// The aggregate's auditor at lag `lag` on partitions 0 and 1, measured at `at`.
@@ -98,16 +102,28 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
         },
         Case {
             progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            rows: counted(90),
             expect: (Verdict::Pending, Some(SoFar::InFlight)),
             ..case("partition 1 copied up to offset 40 of 49: in flight, not a loss")
         },
         Case {
             progress: vec![copied(50, 49, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            rows: counted(99),
             expect: (Verdict::Pending, Some(SoFar::InFlight)),
-            ..case("next offset to copy 49 = the highest counted: record 49 not copied yet")
+            ..case("next offset to copy 49 = the highest counted: record 49 may be in flight")
         },
         Case {
             progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            ..case("37 missing, at most 10 in flight: at least 27 proven lost")
+        },
+        Case {
+            progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            objective: r#"replication_lag_objective = "20s""#,
+            ..case("proven beyond what is in flight: loss, whatever the lag objective")
+        },
+        Case {
+            progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+            rows: counted(90),
             objective: r#"replication_lag_objective = "20s""#,
             expect: (Verdict::Delayed, Some(SoFar::InFlight)),
             ..case("in flight for 30 s or more, objective 20 s: delayed")
@@ -115,6 +131,7 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
         Case {
             progress: vec![copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
             objective: r#"replication_lag_objective = "1m""#,
+            rows: counted(90),
             expect: (Verdict::Pending, Some(SoFar::InFlight)),
             ..case("in flight for 30 s or more, objective 1 min: pending")
         },
@@ -224,20 +241,26 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
 #[test]
 fn proven_and_in_flight_say_what_they_rest_on() {
     let t = replicated(r#"replication_lag_objective = "20s""#);
-    let progress: Vec<ProgressRow> = [copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)]
-        .concat();
+    let progress: Vec<ProgressRow> =
+        [copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
     let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, NOW)[0];
     assert!(
-        v.reason.starts_with("proven before the window is final: 37 of the 100 messages counted upstream so far are missing downstream"),
+        v.reason.starts_with("proven before the window is final: at least 37 of the 100 messages counted upstream so far are missing downstream;"),
         "{}",
         v.reason
     );
-    let progress: Vec<ProgressRow> = [copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)]
-        .concat();
+    let progress: Vec<ProgressRow> =
+        [copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
     let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, NOW)[0];
+    assert!(
+        v.reason.starts_with("proven before the window is final: at least 27 of the 100 messages counted upstream so far are missing downstream (and up to 10 more may still be in flight)"),
+        "{}",
+        v.reason
+    );
+    let v = &t.evaluate_topic("orders", &[W], &counted(95), &progress, NOW)[0];
     assert_eq!(
         v.reason,
-        "in flight: the replicator has copied dc1 partition 1 up to offset 40, 0 records behind its log end; the upstream counted this window there up to offset 49; counted upstream 30 s ago or more"
+        "in flight: up to 10 counted records not copied yet; the replicator has copied dc1 partition 1 up to offset 40, 0 records behind its log end, the upstream counted this window there up to offset 49; the first record not copied was read upstream 30 s ago or more"
     );
 }
 

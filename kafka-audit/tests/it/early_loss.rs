@@ -1,0 +1,328 @@
+//! Issue 28, "loss proven within a minute": a consumer-group replicator (the suite's
+//! own: it consumes cluster A in a group, writes each record to cluster B with its key,
+//! partition and CreateTime, and commits only what it has flushed) drops 37 records.
+//! The regional auditor of A publishes the group's committed offsets as replication
+//! evidence; serve's edge names the replicator. With 10-minute windows and the default
+//! 20-minute grace, the loss must be paged within 60 s of the drop, while its window is
+//! still open, and nothing else may page over the whole run.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::replication::Replicator;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use store::VerdictReads;
+use web::engine::{Lifecycle, SoFar, Verdict};
+
+use crate::e2e::*;
+use crate::support::{producer, send_queued};
+
+const PARTITIONS: i32 = 3;
+const WINDOW: i64 = 600_000;
+const DROPPED: u64 = 37;
+/// Traffic: messages per second, and the longest it runs.
+const RATE: u64 = 5;
+const TRAFFIC_FOR: Duration = Duration::from_secs(240);
+
+/// The one page the run must raise, and when the drop happened.
+struct Drop {
+    /// The first event time whose records are dropped (the 37 first at or after it).
+    from: i64,
+    /// When the first of them was skipped (epoch ms; 0 until then).
+    first_at: AtomicI64,
+    /// When the last of them was skipped (epoch ms; 0 until then).
+    done_at: AtomicI64,
+}
+
+/// The first drop time: 15 s into the traffic, or 5 s into the next window when the
+/// current one ends within two minutes of that (the page must come while the window
+/// is open).
+fn drop_from(now: i64) -> i64 {
+    let t = now + 15_000;
+    let end = (t / WINDOW + 1) * WINDOW;
+    if end - t < 120_000 {
+        end + 5_000
+    } else {
+        t
+    }
+}
+
+/// Traffic to `topic` on A: JSON with event time `ts` = the time of sending (also the
+/// CreateTime), key `k<i>`, round-robin over the partitions, until `stop`. Returns
+/// how many were sent per window.
+fn traffic(a: &str, topic: &str, stop: &AtomicBool) -> BTreeMap<i64, u64> {
+    let mut sent = BTreeMap::new();
+    let p = producer(a);
+    let started = Instant::now();
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) && started.elapsed() < TRAFFIC_FOR {
+        let due = started + Duration::from_micros(i * 1_000_000 / RATE);
+        if let Some(w) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(w);
+        }
+        let ts = common::now_ms();
+        *sent.entry(ts / WINDOW * WINDOW).or_default() += 1;
+        let value = format!("{{\"id\":{i},\"ts\":{ts}}}");
+        let key = format!("k{i}");
+        send_queued(
+            &p,
+            BaseRecord::to(topic)
+                .key(&key)
+                .payload(&value)
+                .partition((i % PARTITIONS as u64) as i32)
+                .timestamp(ts),
+        );
+        i += 1;
+    }
+    p.flush(Duration::from_secs(30)).expect("flush traffic");
+    sent
+}
+
+/// The replicator: group `group` on A → B, dropping the first [`DROPPED`] records
+/// whose event time is at or after `drop.from`; every 300 ms it flushes its producer and
+/// then commits what it has read, so a committed offset is past only what is written
+/// to B (or dropped). Runs until `stop`.
+fn replicator(a: &str, b: &str, topic: &str, group: &str, drop: &Drop, stop: &AtomicBool) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", a)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("replicator consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let out = producer(b);
+    let mut dropped = 0u64;
+    let mut last_commit = Instant::now();
+    let mut read_since_commit = false;
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("replicator read");
+            read_since_commit = true;
+            let value = m.payload().unwrap_or_default();
+            let ts: i64 = serde_json::from_slice::<serde_json::Value>(value).expect("json")["ts"]
+                .as_i64()
+                .expect("ts");
+            if ts >= drop.from && dropped < DROPPED {
+                dropped += 1;
+                if dropped == 1 {
+                    drop.first_at.store(common::now_ms(), Ordering::SeqCst);
+                }
+                if dropped == DROPPED {
+                    drop.done_at.store(common::now_ms(), Ordering::SeqCst);
+                }
+            } else {
+                let mut rec = BaseRecord::to(topic)
+                    .payload(value)
+                    .partition(m.partition());
+                if let Some(k) = m.key() {
+                    rec = rec.key(k);
+                }
+                if let Some(t) = m.timestamp().to_millis() {
+                    rec = rec.timestamp(t);
+                }
+                send_queued(&out, rec);
+            }
+        }
+        if read_since_commit && last_commit.elapsed() >= Duration::from_millis(300) {
+            out.flush(Duration::from_secs(30))
+                .expect("replicator flush");
+            consumer
+                .commit_consumer_state(CommitMode::Sync)
+                .expect("replicator commit");
+            last_commit = Instant::now();
+            read_since_commit = false;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_a_replicator_drops_are_paged_as_loss_within_a_minute_while_the_window_is_open() {
+    let _alone = crate::ALONE.lock().await;
+    let rig = TwoTiers::new("early-loss").await;
+    let topic = testkit::unique("early-loss");
+    rig.create_topic(&topic, PARTITIONS).await;
+    let group = testkit::unique("e2e-mirror");
+    let ten_minutes = |mut cfg: audit_service::Config| {
+        cfg.audit.event_time.window_size = audit_lib::WindowSize::from_millis(WINDOW).unwrap();
+        cfg
+    };
+    let mut regional = ten_minutes(rig.regional(&[&topic]));
+    regional.audit.replicators = vec![Replicator::ConsumerGroup(group.clone())];
+    let aggregate = ten_minutes(rig.aggregate(&[&topic]));
+    let services = vec![
+        rig.spawn_auditor(regional),
+        rig.spawn_auditor(aggregate),
+        rig.spawn_collector(rig.collect(500, ""), &rig.stop),
+    ];
+    // Default grace (20 min): only the evidence can page before the window's end.
+    let (state, jobs) = rig
+        .serve_with(serve_config_of(
+            "10m",
+            "20m",
+            &format!(
+                r#"tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = {{ dc1 = "agg" }}
+replicator = {{ consumer_group = "{group}" }}"#
+            ),
+            "30m",
+            &rig.hook,
+        ))
+        .await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let drop = Arc::new(Drop {
+        from: drop_from(common::now_ms()),
+        first_at: AtomicI64::new(0),
+        done_at: AtomicI64::new(0),
+    });
+    let stop_traffic = Arc::new(AtomicBool::new(false));
+    let sent = {
+        let (a, topic, stop) = (rig.a.clone(), topic.clone(), stop_traffic.clone());
+        tokio::task::spawn_blocking(move || traffic(&a, &topic, &stop))
+    };
+    let copier = {
+        let (a, b, topic, group, drop, stop) = (
+            rig.a.clone(),
+            rig.b.clone(),
+            topic.clone(),
+            group.clone(),
+            drop.clone(),
+            stop.clone(),
+        );
+        tokio::task::spawn_blocking(move || replicator(&a, &b, &topic, &group, &drop, &stop))
+    };
+    let window = drop.from / WINDOW * WINDOW;
+    // The drop happens within 2.5 minutes of the start; its page within a minute.
+    let dropped = testkit::wait_until_async(Duration::from_secs(180), || {
+        let done = drop.done_at.load(Ordering::SeqCst) > 0;
+        async move {
+            if !done {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            done
+        }
+    })
+    .await;
+    let paged = dropped
+        && testkit::wait_until_async(Duration::from_secs(90), || {
+            let got = !rig.pages.of(&topic).is_empty();
+            async move {
+                if !got {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                got
+            }
+        })
+        .await;
+    let page_at = common::now_ms();
+    let first_at = drop.first_at.load(Ordering::SeqCst);
+    // The window as the evaluator holds it when paged.
+    let judged: Vec<_> = state
+        .index
+        .read()
+        .unwrap()
+        .in_range(window, window + WINDOW)
+        .filter(|e| e.topic == topic)
+        .map(|e| (e.verdict, e.lifecycle, e.so_far))
+        .collect();
+    let reasons: Vec<String> = state
+        .index
+        .read()
+        .unwrap()
+        .in_range(window - WINDOW, window + WINDOW)
+        .filter(|e| e.topic == topic)
+        .map(|e| {
+            format!(
+                "{} {:?} {}/{}: {}",
+                e.window_start, e.verdict, e.observed, e.expected, e.reason
+            )
+        })
+        .collect();
+    // Keep running a little: no second page (nothing resolves, nothing else fires).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    stop_traffic.store(true, Ordering::Relaxed);
+    let sent = sent.await.expect("traffic");
+    // Ground truth once everything is copied: each tier's stored counts per window.
+    let expected: BTreeMap<i64, (u64, u64)> = sent
+        .iter()
+        .map(|(&w, &n)| (w, (n, if w == window { n - DROPPED } else { n })))
+        .collect();
+    let stored = |state: &web::AppState| {
+        let (state, topic) = (state.clone(), topic.clone());
+        async move {
+            let rows = state
+                .store
+                .topic_windows(
+                    &topic,
+                    store::TimeRange::new(window - 2 * WINDOW, window + 2 * WINDOW),
+                )
+                .await
+                .expect("rows");
+            let mut counts: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+            for r in rows {
+                let c = counts.entry(r.window_start_ms).or_default();
+                match r.tier.as_str() {
+                    "regional" => c.0 += r.count,
+                    _ => c.1 += r.count,
+                }
+            }
+            counts
+        }
+    };
+    let exact = testkit::wait_until_async(Duration::from_secs(60), || {
+        let got = stored(&state);
+        let expected = &expected;
+        async move {
+            let same = got.await == *expected;
+            if !same {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            same
+        }
+    })
+    .await;
+    let counts = stored(&state).await;
+    stop.store(true, Ordering::Relaxed);
+    copier.await.expect("replicator");
+    let pages = rig.pages.of(&topic);
+    rig.shutdown(services, jobs).await;
+
+    assert!(dropped, "the replicator did not drop its records");
+    assert!(
+        paged,
+        "no page within 90 s of the drop ({sent:?} messages sent); verdicts: {reasons:#?}"
+    );
+    let latency = page_at - first_at;
+    eprintln!(
+        "early loss: paged {latency} ms after the first record was dropped; the window ends {} s later",
+        (window + WINDOW - page_at) / 1000
+    );
+    assert!(latency <= 60_000, "paged {latency} ms after the drop");
+    assert!(
+        exact,
+        "stored counts {counts:?}, sent (regional, aggregate) {expected:?}"
+    );
+    assert!(
+        page_at < window + WINDOW,
+        "the window had ended before the page"
+    );
+    assert_eq!(
+        pages,
+        vec![("trigger".to_string(), "loss".to_string(), Some(window))],
+        "pages over the whole run"
+    );
+    assert_eq!(
+        judged,
+        vec![(Verdict::Loss, Lifecycle::Open, Some(SoFar::Loss))],
+        "the window's verdict when paged: {reasons:?}"
+    );
+}
