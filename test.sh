@@ -5,7 +5,8 @@
 #   2. builds the workspace's tests, and builds and unit-tests the Java interceptors
 #      (Maven: interceptors/java; the end-to-end tests run their jar),
 #   3. starts Kafka clusters A and B, the replicated cluster R (three nodes, for the
-#      failover tests) and PostgreSQL, unless they already answer
+#      failover tests), MirrorMaker 2 copying A to B (deploy/dev/mm2) and PostgreSQL,
+#      unless they already answer
 #      (a developer's services, kept up between runs, are used and left running),
 #   4. runs `cargo test --workspace --no-fail-fast` (or `cargo test ARGS...` when given arguments,
 #      e.g. ./test.sh -p testkit),
@@ -67,6 +68,7 @@ else
 fi
 command -v cargo >/dev/null || fail "cargo not found: install Rust (https://rustup.rs)"
 deploy/dev/kafka fetch || fail "could not fetch the Kafka broker jars"
+deploy/dev/mm2 fetch || fail "could not fetch the MirrorMaker 2 jars"
 deploy/dev/python-clients >/dev/null || fail "could not install the Python test clients (confluent-kafka from PyPI)"
 phase deps
 
@@ -113,6 +115,7 @@ stop_started() {
       kafka-b) deploy/dev/kafka stop b ;;
       kafka-r) deploy/dev/kafka stop r ;;
       postgres) deploy/dev/postgres stop ;;
+      mm2) deploy/dev/mm2 stop ;;
     esac
   done
   started=()
@@ -146,6 +149,14 @@ done
 all_up=1
 for pid in "${pids[@]}"; do wait "$pid" || all_up=0; done
 ((all_up)) || fail "a service did not start (see above)"
+# MirrorMaker 2 copies A to B (topics mm2e2e.*) for the loss-evidence tests: once both
+# answer. Stopped before them (the list is stopped in order).
+if deploy/dev/mm2 status >/dev/null 2>&1; then
+  echo "mm2: already up, using it and leaving it running"
+else
+  started=(mm2 "${started[@]}")
+  deploy/dev/mm2 start || fail "MirrorMaker 2 did not start (see above)"
+fi
 phase services
 
 # --- 4. tests ---------------------------------------------------------------------------

@@ -234,19 +234,7 @@ replicator = {{ consumer_group = "{group}" }}"#
         .filter(|e| e.topic == topic)
         .map(|e| (e.verdict, e.lifecycle, e.so_far))
         .collect();
-    let reasons: Vec<String> = state
-        .index
-        .read()
-        .unwrap()
-        .in_range(window - WINDOW, window + WINDOW)
-        .filter(|e| e.topic == topic)
-        .map(|e| {
-            format!(
-                "{} {:?} {}/{}: {}",
-                e.window_start, e.verdict, e.observed, e.expected, e.reason
-            )
-        })
-        .collect();
+    let reasons = verdicts(&state, &topic, window);
     // Keep running a little: no second page (nothing resolves, nothing else fires).
     tokio::time::sleep(Duration::from_secs(10)).await;
     stop_traffic.store(true, Ordering::Relaxed);
@@ -256,41 +244,7 @@ replicator = {{ consumer_group = "{group}" }}"#
         .iter()
         .map(|(&w, &n)| (w, (n, if w == window { n - DROPPED } else { n })))
         .collect();
-    let stored = |state: &web::AppState| {
-        let (state, topic) = (state.clone(), topic.clone());
-        async move {
-            let rows = state
-                .store
-                .topic_windows(
-                    &topic,
-                    store::TimeRange::new(window - 2 * WINDOW, window + 2 * WINDOW),
-                )
-                .await
-                .expect("rows");
-            let mut counts: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
-            for r in rows {
-                let c = counts.entry(r.window_start_ms).or_default();
-                match r.tier.as_str() {
-                    "regional" => c.0 += r.count,
-                    _ => c.1 += r.count,
-                }
-            }
-            counts
-        }
-    };
-    let exact = testkit::wait_until_async(Duration::from_secs(60), || {
-        let got = stored(&state);
-        let expected = &expected;
-        async move {
-            let same = got.await == *expected;
-            if !same {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            same
-        }
-    })
-    .await;
-    let counts = stored(&state).await;
+    let (exact, counts) = wait_for_counts(&state, &topic, window, &expected).await;
     stop.store(true, Ordering::Relaxed);
     copier.await.expect("replicator");
     let pages = rig.pages.of(&topic);
@@ -325,4 +279,247 @@ replicator = {{ consumer_group = "{group}" }}"#
         vec![(Verdict::Loss, Lifecycle::Open, Some(SoFar::Loss))],
         "the window's verdict when paged: {reasons:?}"
     );
+}
+
+/// The same through a real MirrorMaker 2 (deploy/dev/mm2: cluster A as `dc1`, B as
+/// `agg`, topics `mm2e2e.*`, names kept), its offset syncs as the evidence: 37 records
+/// of partition 0 are deleted from the aggregate's copy (DeleteRecords on B) before
+/// the aggregate auditor has read them. Paged within 60 s of the deletion, while the
+/// window is open, and nothing else; stored counts exact per window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_deleted_from_a_mirror_maker_copy_are_paged_as_loss_within_a_minute() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::TopicPartitionList;
+
+    let _alone = crate::ALONE.lock().await;
+    let rig = TwoTiers::new("mm2-loss").await;
+    // MirrorMaker 2 copies topics named mm2e2e.* and creates them on B itself.
+    let topic = testkit::unique("mm2e2e-loss");
+    testkit::create_topic(&rig.a, &topic, PARTITIONS).await;
+    let syncs = "mm2-offset-syncs.agg.internal";
+    assert!(
+        topic_exists(&rig.a, syncs, Duration::from_secs(30)).await,
+        "no {syncs} on cluster A: is MirrorMaker 2 running? (deploy/dev/mm2 start; test.sh starts it)"
+    );
+    let ten_minutes = |mut cfg: audit_service::Config| {
+        cfg.audit.event_time.window_size = audit_lib::WindowSize::from_millis(WINDOW).unwrap();
+        cfg
+    };
+    let mirror = Replicator::MirrorMaker2(common::replication::MirrorMaker2 {
+        source: Some("dc1".into()),
+        target: "agg".into(),
+    });
+    let mut regional = ten_minutes(rig.regional(&[&topic]));
+    regional.audit.replicators = vec![mirror];
+    let mut services = vec![
+        rig.spawn_auditor(regional),
+        rig.spawn_collector(rig.collect(500, ""), &rig.stop),
+    ];
+    let (state, jobs) = rig
+        .serve_with(serve_config_of(
+            "10m",
+            "20m",
+            r#"tiers = [{ name = "regional" }, { name = "aggregate" }]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = { dc1 = "agg" }
+replicator = { mirror_maker2 = { source = "dc1", target = "agg" } }"#,
+            "30m",
+            &rig.hook,
+        ))
+        .await;
+    // The deleted records must lie in one window, which must stay open for the page.
+    let now = common::now_ms();
+    if WINDOW - now % WINDOW < 150_000 {
+        sleep_until_ms(now - now % WINDOW + WINDOW + 1_000).await;
+    }
+    let stop_traffic = Arc::new(AtomicBool::new(false));
+    let sent = {
+        let (a, topic, stop) = (rig.a.clone(), topic.clone(), stop_traffic.clone());
+        tokio::task::spawn_blocking(move || traffic(&a, &topic, &stop))
+    };
+    // Wait until MirrorMaker has copied 40 records of partition 0 to B, then delete
+    // the first 37 there, before any auditor of B has read them.
+    let b: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &rig.b)
+        .create()
+        .expect("admin of B");
+    let copied = testkit::wait_until_async(Duration::from_secs(90), || {
+        let (b, topic) = (rig.b.clone(), topic.clone());
+        async move {
+            let end = tokio::task::spawn_blocking(move || high_watermark(&b, &topic, 0))
+                .await
+                .expect("watermark");
+            if end < 40 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            end >= 40
+        }
+    })
+    .await;
+    assert!(
+        copied,
+        "MirrorMaker 2 did not copy 40 records of partition 0 within 90 s"
+    );
+    let mut upto = TopicPartitionList::new();
+    upto.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(DROPPED as i64))
+        .unwrap();
+    let deleted = b
+        .delete_records(&upto, &AdminOptions::new())
+        .await
+        .expect("delete records");
+    assert_eq!(
+        deleted.elements()[0].offset(),
+        rdkafka::Offset::Offset(DROPPED as i64),
+        "log start of partition 0 on B after the deletion"
+    );
+    let deleted_at = common::now_ms();
+    let window = sent_window(deleted_at);
+    services.push(rig.spawn_auditor(ten_minutes(rig.aggregate(&[&topic]))));
+    let paged = testkit::wait_until_async(Duration::from_secs(90), || {
+        let got = !rig.pages.of(&topic).is_empty();
+        async move {
+            if !got {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            got
+        }
+    })
+    .await;
+    let page_at = common::now_ms();
+    let reasons = verdicts(&state, &topic, window);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    stop_traffic.store(true, Ordering::Relaxed);
+    let sent = sent.await.expect("traffic");
+    let expected: BTreeMap<i64, (u64, u64)> = sent
+        .iter()
+        .map(|(&w, &n)| (w, (n, if w == window { n - DROPPED } else { n })))
+        .collect();
+    let (exact, counts) = wait_for_counts(&state, &topic, window, &expected).await;
+    let pages = rig.pages.of(&topic);
+    rig.shutdown(services, jobs).await;
+
+    assert!(
+        paged,
+        "no page within 90 s of the deletion; verdicts: {reasons:#?}"
+    );
+    let latency = page_at - deleted_at;
+    eprintln!(
+        "mm2 loss: paged {latency} ms after the deletion; the window ends {} s later",
+        (window + WINDOW - page_at) / 1000
+    );
+    assert!(latency <= 60_000, "paged {latency} ms after the deletion");
+    assert!(
+        page_at < window + WINDOW,
+        "the window had ended before the page"
+    );
+    assert!(
+        exact,
+        "stored counts {counts:?}, sent (regional, aggregate) {expected:?}"
+    );
+    assert_eq!(
+        pages,
+        vec![("trigger".to_string(), "loss".to_string(), Some(window))],
+        "pages over the whole run; verdicts when paged: {reasons:#?}"
+    );
+}
+
+/// The window of a record sent at `t`.
+fn sent_window(t: i64) -> i64 {
+    t / WINDOW * WINDOW
+}
+
+/// `topic`'s windows around `window` as serve holds them, for people.
+fn verdicts(state: &web::AppState, topic: &str, window: i64) -> Vec<String> {
+    state
+        .index
+        .read()
+        .unwrap()
+        .in_range(window - WINDOW, window + WINDOW)
+        .filter(|e| e.topic == topic)
+        .map(|e| {
+            format!(
+                "{} {:?} {:?} {:?} {}/{}: {}",
+                e.window_start, e.lifecycle, e.verdict, e.so_far, e.observed, e.expected, e.reason
+            )
+        })
+        .collect()
+}
+
+/// Waits (bounded) until the stored counts per window (regional, aggregate) of `topic`
+/// around `window` are `expected`; whether they were, and the last read.
+async fn wait_for_counts(
+    state: &web::AppState,
+    topic: &str,
+    window: i64,
+    expected: &BTreeMap<i64, (u64, u64)>,
+) -> (bool, BTreeMap<i64, (u64, u64)>) {
+    let read = || async {
+        let rows = state
+            .store
+            .topic_windows(
+                topic,
+                store::TimeRange::new(window - 2 * WINDOW, window + 2 * WINDOW),
+            )
+            .await
+            .expect("rows");
+        let mut counts: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+        for r in rows {
+            let c = counts.entry(r.window_start_ms).or_default();
+            match r.tier.as_str() {
+                "regional" => c.0 += r.count,
+                _ => c.1 += r.count,
+            }
+        }
+        counts
+    };
+    let exact = testkit::wait_until_async(Duration::from_secs(60), || async {
+        let same = read().await == *expected;
+        if !same {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        same
+    })
+    .await;
+    (exact, read().await)
+}
+
+/// Whether `topic` exists on `bootstrap` within `timeout`.
+async fn topic_exists(bootstrap: &str, topic: &str, timeout: Duration) -> bool {
+    testkit::wait_until_async(timeout, || {
+        let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+        async move {
+            let there = tokio::task::spawn_blocking(move || {
+                let c: BaseConsumer = ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .create()
+                    .expect("metadata client");
+                c.fetch_metadata(Some(&topic), Duration::from_secs(5))
+                    .is_ok_and(|md| {
+                        md.topics()
+                            .iter()
+                            .any(|t| t.error().is_none() && !t.partitions().is_empty())
+                    })
+            })
+            .await
+            .expect("metadata");
+            if !there {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            there
+        }
+    })
+    .await
+}
+
+/// The high watermark of `topic` partition `p` on `bootstrap` (0 when unknown).
+fn high_watermark(bootstrap: &str, topic: &str, p: i32) -> i64 {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("watermark client");
+    c.fetch_watermarks(topic, p, Duration::from_secs(5))
+        .map_or(0, |(_, high)| high)
 }

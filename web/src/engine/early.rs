@@ -1,18 +1,21 @@
 //! Rule 0 (issue 28; docs/web.md, Replication evidence): before a window is final, on
-//! an edge whose replicator's progress is published, a deficit is *proven* a loss as
-//! soon as
-//! 1. the replicator has copied past the highest offset the upstream counted in the
-//!    window, on every partition and upstream datacenter (its evidence: how far it has
-//!    copied, as of when it was read), and
-//! 2. the downstream auditor has read its whole log (lag 0) as of a time after that,
-//!    on every partition concerned, and
+//! an edge whose replicator's progress is published, part of a shortfall is *proven*
+//! lost once
+//! 1. there is evidence, for every partition and upstream datacenter the upstream
+//!    counted the window in, of how far the replicator has copied (its next offset to
+//!    copy, as of when it was read),
+//! 2. the downstream auditor has read its whole log (lag 0) as of a time after that
+//!    evidence, on every partition concerned, and
 //! 3. the store has added up every increment of the window at both ends.
-//! Every record the upstream counted so far must then be in the downstream's count: a
-//! shortfall is records lost, however long the window still has to run. Before 1,
-//! the shortfall is data in flight (`delayed` once the replicator has held counted
-//! records back longer than the edge's objective); before 2 or 3, nothing is said.
-//! Nothing here can make a `loss` of data merely late: the upstream's later records
-//! only add to what must be copied, the downstream's count only grows.
+//!
+//! Every counted record below the replicator's position must then be in the
+//! downstream's count; those at or above it number at most the offsets from the
+//! position to the highest counted, per partition (`in_flight`). A shortfall larger
+//! than that is records lost, however long the window still has to run: it is paged
+//! at once as `loss` (`so_far = loss`). A shortfall within it is data in flight
+//! (`delayed` once the first record not copied has waited longer than the edge's
+//! objective). Nothing here can make a `loss` of data merely late: the upstream's
+//! later records only add to what may be in flight, the downstream's count only grows.
 
 use std::collections::BTreeMap;
 
