@@ -53,14 +53,15 @@ fn drop_from(now: i64) -> i64 {
 }
 
 /// Traffic to `topic` on A: JSON with event time `ts` = the time of sending (also the
-/// CreateTime), key `k<i>`, round-robin over the partitions, until `stop`. Returns
+/// CreateTime), key `k<i>`, round-robin over the partitions, until `stop` (for at most
+/// `longest`). Returns
 /// how many were sent per window.
-fn traffic(a: &str, topic: &str, stop: &AtomicBool) -> BTreeMap<i64, u64> {
+fn traffic(a: &str, topic: &str, stop: &AtomicBool, longest: Duration) -> BTreeMap<i64, u64> {
     let mut sent = BTreeMap::new();
     let p = producer(a);
     let started = Instant::now();
     let mut i = 0u64;
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < TRAFFIC_FOR {
+    while !stop.load(Ordering::Relaxed) && started.elapsed() < longest {
         let due = started + Duration::from_micros(i * 1_000_000 / RATE);
         if let Some(w) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(w);
@@ -187,7 +188,7 @@ replicator = {{ consumer_group = "{group}" }}"#
     let stop_traffic = Arc::new(AtomicBool::new(false));
     let sent = {
         let (a, topic, stop) = (rig.a.clone(), topic.clone(), stop_traffic.clone());
-        tokio::task::spawn_blocking(move || traffic(&a, &topic, &stop))
+        tokio::task::spawn_blocking(move || traffic(&a, &topic, &stop, TRAFFIC_FOR))
     };
     let copier = {
         let (a, b, topic, group, drop, stop) = (
@@ -292,6 +293,7 @@ async fn records_deleted_from_a_mirror_maker_copy_are_paged_as_loss_within_a_min
     use rdkafka::client::DefaultClientContext;
     use rdkafka::TopicPartitionList;
 
+    let _mm2 = MM2.lock().await;
     let _alone = crate::ALONE.lock().await;
     let rig = TwoTiers::new("mm2-loss").await;
     // MirrorMaker 2 copies topics named mm2e2e.* and creates them on B itself.
@@ -338,7 +340,7 @@ replicator = { mirror_maker2 = { source = "dc1", target = "agg" } }"#,
     let stop_traffic = Arc::new(AtomicBool::new(false));
     let sent = {
         let (a, topic, stop) = (rig.a.clone(), topic.clone(), stop_traffic.clone());
-        tokio::task::spawn_blocking(move || traffic(&a, &topic, &stop))
+        tokio::task::spawn_blocking(move || traffic(&a, &topic, &stop, TRAFFIC_FOR))
     };
     // Wait until MirrorMaker has copied 40 records of partition 0 to B, then delete
     // the first 37 there, before any auditor of B has read them.
@@ -522,4 +524,166 @@ fn high_watermark(bootstrap: &str, topic: &str, p: i32) -> i64 {
         .expect("watermark client");
     c.fetch_watermarks(topic, p, Duration::from_secs(5))
         .map_or(0, |(_, high)| high)
+}
+
+/// The MirrorMaker 2 tests stop, start and delete through the one MirrorMaker of the
+/// dev setup: one at a time.
+static MM2: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `deploy/dev/mm2 VERB`, which must succeed.
+fn mm2(verb: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/dev/mm2");
+    let status = std::process::Command::new(script)
+        .arg(verb)
+        .status()
+        .expect("run deploy/dev/mm2");
+    assert!(status.success(), "deploy/dev/mm2 {verb}: {status}");
+}
+
+/// MirrorMaker 2 stopped for 5 minutes under live traffic, then started again: the
+/// windows it holds back are `delayed` with its lag (objective 30 s), never `loss`, and
+/// every window is final and exact once it has caught up; every page of the run is a
+/// `delayed` that is resolved. 1-minute windows and grace, so the windows the pause
+/// touched become final within the test. Not under `ALONE` (it mostly waits): under
+/// the `MM2` lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mirror_maker_stopped_for_five_minutes_is_delayed_never_lost() {
+    const MINUTE: i64 = 60_000;
+    let _mm2 = MM2.lock().await;
+    let rig = TwoTiers::new("mm2-pause").await;
+    let topic = testkit::unique("mm2e2e-pause");
+    testkit::create_topic(&rig.a, &topic, PARTITIONS).await;
+    assert!(
+        topic_exists(&rig.b, &topic, Duration::from_secs(60)).await,
+        "MirrorMaker 2 did not create {topic} on B: is it running? (deploy/dev/mm2 start; test.sh starts it)"
+    );
+    let one_minute = |mut cfg: audit_service::Config| {
+        cfg.audit.event_time.window_size = audit_lib::WindowSize::from_millis(MINUTE).unwrap();
+        cfg
+    };
+    let mut regional = one_minute(rig.regional(&[&topic]));
+    regional.audit.replicators = vec![Replicator::MirrorMaker2(
+        common::replication::MirrorMaker2 {
+            source: None,
+            target: "agg".into(),
+        },
+    )];
+    let services = vec![
+        rig.spawn_auditor(regional),
+        rig.spawn_auditor(one_minute(rig.aggregate(&[&topic]))),
+        rig.spawn_collector(rig.collect(500, ""), &rig.stop),
+    ];
+    let (state, jobs) = rig
+        .serve_with(serve_config_of(
+            "1m",
+            "1m",
+            r#"tiers = [{ name = "regional" }, { name = "aggregate" }]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = { dc1 = "agg" }
+replicator = { mirror_maker2 = { target = "agg" } }
+replication_lag_objective = "30s""#,
+            "30m",
+            &rig.hook,
+        ))
+        .await;
+    let stop_traffic = Arc::new(AtomicBool::new(false));
+    let sent = {
+        let (a, topic, stop) = (rig.a.clone(), topic.clone(), stop_traffic.clone());
+        tokio::task::spawn_blocking(move || traffic(&a, &topic, &stop, Duration::from_secs(480)))
+    };
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    tokio::task::spawn_blocking(|| mm2("stop")).await.unwrap();
+    let stopped_at = common::now_ms();
+    // A `delayed` page while it is stopped, with the replicator's lag in its reason.
+    let delayed = testkit::wait_until_async(Duration::from_secs(150), || {
+        let got = rig
+            .pages
+            .all()
+            .iter()
+            .any(|b| b["topic"] == topic.as_str() && b["verdict"] == "delayed");
+        async move {
+            if !got {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            got
+        }
+    })
+    .await;
+    let delayed_at = common::now_ms();
+    sleep_until_ms(stopped_at + 5 * MINUTE).await;
+    tokio::task::spawn_blocking(|| mm2("start")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    stop_traffic.store(true, Ordering::Relaxed);
+    let sent = sent.await.expect("traffic");
+    let total: u64 = sent.values().sum();
+    let (first, end) = (
+        *sent.keys().next().expect("traffic") / MINUTE * MINUTE,
+        sent.keys().last().expect("traffic") + MINUTE,
+    );
+    let final_exact = wait_final(
+        &state,
+        &topic,
+        (first, end),
+        &[("regional", total), ("aggregate", total)],
+        false,
+        Duration::from_secs(240),
+    )
+    .await;
+    let anomalous = anomalies(&state, &topic, first, end);
+    // Resolves follow the final verdicts within an evaluation cycle or two.
+    let resolved = |pages: &[(String, String, Option<i64>)]| {
+        let triggers = pages.iter().filter(|p| p.0 == "trigger").count();
+        let resolves = pages.iter().filter(|p| p.0 == "resolve").count();
+        triggers == resolves
+    };
+    let all_resolved = testkit::wait_until_async(Duration::from_secs(30), || {
+        let done = resolved(&rig.pages.of(&topic));
+        async move {
+            if !done {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            done
+        }
+    })
+    .await;
+    let reasons: Vec<String> = rig
+        .pages
+        .all()
+        .iter()
+        .filter(|b| b["topic"] == topic.as_str())
+        .map(|b| {
+            format!(
+                "{} {} {}: {}",
+                b["action"], b["verdict"], b["window_start"], b["reason"]
+            )
+        })
+        .collect();
+    let pages = rig.pages.of(&topic);
+    rig.shutdown(services, jobs).await;
+
+    assert!(
+        delayed,
+        "no delayed page within 150 s of stopping MirrorMaker 2: {reasons:#?}"
+    );
+    eprintln!(
+        "mm2 stopped: delayed paged {} s after the stop; {} pages in all",
+        (delayed_at - stopped_at) / 1000,
+        pages.len()
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("in flight")),
+        "no delayed page names the replicator's lag: {reasons:#?}"
+    );
+    assert!(
+        pages.iter().all(|p| p.1 == "delayed"),
+        "a page other than delayed: {reasons:#?}"
+    );
+    assert!(
+        final_exact,
+        "windows not final and exact ({total} sent): {anomalous:?}"
+    );
+    assert!(anomalous.is_empty(), "final verdicts not ok: {anomalous:?}");
+    assert!(all_resolved, "delayed pages left open: {reasons:#?}");
 }
