@@ -307,6 +307,32 @@ mod tests {
         assert!(format!("{err:#}").contains("report_intreval"));
     }
 
+    /// Issue 28: the replicators as the shipped configs write them, and the names the
+    /// collector (or the auditor itself) could not take refused at start.
+    #[test]
+    fn replicators_parse_and_bad_ones_are_refused() {
+        let base = "[kafka]\nbootstrap_servers = \"b:1\"\n[audit]\ninstance_id = \"x\"\ntopics = [\"t\"]\n";
+        let parse = |extra: &str| {
+            common::config::from_toml_str::<Config>(&format!("{base}{extra}"))
+                .and_then(|c| c.validate().map(|()| c))
+        };
+        let cfg = parse(
+            "replicators = [{ mirror_maker2 = { target = \"agg\" } }, { consumer_group = \"mm1\" }]\nreplication_evidence_age = \"3s\"\n",
+        )
+        .unwrap();
+        let tiers: Vec<String> = cfg.audit.replicators.iter().map(|r| r.evidence_tier()).collect();
+        assert_eq!(tiers, ["replicator:mm2/agg", "replicator:group/mm1"]);
+        assert_eq!(cfg.audit.replication_evidence_age, Duration::from_secs(3));
+        for (bad, why) in [
+            ("replicators = [{ consumer_group = \"a b\" }]\n", "must be 1-200 characters"),
+            ("replicators = [{ consumer_group = \"kafka-audit\" }]\n", "the auditor's own group"),
+            ("replicators = [{ mirror_maker3 = { target = \"agg\" } }]\n", "mirror_maker3"),
+        ] {
+            let err = format!("{:#}", parse(bad).unwrap_err());
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
     #[test]
     fn invalid_settings_are_reported() {
         let mut cfg = Config::default();

@@ -597,3 +597,44 @@ fn drafts_worth_writing_and_ranges_advanced_only_when_written() {
     let d = a.draft(Vec::new(), vec![read(0, 30)], T0, Reason::Interval, false);
     assert_eq!((d.ranges[0].start, d.ranges[0].end), (Some(25), 30));
 }
+
+/// Issue 28: the replication evidence of the partitions this instance owns, with by
+/// when it had read the replicator's position (its lag in time) and its lag in
+/// offsets; partitions it does not own are left out.
+#[test]
+fn replication_evidence_says_by_when_the_first_record_not_copied_was_read() {
+    let mut a = auditor(0);
+    assign(&mut a, &[(0, 0), (1, 0)], 0);
+    a.take_ends(&snapshot(500, &[(0, 100), (1, 100)]));
+    report(&mut a, vec![read(0, 10), read(1, 10)], 1_000);
+    report(&mut a, vec![read(0, 50), read(1, 20)], 2_000);
+    report(&mut a, vec![read(0, 100), read(1, 30)], 3_000);
+    let msgs = a.evidence(
+        "replicator:group/mirror",
+        vec![
+            (tp(0), 10, 3_500),
+            (tp(1), 30, 3_400),
+            (TopicPartition::new("other", 0), 5, 3_600),
+        ],
+    );
+    assert_eq!(msgs.len(), 1, "one message for topic t");
+    let m = &msgs[0];
+    assert_eq!(m.tier, "replicator:group/mirror");
+    assert_eq!(m.datacenter, "dc");
+    assert_eq!(m.emitted_at, 3_500, "dated by the latest reading");
+    let parts: Vec<(i32, i64, Option<i64>, Option<i64>)> = m
+        .as_progress()
+        .unwrap()
+        .iter()
+        .map(|p| (p.partition, p.next_offset, p.record_time, p.lag))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            // Offset 10 was read by the report at 2 000 (the first past it).
+            (0, 10, Some(2_000), Some(90)),
+            // Offset 30 not read yet: nothing held back that this auditor has read.
+            (1, 30, None, Some(70)),
+        ]
+    );
+}
