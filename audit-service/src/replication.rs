@@ -267,22 +267,6 @@ fn read_committed(
     }
 }
 
-/// An offset sync as MirrorMaker 2 writes it (OffsetSync.java): key = topic (int16
-/// length + UTF-8) and partition (int32), value = upstream offset and downstream
-/// offset (int64 each), all big-endian.
-pub(crate) fn parse_sync(key: &[u8], value: &[u8]) -> Option<(TopicPartition, i64)> {
-    let len = usize::from(u16::from_be_bytes(key.get(..2)?.try_into().ok()?));
-    let topic = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
-    let rest = key.get(2 + len..)?;
-    let partition = i32::from_be_bytes(rest.try_into().ok()?);
-    let upstream = i64::from_be_bytes(value.get(..8)?.try_into().ok()?);
-    let _downstream = i64::from_be_bytes(value.get(8..16)?.try_into().ok()?);
-    if topic.is_empty() || value.len() != 16 || partition < 0 || upstream < 0 {
-        return None;
-    }
-    Some((TopicPartition::new(topic, partition), upstream))
-}
-
 fn read_syncs(
     consumer: &BaseConsumer,
     topic: &str,
@@ -336,8 +320,10 @@ fn read_syncs(
             None => {}
             Some(Ok(m)) => {
                 let at = now_ms();
-                match parse_sync(m.key().unwrap_or_default(), m.payload().unwrap_or_default()) {
-                    Some((tp, upstream)) => {
+                let key = m.key().unwrap_or_default();
+                match common::replication::parse_offset_sync(key, m.payload().unwrap_or_default()) {
+                    Some((topic, partition, upstream)) => {
+                        let tp = TopicPartition::new(topic, partition);
                         if !evidence.record(i, tp, upstream.saturating_add(1), at) {
                             metrics.replication_evidence_rejected.inc();
                         }
@@ -370,40 +356,6 @@ fn read_syncs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key(topic: &str, partition: i32) -> Vec<u8> {
-        let mut k = (topic.len() as u16).to_be_bytes().to_vec();
-        k.extend_from_slice(topic.as_bytes());
-        k.extend_from_slice(&partition.to_be_bytes());
-        k
-    }
-
-    fn value(up: i64, down: i64) -> Vec<u8> {
-        [up.to_be_bytes(), down.to_be_bytes()].concat()
-    }
-
-    #[test]
-    fn an_offset_sync_parses_and_anything_else_is_refused() {
-        assert_eq!(
-            parse_sync(&key("orders", 3), &value(41, 7)),
-            Some((TopicPartition::new("orders", 3), 41))
-        );
-        let bad: Vec<(Vec<u8>, Vec<u8>)> = vec![
-            (vec![], value(1, 1)),
-            (key("orders", 3)[..5].to_vec(), value(1, 1)),
-            ([key("orders", 3), vec![0]].concat(), value(1, 1)),
-            (key("orders", -1), value(1, 1)),
-            (key("", 0), value(1, 1)),
-            (key("orders", 0), value(1, 1)[..15].to_vec()),
-            (key("orders", 0), [value(1, 1), vec![0]].concat()),
-            (key("orders", 0), value(-5, 1)),
-            (vec![0, 2, 0xff, 0xfe, 0, 0, 0, 0], value(1, 1)),
-            (vec![0xff, 0xff], value(1, 1)),
-        ];
-        for (k, v) in bad {
-            assert_eq!(parse_sync(&k, &v), None, "{k:?} {v:?}");
-        }
-    }
 
     #[test]
     fn evidence_is_the_furthest_copy_read_by_then_dated_by_its_first_reading() {

@@ -76,6 +76,31 @@ impl Replicator {
     }
 }
 
+/// An offset sync as MirrorMaker 2 writes it to its offset-syncs topic
+/// (`OffsetSync.java`; deploy/dev/mm2-NOTES.md): key = topic (int16 length + UTF-8)
+/// and partition (int32), value = upstream offset and downstream offset (int64 each),
+/// all big-endian. `(topic, partition, upstream offset)`; `None` for anything else (a
+/// record of that topic is input from outside: it is refused whole, never guessed).
+pub fn parse_offset_sync<'a>(key: &'a [u8], value: &[u8]) -> Option<(&'a str, i32, i64)> {
+    let len = usize::from(u16::from_be_bytes(key.get(..2)?.try_into().ok()?));
+    let topic = std::str::from_utf8(key.get(2..2usize.checked_add(len)?)?).ok()?;
+    let partition = i32::from_be_bytes(key.get(2 + len..)?.try_into().ok()?);
+    let value: &[u8; 16] = value.try_into().ok()?;
+    let upstream = i64::from_be_bytes(value[..8].try_into().ok()?);
+    if topic.is_empty() || partition < 0 || upstream < 0 {
+        return None;
+    }
+    Some((topic, partition, upstream))
+}
+
+/// The key and value of an offset sync ([`parse_offset_sync`]'s inverse).
+pub fn offset_sync(topic: &str, partition: i32, upstream: i64, downstream: i64) -> (Vec<u8>, Vec<u8>) {
+    let mut key = (topic.len() as u16).to_be_bytes().to_vec();
+    key.extend_from_slice(topic.as_bytes());
+    key.extend_from_slice(&partition.to_be_bytes());
+    (key, [upstream.to_be_bytes(), downstream.to_be_bytes()].concat())
+}
+
 /// Whether `tier` carries replication evidence rather than an auditor's counts.
 pub fn is_evidence_tier(tier: &str) -> bool {
     tier.starts_with(EVIDENCE_TIER_PREFIX)
@@ -108,6 +133,32 @@ mod tests {
         );
         assert!(is_evidence_tier(&e.replicator.evidence_tier()));
         assert!(!is_evidence_tier("regional"));
+    }
+
+    #[test]
+    fn an_offset_sync_parses_and_anything_else_is_refused() {
+        let (k, v) = offset_sync("orders", 3, 41, 7);
+        assert_eq!(parse_offset_sync(&k, &v), Some(("orders", 3, 41)));
+        // As MirrorMaker 2 4.1.1 wrote one (deploy/dev/mm2-NOTES.md).
+        let k = [&[0u8, 12][..], b"mm2e2e-probe", &[0, 0, 0, 1]].concat();
+        let v = [445i64.to_be_bytes(), 491i64.to_be_bytes()].concat();
+        assert_eq!(parse_offset_sync(&k, &v), Some(("mm2e2e-probe", 1, 445)));
+        let (k, v) = offset_sync("orders", 3, 1, 1);
+        let bad: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (vec![], v.clone()),
+            (k[..5].to_vec(), v.clone()),
+            ([k.clone(), vec![0]].concat(), v.clone()),
+            (offset_sync("orders", -1, 1, 1).0, v.clone()),
+            (offset_sync("", 0, 1, 1).0, v.clone()),
+            (k.clone(), v[..15].to_vec()),
+            (k.clone(), [v.clone(), vec![0]].concat()),
+            (k.clone(), offset_sync("orders", 0, -5, 1).1),
+            (vec![0, 2, 0xff, 0xfe, 0, 0, 0, 0], v.clone()),
+            (vec![0xff, 0xff], v.clone()),
+        ];
+        for (k, v) in bad {
+            assert_eq!(parse_offset_sync(&k, &v), None, "{k:?} {v:?}");
+        }
     }
 
     #[test]

@@ -957,6 +957,9 @@
 
   /// `noData`: no tier reported this window (0 expected, 0 observed), shown as such
   /// rather than as a healthy "ok, complete".
+  /// `so_far` as people read it (issue 28).
+  const SO_FAR = { loss: 'loss proven', in_flight: 'in flight', ok: 'ok so far' };
+
   function verdictRow(e, topic, withTopic, noData) {
     const anomaly = isAnomaly(e.verdict);
     const empty = Boolean(noData) && e.verdict === 'ok';
@@ -970,7 +973,8 @@
       h('td', { class: 'num' }, pct(e.completeness)),
       h('td', {}, e.checksums_match ? h('span', { class: 'dim' }, 'match') : h('span', { class: 'neg' }, 'differ')),
       untimedCell(e),
-      h('td', {}, h('span', { class: `lifecycle ${e.lifecycle}` }, e.lifecycle)),
+      h('td', {}, h('span', { class: `lifecycle ${e.lifecycle}` }, e.lifecycle),
+        e.so_far ? h('span', { class: 'dim', 'data-so-far': e.so_far, title: 'What the replicator\'s evidence shows before the window is final (docs/web.md, Replication evidence)' }, ` · ${SO_FAR[e.so_far] || e.so_far}`) : null),
       h('td', {}, empty ? h('span', { class: 'badge v-nodata', 'data-verdict-badge': 'nodata' }, 'no data') : badge(e.verdict)),
       h('td', { class: 'reason' }, empty ? 'no tier reported this window' : e.reason),
     ];
