@@ -87,6 +87,10 @@ impl Config {
             r.validate()
                 .map_err(|why| anyhow::anyhow!("audit.replicators: {why}"))?;
             anyhow::ensure!(
+                *r != common::replication::Replicator::SameCluster,
+                "audit.replicators: same_cluster names no replicator to read (it belongs on serve's edge only)"
+            );
+            anyhow::ensure!(
                 !matches!(r, common::replication::Replicator::ConsumerGroup(g) if *g == a.group_id),
                 "audit.replicators: consumer group {:?} is the auditor's own group",
                 a.group_id
@@ -320,13 +324,31 @@ mod tests {
             "replicators = [{ mirror_maker2 = { target = \"agg\" } }, { consumer_group = \"mm1\" }]\nreplication_evidence_age = \"3s\"\n",
         )
         .unwrap();
-        let tiers: Vec<String> = cfg.audit.replicators.iter().map(|r| r.evidence_tier()).collect();
+        let tiers: Vec<String> = cfg
+            .audit
+            .replicators
+            .iter()
+            .filter_map(|r| r.evidence_tier())
+            .collect();
         assert_eq!(tiers, ["replicator:mm2/agg", "replicator:group/mm1"]);
         assert_eq!(cfg.audit.replication_evidence_age, Duration::from_secs(3));
         for (bad, why) in [
-            ("replicators = [{ consumer_group = \"a b\" }]\n", "must be 1-200 characters"),
-            ("replicators = [{ consumer_group = \"kafka-audit\" }]\n", "the auditor's own group"),
-            ("replicators = [{ mirror_maker3 = { target = \"agg\" } }]\n", "mirror_maker3"),
+            (
+                "replicators = [{ consumer_group = \"a b\" }]\n",
+                "must be 1-200 characters",
+            ),
+            (
+                "replicators = [{ consumer_group = \"kafka-audit\" }]\n",
+                "the auditor's own group",
+            ),
+            (
+                "replicators = [{ mirror_maker3 = { target = \"agg\" } }]\n",
+                "mirror_maker3",
+            ),
+            (
+                "replicators = [\"same_cluster\"]\n",
+                "names no replicator to read",
+            ),
         ] {
             let err = format!("{:#}", parse(bad).unwrap_err());
             assert!(err.contains(why), "{bad}: {err}");

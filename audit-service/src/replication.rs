@@ -154,6 +154,7 @@ pub(crate) fn start(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Readers> 
                     .name(name)
                     .spawn(move || read_committed(&cfg, &consumer, i, &evidence, &stop, &metrics))?
             }
+            Replicator::SameCluster => continue,
             Replicator::MirrorMaker2(_) => {
                 let topic = r.offset_syncs_topic().expect("MirrorMaker 2");
                 let consumer = syncs_reader(&cfg)?;

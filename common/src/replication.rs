@@ -21,11 +21,19 @@ pub const EVIDENCE_TIER_PREFIX: &str = "replicator:";
 /// `mm2-offset-syncs.<target>.internal` on the upstream cluster (MirrorMaker 2's
 /// default `offset-syncs.topic.location = source`). `source`, MirrorMaker 2's alias of
 /// the upstream cluster, may be given for documentation; it names nothing read.
+///
+/// `"same_cluster"` — no replicator: both tiers see one cluster's log (a producer
+/// tier counting what the cluster acknowledged, through the librdkafka plugin or the
+/// Java interceptor, and the regional auditor; or an auditor and a consumer tier). The
+/// upstream's counted offsets are then in the log the downstream reads as soon as
+/// they are counted: the upstream's own rows are the evidence, dated by its latest
+/// observation; no auditor reads anything for it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Replicator {
     ConsumerGroup(String),
     MirrorMaker2(MirrorMaker2),
+    SameCluster,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -38,11 +46,12 @@ pub struct MirrorMaker2 {
 
 impl Replicator {
     /// The tier its evidence is published under: `replicator:group/<group>` or
-    /// `replicator:mm2/<target>`.
-    pub fn evidence_tier(&self) -> String {
+    /// `replicator:mm2/<target>`; none for `same_cluster` (the upstream's rows are).
+    pub fn evidence_tier(&self) -> Option<String> {
         match self {
-            Replicator::ConsumerGroup(g) => format!("{EVIDENCE_TIER_PREFIX}group/{g}"),
-            Replicator::MirrorMaker2(m) => format!("{EVIDENCE_TIER_PREFIX}mm2/{}", m.target),
+            Replicator::ConsumerGroup(g) => Some(format!("{EVIDENCE_TIER_PREFIX}group/{g}")),
+            Replicator::MirrorMaker2(m) => Some(format!("{EVIDENCE_TIER_PREFIX}mm2/{}", m.target)),
+            Replicator::SameCluster => None,
         }
     }
 
@@ -53,6 +62,7 @@ impl Replicator {
         let (what, name) = match self {
             Replicator::ConsumerGroup(g) => ("consumer_group", g.as_str()),
             Replicator::MirrorMaker2(m) => ("mirror_maker2.target", m.target.as_str()),
+            Replicator::SameCluster => return Ok(()),
         };
         if name.is_empty()
             || name.len() > 200
@@ -71,7 +81,7 @@ impl Replicator {
     pub fn offset_syncs_topic(&self) -> Option<String> {
         match self {
             Replicator::MirrorMaker2(m) => Some(format!("mm2-offset-syncs.{}.internal", m.target)),
-            Replicator::ConsumerGroup(_) => None,
+            Replicator::ConsumerGroup(_) | Replicator::SameCluster => None,
         }
     }
 }
@@ -94,11 +104,19 @@ pub fn parse_offset_sync<'a>(key: &'a [u8], value: &[u8]) -> Option<(&'a str, i3
 }
 
 /// The key and value of an offset sync ([`parse_offset_sync`]'s inverse).
-pub fn offset_sync(topic: &str, partition: i32, upstream: i64, downstream: i64) -> (Vec<u8>, Vec<u8>) {
+pub fn offset_sync(
+    topic: &str,
+    partition: i32,
+    upstream: i64,
+    downstream: i64,
+) -> (Vec<u8>, Vec<u8>) {
     let mut key = (topic.len() as u16).to_be_bytes().to_vec();
     key.extend_from_slice(topic.as_bytes());
     key.extend_from_slice(&partition.to_be_bytes());
-    (key, [upstream.to_be_bytes(), downstream.to_be_bytes()].concat())
+    (
+        key,
+        [upstream.to_be_bytes(), downstream.to_be_bytes()].concat(),
+    )
 }
 
 /// Whether `tier` carries replication evidence rather than an auditor's counts.
@@ -121,17 +139,27 @@ mod tests {
             "replicator": { "consumer_group": "mirror-1" }
         }))
         .unwrap();
-        assert_eq!(e.replicator.evidence_tier(), "replicator:group/mirror-1");
+        assert_eq!(
+            e.replicator.evidence_tier().as_deref(),
+            Some("replicator:group/mirror-1")
+        );
         let e: Edge = serde_json::from_value(serde_json::json!({
             "replicator": { "mirror_maker2": { "source": "dc1", "target": "agg" } }
         }))
         .unwrap();
-        assert_eq!(e.replicator.evidence_tier(), "replicator:mm2/agg");
+        assert_eq!(
+            e.replicator.evidence_tier().as_deref(),
+            Some("replicator:mm2/agg")
+        );
         assert_eq!(
             e.replicator.offset_syncs_topic().as_deref(),
             Some("mm2-offset-syncs.agg.internal")
         );
-        assert!(is_evidence_tier(&e.replicator.evidence_tier()));
+        assert!(is_evidence_tier(&e.replicator.evidence_tier().unwrap()));
+        let e: Edge =
+            serde_json::from_value(serde_json::json!({ "replicator": "same_cluster" })).unwrap();
+        assert_eq!(e.replicator, Replicator::SameCluster);
+        assert_eq!(e.replicator.evidence_tier(), None);
         assert!(!is_evidence_tier("regional"));
     }
 

@@ -419,13 +419,20 @@ impl Shell {
         let (mut messages, positions) = self.counting.drain(now);
         if !self.cfg.audit.replicators.is_empty() {
             let assigned: Vec<TopicPartition> = self.auditor.assigned().iter().cloned().collect();
-            for (i, r) in self.cfg.audit.replicators.iter().enumerate() {
+            for (i, tier) in self
+                .cfg
+                .audit
+                .replicators
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| Some((i, r.evidence_tier()?)))
+            {
                 let until = now.saturating_sub(
                     i64::try_from(self.cfg.audit.replication_evidence_age.as_millis())
                         .unwrap_or(i64::MAX),
                 );
                 let copied = self.replication.evidence.of(i, assigned.iter(), until);
-                messages.extend(self.auditor.evidence(&r.evidence_tier(), copied));
+                messages.extend(self.auditor.evidence(&tier, copied));
             }
             self.replication.evidence.want(assigned);
         }

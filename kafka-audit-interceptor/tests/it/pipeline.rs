@@ -396,3 +396,148 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
         );
     }
 }
+
+/// Issue 28, the producer tier: a C producer with the plugin writes 300 messages of the
+/// current 10-minute window; the first 20 records of partition 0 are deleted at the
+/// broker before the regional auditor reads them. The edge producer → regional is
+/// `replicator = "same_cluster"`: the producer's acknowledged offsets are in the log the
+/// regional auditor reads, so with 10-minute windows and the default 20-minute grace
+/// the loss is paged within 60 s of the deletion, the window still open, and nothing
+/// else; the stored counts are the ground truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_deleted_after_the_producer_tier_counted_them_are_paged_within_a_minute() {
+    const WINDOW: i64 = 600_000;
+    let rig = TwoTiers::new("kai-early").await;
+    let a = rig.a.clone();
+    let topic = testkit::unique("kai-early");
+    testkit::create_topic(&a, &topic, PARTITIONS).await;
+    let store = store::Store::connect(rig.db.url()).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let collector = rig.spawn_collector(rig.collect(500, ""), &rig.stop);
+    let config = e2e::serve_config_of(
+        "10m",
+        "20m",
+        r#"tiers = [{ name = "producer", progress = false }, { name = "regional" }]
+[[topology.edges]]
+upstream = "producer"
+downstream = "regional"
+replicator = "same_cluster""#,
+        "30m",
+        &rig.hook,
+    );
+    let state = web::AppState::new(config, store).expect("state");
+    let jobs = state.spawn_jobs(&rig.stop);
+    // Every message in one window that stays open for the page.
+    let now = common::now_ms();
+    if WINDOW - now % WINDOW < 150_000 {
+        e2e::sleep_until_ms(now - now % WINDOW + WINDOW + 1_000).await;
+    }
+    let base = common::now_ms();
+    let window = base / WINDOW * WINDOW;
+    let event_time = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(event_time.path(), "window_size = \"10m\"\n").unwrap();
+    let settings = [
+        ("datacenter".to_string(), "dc1".to_string()),
+        (
+            "event_time.config".to_string(),
+            event_time.path().display().to_string(),
+        ),
+        ("audit_topic".to_string(), rig.audit_a.clone()),
+        ("report.interval.ms".to_string(), "1000".to_string()),
+    ];
+    let args = clients::produce_args(&a, &topic, N, base, 10_000, PARTITIONS);
+    let out = tokio::task::spawn_blocking(move || {
+        let s: Vec<(&str, &str)> = settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        clients::run(
+            Kind::C,
+            &args,
+            &PluginConfig::new(Kind::C, &s),
+            Duration::from_secs(120),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(out.ok, "C producer: {} {}", out.json, out.stderr);
+    assert_eq!(out.json["delivered"], N, "C producer: {}", out.json);
+    // The producer tier's counts are in (its last report is flushed at destroy).
+    let range = (window, window + WINDOW);
+    let counted = testkit::wait_until_async(Duration::from_secs(60), || async {
+        let rows = stored(&state, &topic, range).await;
+        tier_windows(&rows, "producer")
+            .values()
+            .map(|w| w.0)
+            .sum::<u64>()
+            == N as u64
+    })
+    .await;
+    assert!(
+        counted,
+        "producer tier not stored: {:?}",
+        stored(&state, &topic, range).await
+    );
+
+    delete_first_records(&a, &topic, 0, DELETED).await;
+    let deleted_at = common::now_ms();
+    let mut cfg = rig.regional(&[&topic]);
+    cfg.audit.event_time.window_size = audit_lib::WindowSize::from_millis(WINDOW).unwrap();
+    let regional = rig.spawn_auditor(cfg);
+    let paged = testkit::wait_until_async(Duration::from_secs(90), || {
+        let got = !rig.pages.of(&topic).is_empty();
+        async move {
+            if !got {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            got
+        }
+    })
+    .await;
+    let page_at = common::now_ms();
+    let judged: Vec<_> = state
+        .index
+        .read()
+        .unwrap()
+        .in_range(window, window + 1)
+        .filter(|e| e.topic == topic)
+        .map(|e| (e.lifecycle, e.verdict, e.so_far, e.reason.clone()))
+        .collect();
+    let exact = testkit::wait_until_async(Duration::from_secs(60), || async {
+        let rows = stored(&state, &topic, range).await;
+        let sum = |tier| tier_windows(&rows, tier).values().map(|w| w.0).sum::<u64>();
+        sum("producer") == N as u64 && sum("regional") == (N - DELETED) as u64
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pages = rig.pages.of(&topic);
+    let rows = stored(&state, &topic, range).await;
+    rig.shutdown([collector, regional], jobs).await;
+
+    assert!(paged, "no page within 90 s of the deletion: {judged:?}");
+    let latency = page_at - deleted_at;
+    eprintln!(
+        "producer tier: paged {latency} ms after the deletion; the window ends {} s later",
+        (window + WINDOW - page_at) / 1000
+    );
+    assert!(latency <= 60_000, "paged {latency} ms after the deletion");
+    assert!(
+        page_at < window + WINDOW,
+        "the window had ended before the page"
+    );
+    assert!(exact, "stored counts: {rows:?}");
+    assert_eq!(
+        pages,
+        vec![("trigger".to_string(), "loss".to_string(), Some(window))],
+        "pages over the whole run: {judged:?}"
+    );
+    assert_eq!(
+        judged.iter().map(|j| (j.0, j.1, j.2)).collect::<Vec<_>>(),
+        vec![(
+            web::engine::Lifecycle::Open,
+            web::engine::Verdict::Loss,
+            Some(web::engine::SoFar::Loss)
+        )],
+        "{judged:?}"
+    );
+}

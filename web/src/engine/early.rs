@@ -83,7 +83,7 @@ impl Topology {
         window_start: i64,
         now: i64,
     ) -> Option<Early> {
-        let evidence_tier = edge.evidence_tier.as_deref()?;
+        let replicator = edge.replicator.as_ref()?;
         // The highest offset counted per (upstream datacenter, partition).
         let mut counted: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         for r in rows
@@ -112,14 +112,39 @@ impl Topology {
                 "increments of {tier}/{sdc} for this window are stored but not yet added up"
             )));
         }
-        // What the replicator may still hold back: the offsets from its position to
-        // the highest counted, on every partition (a bound: offsets of other windows,
-        // transaction markers and compacted records are in it too).
         let mut copied_at = i64::MIN;
         let mut in_flight = 0u64;
         let mut behind: Option<Behind> = None;
         let mut waited = None;
-        for (&(u, p), &m) in &counted {
+        let evidence_tier = match (replicator, edge.evidence_tier.as_deref()) {
+            (_, Some(tier)) => Some(tier),
+            // One cluster: what the upstream counted is in the log as soon as it is
+            // counted (a producer tier counts what the cluster acknowledged), as of its
+            // latest observation (its clock + the allowance, never later than received).
+            (common::replication::Replicator::SameCluster, None) => {
+                for r in rows.iter().filter(|r| {
+                    r.tier == edge.upstream && up_dcs.contains(&r.datacenter) && r.count > 0
+                }) {
+                    let Some(t) = r.max_observed_at_ms else {
+                        return Some(Early::Unknown(format!(
+                            "{}/{}'s increments of this window carry no observation time",
+                            r.tier, r.datacenter
+                        )));
+                    };
+                    copied_at = copied_at.max(
+                        t.saturating_add(EVIDENCE_CLOCK_SKEW_MS)
+                            .min(r.last_received_at_ms),
+                    );
+                }
+                None
+            }
+            (_, None) => return None,
+        };
+        // What the replicator may still hold back: the offsets from its position to
+        // the highest counted, on every partition (a bound: offsets of other windows,
+        // transaction markers and compacted records are in it too).
+        for (&(u, p), &m) in counted.iter().filter(|_| evidence_tier.is_some()) {
+            let evidence_tier = evidence_tier.unwrap_or_default();
             let Some(e) = auditors.get(&(evidence_tier, u)).and_then(|a| a.part(p)) else {
                 return Some(Early::Unknown(format!(
                     "no evidence from {evidence_tier} for {u} partition {p} (are the {} auditors of {u} configured with this replicator?)",

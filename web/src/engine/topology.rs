@@ -357,7 +357,7 @@ impl Topology {
                 datacenters: e.datacenters.clone(),
                 preserves_partitions: e.preserves_partitions,
                 replicator: e.replicator.clone(),
-                evidence_tier: e.replicator.as_ref().map(|r| r.evidence_tier()),
+                evidence_tier: e.replicator.as_ref().and_then(|r| r.evidence_tier()),
                 replication_lag_objective_ms: e.replication_lag_objective.map(ms),
             });
         }

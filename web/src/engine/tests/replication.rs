@@ -331,3 +331,58 @@ fn an_objective_without_a_replicator_or_a_bad_name_is_refused() {
     let err = ten_minutes(cfg).unwrap_err().to_string();
     assert!(err.contains("must be 1-200 characters"), "{err}");
 }
+
+/// `same_cluster` (a producer tier counting what the cluster acknowledged, through the
+/// librdkafka plugin or the Java interceptor): its counted offsets are in the log as
+/// soon as counted, as of its latest observation; nothing is in flight.
+#[test]
+fn a_producer_tiers_acknowledged_offsets_are_their_own_evidence() {
+    let t = topology(
+        r#"
+        tiers = [{ name = "producer", progress = false }, { name = "regional" }]
+        [[edges]]
+        upstream = "producer"
+        downstream = "regional"
+        replicator = "same_cluster"
+        "#,
+    );
+    let produced = |observed_at: Option<i64>| {
+        vec![
+            WindowRow {
+                max_offsets: vec![(0, 49), (1, 49)],
+                max_observed_at_ms: observed_at,
+                last_received_at_ms: NOW - 15 * SEC,
+                ..row("producer", "dc1", 100, 1)
+            },
+            row("regional", "dc1", 80, 2),
+        ]
+    };
+    let regional = |at: i64| {
+        vec![
+            part("regional", "dc1", 0, 30, Some(0), at),
+            part("regional", "dc1", 1, 50, Some(0), at),
+        ]
+    };
+    let judge = |rows: &[WindowRow], progress: &[ProgressRow]| {
+        let v = &t.evaluate_topic("orders", &[W], rows, progress, NOW)[0];
+        (v.lifecycle, v.verdict, v.so_far)
+    };
+    assert_eq!(
+        judge(&produced(Some(NOW - 20 * SEC)), &regional(NOW - 10 * SEC)),
+        (Lifecycle::Open, Verdict::Loss, Some(SoFar::Loss)),
+        "read after the producer's acknowledgements: 20 missing"
+    );
+    assert_eq!(
+        judge(
+            &produced(Some(NOW - 20 * SEC)),
+            &regional(NOW - 19 * SEC - 500)
+        ),
+        (Lifecycle::Open, Verdict::Pending, None),
+        "read within the clock allowance of them: nothing proven"
+    );
+    assert_eq!(
+        judge(&produced(None), &regional(NOW - 10 * SEC)),
+        (Lifecycle::Open, Verdict::Pending, None),
+        "a producer row without observation time: nothing proven"
+    );
+}
