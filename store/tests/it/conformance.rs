@@ -544,6 +544,7 @@ fn ground_truth(increments: &[Increment]) -> Truth {
             .iter()
             .filter_map(|(&p, &(_, _, t))| Some((p, t?)))
             .collect();
+        row.max_offsets = offsets.iter().map(|(&p, &(_, max, _))| (p, max)).collect();
     }
     truth
 }
