@@ -484,17 +484,7 @@ replicator = "same_cluster""#,
     let mut cfg = rig.regional(&[&topic]);
     cfg.audit.event_time.window_size = audit_lib::WindowSize::from_millis(WINDOW).unwrap();
     let regional = rig.spawn_auditor(cfg);
-    let paged = testkit::wait_until_async(Duration::from_secs(90), || {
-        let got = !rig.pages.of(&topic).is_empty();
-        async move {
-            if !got {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            got
-        }
-    })
-    .await;
-    let page_at = common::now_ms();
+    let paged = rig.pages.first(&topic, Duration::from_secs(90)).await;
     let judged: Vec<_> = state
         .index
         .read()
@@ -514,7 +504,9 @@ replicator = "same_cluster""#,
     let rows = stored(&state, &topic, range).await;
     rig.shutdown([collector, regional], jobs).await;
 
-    assert!(paged, "no page within 90 s of the deletion: {judged:?}");
+    let Some(page_at) = paged else {
+        panic!("no page within 90 s of the deletion: {judged:?}");
+    };
     let latency = page_at - deleted_at;
     eprintln!(
         "producer tier: paged {latency} ms after the deletion; the window ends {} s later",

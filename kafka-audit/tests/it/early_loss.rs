@@ -213,18 +213,10 @@ replicator = {{ consumer_group = "{group}" }}"#
         }
     })
     .await;
-    let paged = dropped
-        && testkit::wait_until_async(Duration::from_secs(90), || {
-            let got = !rig.pages.of(&topic).is_empty();
-            async move {
-                if !got {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                got
-            }
-        })
-        .await;
-    let page_at = common::now_ms();
+    let paged = match dropped {
+        true => rig.pages.first(&topic, Duration::from_secs(90)).await,
+        false => None,
+    };
     let first_at = drop.first_at.load(Ordering::SeqCst);
     // The window as the evaluator holds it when paged.
     let judged: Vec<_> = state
@@ -236,26 +228,16 @@ replicator = {{ consumer_group = "{group}" }}"#
         .map(|e| (e.verdict, e.lifecycle, e.so_far))
         .collect();
     let reasons = verdicts(&state, &topic, window);
-    // Keep running a little: no second page (nothing resolves, nothing else fires).
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    stop_traffic.store(true, Ordering::Relaxed);
-    let sent = sent.await.expect("traffic");
-    // Ground truth once everything is copied: each tier's stored counts per window.
-    let expected: BTreeMap<i64, (u64, u64)> = sent
-        .iter()
-        .map(|(&w, &n)| (w, (n, if w == window { n - DROPPED } else { n })))
-        .collect();
-    let (exact, counts) = wait_for_counts(&state, &topic, window, &expected).await;
+    let (exact, counts, expected) = finish(&state, &topic, window, &stop_traffic, sent).await;
     stop.store(true, Ordering::Relaxed);
     copier.await.expect("replicator");
     let pages = rig.pages.of(&topic);
     rig.shutdown(services, jobs).await;
 
     assert!(dropped, "the replicator did not drop its records");
-    assert!(
-        paged,
-        "no page within 90 s of the drop ({sent:?} messages sent); verdicts: {reasons:#?}"
-    );
+    let Some(page_at) = paged else {
+        panic!("no page within 90 s of the drop ({expected:?} sent); verdicts: {reasons:#?}");
+    };
     let latency = page_at - first_at;
     eprintln!(
         "early loss: paged {latency} ms after the first record was dropped; the window ends {} s later",
@@ -380,33 +362,15 @@ replicator = { mirror_maker2 = { source = "dc1", target = "agg" } }"#,
     let deleted_at = common::now_ms();
     let window = sent_window(deleted_at);
     services.push(rig.spawn_auditor(ten_minutes(rig.aggregate(&[&topic]))));
-    let paged = testkit::wait_until_async(Duration::from_secs(90), || {
-        let got = !rig.pages.of(&topic).is_empty();
-        async move {
-            if !got {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            got
-        }
-    })
-    .await;
-    let page_at = common::now_ms();
+    let paged = rig.pages.first(&topic, Duration::from_secs(90)).await;
     let reasons = verdicts(&state, &topic, window);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    stop_traffic.store(true, Ordering::Relaxed);
-    let sent = sent.await.expect("traffic");
-    let expected: BTreeMap<i64, (u64, u64)> = sent
-        .iter()
-        .map(|(&w, &n)| (w, (n, if w == window { n - DROPPED } else { n })))
-        .collect();
-    let (exact, counts) = wait_for_counts(&state, &topic, window, &expected).await;
+    let (exact, counts, expected) = finish(&state, &topic, window, &stop_traffic, sent).await;
     let pages = rig.pages.of(&topic);
     rig.shutdown(services, jobs).await;
 
-    assert!(
-        paged,
-        "no page within 90 s of the deletion; verdicts: {reasons:#?}"
-    );
+    let Some(page_at) = paged else {
+        panic!("no page within 90 s of the deletion; verdicts: {reasons:#?}");
+    };
     let latency = page_at - deleted_at;
     eprintln!(
         "mm2 loss: paged {latency} ms after the deletion; the window ends {} s later",
@@ -426,6 +390,27 @@ replicator = { mirror_maker2 = { source = "dc1", target = "agg" } }"#,
         vec![("trigger".to_string(), "loss".to_string(), Some(window))],
         "pages over the whole run; verdicts when paged: {reasons:#?}"
     );
+}
+
+/// After the page: 10 s more traffic (no second page may come), then the traffic
+/// stops and the stored counts per window are awaited against the ground truth
+/// (`DROPPED` fewer downstream in `window`): (exact, stored, expected).
+async fn finish(
+    state: &web::AppState,
+    topic: &str,
+    window: i64,
+    stop_traffic: &AtomicBool,
+    sent: tokio::task::JoinHandle<BTreeMap<i64, u64>>,
+) -> (bool, BTreeMap<i64, (u64, u64)>, BTreeMap<i64, (u64, u64)>) {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    stop_traffic.store(true, Ordering::Relaxed);
+    let sent = sent.await.expect("traffic");
+    let expected: BTreeMap<i64, (u64, u64)> = sent
+        .iter()
+        .map(|(&w, &n)| (w, (n, if w == window { n - DROPPED } else { n })))
+        .collect();
+    let (exact, counts) = wait_for_counts(state, topic, window, &expected).await;
+    (exact, counts, expected)
 }
 
 /// The window of a record sent at `t`.

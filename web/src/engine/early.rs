@@ -104,9 +104,7 @@ impl Topology {
         if counted.is_empty() {
             return None;
         }
-        if let Some((tier, sdc)) = std::iter::once((edge.downstream.as_str(), dc))
-            .chain(up_dcs.iter().map(|u| (edge.upstream.as_str(), u.as_str())))
-            .find(|(t, d)| staged.contains(&(t.to_string(), d.to_string(), window_start)))
+        if let Some((tier, sdc)) = super::judge::staged_end(edge, dc, up_dcs, staged, window_start)
         {
             return Some(Early::Unknown(format!(
                 "increments of {tier}/{sdc} for this window are stored but not yet added up"

@@ -196,10 +196,7 @@ impl Topology {
             (Lifecycle::Settling, v, why)
         } else if let Some((v, why)) = unproven {
             (Lifecycle::Settling, v, why)
-        } else if let Some((tier, sdc)) = std::iter::once((edge.downstream.as_str(), dc.as_str()))
-            .chain(up_dcs.iter().map(|u| (edge.upstream.as_str(), u.as_str())))
-            .find(|(t, d)| staged.contains(&(t.to_string(), d.to_string(), window_start)))
-        {
+        } else if let Some((tier, sdc)) = staged_end(edge, &dc, &up_dcs, staged, window_start) {
             (
                 Lifecycle::Settling,
                 Verdict::Pending,
@@ -443,4 +440,18 @@ impl Topology {
         }
         (Verdict::Ok, "complete".into())
     }
+}
+
+/// A (tier, datacenter) of `edge` in downstream datacenter `dc` with increments of the
+/// window the store holds but has not added up yet (rule 5).
+pub(super) fn staged_end<'a>(
+    edge: &'a Edge,
+    dc: &'a str,
+    up_dcs: &'a [String],
+    staged: &Staged,
+    window_start: i64,
+) -> Option<(&'a str, &'a str)> {
+    std::iter::once((edge.downstream.as_str(), dc))
+        .chain(up_dcs.iter().map(|u| (edge.upstream.as_str(), u.as_str())))
+        .find(|(t, d)| staged.contains(&(t.to_string(), d.to_string(), window_start)))
 }

@@ -185,6 +185,22 @@ impl Pages {
             .collect()
     }
 
+    /// Waits (bounded by `timeout`, polling every 100 ms) for `topic`'s first page;
+    /// when it was seen (epoch ms), or `None`.
+    pub async fn first(&self, topic: &str, timeout: Duration) -> Option<i64> {
+        let paged = testkit::wait_until_async(timeout, || {
+            let got = !self.of(topic).is_empty();
+            async move {
+                if !got {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                got
+            }
+        })
+        .await;
+        paged.then(common::now_ms)
+    }
+
     /// Waits (bounded by `timeout`) until `topic` has at least `n` pages; whether it has.
     pub async fn wait_for(&self, topic: &str, n: usize, timeout: Duration) -> bool {
         testkit::wait_until_async(timeout, || {
