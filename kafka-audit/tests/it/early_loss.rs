@@ -166,14 +166,7 @@ async fn records_a_replicator_drops_are_paged_as_loss_within_a_minute_while_the_
         .serve_with(serve_config_of(
             "10m",
             "20m",
-            &format!(
-                r#"tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = {{ dc1 = "agg" }}
-replicator = {{ consumer_group = "{group}" }}"#
-            ),
+            &regional_to_aggregate_through(&format!(r#"{{ consumer_group = "{group}" }}"#), ""),
             "30m",
             &rig.hook,
         ))
@@ -304,12 +297,10 @@ async fn records_deleted_from_a_mirror_maker_copy_are_paged_as_loss_within_a_min
         .serve_with(serve_config_of(
             "10m",
             "20m",
-            r#"tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg" }
-replicator = { mirror_maker2 = { source = "dc1", target = "agg" } }"#,
+            &regional_to_aggregate_through(
+                r#"{ mirror_maker2 = { source = "dc1", target = "agg" } }"#,
+                "",
+            ),
             "30m",
             &rig.hook,
         ))
@@ -411,6 +402,20 @@ async fn finish(
         .collect();
     let (exact, counts) = wait_for_counts(state, topic, window, &expected).await;
     (exact, counts, expected)
+}
+
+/// serve's tiers regional and aggregate, and the edge dc1 → agg through `replicator`
+/// (its TOML value), with `more` edge settings.
+fn regional_to_aggregate_through(replicator: &str, more: &str) -> String {
+    format!(
+        r#"tiers = [{{ name = "regional" }}, {{ name = "aggregate" }}]
+[[topology.edges]]
+upstream = "regional"
+downstream = "aggregate"
+datacenters = {{ dc1 = "agg" }}
+replicator = {replicator}
+{more}"#
+    )
 }
 
 /// The window of a record sent at `t`.
@@ -562,13 +567,10 @@ async fn a_mirror_maker_stopped_for_five_minutes_is_delayed_never_lost() {
         .serve_with(serve_config_of(
             "1m",
             "1m",
-            r#"tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg" }
-replicator = { mirror_maker2 = { target = "agg" } }
-replication_lag_objective = "30s""#,
+            &regional_to_aggregate_through(
+                r#"{ mirror_maker2 = { target = "agg" } }"#,
+                r#"replication_lag_objective = "30s""#,
+            ),
             "30m",
             &rig.hook,
         ))

@@ -58,6 +58,16 @@ fn copied(p0: i64, p1: i64, at: i64) -> Vec<ProgressRow> {
         .collect()
 }
 
+/// `rows` as received by the collector at `at`.
+fn received_late(rows: Vec<ProgressRow>, at: i64) -> Vec<ProgressRow> {
+    rows.into_iter()
+        .map(|p| ProgressRow {
+            received_at_ms: at,
+            ..p
+        })
+        .collect()
+}
+
 /// The aggregate's auditor at lag `lag` on partitions 0 and 1, measured at `at`.
 fn read(lag: Option<i64>, at: i64) -> Vec<ProgressRow> {
     vec![
@@ -142,13 +152,7 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
         },
         Case {
             progress: vec![
-                copied(50, 50, NOW - 10 * SEC)
-                    .into_iter()
-                    .map(|p| ProgressRow {
-                        received_at_ms: NOW - 8 * SEC,
-                        ..p
-                    })
-                    .collect(),
+                received_late(copied(50, 50, NOW - 10 * SEC), NOW - 8 * SEC),
                 read(Some(0), NOW - 10 * SEC + 500),
             ],
             expect: (Verdict::Pending, None),
@@ -156,13 +160,7 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
         },
         Case {
             progress: vec![
-                copied(50, 50, NOW - 10 * SEC)
-                    .into_iter()
-                    .map(|p| ProgressRow {
-                        received_at_ms: NOW - 8 * SEC,
-                        ..p
-                    })
-                    .collect(),
+                received_late(copied(50, 50, NOW - 10 * SEC), NOW - 8 * SEC),
                 read(Some(0), NOW - 10 * SEC + 1500),
             ],
             ..case("lag 0 measured past the evidence clock's allowance: proven")
