@@ -43,35 +43,12 @@ impl KafkaSource {
     }
 
     fn consumer(&self) -> anyhow::Result<StreamConsumer> {
-        let consumer: StreamConsumer = self
-            .config
-            .kafka
-            .client_config_with_defaults(
-                KafkaRole::Consumer,
-                // Prefetch bounded (librdkafka's default queue is 64 MiB, on top of
-                // the batch in hand): a flood of large records must not take the
-                // collector's memory. Tunables: a source's properties override them.
-                &[
-                    ("auto.offset.reset", "earliest"),
-                    ("queued.max.messages.kbytes", "16384"),
-                    ("fetch.max.bytes", "16777216"),
-                ],
-                // Correctness, not tunables: offsets move only after the store commit,
-                // and aborted audit messages are never read.
-                &[
-                    ("group.id", self.config.group_id.as_str()),
-                    ("enable.auto.commit", "false"),
-                    ("enable.auto.offset.store", "false"),
-                    ("isolation.level", "read_committed"),
-                ],
+        let consumer: StreamConsumer = client_config(&self.config).create().map_err(|e| {
+            anyhow::anyhow!(
+                "source {}: cannot create Kafka consumer: {e}",
+                self.config.name
             )
-            .create()
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "source {}: cannot create Kafka consumer: {e}",
-                    self.config.name
-                )
-            })?;
+        })?;
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics).map_err(|e| {
             anyhow::anyhow!(
@@ -277,4 +254,77 @@ struct Gathered {
     excerpts: convert::Excerpts,
     /// Offset to commit (last record + 1)
     next_offsets: BTreeMap<TopicPartition, i64>,
+}
+
+/// A source's consumer configuration: its properties over these defaults, with what
+/// correctness needs forced.
+fn client_config(config: &KafkaSourceConfig) -> rdkafka::ClientConfig {
+    config.kafka.client_config_with_defaults(
+        KafkaRole::Consumer,
+        // Prefetch bounded (librdkafka's default queue is 64 MiB, on top of the batch
+        // in hand): a flood of large records must not take the collector's memory.
+        // Tunables: a source's properties override them.
+        &[
+            ("auto.offset.reset", "earliest"),
+            ("queued.max.messages.kbytes", "16384"),
+            ("fetch.max.bytes", "16777216"),
+            // librdkafka reads a subscription's metadata again only every 5 minutes by
+            // default: audit-topic partitions that the broker answering the first join
+            // did not know yet (a topic just created on a multi-node cluster: the
+            // auditor's empty first assignment, fixed in 5c9359e) or that were added
+            // later would wait that long. As often as the auditors re-read their
+            // topics (their `topic_refresh` default).
+            ("topic.metadata.refresh.interval.ms", "30000"),
+        ],
+        // Correctness, not tunables: offsets move only after the store commit, and
+        // aborted audit messages are never read.
+        &[
+            ("group.id", config.group_id.as_str()),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("isolation.level", "read_committed"),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(properties: &str) -> KafkaSourceConfig {
+        let config: crate::config::CollectConfig = toml::from_str(&format!(
+            r#"
+[store]
+url = "sqlite::memory:"
+[[sources]]
+name = "a"
+topics = ["_kafka_audit"]
+group_id = "collector"
+[sources.kafka]
+bootstrap_servers = "127.0.0.1:1"
+[sources.kafka.consumer]
+{properties}
+"#
+        ))
+        .expect("config");
+        config.sources[0].clone()
+    }
+
+    /// The audit topic's metadata is read again every 30 s unless the source says
+    /// otherwise: partitions a first join missed are consumed within it, not 5 min.
+    #[test]
+    fn the_audit_topics_metadata_is_refreshed_every_30_s_unless_set() {
+        let get = |s: &KafkaSourceConfig| {
+            client_config(s)
+                .get("topic.metadata.refresh.interval.ms")
+                .map(str::to_string)
+        };
+        assert_eq!(get(&source("")).as_deref(), Some("30000"));
+        assert_eq!(
+            get(&source("\"topic.metadata.refresh.interval.ms\" = \"5000\"")).as_deref(),
+            Some("5000")
+        );
+        let c = client_config(&source("\"isolation.level\" = \"read_uncommitted\""));
+        assert_eq!(c.get("isolation.level"), Some("read_committed"), "forced");
+    }
 }
