@@ -141,34 +141,35 @@ impl Topology {
         // What the replicator may still hold back: the offsets from its position to
         // the highest counted, on every partition (a bound: offsets of other windows,
         // transaction markers and compacted records are in it too).
-        for (&(u, p), &m) in counted.iter().filter(|_| evidence_tier.is_some()) {
-            let evidence_tier = evidence_tier.unwrap_or_default();
-            let Some(e) = auditors.get(&(evidence_tier, u)).and_then(|a| a.part(p)) else {
-                return Some(Early::Unknown(format!(
-                    "no evidence from {evidence_tier} for {u} partition {p} (are the {} auditors of {u} configured with this replicator?)",
-                    edge.upstream
-                )));
-            };
-            copied_at = copied_at.max(e.copied_as_of());
-            let held = m.saturating_add(1).saturating_sub(e.next_offset).max(0);
-            in_flight = in_flight.saturating_add(held as u64);
-            if held > 0 {
-                // The evidence's record time: by when the upstream auditor had read the
-                // first record not copied.
-                let w = e.record_time.map(|t| now.saturating_sub(t));
-                waited = waited.max(w);
-                if behind
-                    .as_ref()
-                    .is_none_or(|b| held > b.counted_to - b.copied_to + 1)
-                {
-                    behind = Some(Behind {
-                        datacenter: u.to_string(),
-                        partition: p,
-                        counted_to: m,
-                        copied_to: e.next_offset,
-                        lag: e.lag,
-                        waited_ms: None,
-                    });
+        if let Some(evidence_tier) = evidence_tier {
+            for (&(u, p), &m) in &counted {
+                let Some(e) = auditors.get(&(evidence_tier, u)).and_then(|a| a.part(p)) else {
+                    return Some(Early::Unknown(format!(
+                        "no evidence from {evidence_tier} for {u} partition {p} (are the {} auditors of {u} configured with this replicator?)",
+                        edge.upstream
+                    )));
+                };
+                copied_at = copied_at.max(e.copied_as_of());
+                let held = m.saturating_add(1).saturating_sub(e.next_offset).max(0);
+                in_flight = in_flight.saturating_add(held as u64);
+                if held > 0 {
+                    // The evidence's record time: by when the upstream auditor had read the
+                    // first record not copied.
+                    let w = e.record_time.map(|t| now.saturating_sub(t));
+                    waited = waited.max(w);
+                    if behind
+                        .as_ref()
+                        .is_none_or(|b| held > b.counted_to - b.copied_to + 1)
+                    {
+                        behind = Some(Behind {
+                            datacenter: u.to_string(),
+                            partition: p,
+                            counted_to: m,
+                            copied_to: e.next_offset,
+                            lag: e.lag,
+                            waited_ms: None,
+                        });
+                    }
                 }
             }
         }
