@@ -200,7 +200,8 @@ pub struct EdgeWindow {
     /// How the downstream was judged to have read what the upstream counted.
     pub evidence: Evidence,
     /// Before the window is final, on an edge with a replicator: what its evidence
-    /// shows so far (null: no replicator, final, or no evidence to judge by).
+    /// shows so far (null: no replicator, final, or no evidence to judge by). A loss
+    /// proven so stays `loss`, also once the window is final.
     #[schema(required = true)]
     pub so_far: Option<SoFar>,
     #[schema(required = true)]

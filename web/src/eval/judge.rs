@@ -10,7 +10,7 @@ use store::{StoreError, TimeRange, VerdictReads};
 use crate::engine::{self, EdgeWindow, ProgressRow, Topology, Verdict, WindowRow};
 use crate::metrics::KindLabels;
 
-use super::index::{key_of, note_window_mismatches, IndexPlan, WindowMismatch};
+use super::index::{key_of, note_window_mismatches, IndexPlan, VerdictKey, WindowMismatch};
 use super::{CycleStats, Evaluator, KEY_LIMIT, LATE_MARGIN_MS, PAGE_ROWS};
 
 impl Evaluator {
@@ -274,7 +274,8 @@ impl Evaluator {
         }
         // Only this evaluator writes the index: it holds the previous verdicts.
         let index = self.index.read().expect("verdict index lock");
-        for v in verdicts {
+        for mut v in verdicts {
+            hold_proven_loss(&mut self.proven, &mut v);
             if v.verdict.is_anomaly() {
                 let known = index
                     .entries
@@ -298,4 +299,27 @@ impl Evaluator {
         drop(index);
         plan.windows.push((topic.to_string(), by_window));
     }
+}
+
+/// A loss proven while the window was open stays its verdict: the first proof is
+/// remembered in `proven`, and a later verdict that is not a proven loss (the
+/// replicator fell behind on newer records: in flight; or the final verdict after more
+/// records arrived) is answered `loss`, its reason the proof's followed by what the
+/// counts say now. Records that arrive after a proof cannot undo it: they are copies
+/// made again, or the proof's evidence was wrong (docs/web.md, "Replication evidence").
+pub(crate) fn hold_proven_loss(proven: &mut HashMap<VerdictKey, String>, v: &mut EdgeWindow) {
+    if v.so_far == Some(engine::SoFar::Loss) {
+        proven.entry(key_of(v)).or_insert_with(|| v.reason.clone());
+        return;
+    }
+    let Some(proof) = proven.get(&key_of(v)) else {
+        return;
+    };
+    v.reason = format!(
+        "a loss was proven while the window was open ({proof}); now {}: {}",
+        v.verdict.as_str(),
+        v.reason
+    );
+    v.verdict = Verdict::Loss;
+    v.so_far = Some(engine::SoFar::Loss);
 }

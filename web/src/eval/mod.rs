@@ -38,6 +38,8 @@ mod judge;
 
 use index::IndexPlan;
 pub use index::{key_of, Loading, VerdictIndex, VerdictKey, WindowMismatch};
+#[cfg(test)]
+pub(crate) use judge::hold_proven_loss;
 
 /// Upper bound of the keys of windows with late increments read per cycle, as every
 /// other read (keys are up to 250 bytes: 500 000 of them were ~150 MB of serve).
@@ -102,6 +104,11 @@ pub struct Evaluator {
     progress_capped: bool,
     /// When it did: the progress of the page of topics being judged.
     page_progress: Option<Arc<crate::reads::PageProgress>>,
+    /// Windows whose loss the replicator's evidence proved before they were final,
+    /// with the proof's reason: a proven loss stays the verdict whatever the counts
+    /// do later (issue 28; see [`Evaluator::hold_proven_loss`]). Windows of the
+    /// horizon only.
+    proven: HashMap<VerdictKey, String>,
 }
 
 /// Most auditors (topic × tier × datacenter) read per cycle.
@@ -134,6 +141,7 @@ impl Evaluator {
             progress: Arc::new(HashMap::new()),
             progress_capped: false,
             page_progress: None,
+            proven: HashMap::new(),
         }
     }
 
@@ -313,6 +321,7 @@ impl Evaluator {
             .window_mismatches
             .clone();
         mismatches.retain(|_, m| m.window_start >= horizon_start);
+        self.proven.retain(|k, _| k.window_start >= horizon_start);
         let mut stats = CycleStats::default();
         match (self.last_cycle, self.loaded_from) {
             (Some(last), Some(loaded_from)) => {

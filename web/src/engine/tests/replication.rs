@@ -262,12 +262,9 @@ fn proven_and_in_flight_say_what_they_rest_on() {
     );
 }
 
-/// Once final, the window is judged by today's rules, whatever the evidence said.
-#[test]
-fn a_final_window_is_judged_by_the_counts_alone() {
-    let t = replicated("");
-    let now = CAUGHT_UP + MIN;
-    let progress: Vec<ProgressRow> = [
+/// Evidence and both auditors' progress at `now`, past W's end + grace.
+fn settled(now: i64) -> Vec<ProgressRow> {
+    [
         copied(50, 50, now),
         vec![
             progress("regional", "dc1", CAUGHT_UP, now),
@@ -284,14 +281,90 @@ fn a_final_window_is_judged_by_the_counts_alone() {
             },
         ],
     ]
-    .concat();
-    let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, now)[0];
+    .concat()
+}
+
+/// Once final, the window is judged by today's rules, whatever the evidence said.
+#[test]
+fn a_final_window_is_judged_by_the_counts_alone() {
+    let t = replicated("");
+    let now = CAUGHT_UP + MIN;
+    let v = &t.evaluate_topic("orders", &[W], &counted(63), &settled(now), now)[0];
     assert_eq!(
         (v.lifecycle, v.verdict, v.so_far),
         (Lifecycle::Final, Verdict::Loss, None),
         "{}",
         v.reason
     );
+}
+
+/// A loss proven while the window was open stays its verdict through the cycles that
+/// follow, in flight and final, even when the downstream's count has caught up since
+/// (records copied again cannot undo a proof); a window never proven lost is judged by
+/// its counts.
+#[test]
+fn a_proven_loss_stays_a_loss_whatever_arrives_later() {
+    use crate::eval::hold_proven_loss;
+    let t = replicated("");
+    let mut proven = std::collections::HashMap::new();
+    let judge = |proven: &mut _, observed, progress: &[ProgressRow], now| {
+        let mut v = t
+            .evaluate_topic("orders", &[W], &counted(observed), progress, now)
+            .remove(0);
+        let before = (v.verdict, v.so_far, v.reason.clone());
+        hold_proven_loss(proven, &mut v);
+        (before, v)
+    };
+    let evidence = [copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
+    // Judged in flight before any proof: untouched.
+    let behind = [copied(10, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
+    let (_, v) = judge(&mut proven, 63, &behind, NOW);
+    assert_eq!(
+        (v.verdict, v.so_far),
+        (Verdict::Pending, Some(SoFar::InFlight))
+    );
+    // Proven: 37 missing.
+    let (_, v) = judge(&mut proven, 63, &evidence, NOW);
+    assert_eq!((v.verdict, v.so_far), (Verdict::Loss, Some(SoFar::Loss)));
+    let proof = v.reason.clone();
+    assert!(proof.contains("at least 37 "), "{proof}");
+    // The replicator falls behind on newer records: still the loss.
+    let (before, v) = judge(&mut proven, 63, &behind, NOW);
+    assert_eq!(
+        (before.0, before.1),
+        (Verdict::Pending, Some(SoFar::InFlight))
+    );
+    assert_eq!((v.verdict, v.so_far), (Verdict::Loss, Some(SoFar::Loss)));
+    // Final with the count caught up (37 records came since): the counts alone say
+    // mismatch (their checksums differ), the verdict stays the proven loss and says
+    // both.
+    let now = CAUGHT_UP + MIN;
+    let (before, v) = judge(&mut proven, 100, &settled(now), now);
+    assert_eq!((before.0, before.1), (Verdict::Mismatch, None));
+    assert_eq!(
+        (v.lifecycle, v.verdict, v.so_far),
+        (Lifecycle::Final, Verdict::Loss, Some(SoFar::Loss))
+    );
+    assert_eq!(
+        v.reason,
+        format!(
+            "a loss was proven while the window was open ({proof}); now mismatch: {}",
+            before.2
+        )
+    );
+    // The next window, never proven: judged by its counts alone.
+    let next = W + 10 * MIN;
+    let rows: Vec<WindowRow> = counted(100)
+        .into_iter()
+        .map(|r| WindowRow {
+            window_start_ms: next,
+            ..r
+        })
+        .collect();
+    let judged = t.evaluate_topic("orders", &[next], &rows, &settled(now), now);
+    let mut held = judged[0].clone();
+    hold_proven_loss(&mut proven, &mut held);
+    assert_eq!(held, judged[0]);
 }
 
 /// Evidence tiers are not auditors: they are never reported stalled on their own.
