@@ -20,10 +20,6 @@ const BATCH: u64 = 400;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_coordinator_gone_from_the_metadata_does_not_hold_the_auditor() {
-    common::init_tracing(&common::LogConfig {
-        level: "warn,audit_service=info".into(),
-        ..Default::default()
-    });
     let cluster = Cluster::take().await;
     let mut rig = Rig::start(
         cluster,

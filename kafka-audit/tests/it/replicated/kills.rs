@@ -36,10 +36,6 @@ fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
-    common::init_tracing(&common::LogConfig {
-        level: "warn,audit_service=info,collector=info".into(),
-        ..Default::default()
-    });
     // Grace outlasts what one kill holds the producer tier's acknowledgements up by
     // (4–10 s measured here, more on a loaded machine; see serve_config).
     let mut steady = Steady::start("kills", PARTITIONS, RATE, "60s", "45s").await;
@@ -49,14 +45,8 @@ async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
     // first metadata request, its assignment had 0 partitions, and librdkafka looked
     // again only after 5 minutes (fixed: the auditor re-reads it every topic_refresh).
     // The bound stays generous for a loaded machine.
-    assert!(
-        rig.wait_counted(1, Duration::from_secs(240))
-            .await
-            .is_some(),
-        "counting did not start: the producer tier acknowledged {}, stored {}",
-        producer.acked_count(),
-        rig.stored_total("regional").await
-    );
+    rig.wait_counting_started(&producer, Duration::from_secs(240))
+        .await;
     let txn_id = rig.transactional_id();
     let (topic, audit_topic, group) = (
         rig.topic.clone(),

@@ -63,6 +63,11 @@ impl Cluster {
     /// waits until the internal topics are fully replicated again, leads each of their
     /// partitions by its preferred replica and deletes the topics earlier tests left.
     pub async fn take() -> Cluster {
+        // What the auditor and the collector warn of is the story of a failure here.
+        common::init_tracing(&common::LogConfig {
+            level: "warn,audit_service=info,collector=info".into(),
+            ..Default::default()
+        });
         let guard = CLUSTER.lock().await;
         let bootstrap = testkit::kafka_r();
         let admin = testkit::client_config(&bootstrap)
@@ -93,9 +98,57 @@ impl Cluster {
             if !preferred {
                 c.dev_kafka(&["elect", "r"]);
             }
+            c.wait_producer_ids(Duration::from_secs(300));
         });
         c.delete_leftover_topics().await;
         c
+    }
+
+    /// Waits until every node, as a transaction coordinator, hands out a producer id: a
+    /// node restarted by an earlier test may ask the controller for its block of ids
+    /// only minutes later (~95 s seen in a fresh-clone run), and the auditor started
+    /// next (transactional) or the producer tier (idempotent) would wait on it inside a
+    /// test's bound on counting: a CI run failed so, "counting did not start" after
+    /// 240 s. Asks each node through a transactional id of a `__transaction_state`
+    /// partition it leads.
+    fn wait_producer_ids(&self, timeout: Duration) {
+        self.ensure_internal_topic("__transaction_state");
+        let parts = self.partitions("__transaction_state");
+        for node in 1..=3 {
+            let Some(p) = parts.iter().find(|p| p.leader == node) else {
+                continue;
+            };
+            let id = (0..)
+                .map(|i| format!("r-ready-{node}-{i}"))
+                .find(|id| coordinator_partition(id, parts.len() as i32) == p.partition)
+                .expect("a transactional id for every partition");
+            let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+                testkit::client_config(&self.bootstrap)
+                    .set("transactional.id", &id)
+                    .create()
+                    .expect("create producer");
+            let t = Instant::now();
+            let mut last = None;
+            while t.elapsed() < timeout {
+                match producer.init_transactions(Duration::from_secs(30)) {
+                    Ok(()) => {
+                        last = None;
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            assert!(
+                last.is_none(),
+                "node {node} of R handed out no producer id in {timeout:?}: {last:?}"
+            );
+            if t.elapsed() > Duration::from_secs(5) {
+                eprintln!(
+                    "cluster R: node {node} handed out a producer id after {:?}",
+                    t.elapsed()
+                );
+            }
+        }
     }
 
     /// Deletes every topic but Kafka's own. A restarted node recovers each log it
@@ -878,6 +931,31 @@ impl Rig {
         })
         .await
         .then(|| t.elapsed())
+    }
+
+    /// Waits until the regional tier's first count is stored; panics after `timeout`
+    /// with what each part had done by then, so a failure says which one held it up:
+    /// the producer tier's acknowledgements and stored count (the collector works if it
+    /// is not 0), and the audit topic's end (the auditor publishes there too).
+    pub async fn wait_counting_started(&self, producer: &ProducerTier, timeout: Duration) {
+        if self.wait_counted(1, timeout).await.is_some() {
+            return;
+        }
+        let (acked, stored_producer) =
+            (producer.acked_count(), self.stored_total("producer").await);
+        let audit_end = tokio::task::block_in_place(|| {
+            let consumer: BaseConsumer = testkit::client_config(&self.cluster.bootstrap)
+                .create()
+                .expect("consumer");
+            consumer.fetch_watermarks(&self.audit_topic, 0, METADATA_TIMEOUT)
+        });
+        panic!(
+            "counting did not start in {timeout:?}: the producer tier acknowledged {acked} \
+             and has {stored_producer} stored; the regional tier has 0 stored; the audit \
+             topic's watermarks {audit_end:?}; the cluster's partitions: {:?} {:?}",
+            self.cluster.partitions(&self.topic),
+            self.cluster.partitions(&self.audit_topic)
+        );
     }
 
     /// The stored count of `tier` over every window of the topic.

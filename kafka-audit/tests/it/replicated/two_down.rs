@@ -25,11 +25,8 @@ async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     let mut steady = Steady::start("twodown", PARTITIONS, RATE, STALL_AFTER, GRACE).await;
     let rig = &steady.rig;
     // As in kills: bounded generously for a loaded machine.
-    let started = testkit::wait_until_async(Duration::from_secs(240), || async {
-        rig.stored_total("regional").await > 0
-    })
-    .await;
-    assert!(started, "counting did not start");
+    rig.wait_counting_started(&steady.producer, Duration::from_secs(240))
+        .await;
     let topic = rig.topic.clone();
     // The survivor is not the audit topic's leader: its partition loses its leader too.
     let audit_leader = rig.cluster.leader(&rig.audit_topic, 0);
