@@ -19,6 +19,18 @@ mod revision;
 /// waits ran out) take this lock first, so that no two of them run at once.
 static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Cluster R's failover scenarios (`replicated/`), one after the other in one test:
+/// each kills nodes of the one cluster, so none may overlap another, and as tests of
+/// their own, one waiting for the cluster held one of libtest's threads (two on this
+/// machine class) idle through another's whole run, the rest of this binary waiting
+/// behind them: ~10 minutes of a CI run. Named to sort right after `citus`: libtest
+/// starts tests in name order, so this one starts among the first and runs beside the
+/// rest. `KAFKA_AUDIT_TEST_R_SCENARIOS=kills,two_down` runs some of them.
+#[test]
+fn cluster_r_failover_scenarios() {
+    replicated::run_scenarios();
+}
+
 mod chaos;
 mod citus;
 mod collect_sigkill;

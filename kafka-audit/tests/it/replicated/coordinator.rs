@@ -18,8 +18,7 @@ const PARTITIONS: i32 = 3;
 const RATE: u64 = 200;
 const BATCH: u64 = 400;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_group_coordinator_gone_from_the_metadata_does_not_hold_the_auditor() {
+pub async fn a_group_coordinator_gone_from_the_metadata_does_not_hold_the_auditor() {
     let cluster = Cluster::take().await;
     let mut rig = Rig::start(
         cluster,

@@ -34,8 +34,7 @@ fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
+pub async fn counts_stay_exact_and_nothing_pages_across_ten_node_kills() {
     // Grace outlasts what one kill holds the producer tier's acknowledgements up by
     // (4–10 s measured here, more on a loaded machine; see serve_config).
     let mut steady = Steady::start("kills", PARTITIONS, RATE, "60s", "45s").await;

@@ -172,8 +172,7 @@ async fn failover(name: &str, unclean: bool) -> Outcome {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unclean_election_drops_acknowledged_records_and_the_loss_is_paged_exactly() {
+pub async fn an_unclean_election_drops_acknowledged_records_and_the_loss_is_paged_exactly() {
     let o = failover("unclean", true).await;
     assert!(
         !o.lost.is_empty(),
@@ -208,8 +207,7 @@ async fn an_unclean_election_drops_acknowledged_records_and_the_loss_is_paged_ex
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn acks_all_with_two_in_sync_replicas_loses_nothing_and_pages_nothing() {
+pub async fn acks_all_with_two_in_sync_replicas_loses_nothing_and_pages_nothing() {
     let o = failover("clean", false).await;
     assert!(o.lost.is_empty(), "lost: {:?}", o.lost);
     assert_eq!(o.acked.len(), 900, "every message acknowledged in the end");

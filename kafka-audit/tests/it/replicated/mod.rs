@@ -1,9 +1,10 @@
 //! Real Kafka failures on the replicated cluster R (three KRaft nodes, each broker and
 //! controller, started by `deploy/dev/kafka start r`; issue 31): nodes SIGKILLed and
 //! restarted under the real auditor, collector and serve, and a real data loss by an
-//! unclean leader election. Every test here kills nodes of the one cluster, so they take
-//! [`Cluster::take`] first and run one at a time; a test that fails still leaves every
-//! node started again.
+//! unclean leader election. Every scenario here kills nodes of the one cluster, so they
+//! run one after the other in one test ([`run_scenarios`], the crate's
+//! `cluster_r_failover_scenarios`) and take [`Cluster::take`] first; a scenario that
+//! fails still leaves every node started again.
 //!
 //! What the tests share: the cluster handle (kill / start a node, a partition's leader,
 //! the group and transaction coordinators), the producer tier (a Rust producer that
@@ -37,8 +38,91 @@ use web::AppState;
 use crate::e2e::{Pages, Service};
 use crate::support::WINDOW_MS;
 
-/// One test at a time on cluster R: each kills its nodes.
+/// One scenario at a time on cluster R: each kills its nodes.
 static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A scenario: an async test body of its own runtime.
+type Scenario = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// The scenarios on cluster R, by the names `KAFKA_AUDIT_TEST_R_SCENARIOS` selects.
+fn scenarios() -> Vec<(&'static str, Scenario)> {
+    vec![
+        ("coordinator", || {
+            Box::pin(
+                coordinator::a_group_coordinator_gone_from_the_metadata_does_not_hold_the_auditor(),
+            )
+        }),
+        ("kills", || {
+            Box::pin(kills::counts_stay_exact_and_nothing_pages_across_ten_node_kills())
+        }),
+        ("loss_acks_all", || {
+            Box::pin(loss::acks_all_with_two_in_sync_replicas_loses_nothing_and_pages_nothing())
+        }),
+        ("loss_unclean", || {
+            Box::pin(
+                loss::an_unclean_election_drops_acknowledged_records_and_the_loss_is_paged_exactly(
+                ),
+            )
+        }),
+        ("two_down", || {
+            Box::pin(two_down::two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact())
+        }),
+    ]
+}
+
+/// Runs the scenarios on cluster R one after the other — all, or those named (comma or
+/// space separated) in `KAFKA_AUDIT_TEST_R_SCENARIOS` — each on a runtime of its own
+/// (4 workers, as `#[tokio::test(flavor = "multi_thread")]` gave them), every one even
+/// after another failed; panics at the end naming those that failed (each one's own
+/// panic is printed above, with its timing).
+pub fn run_scenarios() {
+    let only = std::env::var("KAFKA_AUDIT_TEST_R_SCENARIOS").ok();
+    let all = scenarios();
+    let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
+    let selected: Vec<(&str, Scenario)> = all
+        .into_iter()
+        .filter(|(n, _)| {
+            only.as_deref()
+                .is_none_or(|o| o.split([',', ' ']).any(|x| x.trim() == *n))
+        })
+        .collect();
+    assert!(
+        !selected.is_empty(),
+        "KAFKA_AUDIT_TEST_R_SCENARIOS={only:?} names none of the scenarios {names:?}"
+    );
+    let mut failed = Vec::new();
+    for (name, scenario) in selected {
+        let t = Instant::now();
+        eprintln!("cluster R: scenario {name} starts");
+        let passed = std::thread::Builder::new()
+            .name(format!("r-{name}"))
+            .spawn(move || {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(4)
+                    .enable_all()
+                    .build()
+                    .expect("a runtime")
+                    .block_on(scenario())
+            })
+            .expect("a scenario thread")
+            .join()
+            .is_ok();
+        eprintln!(
+            "cluster R: scenario {name} {} after {:?}",
+            if passed { "passed" } else { "FAILED" },
+            t.elapsed()
+        );
+        if !passed {
+            failed.push(name);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "scenarios on cluster R failed: {failed:?} (each one's panic is printed above; \
+         KAFKA_AUDIT_TEST_R_SCENARIOS={} runs them again alone)",
+        failed.join(",")
+    );
+}
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 

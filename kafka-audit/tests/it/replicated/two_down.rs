@@ -20,8 +20,7 @@ const STALL_AFTER: &str = "15s";
 /// ~90 s (a fresh-clone run): grace covers that too.
 const GRACE: &str = "180s";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
+pub async fn two_nodes_down_stall_the_auditor_which_is_paged_resolved_and_exact() {
     let mut steady = Steady::start("twodown", PARTITIONS, RATE, STALL_AFTER, GRACE).await;
     let rig = &steady.rig;
     // As in kills: bounded generously for a loaded machine.
