@@ -45,6 +45,8 @@ pub struct Metrics {
     pub discarded_entries: Counter,
     pub reports: Family<KindLabel, Counter>,
     pub errors: Family<KindLabel, Counter>,
+    /// One log line per error kind and second: the counter counts every one.
+    log_every: std::sync::Arc<common::LogEvery>,
     pub paused: Gauge,
     pub assigned_partitions: Gauge,
     /// Revoke callbacks that waited for a publication in flight.
@@ -77,6 +79,9 @@ impl Metrics {
             discarded_entries: Counter::default(),
             reports: Family::default(),
             errors: Family::default(),
+            log_every: std::sync::Arc::new(common::LogEvery::new(std::time::Duration::from_secs(
+                1,
+            ))),
             paused: Gauge::default(),
             assigned_partitions: Gauge::default(),
             revoke_waits: Counter::default(),
@@ -216,7 +221,9 @@ impl Metrics {
 
     /// Counts `kind` in `kafka_audit_errors_total` and logs `message` with its `error`
     /// at the kind's level, in one call (vector's `emit!`): an error that is counted is
-    /// logged, and one that is logged this way is counted.
+    /// logged, and one that is logged this way is counted. At most one line per kind
+    /// and second: a burst (a broker's death fails the fetches of all its partitions
+    /// at once) logs its first, and the next line says how many were `held_back`.
     pub fn emit(
         &self,
         kind: ServiceError,
@@ -228,12 +235,15 @@ impl Metrics {
                 kind: kind.as_str().to_string(),
             })
             .inc();
+        let Some(held_back) = self.log_every.check(kind.as_str()) else {
+            return;
+        };
         // `{:#}`: an anyhow error with its chain of causes.
         let error = format!("{error:#}");
         if kind.recovers_by_itself() {
-            tracing::warn!(kind = kind.as_str(), error, "{message}");
+            tracing::warn!(kind = kind.as_str(), error, held_back, "{message}");
         } else {
-            tracing::error!(kind = kind.as_str(), error, "{message}");
+            tracing::error!(kind = kind.as_str(), error, held_back, "{message}");
         }
     }
 }

@@ -30,6 +30,9 @@ pub struct KafkaSource {
     config: KafkaSourceConfig,
     batch: BatchConfig,
     sink: Sink,
+    /// One consumer error logged per second (`kafka_errors` counts each one): a
+    /// broker's death fails every fetch of its partitions at once.
+    log_every: common::LogEvery,
 }
 
 impl KafkaSource {
@@ -39,6 +42,7 @@ impl KafkaSource {
             config,
             batch,
             sink,
+            log_every: common::LogEvery::new(std::time::Duration::from_secs(1)),
         }
     }
 
@@ -161,7 +165,9 @@ impl KafkaSource {
                 self.sink
                     .metrics
                     .source(&self.sink.metrics.kafka_errors, &self.label);
-                tracing::warn!(source = %self.label, error = %e, "Kafka consumer error");
+                if let Some(held_back) = self.log_every.check("consume") {
+                    tracing::warn!(source = %self.label, error = %e, held_back, "Kafka consumer error");
+                }
                 return;
             }
         };

@@ -27,5 +27,5 @@ pub use kafka::{KafkaConfig, KafkaRole};
 pub use ops::{serve_ops, Health, OpsConfig, OpsServer};
 pub use server::ServerLimits;
 pub use shutdown::{shutdown_on_signals, wait_for_signal};
-pub use telemetry::{init_tracing, LogConfig, LogFormat};
+pub use telemetry::{init_tracing, LogConfig, LogEvery, LogFormat};
 pub use time::{now_ms, Backoff};
