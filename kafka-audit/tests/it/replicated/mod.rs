@@ -88,7 +88,8 @@ pub fn run_scenarios() {
         .collect();
     assert!(
         !selected.is_empty(),
-        "KAFKA_AUDIT_TEST_R_SCENARIOS={only:?} names none of the scenarios {names:?}"
+        "KAFKA_AUDIT_TEST_R_SCENARIOS={} names none of the scenarios {names:?}",
+        only.as_deref().unwrap_or_default()
     );
     let mut failed = Vec::new();
     for (name, scenario) in selected {
