@@ -19,7 +19,7 @@ ORDER BY n;
 
 -- Small tables every worker may need: a copy on every node.
 SELECT create_reference_table(t::regclass)
-FROM unnest(ARRAY['audit_emitter', 'web_alert_open']) AS x(t)
+FROM unnest(ARRAY['audit_emitter', 'web_alert_open', 'web_proven_loss']) AS x(t)
 WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = t::regclass);
 
 -- audit_pending (the roll-up queue, taken by ctid with SKIP LOCKED) and audit_reject

@@ -232,6 +232,27 @@ pub trait AlertLedger: Send + Sync {
         channel: &str,
         dedup_key: &str,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Losses proven before their window was final (issue 28), of windows starting at
+    /// `from_ms` or later, at most `limit`, by window start.
+    fn proven_losses(
+        &self,
+        from_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<ProvenLoss>>> + Send;
+
+    /// Records a window's proof; a window keeps its first one.
+    fn save_proven_loss(
+        &self,
+        proof: &ProvenLoss,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Forgets the proofs of windows starting before `window_start_ms`; how many.
+    fn forget_proven_losses(
+        &self,
+        window_start_ms: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
 }
 
 /// The collector's upkeep: partitions ahead of traffic, retention behind it, and

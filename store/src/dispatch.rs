@@ -229,6 +229,15 @@ impl AlertLedger for Store {
     async fn delete_open_alert(&self, channel: &str, dedup_key: &str) -> Result<()> {
         dispatch!(self, s => s.delete_open_alert(channel, dedup_key).await)
     }
+    async fn proven_losses(&self, from_ms: i64, limit: u32) -> Result<Vec<ProvenLoss>> {
+        dispatch!(self, s => s.proven_losses(from_ms, limit).await)
+    }
+    async fn save_proven_loss(&self, proof: &ProvenLoss, now_ms: i64) -> Result<()> {
+        dispatch!(self, s => s.save_proven_loss(proof, now_ms).await)
+    }
+    async fn forget_proven_losses(&self, window_start_ms: i64) -> Result<u64> {
+        dispatch!(self, s => s.forget_proven_losses(window_start_ms).await)
+    }
 }
 
 impl Upkeep for Store {

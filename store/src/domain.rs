@@ -173,6 +173,19 @@ pub struct ProgressRow {
     pub log_append_time: bool,
 }
 
+/// A loss the replicator's evidence proved before its window was final (issue 28):
+/// web keeps judging the window lost whatever arrives later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProvenLoss {
+    pub window_start_ms: i64,
+    pub topic: String,
+    pub upstream: String,
+    pub downstream: String,
+    pub datacenter: String,
+    /// The proof, as the verdict's reason said it.
+    pub reason: String,
+}
+
 /// When an emitter (auditor instance) was last heard from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EmitterRow {

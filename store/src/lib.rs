@@ -24,7 +24,8 @@
 //! `audit_reject`, `audit_message` (every accepted UUID, the deduplication record),
 //! `audit_pending` (PostgreSQL: increments staged, not yet rolled up), `audit_topic`
 //! (PostgreSQL: the topics with windows),
-//! `web_alert_open` (alerts web's channels delivered and have not resolved). No other
+//! `web_alert_open` (alerts web's channels delivered and have not resolved),
+//! `web_proven_loss` (losses web proved before their window was final). No other
 //! crate runs SQL on these tables: the pools are private to this crate.
 //!
 //! On PostgreSQL the tables that grow with traffic (`audit_window`, its buckets and

@@ -273,6 +273,57 @@ macro_rules! alert_ledger {
                 .context("forgetting a resolved alert")
                 .map(drop)
         }
+
+        async fn proven_losses(&self, from_ms: i64, limit: u32) -> Result<Vec<crate::ProvenLoss>> {
+            let rows: Vec<(i64, String, String, String, String, String)> =
+                sqlx::query_as(crate::sql::PROVEN_LOSSES)
+                    .bind(from_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .context("reading proven losses")?;
+            Ok(rows
+                .into_iter()
+                .map(
+                    |(window_start_ms, topic, upstream, downstream, datacenter, reason)| {
+                        crate::ProvenLoss {
+                            window_start_ms,
+                            topic,
+                            upstream,
+                            downstream,
+                            datacenter,
+                            reason,
+                        }
+                    },
+                )
+                .collect())
+        }
+
+        async fn save_proven_loss(&self, proof: &crate::ProvenLoss, now_ms: i64) -> Result<()> {
+            let _writer = self.lock_writer().await;
+            sqlx::query(crate::sql::SAVE_PROVEN_LOSS)
+                .bind(proof.window_start_ms)
+                .bind(&proof.topic)
+                .bind(&proof.upstream)
+                .bind(&proof.downstream)
+                .bind(&proof.datacenter)
+                .bind(&proof.reason)
+                .bind(now_ms)
+                .execute(&self.pool)
+                .await
+                .context("recording a proven loss")
+                .map(drop)
+        }
+
+        async fn forget_proven_losses(&self, window_start_ms: i64) -> Result<u64> {
+            let _writer = self.lock_writer().await;
+            sqlx::query(crate::sql::FORGET_PROVEN_LOSSES)
+                .bind(window_start_ms)
+                .execute(&self.pool)
+                .await
+                .context("forgetting proven losses")
+                .map(|r| r.rows_affected())
+        }
     };
 }
 pub(crate) use alert_ledger;

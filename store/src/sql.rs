@@ -212,5 +212,19 @@ pub(crate) const SAVE_OPEN_ALERT: &str =
      VALUES ($1, $2, $3, $4)
      ON CONFLICT (channel, dedup_key) DO UPDATE SET alert = excluded.alert";
 
+/// Uses the primary key (window_start_ms first).
+pub(crate) const PROVEN_LOSSES: &str =
+    "SELECT window_start_ms, topic, upstream, downstream, datacenter, reason
+     FROM web_proven_loss WHERE window_start_ms >= $1
+     ORDER BY window_start_ms, topic, upstream, downstream, datacenter LIMIT $2";
+
+pub(crate) const SAVE_PROVEN_LOSS: &str = "INSERT INTO web_proven_loss
+       (window_start_ms, topic, upstream, downstream, datacenter, reason, proven_at_ms)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)
+     ON CONFLICT (window_start_ms, topic, upstream, downstream, datacenter) DO NOTHING";
+
+pub(crate) const FORGET_PROVEN_LOSSES: &str =
+    "DELETE FROM web_proven_loss WHERE window_start_ms < $1";
+
 pub(crate) const DELETE_OPEN_ALERT: &str =
     "DELETE FROM web_alert_open WHERE channel = $1 AND dedup_key = $2";

@@ -45,7 +45,7 @@ impl AppState {
     }
 
     /// A state that reads from `store` (a read replica may do) and keeps the open
-    /// alerts in `alert_store` (a writer).
+    /// alerts and the proven losses in `alert_store` (a writer).
     pub fn with_alert_store(
         config: Config,
         store: Store,
@@ -61,6 +61,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::new());
         let evaluator = Evaluator::new(
             store.clone(),
+            alert_store.clone(),
             topology.clone(),
             index.clone(),
             metrics.clone(),

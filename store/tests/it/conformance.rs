@@ -105,6 +105,7 @@ conformance!(
     auditor_reports_give_one_row_per_auditor,
     staged_windows_are_increments_not_yet_rolled_up,
     open_alerts_are_saved_replaced_listed_and_deleted,
+    proven_losses_keep_the_first_proof_and_are_forgotten_by_window,
     latest_window_ms_is_the_length_of_the_newest_window,
 );
 
@@ -1711,6 +1712,55 @@ async fn open_alerts_are_saved_replaced_listed_and_deleted(store: &Store) {
         store.open_alerts("pager").await.unwrap(),
         vec![pair("k1", r#"{"v":4}"#)]
     );
+}
+
+/// Losses proven before their window was final (issue 28): a window keeps its first
+/// proof, reads start at a window and are capped in key order, and forgetting removes
+/// the windows before a start.
+async fn proven_losses_keep_the_first_proof_and_are_forgotten_by_window(store: &Store) {
+    let proof = |w: i64, topic: &str, dc: &str, reason: &str| ProvenLoss {
+        window_start_ms: w,
+        topic: topic.into(),
+        upstream: "regional".into(),
+        downstream: "aggregate".into(),
+        datacenter: dc.into(),
+        reason: reason.into(),
+    };
+    assert!(store.proven_losses(0, 10).await.unwrap().is_empty());
+    let w1 = T0 + W;
+    let first = [
+        proof(w1, "orders", "agg", "at least 37 missing"),
+        proof(T0, "orders", "agg", "at least 5 missing"),
+        proof(w1, "orders", "dc2", "at least 1 missing"),
+        // Names are data: stored as given (sorting after "orders" in every collation).
+        proof(w1, "z-ordérs 💥", "agg", "at least 2 missing"),
+    ];
+    for p in &first {
+        store.save_proven_loss(p, T0 + 1).await.unwrap();
+    }
+    // A window keeps its first proof.
+    store
+        .save_proven_loss(&proof(w1, "orders", "agg", "at least 99 missing"), T0 + 2)
+        .await
+        .unwrap();
+    let all = store.proven_losses(0, 10).await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            first[1].clone(),
+            first[0].clone(),
+            first[2].clone(),
+            first[3].clone()
+        ]
+    );
+    assert_eq!(
+        store.proven_losses(w1, 10).await.unwrap(),
+        all[1..].to_vec()
+    );
+    assert_eq!(store.proven_losses(0, 2).await.unwrap(), all[..2].to_vec());
+    assert_eq!(store.forget_proven_losses(w1).await.unwrap(), 1);
+    assert_eq!(store.proven_losses(0, 10).await.unwrap(), all[1..].to_vec());
+    assert_eq!(store.forget_proven_losses(w1).await.unwrap(), 0);
 }
 
 /// serve learns the deployment's window size from the store: the length of the window

@@ -391,7 +391,7 @@ async fn on_citus_the_tables_are_distributed_as_documented() {
             "{name}"
         );
     }
-    for name in ["audit_emitter", "web_alert_open"] {
+    for name in ["audit_emitter", "web_alert_open", "web_proven_loss"] {
         assert_eq!(
             find(name).map(|t| t.1.as_str()),
             Some("reference"),

@@ -20,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use store::{TimeRange, VerdictReads};
 
 use super::params::{resolve_range, TimeParam};
-use crate::engine::{Edge, EdgeWindow, Lifecycle, Staged, Topology, Verdict};
+use crate::engine::{Edge, EdgeWindow, Lifecycle, SoFar, Staged, Topology, Verdict};
 use crate::error::{ApiResult, AppError};
 use crate::reads::{self, Unread};
 use crate::state::AppState;
@@ -204,7 +204,9 @@ fn required<'q>(value: &'q Option<String>, message: &str) -> ApiResult<&'q str> 
 
 fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
     let ratio = ratio(e.observed, e.expected);
-    let enough = ratio.is_none_or(|r| r >= threshold);
+    // A loss proven while the window was open is not undone by records that came
+    // since (see `eval::hold_proven_loss`): such a window is never complete.
+    let enough = ratio.is_none_or(|r| r >= threshold) && e.so_far != Some(SoFar::Loss);
     let status = match (e.lifecycle, enough) {
         (Lifecycle::Final, true) => GateStatus::Complete,
         (Lifecycle::Final, false) => GateStatus::Incomplete,
@@ -234,7 +236,9 @@ fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
 /// grace period and every auditor involved has read past it) and ratio >= threshold. A
 /// ratio above 1, or a tier with data where the reference has none (ratio null), is not
 /// missing data and counts as complete once final. A window without data at either tier
-/// has ratio 1 and `no_data: true`; it is complete once final. `status` per window and
+/// has ratio 1 and `no_data: true`; it is complete once final. A window whose loss was
+/// proven before it was final (`so_far = loss`, issue 28) is never complete, whatever
+/// arrived since. `status` per window and
 /// for the range: `complete`, `pending` (not final yet: wait) or `incomplete` (final and
 /// below the threshold: data is missing; late data can still complete it). `kafka-audit
 /// wait` polls this route.
@@ -344,6 +348,10 @@ pub async fn completeness(
     );
     // A capped read answers pending for what it could not see, never complete.
     unread.hold(&topo, &mut judged);
+    crate::eval::hold_proven_losses(
+        &state.index.read().expect("verdict index lock"),
+        &mut judged,
+    );
     let windows: Vec<WindowCompleteness> = judged.into_iter().map(|e| gate(e, threshold)).collect();
     let count = |s: GateStatus| windows.iter().filter(|w| w.status == s).count();
     let (complete, pending, incomplete) = (

@@ -195,6 +195,7 @@ pub async fn compare(
         unread.hold(&topo, &mut edges);
         edges.sort_by_key(|e| e.window_start);
     }
+    crate::eval::hold_proven_losses(&state.index.read().expect("verdict index lock"), &mut edges);
     Ok(Json(CompareResponse {
         topic,
         from,

@@ -1,7 +1,7 @@
 //! The verdict index that `/anomalies`, `/topics`, the metrics and the alerts read,
 //! and the plan a cycle publishes into it at once ([`IndexPlan`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use crate::engine::{self, EdgeWindow, Verdict};
@@ -80,6 +80,11 @@ pub struct VerdictIndex {
     /// full: absent from the index, they would read as `ok`, so the API answers 503
     /// for ranges that meet them until they leave the horizon.
     pub dropped: Option<(i64, i64)>,
+    /// Windows whose loss the replicator's evidence proved before they were final, with
+    /// the proof's reason: a proven loss stays the verdict whatever the counts do later
+    /// (issue 28; [`super::hold_proven_loss`]). Windows of the horizon, as many as
+    /// `max_entries` at most.
+    pub proven: HashMap<VerdictKey, String>,
 }
 
 /// What a cold start has judged so far; `/readyz` shows it.
@@ -122,6 +127,8 @@ pub(crate) struct IndexPlan {
     pub(super) window_mismatches: Option<BTreeMap<(String, String), WindowMismatch>>,
     pub(super) evaluated_at: Option<i64>,
     pub(super) loading: Option<Option<Loading>>,
+    /// Losses proven for the first time.
+    pub(super) proven: Vec<(VerdictKey, String)>,
 }
 
 impl VerdictIndex {
@@ -146,6 +153,11 @@ impl VerdictIndex {
         }
         for topic in &plan.topics_gone {
             self.topics.remove(topic);
+        }
+        for (key, proof) in plan.proven {
+            if self.max_entries == 0 || self.proven.len() < self.max_entries {
+                self.proven.entry(key).or_insert(proof);
+            }
         }
         if let Some(m) = plan.window_mismatches {
             self.window_mismatches = m;
@@ -193,6 +205,7 @@ impl VerdictIndex {
     fn drop_before(&mut self, start: i64) {
         let keep = self.entries.split_off(&VerdictKey::first_of(start, None));
         self.entries = keep;
+        self.proven.retain(|k, _| k.window_start >= start);
         self.dropped = match self.dropped {
             Some((_, hi)) if hi < start => None,
             Some((lo, hi)) => Some((lo.max(start), hi)),

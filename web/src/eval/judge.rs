@@ -275,7 +275,9 @@ impl Evaluator {
         // Only this evaluator writes the index: it holds the previous verdicts.
         let index = self.index.read().expect("verdict index lock");
         for mut v in verdicts {
-            hold_proven_loss(&mut self.proven, &mut v);
+            if let Some(proof) = hold_proven_loss(&index.proven, &mut v) {
+                plan.proven.push(proof);
+            }
             if v.verdict.is_anomaly() {
                 let known = index
                     .entries
@@ -301,20 +303,23 @@ impl Evaluator {
     }
 }
 
-/// A loss proven while the window was open stays its verdict: the first proof is
-/// remembered in `proven`, and a later verdict that is not a proven loss (the
-/// replicator fell behind on newer records: in flight; or the final verdict after more
-/// records arrived) is answered `loss`, its reason the proof's followed by what the
-/// counts say now. Records that arrive after a proof cannot undo it: they are copies
-/// made again, or the proof's evidence was wrong (docs/web.md, "Replication evidence").
-pub(crate) fn hold_proven_loss(proven: &mut HashMap<VerdictKey, String>, v: &mut EdgeWindow) {
+/// A loss proven while the window was open stays its verdict: `proven` holds the first
+/// proof of each window (the index's, [`super::VerdictIndex::proven`]), and a later
+/// verdict that is not a proven loss (the replicator fell behind on newer records: in
+/// flight; or the final verdict after more records arrived) is answered `loss`, its
+/// reason the proof's followed by what the counts say now. Records that arrive after a
+/// proof cannot undo it: they are copies made again, or the proof's evidence was wrong
+/// (docs/web.md, "Replication evidence"). Returns the proof `v` makes, when it is a
+/// window's first.
+pub fn hold_proven_loss(
+    proven: &HashMap<VerdictKey, String>,
+    v: &mut EdgeWindow,
+) -> Option<(VerdictKey, String)> {
+    let key = key_of(v);
     if v.so_far == Some(engine::SoFar::Loss) {
-        proven.entry(key_of(v)).or_insert_with(|| v.reason.clone());
-        return;
+        return (!proven.contains_key(&key)).then(|| (key, v.reason.clone()));
     }
-    let Some(proof) = proven.get(&key_of(v)) else {
-        return;
-    };
+    let proof = proven.get(&key)?;
     v.reason = format!(
         "a loss was proven while the window was open ({proof}); now {}: {}",
         v.verdict.as_str(),
@@ -322,4 +327,16 @@ pub(crate) fn hold_proven_loss(proven: &mut HashMap<VerdictKey, String>, v: &mut
     );
     v.verdict = Verdict::Loss;
     v.so_far = Some(engine::SoFar::Loss);
+    None
+}
+
+/// [`hold_proven_loss`] for verdicts judged outside the evaluator (the API's `compare`
+/// and `completeness`), with the proofs the index holds: they say what the index says.
+pub fn hold_proven_losses(index: &super::VerdictIndex, verdicts: &mut [EdgeWindow]) {
+    if index.proven.is_empty() {
+        return;
+    }
+    for v in verdicts {
+        hold_proven_loss(&index.proven, v);
+    }
 }

@@ -26,7 +26,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use audit_lib::WindowSize;
-use store::{Deployment, Store, StoreError, TimeRange, VerdictReads};
+use store::{AlertLedger, Deployment, Store, StoreError, TimeRange, VerdictReads};
 
 use crate::engine::topology::TopologyCell;
 use crate::engine::{self, ProgressRow, Topology};
@@ -38,8 +38,7 @@ mod judge;
 
 use index::IndexPlan;
 pub use index::{key_of, Loading, VerdictIndex, VerdictKey, WindowMismatch};
-#[cfg(test)]
-pub(crate) use judge::hold_proven_loss;
+pub use judge::{hold_proven_loss, hold_proven_losses};
 
 /// Upper bound of the keys of windows with late increments read per cycle, as every
 /// other read (keys are up to 250 bytes: 500 000 of them were ~150 MB of serve).
@@ -72,6 +71,13 @@ pub struct CycleStats {
 
 pub struct Evaluator {
     pub store: Store,
+    /// Where the proven losses are kept across restarts (a writer; `store` may be a
+    /// read replica).
+    ledger: Store,
+    /// Whether the proofs a previous process recorded are in the index.
+    proofs_loaded: bool,
+    /// The ledger holds no proof of a window starting before this.
+    proofs_forgotten_before: i64,
     pub topology: Arc<TopologyCell>,
     pub index: Arc<RwLock<VerdictIndex>>,
     pub metrics: Arc<Metrics>,
@@ -104,12 +110,10 @@ pub struct Evaluator {
     progress_capped: bool,
     /// When it did: the progress of the page of topics being judged.
     page_progress: Option<Arc<crate::reads::PageProgress>>,
-    /// Windows whose loss the replicator's evidence proved before they were final,
-    /// with the proof's reason: a proven loss stays the verdict whatever the counts
-    /// do later (issue 28; see [`Evaluator::hold_proven_loss`]). Windows of the
-    /// horizon only.
-    proven: HashMap<VerdictKey, String>,
 }
+
+/// Most proven losses read at a cold start.
+const PROOF_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 
 /// Most auditors (topic × tier × datacenter) read per cycle.
 const AUDITOR_LIMIT: u32 = store::MAX_READ_ROWS as u32;
@@ -117,6 +121,7 @@ const AUDITOR_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 impl Evaluator {
     pub fn new(
         store: Store,
+        ledger: Store,
         topology: Arc<TopologyCell>,
         index: Arc<RwLock<VerdictIndex>>,
         metrics: Arc<Metrics>,
@@ -124,6 +129,9 @@ impl Evaluator {
     ) -> Self {
         Self {
             store,
+            ledger,
+            proofs_loaded: false,
+            proofs_forgotten_before: i64::MIN,
             topology,
             index,
             metrics,
@@ -141,7 +149,6 @@ impl Evaluator {
             progress: Arc::new(HashMap::new()),
             progress_capped: false,
             page_progress: None,
-            proven: HashMap::new(),
         }
     }
 
@@ -170,6 +177,7 @@ impl Evaluator {
             plan.evaluated_at = None;
             plan.loading = None;
         }
+        self.save_proofs(&plan.proven, now).await;
         self.publish(plan);
         // The anomaly gauges from the index just published (none before a topology).
         let result = result.map(|judged| {
@@ -249,6 +257,7 @@ impl Evaluator {
             .window_of(now.saturating_sub(self.horizon_ms))
             .start_ms;
         let range_end = now + window_ms;
+        self.keep_proofs(horizon_start).await?;
 
         // Every topic's auditors, also of idle topics (no windows to judge), so that
         // an auditor that stops reporting is flagged even when its topic is quiet.
@@ -321,7 +330,6 @@ impl Evaluator {
             .window_mismatches
             .clone();
         mismatches.retain(|_, m| m.window_start >= horizon_start);
-        self.proven.retain(|k, _| k.window_start >= horizon_start);
         let mut stats = CycleStats::default();
         match (self.last_cycle, self.loaded_from) {
             (Some(last), Some(loaded_from)) => {
@@ -424,6 +432,65 @@ impl Evaluator {
         self.index.write().expect("verdict index lock").apply(plan);
     }
 
+    /// Records the losses proven for the first time in the ledger, so that a restarted
+    /// serve keeps judging them lost. A proof that cannot be written stays in this
+    /// process's index (warned and counted as an evaluation error).
+    async fn save_proofs(&self, proofs: &[(VerdictKey, String)], now: i64) {
+        for (k, reason) in proofs {
+            let proof = store::ProvenLoss {
+                window_start_ms: k.window_start,
+                topic: k.topic.clone(),
+                upstream: k.upstream.clone(),
+                downstream: k.downstream.clone(),
+                datacenter: k.datacenter.clone(),
+                reason: reason.clone(),
+            };
+            if let Err(e) = self.ledger.save_proven_loss(&proof, now).await {
+                self.metrics.evaluation_errors.inc();
+                tracing::warn!(error = %e, topic = %k.topic, window_start = k.window_start,
+                    "a proven loss was not recorded: a restart would judge its window by the counts alone");
+            }
+        }
+    }
+
+    /// Before the first cycle judges anything: the proofs a previous process recorded,
+    /// into the index. Then, whenever the horizon moves on, forgets the older ones.
+    async fn keep_proofs(&mut self, horizon_start: i64) -> Result<(), StoreError> {
+        if !self.proofs_loaded {
+            let proofs = self
+                .ledger
+                .proven_losses(horizon_start, PROOF_LIMIT)
+                .await?;
+            if proofs.len() >= PROOF_LIMIT as usize {
+                tracing::warn!(
+                    limit = PROOF_LIMIT,
+                    "more proven losses in the horizon than one read holds: the newest are judged by their counts alone"
+                );
+            }
+            let mut index = self.index.write().expect("verdict index lock");
+            for p in proofs {
+                let key = VerdictKey {
+                    window_start: p.window_start_ms,
+                    topic: p.topic,
+                    upstream: p.upstream,
+                    downstream: p.downstream,
+                    datacenter: p.datacenter,
+                };
+                index.proven.entry(key).or_insert(p.reason);
+            }
+            self.proofs_loaded = true;
+        }
+        if horizon_start > self.proofs_forgotten_before {
+            match self.ledger.forget_proven_losses(horizon_start).await {
+                Ok(_) => self.proofs_forgotten_before = horizon_start,
+                Err(e) => {
+                    tracing::warn!(error = %e, "proven losses older than the horizon not forgotten; trying again at the next cycle")
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// One step of the cold start: judges the next older part of the horizon not judged
     /// yet (`LOAD_STEP_MS` of windows, every topic). Returns whether the whole horizon
     /// is judged (`true` before the first cycle too: nothing is loading then).
@@ -474,6 +541,7 @@ impl Evaluator {
             self.windows_loaded += stats.windows as u64;
             plan.loading = Some(self.loading_of(horizon_start));
         }
+        self.save_proofs(&plan.proven, now).await;
         self.publish(plan);
         result?;
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);

@@ -14,3 +14,4 @@ mod conversion;
 mod dashboard_browser;
 mod edges;
 mod golden;
+mod proofs;

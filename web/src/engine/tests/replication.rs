@@ -305,14 +305,17 @@ fn a_final_window_is_judged_by_the_counts_alone() {
 #[test]
 fn a_proven_loss_stays_a_loss_whatever_arrives_later() {
     use crate::eval::hold_proven_loss;
+    use std::collections::HashMap;
     let t = replicated("");
-    let mut proven = std::collections::HashMap::new();
-    let judge = |proven: &mut _, observed, progress: &[ProgressRow], now| {
+    let mut proven = HashMap::new();
+    let judge = |proven: &mut HashMap<_, _>, observed, progress: &[ProgressRow], now| {
         let mut v = t
             .evaluate_topic("orders", &[W], &counted(observed), progress, now)
             .remove(0);
         let before = (v.verdict, v.so_far, v.reason.clone());
-        hold_proven_loss(proven, &mut v);
+        if let Some((key, proof)) = hold_proven_loss(proven, &mut v) {
+            proven.insert(key, proof);
+        }
         (before, v)
     };
     let evidence = [copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
@@ -363,7 +366,7 @@ fn a_proven_loss_stays_a_loss_whatever_arrives_later() {
         .collect();
     let judged = t.evaluate_topic("orders", &[next], &rows, &settled(now), now);
     let mut held = judged[0].clone();
-    hold_proven_loss(&mut proven, &mut held);
+    assert_eq!(hold_proven_loss(&proven, &mut held), None);
     assert_eq!(held, judged[0]);
 }
 

@@ -1,0 +1,135 @@
+//! A loss proven before its window is final (issue 28) stays a loss: once the counts
+//! catch up, and after a restart of serve (the proof is kept in the store,
+//! `web_proven_loss`), in the index, `/compare` and `/completeness` alike.
+
+use crate::support;
+
+use axum::http::StatusCode;
+use store::{AuditBody, Message};
+use support::*;
+use web::engine::{Lifecycle, SoFar, Verdict};
+use web::AppState;
+
+/// producer → regional on one cluster: the producer tier's acknowledged offsets are
+/// their own evidence (`same_cluster`).
+const CONFIG: &str = r#"
+[topology]
+window = "10m"
+grace = "20m"
+stall_after = "30m"
+tiers = [
+  { name = "producer", progress = false },
+  { name = "regional" },
+]
+[[topology.edges]]
+upstream = "producer"
+downstream = "regional"
+replicator = "same_cluster"
+[serve]
+evaluate_every = "1h"
+"#;
+
+/// (verdict, lifecycle, so_far, reason) of producer → regional in dc1 for `w`, from
+/// the index (absent: ok).
+fn judged(state: &AppState, w: i64) -> Option<(Verdict, Lifecycle, Option<SoFar>, String)> {
+    let index = state.index.read().unwrap();
+    let found = index
+        .in_range(w, w + 1)
+        .find(|e| e.topic == "orders" && e.datacenter == "dc1")
+        .map(|e| (e.verdict, e.lifecycle, e.so_far, e.reason.clone()));
+    found
+}
+
+on_both_backends!(a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart);
+
+async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(backend: Backend) {
+    let (store, _db) = support::store(backend).await;
+    let config = || -> web::Config { toml::from_str(CONFIG).expect("config parses") };
+    let w = settled_window();
+    // While w is open: the producer tier counted 100 records on partition 0, the last
+    // at w + 4 min; the regional tier 63; its auditor read partition 0 to the end at
+    // w + 4.5 min, after that.
+    let mut produced = increment("orders", "producer", "dc1", w, 100, 1000);
+    if let AuditBody::Increment(i) = &mut produced.body {
+        i.stats.max_observed_at = Some(w + 4 * MIN);
+    }
+    let read_at = w + 4 * MIN + 30_000;
+    let read = progress_of(
+        "orders",
+        "regional",
+        "dc1",
+        "regional-dc1-0",
+        read_at,
+        0,
+        2000,
+        Some(read_at - 1000),
+        Some(0),
+    );
+    write(
+        &store,
+        vec![
+            produced,
+            increment("orders", "regional", "dc1", w, 63, 630),
+            read,
+        ],
+    )
+    .await;
+    let first = AppState::new(config(), store.clone()).expect("state");
+    first.evaluate(w + 5 * MIN).await.unwrap();
+    let (verdict, lifecycle, so_far, proof) = judged(&first, w).expect("a verdict");
+    assert_eq!(
+        (verdict, lifecycle, so_far),
+        (Verdict::Loss, Lifecycle::Open, Some(SoFar::Loss)),
+        "{proof}"
+    );
+    assert!(proof.contains("at least 37 "), "{proof}");
+    drop(first);
+
+    // The 37 records arrive after all (the counts alone now say ok), the regional
+    // auditor reads past the window's end + grace, and serve restarts.
+    let caught_up: Vec<Message> = vec![
+        increment("orders", "regional", "dc1", w, 37, 370),
+        caught_up("orders", "regional", "dc1"),
+    ];
+    write(&store, caught_up).await;
+    let second = AppState::new(config(), store.clone()).expect("state");
+    second.evaluate(now_ms()).await.unwrap();
+    let (verdict, lifecycle, so_far, reason) = judged(&second, w).expect("a verdict");
+    assert_eq!(
+        (verdict, lifecycle, so_far),
+        (Verdict::Loss, Lifecycle::Final, Some(SoFar::Loss)),
+        "{reason}"
+    );
+    assert_eq!(
+        reason,
+        format!("a loss was proven while the window was open ({proof}); now ok: complete")
+    );
+    // The API says the same.
+    let range = format!("from={w}&to={}", w + WINDOW);
+    let r = get(&second, &format!("/api/v1/topics/orders/compare?{range}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let edge = &r.body["edges"][0];
+    assert_eq!(
+        (
+            &edge["expected"],
+            &edge["observed"],
+            &edge["verdict"],
+            &edge["so_far"]
+        ),
+        (
+            &serde_json::json!(100),
+            &serde_json::json!(100),
+            &serde_json::json!("loss"),
+            &serde_json::json!("loss")
+        ),
+        "{}",
+        r.body
+    );
+    let r = get(
+        &second,
+        &format!("/api/v1/topics/orders/completeness?tier=regional&datacenter=dc1&{range}"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["status"], "incomplete", "{}", r.body);
+}
