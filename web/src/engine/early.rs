@@ -261,11 +261,15 @@ impl Early {
                     0 => String::new(),
                     n => format!(" (and up to {n} more may still be in flight)"),
                 };
+                let copied = match edge.replicator {
+                    Some(common::replication::Replicator::SameCluster) => "they were in the log",
+                    _ => "the replicator had copied past them",
+                };
                 return (
                     Some(SoFar::Loss),
                     Verdict::Loss,
                     format!(
-                        "proven before the window is final: at least {proven} of the {expected} messages counted upstream so far are missing downstream{more}; the replicator had copied past them as of {} and the downstream has read its whole log since",
+                        "proven before the window is final: at least {proven} of the {expected} messages counted upstream so far are missing downstream{more}; {copied} as of {} and the downstream has read its whole log since",
                         at(copied_at)
                     ),
                 );
