@@ -40,15 +40,19 @@ fn judged(state: &AppState, w: i64) -> Option<(Verdict, Lifecycle, Option<SoFar>
     found
 }
 
-on_both_backends!(a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart);
+on_both_backends!(
+    a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart,
+    a_full_index_keeps_and_records_no_more_proofs,
+);
 
-async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(backend: Backend) {
-    let (store, _db) = support::store(backend).await;
-    let config = || -> web::Config { toml::from_str(CONFIG).expect("config parses") };
-    let w = settled_window();
-    // While w is open: the producer tier counted 100 records on partition 0, the last
-    // at w + 4 min; the regional tier 63; its auditor read partition 0 to the end at
-    // w + 4.5 min, after that.
+fn config() -> web::Config {
+    toml::from_str(CONFIG).expect("config parses")
+}
+
+/// While `w` is open: the producer tier counted 100 records on partition 0, the last
+/// at w + 4 min; the regional tier 63; its auditor read partition 0 to the end at
+/// w + 4.5 min, after that. Evaluated at w + 5 min: 37 proven missing.
+async fn seed_proven(store: &store::Store, w: i64) {
     let mut produced = increment("orders", "producer", "dc1", w, 100, 1000);
     if let AuditBody::Increment(i) = &mut produced.body {
         i.stats.max_observed_at = Some(w + 4 * MIN);
@@ -66,7 +70,7 @@ async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(back
         Some(0),
     );
     write(
-        &store,
+        store,
         vec![
             produced,
             increment("orders", "regional", "dc1", w, 63, 630),
@@ -74,6 +78,12 @@ async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(back
         ],
     )
     .await;
+}
+
+async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(backend: Backend) {
+    let (store, _db) = support::store(backend).await;
+    let w = settled_window();
+    seed_proven(&store, w).await;
     let first = AppState::new(config(), store.clone()).expect("state");
     first.evaluate(w + 5 * MIN).await.unwrap();
     let (verdict, lifecycle, so_far, proof) = judged(&first, w).expect("a verdict");
@@ -132,4 +142,40 @@ async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(back
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["status"], "incomplete", "{}", r.body);
+}
+
+/// Proofs are bounded as verdicts are (`serve.max_verdicts`): a full index keeps no
+/// more, and records none in the store (forged evidence would otherwise write its
+/// proofs again at every cycle).
+async fn a_full_index_keeps_and_records_no_more_proofs(backend: Backend) {
+    use store::AlertLedger;
+    let (store, _db) = support::store(backend).await;
+    let w = settled_window();
+    let mut cfg = config();
+    cfg.serve.max_verdicts = 1;
+    let state = AppState::new(cfg, store.clone()).expect("state");
+    seed_proven(&store, w).await;
+    state.evaluate(w + 5 * MIN).await.unwrap();
+    let next = w + WINDOW;
+    seed_proven(&store, next).await;
+    for _ in 0..3 {
+        state.evaluate(next + 5 * MIN).await.unwrap();
+    }
+    let kept: Vec<i64> = state
+        .index
+        .read()
+        .unwrap()
+        .proven
+        .keys()
+        .map(|k| k.window_start)
+        .collect();
+    assert_eq!(kept, vec![w]);
+    let recorded: Vec<i64> = store
+        .proven_losses(0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.window_start_ms)
+        .collect();
+    assert_eq!(recorded, vec![w]);
 }
