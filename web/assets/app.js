@@ -974,7 +974,7 @@
       h('td', {}, e.checksums_match ? h('span', { class: 'dim' }, 'match') : h('span', { class: 'neg' }, 'differ')),
       untimedCell(e),
       h('td', {}, h('span', { class: `lifecycle ${e.lifecycle}` }, e.lifecycle),
-        e.so_far ? h('span', { class: 'dim', 'data-so-far': e.so_far, title: 'What the replicator\'s evidence shows before the window is final (docs/web.md, Replication evidence)' }, ` · ${SO_FAR[e.so_far] || e.so_far}`) : null),
+        e.so_far ? h('span', { class: 'dim', 'data-so-far': e.so_far, title: 'What the replicator\'s evidence shows before the window is final; a loss proven then stays a loss (docs/web.md, Replication evidence)' }, ` · ${SO_FAR[e.so_far] || e.so_far}`) : null),
       h('td', {}, empty ? h('span', { class: 'badge v-nodata', 'data-verdict-badge': 'nodata' }, 'no data') : badge(e.verdict)),
       h('td', { class: 'reason' }, empty ? 'no tier reported this window' : e.reason),
     ];
