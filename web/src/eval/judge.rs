@@ -318,8 +318,13 @@ pub fn hold_proven_loss(
     proven: &HashMap<VerdictKey, String>,
     v: &mut EdgeWindow,
 ) -> Option<(VerdictKey, String)> {
+    let proof_now = v.so_far == Some(engine::SoFar::Loss);
+    // Every verdict of every cycle comes here: no key is built when nothing can match.
+    if !proof_now && proven.is_empty() {
+        return None;
+    }
     let key = key_of(v);
-    if v.so_far == Some(engine::SoFar::Loss) {
+    if proof_now {
         return (!proven.contains_key(&key)).then(|| (key, v.reason.clone()));
     }
     let proof = proven.get(&key)?;
@@ -336,9 +341,6 @@ pub fn hold_proven_loss(
 /// [`hold_proven_loss`] for verdicts judged outside the evaluator (the API's `compare`
 /// and `completeness`), with the proofs the index holds: they say what the index says.
 pub fn hold_proven_losses(index: &super::VerdictIndex, verdicts: &mut [EdgeWindow]) {
-    if index.proven.is_empty() {
-        return;
-    }
     for v in verdicts {
         hold_proven_loss(&index.proven, v);
     }

@@ -10,21 +10,9 @@ use support::*;
 use web::engine::{Lifecycle, SoFar, Verdict};
 use web::AppState;
 
-/// producer → regional on one cluster: the producer tier's acknowledged offsets are
-/// their own evidence (`same_cluster`).
-const CONFIG: &str = r#"
-[topology]
-window = "10m"
-grace = "20m"
-stall_after = "30m"
-tiers = [
-  { name = "producer", progress = false },
-  { name = "regional" },
-]
-[[topology.edges]]
-upstream = "producer"
-downstream = "regional"
-replicator = "same_cluster"
+/// producer → regional (`support::TOPOLOGY`) on one cluster: the producer tier's
+/// acknowledged offsets are their own evidence (`same_cluster`).
+const ON_ONE_CLUSTER: &str = r#"replicator = "same_cluster"
 [serve]
 evaluate_every = "1h"
 "#;
@@ -45,8 +33,8 @@ on_both_backends!(
     a_full_index_keeps_and_records_no_more_proofs,
 );
 
-fn config() -> web::Config {
-    toml::from_str(CONFIG).expect("config parses")
+fn one_cluster() -> web::Config {
+    support::config(ON_ONE_CLUSTER)
 }
 
 /// While `w` is open: the producer tier counted 100 records on partition 0, the last
@@ -84,7 +72,7 @@ async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(back
     let (store, _db) = support::store(backend).await;
     let w = settled_window();
     seed_proven(&store, w).await;
-    let first = AppState::new(config(), store.clone()).expect("state");
+    let first = AppState::new(one_cluster(), store.clone()).expect("state");
     first.evaluate(w + 5 * MIN).await.unwrap();
     let (verdict, lifecycle, so_far, proof) = judged(&first, w).expect("a verdict");
     assert_eq!(
@@ -102,7 +90,7 @@ async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(back
         caught_up("orders", "regional", "dc1"),
     ];
     write(&store, caught_up).await;
-    let second = AppState::new(config(), store.clone()).expect("state");
+    let second = AppState::new(one_cluster(), store.clone()).expect("state");
     second.evaluate(now_ms()).await.unwrap();
     let (verdict, lifecycle, so_far, reason) = judged(&second, w).expect("a verdict");
     assert_eq!(
@@ -151,7 +139,7 @@ async fn a_full_index_keeps_and_records_no_more_proofs(backend: Backend) {
     use store::AlertLedger;
     let (store, _db) = support::store(backend).await;
     let w = settled_window();
-    let mut cfg = config();
+    let mut cfg = one_cluster();
     cfg.serve.max_verdicts = 1;
     let state = AppState::new(cfg, store.clone()).expect("state");
     seed_proven(&store, w).await;
