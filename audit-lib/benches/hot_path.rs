@@ -5,13 +5,15 @@
 //! - the full record path (extract + window + histogram + checksum), goal ≤ 100 ns per
 //!   100-byte message;
 //! - the checksum's per-message hash at 100 B and 1 KB (bytes/s) vs one `xxh3_64` over
-//!   the same bytes already contiguous (what the audit service's counting thread does).
+//!   the same bytes already contiguous (what the audit service's counting thread does);
+//! - a latency's histogram bucket: the table lookup vs the formula's `ln`.
 //!
 //! Run: `cargo bench -p audit-lib --bench hot_path`, then
 //! `python3 audit-lib/benches/ratios.py` prints medians and ratios.
 
 use std::hint::black_box;
 
+use audit_lib::histogram::{bucket_by_formula, bucket_index};
 use audit_lib::scan::{find_path, RawValue};
 use audit_lib::timeparse::{int_to_ms, number_to_ms};
 use audit_lib::{classify, Aggregator, EventTimeConfig, Identity, Limits, Observation, Unit};
@@ -254,5 +256,42 @@ fn checksum(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, extraction, record_path, checksum);
+/// A latency's histogram bucket, once per counted message: the table lookup
+/// (`bucket_index`) against the contract's formula with its `ln` (`bucket_by_formula`),
+/// on latencies a second to an hour apart in random order (no run helps either).
+fn latency_bucket(c: &mut Criterion) {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let latencies: Vec<i64> = (0..N)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            1_000 + (x >> 33) as i64 % 3_600_000
+        })
+        .collect();
+    for &v in &latencies {
+        assert_eq!(bucket_index(v), bucket_by_formula(v));
+    }
+    let mut g = c.benchmark_group("latency_bucket");
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("formula_ln", |b| {
+        b.iter(|| {
+            latencies
+                .iter()
+                .map(|&v| bucket_by_formula(black_box(v)))
+                .sum::<u32>()
+        })
+    });
+    g.bench_function("table", |b| {
+        b.iter(|| {
+            latencies
+                .iter()
+                .map(|&v| bucket_index(black_box(v)))
+                .sum::<u32>()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, extraction, record_path, checksum, latency_bucket);
 criterion_main!(benches);

@@ -28,4 +28,7 @@ base = median("record_100B", "serde_json_one_field_struct")
 m = median("record_100B", "aggregator_record")
 print(f"record_100B: aggregator_record {m:.1f} ns/msg (goal <= 100 ns), serde_json baseline {base:.1f} ns/msg, ratio {base/m:.1f}x")
 ok &= m <= 100
+base = median("latency_bucket", "formula_ln")
+m = median("latency_bucket", "table")
+print(f"latency_bucket: table {m:.1f} ns/latency, formula with ln {base:.1f} ns, ratio {base/m:.1f}x")
 sys.exit(0 if ok else 1)

@@ -43,9 +43,99 @@ fn ln_gamma() -> f64 {
     GAMMA.ln()
 }
 
-/// Bucket index of a latency `v >= 1` ms.
+/// Bucket index of a latency `v >= 1` ms: the contract's formula,
+/// `ceil(ln(v) / ln(1.02))`, without its `ln`.
+///
+/// Counting calls this once per message, and the `ln` (a libm call) and the float
+/// arithmetic around it were ~20 % of a 100-byte message's counting (`perf`, issue 30).
+/// Below 2^40 ms the index is read from [`BucketTable`], built once from the formula
+/// itself: the latency's power of two and next 6 bits give a bucket at most one below
+/// the answer, and the first latency of the next bucket says whether it is. Integer
+/// work only, exact in any order.
 #[inline]
 pub fn bucket_index(v_ms: i64) -> u32 {
+    if !(1..TABLE_BELOW).contains(&v_ms) {
+        return bucket_by_formula(v_ms);
+    }
+    let t = BucketTable::get();
+    let zeros = v_ms.leading_zeros();
+    let cell = ((63 - zeros) << CELL_BITS) as usize
+        | (((v_ms as u64) << zeros) >> (63 - CELL_BITS)) as usize & CELL_MASK;
+    let mut i = t.estimate[cell] as usize;
+    // t.firsts[i] <= v < t.firsts[i + 1] means exactly: the formula gives i.
+    while v_ms >= t.firsts[i + 1] {
+        i += 1;
+    }
+    i as u32
+}
+
+/// Latencies from this one up take the formula: below it, the `ln` of two adjacent
+/// integers differs by 2^-40 and more, hundreds of ulps of the result, so the formula
+/// is monotone whatever libm's last-bit rounding, and the table is exact. (2^40 ms is
+/// 35 years.)
+const TABLE_BELOW: i64 = 1 << 40;
+
+/// Each power of two split in 2^CELL_BITS cells of its next bits: a cell spans at
+/// most log2(1 + 1/64) · (ln 2 / ln 1.02) = 0.8 of a bucket.
+const CELL_BITS: u32 = 6;
+const CELL_MASK: usize = (1 << CELL_BITS) - 1;
+
+/// What [`bucket_index`] reads, computed once per process by the formula (~1 400
+/// buckets and 2 560 cells, a few `ln` each: well under a millisecond).
+struct BucketTable {
+    /// `firsts[i]`: the smallest latency whose bucket is `i` or above, for every bucket
+    /// below [`TABLE_BELOW`] and one past it (bucket `i` holds
+    /// `firsts[i] .. firsts[i + 1]`, empty when they are equal, as buckets 1-35 are).
+    firsts: Vec<i64>,
+    /// Per cell (power of two `k`, next bits `j`): the bucket of the cell's smallest
+    /// latency, so no larger than that of any latency in it.
+    estimate: Vec<u16>,
+}
+
+impl BucketTable {
+    #[inline]
+    fn get() -> &'static BucketTable {
+        static TABLE: std::sync::OnceLock<BucketTable> = std::sync::OnceLock::new();
+        TABLE.get_or_init(BucketTable::build)
+    }
+
+    fn build() -> BucketTable {
+        let last = bucket_by_formula(TABLE_BELOW) as usize + 1;
+        let mut firsts = vec![1i64];
+        for i in 1..=last as u32 {
+            // v > 1.02^(i-1) starts bucket i (the ceil of anything above i - 1); the
+            // float estimate is then corrected by the formula, a step or two either way.
+            let mut v = (GAMMA.powi(i as i32 - 1).floor() as i64).max(*firsts.last().unwrap());
+            while v > 1 && bucket_by_formula(v - 1) >= i {
+                v -= 1;
+            }
+            while bucket_by_formula(v) < i {
+                v += 1;
+            }
+            firsts.push(v);
+        }
+        let powers = 64 - (TABLE_BELOW - 1).leading_zeros();
+        let estimate = (0..powers << CELL_BITS)
+            .map(|cell| {
+                let (k, j) = (cell >> CELL_BITS, i64::from(cell) & CELL_MASK as i64);
+                // The cell's smallest latency (below 2^6 a cell holds one latency or none).
+                let smallest = if k >= CELL_BITS {
+                    (1i64 << k) + (j << (k - CELL_BITS))
+                } else {
+                    (1i64 << k) + (j >> (CELL_BITS - k))
+                };
+                bucket_by_formula(smallest) as u16
+            })
+            .collect();
+        BucketTable { firsts, estimate }
+    }
+}
+
+/// `ceil(ln(v) / ln(1.02))` for `v >= 1`, the contract's definition ([`bucket_index`]
+/// gives the same, faster; public for the benchmark that shows it).
+#[doc(hidden)]
+#[inline]
+pub fn bucket_by_formula(v_ms: i64) -> u32 {
     debug_assert!(v_ms >= 1);
     let x = (v_ms as f64).ln() / ln_gamma();
     // ceil(x) for x >= 0 without a libm call (f64::ceil is not inlined on baseline
@@ -349,6 +439,66 @@ mod tests {
         let formula = |v: i64| ((v as f64).ln() / GAMMA.ln()).ceil() as u32;
         for v in (1..200_000).chain((0..2000).map(|k| 1i64 << (k % 62) | k)) {
             assert_eq!(bucket_index(v), formula(v), "v = {v}");
+        }
+    }
+
+    #[test]
+    fn the_table_answers_what_the_formula_does_whatever_the_order() {
+        // Every latency of the first 1 M ms in order (runs through every bucket there).
+        for v in 1..1_000_000 {
+            assert_eq!(bucket_index(v), bucket_by_formula(v), "v = {v}");
+        }
+        // Both sides of every bucket's first latency in the table, in table order.
+        let firsts = &BucketTable::get().firsts;
+        assert!(*firsts.last().unwrap() >= TABLE_BELOW);
+        // Every cell's estimate is its smallest latency's bucket, at most one below its
+        // largest's (one step of correction).
+        let table = BucketTable::get();
+        for k in CELL_BITS..40 {
+            for j in 0..1i64 << CELL_BITS {
+                let smallest = (1i64 << k) + (j << (k - CELL_BITS));
+                let largest = smallest + (1i64 << (k - CELL_BITS)) - 1;
+                let e = u32::from(table.estimate[(k << CELL_BITS) as usize | j as usize]);
+                assert_eq!(e, bucket_by_formula(smallest), "cell {k}/{j}");
+                assert!(bucket_by_formula(largest) - e <= 1, "cell {k}/{j}");
+            }
+        }
+        for (i, &f) in firsts.iter().enumerate() {
+            assert!(bucket_by_formula(f) >= i as u32, "firsts[{i}] = {f}");
+            assert!(
+                f == 1 || bucket_by_formula(f - 1) < i as u32,
+                "firsts[{i}] = {f}"
+            );
+            for v in [f - 1, f, f + 1, f + 7, f + 1000]
+                .into_iter()
+                .filter(|&v| v >= 1)
+            {
+                assert_eq!(bucket_index(v), bucket_by_formula(v), "v = {v}");
+            }
+        }
+        // Jumps anywhere, small steps from each, and latencies past the table.
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for n in 0..300_000u64 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let v = match n % 4 {
+                0 => (x >> 23) as i64 + 1, // up to 2^41
+                1 => (x >> 1) as i64 | 1,  // anywhere in i64
+                _ => (x >> 40) as i64 + 1, // up to 2^24
+            };
+            for w in [v, v.saturating_add(1), v.saturating_add((n % 50) as i64)] {
+                assert_eq!(bucket_index(w), bucket_by_formula(w), "v = {w}");
+            }
+        }
+        for v in [
+            TABLE_BELOW - 1,
+            TABLE_BELOW,
+            TABLE_BELOW + 1,
+            i64::MAX - 1,
+            i64::MAX,
+        ] {
+            assert_eq!(bucket_index(v), bucket_by_formula(v), "v = {v}");
         }
     }
 
