@@ -8,9 +8,10 @@
 #    which goes first; same message count on both sides. Per round: rates, ratio, and
 #    each side's process CPU per message (and per thread, on stderr) and how busy the
 #    machine was (the broker shares the cores). The summary states this machine's
-#    bare-consumer CPU per message, so figures from different machines compare.
-#    Targets at 100 B: median ratio >= 0.9, every round >= 0.85, service CPU per
-#    message <= 1.2x the bare consumer's.
+#    bare-consumer CPU per message, so figures from different machines compare. The bare
+#    consumer reads no clock per message (every 4096, as the service reads it every 64).
+#    Targets (issue 30): median throughput ratio >= 0.9 at both sizes, service CPU per
+#    message <= 1.1x the bare consumer's at 100 B and <= 1.2x at 1 KB (medians).
 # 2. Memory: TOPICS one-partition topics with late data spread over WINDOWS one-minute
 #    windows per topic, audited by one instance; peak RSS (VmHWM) must stay <= 256 MB.
 #    TOPICS=0 skips it.
