@@ -79,6 +79,8 @@ const TABLE_BELOW: i64 = 1 << 40;
 /// most log2(1 + 1/64) · (ln 2 / ln 1.02) = 0.8 of a bucket.
 const CELL_BITS: u32 = 6;
 const CELL_MASK: usize = (1 << CELL_BITS) - 1;
+/// The powers of two the table covers: every latency below [`TABLE_BELOW`].
+const POWERS: u32 = TABLE_BELOW.trailing_zeros();
 
 /// What [`bucket_index`] reads, computed once per process by the formula (~1 400
 /// buckets and 2 560 cells, a few `ln` each: well under a millisecond).
@@ -114,8 +116,7 @@ impl BucketTable {
             }
             firsts.push(v);
         }
-        let powers = 64 - (TABLE_BELOW - 1).leading_zeros();
-        let estimate = (0..powers << CELL_BITS)
+        let estimate = (0..POWERS << CELL_BITS)
             .map(|cell| {
                 let (k, j) = (cell >> CELL_BITS, i64::from(cell) & CELL_MASK as i64);
                 // The cell's smallest latency (below 2^6 a cell holds one latency or none).
@@ -448,13 +449,10 @@ mod tests {
         for v in 1..1_000_000 {
             assert_eq!(bucket_index(v), bucket_by_formula(v), "v = {v}");
         }
-        // Both sides of every bucket's first latency in the table, in table order.
-        let firsts = &BucketTable::get().firsts;
-        assert!(*firsts.last().unwrap() >= TABLE_BELOW);
+        let table = BucketTable::get();
         // Every cell's estimate is its smallest latency's bucket, at most one below its
         // largest's (one step of correction).
-        let table = BucketTable::get();
-        for k in CELL_BITS..40 {
+        for k in CELL_BITS..POWERS {
             for j in 0..1i64 << CELL_BITS {
                 let smallest = (1i64 << k) + (j << (k - CELL_BITS));
                 let largest = smallest + (1i64 << (k - CELL_BITS)) - 1;
@@ -463,6 +461,9 @@ mod tests {
                 assert!(bucket_by_formula(largest) - e <= 1, "cell {k}/{j}");
             }
         }
+        // Both sides of every bucket's first latency in the table, in table order.
+        let firsts = &table.firsts;
+        assert!(*firsts.last().unwrap() >= TABLE_BELOW);
         for (i, &f) in firsts.iter().enumerate() {
             assert!(bucket_by_formula(f) >= i as u32, "firsts[{i}] = {f}");
             assert!(

@@ -274,10 +274,10 @@ impl Evaluator {
         }
         // Only this evaluator writes the index: it holds the previous verdicts.
         let index = self.index.read().expect("verdict index lock");
+        // A full index keeps no more proofs (nor records them: forged evidence would
+        // write them again at every cycle).
+        let room = index.max_entries == 0 || index.proven.len() < index.max_entries;
         for mut v in verdicts {
-            // A full index keeps no more proofs (nor records them: forged evidence
-            // would write them again at every cycle).
-            let room = index.max_entries == 0 || index.proven.len() < index.max_entries;
             if let Some(proof) = hold_proven_loss(&index.proven, &mut v).filter(|_| room) {
                 plan.proven.push(proof);
             }
