@@ -298,4 +298,43 @@ async fn a_plain_java_producer_and_consumer_with_the_interceptor_are_audited_exa
         "consumer windows never equalled the regional tier's"
     );
     assert_eq!(stored(&state, &topic, "consumer", range).await, remaining);
+
+    // A producer that closes long before its first report (its audit producer never
+    // waits in send(), so the audit topic's metadata may not even be in yet): its
+    // counts go out at close, all of them.
+    const BRIEF: u64 = 20;
+    let brief = testkit::create_unique_topic(&rig.a, "java-icpt-brief", 1).await;
+    let brief_audit = testkit::create_unique_topic(&rig.a, "java-icpt-brief-audit", 1).await;
+    let out = java(vec![
+        "produce".into(),
+        rig.a.clone(),
+        brief.clone(),
+        BRIEF.to_string(),
+        "100000".into(),
+        "dc1".into(),
+        brief_audit.clone(),
+        event_time.display().to_string(),
+        "3600000".into(),
+        "brief".into(),
+    ])
+    .await;
+    assert!(out.contains("done failed=0"), "{out}");
+    let (bootstrap, audit) = (rig.a.clone(), brief_audit.clone());
+    let reported = tokio::task::spawn_blocking(move || testkit::read_log(&bootstrap, &audit, 1))
+        .await
+        .unwrap();
+    let counted: u64 = reported
+        .iter()
+        .map(|r| {
+            let m: serde_json::Value =
+                serde_json::from_slice(r.payload.as_deref().unwrap()).unwrap();
+            assert_eq!(
+                (m["topic"].as_str(), m["tier"].as_str()),
+                (Some(brief.as_str()), Some("producer")),
+                "{m}"
+            );
+            m["count"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(counted, BRIEF, "audit messages at close: {reported:?}");
 }

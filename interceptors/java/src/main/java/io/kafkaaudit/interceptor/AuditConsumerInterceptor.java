@@ -94,7 +94,13 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
       return records;
     }
     long now = System.currentTimeMillis();
-    emitter.submit(() -> consumed(records, now));
+    int n = records.count();
+    metrics.backlog.add(n);
+    emitter.submit(
+        () -> {
+          consumed(records, now);
+          metrics.backlog.add(-n);
+        });
     return records;
   }
 

@@ -57,8 +57,14 @@ final class AuditEmitter {
     p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
     p.putIfAbsent(ProducerConfig.CLIENT_ID_CONFIG, "kafka-audit-" + (settings.clientId.isEmpty() ? "client" : settings.clientId));
     p.putIfAbsent(ProducerConfig.LINGER_MS_CONFIG, "20");
-    // Its waits are the reporter's (or close's, bounded below), never the application's.
-    p.putIfAbsent(ProducerConfig.MAX_BLOCK_MS_CONFIG, "10000");
+    // Never waits in send(), for metadata or buffer space: the reporter's thread also
+    // does the counting the application's threads hand over, which would pile up in the
+    // heap behind a waiting send (a record at a time, for as long as the audit cluster is
+    // unreachable). A send refused at once is kept and sent again with the next report;
+    // the audit topic's metadata is fetched ahead (below) and kept while reports use it.
+    p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "0");
+    p.putIfAbsent(
+        ProducerConfig.METADATA_MAX_IDLE_CONFIG, String.valueOf(Math.max(300_000L, 3 * settings.reportIntervalMs)));
     // A report not acknowledged within this is sent again (same UUIDs) by the next one.
     p.putIfAbsent(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
     p.putIfAbsent(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
@@ -71,6 +77,7 @@ final class AuditEmitter {
               t.setDaemon(true);
               return t;
             });
+    timer.execute(this::fetchMetadata);
     long every = settings.reportIntervalMs;
     timer.scheduleWithFixedDelay(this::reportQuietly, every, every, TimeUnit.MILLISECONDS);
     timer.scheduleAtFixedRate(() -> coarseNow = System.currentTimeMillis(), 10, 10, TimeUnit.MILLISECONDS);
@@ -146,6 +153,15 @@ final class AuditEmitter {
     }
   }
 
+  /** Asks for the audit topic's metadata, without waiting: the first report then finds it. */
+  private void fetchMetadata() {
+    try {
+      producer.partitionsFor(settings.auditTopic);
+    } catch (RuntimeException notYet) {
+      // Requested; it arrives on the audit producer's own thread.
+    }
+  }
+
   private void reportQuietly() {
     try {
       report();
@@ -155,11 +171,16 @@ final class AuditEmitter {
     }
   }
 
-  /** Sends what was counted, unless the previous report is still unacknowledged. */
-  private void report() {
+  /**
+   * Sends what was counted, unless the previous report is still unacknowledged. False
+   * when the audit producer refused to take it at once (kept for the next report).
+   */
+  private boolean report() {
+    // What was handed over is counted whatever becomes of the sending.
+    beforeReport.run();
     synchronized (idle) {
       if (inFlight > 0) {
-        return;
+        return true;
       }
     }
     List<ProducerRecord<byte[], byte[]>> batch = new ArrayList<>();
@@ -167,7 +188,6 @@ final class AuditEmitter {
       batch.add(r);
     }
     if (batch.isEmpty()) {
-      beforeReport.run();
       List<Aggregator.Increment> drained;
       synchronized (lock) {
         drained = aggregator.drain();
@@ -181,18 +201,40 @@ final class AuditEmitter {
       }
     }
     if (batch.isEmpty()) {
-      return;
+      return true;
     }
     synchronized (idle) {
       inFlight += batch.size();
     }
+    RuntimeException refused = null;
+    int kept = 0;
     for (ProducerRecord<byte[], byte[]> r : batch) {
-      try {
-        producer.send(r, (md, e) -> delivered(r, e));
-      } catch (RuntimeException e) {
-        delivered(r, e);
+      if (refused == null) {
+        try {
+          producer.send(r, (md, e) -> delivered(r, e));
+          continue;
+        } catch (RuntimeException e) {
+          refused = e;
+        }
       }
+      // Refused at once (no metadata for the audit topic yet, its buffer full): the rest
+      // would be too. Kept, not tried, for the next report.
+      failed.add(r);
+      kept++;
     }
+    if (refused != null) {
+      metrics.auditSendFailures.add(kept);
+      synchronized (idle) {
+        inFlight -= kept;
+        idle.notifyAll();
+      }
+      log.warn(
+          "kafka-audit: {} audit messages to {} not sent now ({}); they are sent with the next report",
+          kept,
+          settings.auditTopic,
+          refused.toString());
+    }
+    return refused == null;
   }
 
   private void delivered(ProducerRecord<byte[], byte[]> r, Exception e) {
@@ -239,8 +281,12 @@ final class AuditEmitter {
       Thread.currentThread().interrupt();
     }
     try {
-      // A report in flight first, then what is left (failed ones are sent again).
-      for (int attempt = 0; attempt < 3 && System.currentTimeMillis() < deadline; attempt++) {
+      // A report in flight first, then what is left (failed ones are sent again). A
+      // report refused at once (a client closed before the audit topic's metadata came:
+      // the refusal asked for it) is tried again every 100 ms until the deadline.
+      // What was handed over since the last report, before anything is judged empty.
+      beforeReport.run();
+      for (int attempt = 0; attempt < 3 && System.currentTimeMillis() < deadline; ) {
         awaitIdle(deadline);
         boolean empty;
         synchronized (lock) {
@@ -249,9 +295,15 @@ final class AuditEmitter {
         if (empty && failed.isEmpty()) {
           break;
         }
-        report();
+        if (report()) {
+          attempt++;
+        } else {
+          Thread.sleep(Math.max(1, Math.min(100, deadline - System.currentTimeMillis())));
+        }
       }
       awaitIdle(deadline);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
     } catch (Throwable t) {
       metrics.internalErrors.increment();
       log.warn("kafka-audit: the last report failed", t);

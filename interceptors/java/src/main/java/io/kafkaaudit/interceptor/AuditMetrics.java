@@ -17,6 +17,7 @@ final class AuditMetrics implements AuditMetricsMBean {
   final LongAdder auditSendFailures = new LongAdder();
   final LongAdder auditMessagesLost = new LongAdder();
   final LongAdder internalErrors = new LongAdder();
+  final LongAdder backlog = new LongAdder();
   private ObjectName name;
 
   void register(String role, String clientId) {
@@ -93,5 +94,10 @@ final class AuditMetrics implements AuditMetricsMBean {
   @Override
   public long getInternalErrors() {
     return internalErrors.sum();
+  }
+
+  @Override
+  public long getBacklog() {
+    return backlog.sum();
   }
 }

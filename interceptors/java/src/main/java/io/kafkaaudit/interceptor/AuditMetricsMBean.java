@@ -38,4 +38,11 @@ public interface AuditMetricsMBean {
 
   /** Exceptions inside the interceptor, caught (the record is then not counted). */
   long getInternalErrors();
+
+  /**
+   * Records handed to the reporter's thread and not counted yet (producer: in chunks of
+   * 4 096 acknowledgements; consumer: records read). Near zero unless that thread is
+   * short of CPU.
+   */
+  long getBacklog();
 }

@@ -117,7 +117,12 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
       }
       if (full != null) {
         Acks chunk = full;
-        emitter.submit(() -> count(chunk));
+        metrics.backlog.add(chunk.n);
+        emitter.submit(
+            () -> {
+              count(chunk);
+              metrics.backlog.add(-chunk.n);
+            });
       }
     } catch (Throwable t) {
       metrics.internalErrors.increment();

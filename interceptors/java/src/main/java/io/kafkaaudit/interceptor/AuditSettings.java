@@ -65,7 +65,8 @@ final class AuditSettings {
   private static final Map<String, String> UNSUPPORTED =
       Map.of(
           "spool.dir", "the Java interceptors keep unsent reports in memory only (no spool)",
-          "spool.max.bytes", "the Java interceptors keep unsent reports in memory only (no spool)");
+          "spool.max.bytes", "the Java interceptors keep unsent reports in memory only (no spool)",
+          "max.block.ms", "the audit producer never waits in send(): a report it cannot send at once is sent with the next");
 
   /**
    * Client properties the audit producer inherits when it writes to the client's own

@@ -27,6 +27,7 @@ import org.apache.kafka.common.TopicPartition;
  * <pre>
  * produce BOOTSTRAP TOPIC COUNT RATE DATACENTER AUDIT_TOPIC EVENT_TIME_TOML REPORT_MS
  *   prints "acked PARTITION OFFSET TS ID" per acknowledged record, then "metrics ..."
+ *   (a tenth argument "brief": no "metrics" line, the client closed right after flush)
  * consume BOOTSTRAP TOPIC GROUP EXPECTED DATACENTER AUDIT_TOPIC EVENT_TIME_TOML REPORT_MS
  *   prints "consumed N", then "metrics ..."
  * delete-records BOOTSTRAP TOPIC PARTITION BEFORE_OFFSET
@@ -48,7 +49,7 @@ public final class E2eClient {
   public static void main(String[] a) throws Exception {
     switch (a[0]) {
       case "produce":
-        produce(a[1], a[2], Long.parseLong(a[3]), Long.parseLong(a[4]), audited(a[1], a[5], a[6], a[7], a[8]));
+        produce(a[1], a[2], Long.parseLong(a[3]), Long.parseLong(a[4]), audited(a[1], a[5], a[6], a[7], a[8]), a.length < 10 || !a[9].equals("brief"));
         break;
       case "consume":
         consume(a[2], a[3], Long.parseLong(a[4]), audited(a[1], a[5], a[6], a[7], a[8]));
@@ -67,7 +68,7 @@ public final class E2eClient {
     }
   }
 
-  static void produce(String bootstrap, String topic, long count, long rate, Properties p) throws Exception {
+  static void produce(String bootstrap, String topic, long count, long rate, Properties p, boolean counters) throws Exception {
     p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
     p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
     p.put("interceptor.classes", AuditProducerInterceptor.class.getName());
@@ -97,7 +98,8 @@ public final class E2eClient {
             });
       }
       producer.flush();
-      metrics = metrics("producer", "e2e-producer", count - failed.get());
+      // "brief": closed at once, before any report (the last counts go out at close).
+      metrics = counters ? metrics("producer", "e2e-producer", count - failed.get()) : "";
     }
     System.out.print(out);
     System.out.println(metrics);

@@ -76,6 +76,7 @@ class InterceptorTest {
     cases.put("kafka_audit.audit_topic=a/b", "not a Kafka topic name");
     cases.put("kafka_audit.bootstrap.server=x:1", "unknown property kafka_audit.bootstrap.server");
     cases.put("kafka_audit.spool.dir=/tmp", "kafka_audit.spool.dir is not supported");
+    cases.put("kafka_audit.max.block.ms=5000", "kafka_audit.max.block.ms is not supported");
     cases.put("kafka_audit.tier=a b", "kafka_audit.tier");
     for (Map.Entry<String, String> c : cases.entrySet()) {
       Properties p = new Properties();
@@ -210,6 +211,71 @@ class InterceptorTest {
       assertEquals(1, j.metrics().getUnseenBytes());
     } finally {
       j.close();
+    }
+  }
+
+  /** Polls {@code done} every 10 ms until it holds; fails after {@code ms}. */
+  static void await(java.util.function.BooleanSupplier done, long ms, java.util.function.Supplier<String> what) throws InterruptedException {
+    long deadline = System.nanoTime() + ms * 1_000_000;
+    while (!done.getAsBoolean()) {
+      assertTrue(System.nanoTime() < deadline, () -> "not within " + ms + " ms: " + what.get());
+      Thread.sleep(10);
+    }
+  }
+
+  /**
+   * The audit cluster unreachable (nothing listens on the config's 127.0.0.1:9): a
+   * report cannot be sent, and must neither hold up the counting behind it (records
+   * handed to the reporter's thread would pile up in the application's heap, a record
+   * at a time, for as long as a send waits for metadata) nor wait itself: it fails at
+   * once and is sent again with the next one.
+   */
+  @Test
+  void an_unreachable_audit_cluster_holds_up_neither_the_counting_nor_the_reports() throws Exception {
+    Map<String, Object> c = config(true);
+    c.put("kafka_audit.report.interval.ms", "100");
+    AuditProducerInterceptor<String, String> p = new AuditProducerInterceptor<>();
+    p.configure(c);
+    TopicPartition tp = new TopicPartition("orders", 0);
+    long[] offset = {0};
+    Runnable sendOne =
+        () -> {
+          String v = "{\"ts\":" + (T0 + offset[0]) + "}";
+          ProducerRecord<String, String> r = p.onSend(new ProducerRecord<>("orders", null, T0, "k", v));
+          p.onAcknowledgement(new RecordMetadata(tp, offset[0]++, 0, T0, 1, v.length()), null, r.headers());
+        };
+    try {
+      AuditMetrics m = p.metrics();
+      sendOne.run();
+      // The first report counts it, then tries to send it.
+      await(() -> m.getCounted() == 1 && m.getAuditSendFailures() >= 1, 3_000, () -> "counted " + m.getCounted() + ", send failures " + m.getAuditSendFailures());
+      // Three chunks of acknowledgements handed over while reports keep failing.
+      for (int k = 0; k < 3 * 4096 + 5; k++) {
+        sendOne.run();
+      }
+      long sent = offset[0];
+      long failuresBefore = m.getAuditSendFailures();
+      await(() -> m.getCounted() == sent && m.getAuditSendFailures() > failuresBefore, 3_000, () -> "counted " + m.getCounted() + " of " + sent);
+      await(() -> m.getBacklog() == 0, 3_000, () -> "backlog " + m.getBacklog());
+    } finally {
+      p.close();
+    }
+    Map<String, Object> cc = config(false);
+    cc.put("kafka_audit.report.interval.ms", "100");
+    AuditConsumerInterceptor<String, String> i = new AuditConsumerInterceptor<>();
+    i.configure(cc);
+    try {
+      AuditMetrics m = i.metrics();
+      TopicPartition orders = new TopicPartition("orders", 1);
+      i.onConsume(batch(orders, 0, 10));
+      i.onCommit(Map.of(orders, new OffsetAndMetadata(10)));
+      await(() -> m.getCounted() == 10 && m.getAuditSendFailures() >= 1, 3_000, () -> "counted " + m.getCounted() + ", send failures " + m.getAuditSendFailures());
+      i.onConsume(batch(orders, 10, 5_000));
+      i.onCommit(Map.of(orders, new OffsetAndMetadata(5_000)));
+      await(() -> m.getCounted() == 5_000, 3_000, () -> "counted " + m.getCounted());
+      await(() -> m.getBacklog() == 0, 3_000, () -> "backlog " + m.getBacklog());
+    } finally {
+      i.close();
     }
   }
 
