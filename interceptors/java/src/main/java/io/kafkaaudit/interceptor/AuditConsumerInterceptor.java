@@ -79,6 +79,10 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
     return metrics;
   }
 
+  AuditEmitter emitter() {
+    return emitter;
+  }
+
   /** What was counted and not reported yet, as the next report would send it (tests). */
   java.util.List<String> drainForTest(AuditJson.Identity id, long now) throws Exception {
     return emitter.drainForTest(id, now);
@@ -98,8 +102,11 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
     metrics.backlog.add(n);
     emitter.submit(
         () -> {
-          consumed(records, now);
-          metrics.backlog.add(-n);
+          try {
+            consumed(records, now);
+          } finally {
+            metrics.backlog.add(-n);
+          }
         });
     return records;
   }

@@ -6,12 +6,15 @@ import java.util.List;
 import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -30,6 +33,8 @@ import org.slf4j.LoggerFactory;
 final class AuditEmitter {
   private static final Logger log = LoggerFactory.getLogger(AuditEmitter.class);
   static final long CLOSE_TIMEOUT_MS = 15_000;
+  /** {@link #CLOSE_TIMEOUT_MS}, shorter in tests. */
+  long closeTimeoutMs = CLOSE_TIMEOUT_MS;
 
   private final AuditSettings settings;
   private final Aggregator aggregator;
@@ -206,35 +211,49 @@ final class AuditEmitter {
     synchronized (idle) {
       inFlight += batch.size();
     }
-    RuntimeException refused = null;
+    boolean refused = false;
     int kept = 0;
     for (ProducerRecord<byte[], byte[]> r : batch) {
-      if (refused == null) {
+      if (!refused) {
         try {
-          producer.send(r, (md, e) -> delivered(r, e));
-          continue;
+          // Refused at once (no metadata for the audit topic yet, its buffer full): the
+          // producer hands the error to the callback before send() returns.
+          refused = failedAtOnce(producer.send(r, (md, e) -> delivered(r, e)));
         } catch (RuntimeException e) {
-          refused = e;
+          delivered(r, e);
+          refused = true;
         }
+        continue;
       }
-      // Refused at once (no metadata for the audit topic yet, its buffer full): the rest
-      // would be too. Kept, not tried, for the next report.
+      // After a refusal the rest would be refused too: kept, not tried, for the next report.
       failed.add(r);
       kept++;
     }
-    if (refused != null) {
+    if (kept > 0) {
       metrics.auditSendFailures.add(kept);
       synchronized (idle) {
         inFlight -= kept;
         idle.notifyAll();
       }
-      log.warn(
-          "kafka-audit: {} audit messages to {} not sent now ({}); they are sent with the next report",
-          kept,
-          settings.auditTopic,
-          refused.toString());
+      log.warn("kafka-audit: {} more audit messages to {} kept for the next report", kept, settings.auditTopic);
     }
-    return refused == null;
+    return !refused;
+  }
+
+  /** Whether a send's outcome was a failure before send() returned. */
+  private static boolean failedAtOnce(Future<RecordMetadata> sent) {
+    if (!sent.isDone()) {
+      return false;
+    }
+    try {
+      sent.get();
+      return false;
+    } catch (ExecutionException e) {
+      return true;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    }
   }
 
   private void delivered(ProducerRecord<byte[], byte[]> r, Exception e) {
@@ -272,20 +291,20 @@ final class AuditEmitter {
 
   /** The last counts out, then the audit producer closed: bounded by {@link #CLOSE_TIMEOUT_MS}. */
   void close() {
-    long deadline = System.currentTimeMillis() + CLOSE_TIMEOUT_MS;
+    long deadline = System.currentTimeMillis() + closeTimeoutMs;
     // Counting handed over before close runs first (shutdown lets queued tasks finish).
     timer.shutdown();
     try {
-      timer.awaitTermination(CLOSE_TIMEOUT_MS / 3, TimeUnit.MILLISECONDS);
+      timer.awaitTermination(closeTimeoutMs / 3, TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
     try {
+      // What was handed over since the last report, before anything is judged empty.
+      beforeReport.run();
       // A report in flight first, then what is left (failed ones are sent again). A
       // report refused at once (a client closed before the audit topic's metadata came:
       // the refusal asked for it) is tried again every 100 ms until the deadline.
-      // What was handed over since the last report, before anything is judged empty.
-      beforeReport.run();
       for (int attempt = 0; attempt < 3 && System.currentTimeMillis() < deadline; ) {
         awaitIdle(deadline);
         boolean empty;

@@ -60,6 +60,10 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     return metrics;
   }
 
+  AuditEmitter emitter() {
+    return emitter;
+  }
+
   /** What was counted and not reported yet, as the next report would send it (tests). */
   java.util.List<String> drainForTest(AuditJson.Identity id, long now) throws Exception {
     return emitter.drainForTest(id, now);
@@ -120,8 +124,11 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
         metrics.backlog.add(chunk.n);
         emitter.submit(
             () -> {
-              count(chunk);
-              metrics.backlog.add(-chunk.n);
+              try {
+                count(chunk);
+              } finally {
+                metrics.backlog.add(-chunk.n);
+              }
             });
       }
     } catch (Throwable t) {

@@ -257,6 +257,15 @@ class InterceptorTest {
       long failuresBefore = m.getAuditSendFailures();
       await(() -> m.getCounted() == sent && m.getAuditSendFailures() > failuresBefore, 3_000, () -> "counted " + m.getCounted() + " of " + sent);
       await(() -> m.getBacklog() == 0, 3_000, () -> "backlog " + m.getBacklog());
+      // At close the refused report is tried again every 100 ms until the deadline (a
+      // client closed before its audit topic's metadata came gets it sent), then lost.
+      p.emitter().closeTimeoutMs = 1_000;
+      long tries = m.getAuditSendFailures();
+      long t0 = System.nanoTime();
+      p.close();
+      long tookMs = (System.nanoTime() - t0) / 1_000_000;
+      assertTrue(tookMs >= 900 && m.getAuditSendFailures() - tries >= 5, "close took " + tookMs + " ms, " + (m.getAuditSendFailures() - tries) + " tries");
+      assertTrue(m.getAuditMessagesLost() >= 1, "lost " + m.getAuditMessagesLost());
     } finally {
       p.close();
     }
@@ -274,6 +283,7 @@ class InterceptorTest {
       i.onCommit(Map.of(orders, new OffsetAndMetadata(5_000)));
       await(() -> m.getCounted() == 5_000, 3_000, () -> "counted " + m.getCounted());
       await(() -> m.getBacklog() == 0, 3_000, () -> "backlog " + m.getBacklog());
+      i.emitter().closeTimeoutMs = 1_000;
     } finally {
       i.close();
     }
