@@ -98,16 +98,7 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
       return records;
     }
     long now = System.currentTimeMillis();
-    int n = records.count();
-    metrics.backlog.add(n);
-    emitter.submit(
-        () -> {
-          try {
-            consumed(records, now);
-          } finally {
-            metrics.backlog.add(-n);
-          }
-        });
+    emitter.submit(() -> consumed(records, now), records.count());
     return records;
   }
 

@@ -143,18 +143,32 @@ final class AuditEmitter {
    * thread) hand over. A task that throws is counted, never propagated.
    */
   void submit(Runnable task) {
+    submit(task, 0);
+  }
+
+  /** {@link #submit(Runnable)}, its {@code records} in {@code Backlog} until it has run. */
+  void submit(Runnable task, long records) {
+    metrics.backlog.add(records);
+    Runnable counted =
+        () -> {
+          try {
+            task.run();
+          } finally {
+            metrics.backlog.add(-records);
+          }
+        };
     try {
       timer.execute(
           () -> {
             try {
-              task.run();
+              counted.run();
             } catch (Throwable t) {
               metrics.internalErrors.increment();
             }
           });
     } catch (java.util.concurrent.RejectedExecutionException closed) {
       // After close began: the closing thread does what is left (see close).
-      task.run();
+      counted.run();
     }
   }
 

@@ -121,15 +121,7 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
       }
       if (full != null) {
         Acks chunk = full;
-        metrics.backlog.add(chunk.n);
-        emitter.submit(
-            () -> {
-              try {
-                count(chunk);
-              } finally {
-                metrics.backlog.add(-chunk.n);
-              }
-            });
+        emitter.submit(() -> count(chunk), chunk.n);
       }
     } catch (Throwable t) {
       metrics.internalErrors.increment();
