@@ -2,8 +2,9 @@
 # The interceptor plugin's cost: the same producer with and without
 # `plugin.library.paths` (+ kafka_audit.datacenter), in the same run, against a real
 # broker (default: dev cluster B). Producers: the C client on the workspace's static
-# librdkafka (kafka-audit-interceptor/tests/clients/client.c) and confluent-kafka's
-# wheel from PyPI (tests/clients/client.py); both sides use the same client settings
+# librdkafka (kafka-audit-interceptor/tests/clients/client.c), a rust-rdkafka
+# BaseProducer on the same librdkafka (tests/clients/rdkafka_client.rs, client "rust")
+# and confluent-kafka's wheel from PyPI (tests/clients/client.py); both sides use the same client settings
 # (linger.ms=5, the defaults otherwise) and the same messages: key k<i>, a JSON value
 # of SIZE bytes with its event time in "ts".
 #
@@ -54,6 +55,8 @@ PLUGIN=$out/libkafka_audit_interceptor.so
 cp target/release/libkafka_audit_interceptor.so "$PLUGIN"
 C_CLIENT=$out/kai-c-client
 cp target/release/kai-c-client "$C_CLIENT"
+RUST_CLIENT=$out/kai-rdkafka-client
+cp target/release/kai-rdkafka-client "$RUST_CLIENT"
 PYTHON=$(deploy/dev/python-clients)
 PY_CLIENT=kafka-audit-interceptor/tests/clients/client.py
 sides=(bare plugin)
@@ -118,8 +121,16 @@ for client in $CLIENTS; do
           esac
           [[ $side != bare ]] && props+=(kafka_audit.datacenter=bench "kafka_audit.audit_topic=$audit")
           args=(produce "$BOOTSTRAP" "$topic" "$n" "$(date +%s%3N)" 60000 3 "${props[@]}")
-          if [[ $client == c ]]; then line=$("${pin[@]}" "$C_CLIENT" "${args[@]}" | tail -1)
-          else line=$("${pin[@]}" "$PYTHON" "$PY_CLIENT" "${args[@]}" | tail -1); fi
+          case $client in
+            c) line=$("${pin[@]}" "$C_CLIENT" "${args[@]}" | tail -1) ;;
+            rust)
+              # rust-rdkafka sets properties in HashMap order: the plugin's own come
+              # from a file, as the README's rust-rdkafka section says.
+              printf '%s\n' "${props[@]}" | grep '^kafka_audit\.' >"$out/rust.properties" || true
+              line=$(KAFKA_AUDIT_INTERCEPTOR_PROPERTIES="$out/rust.properties" "${pin[@]}" \
+                "$RUST_CLIENT" "${args[@]/#kafka_audit.*/kai.ignored=}" | tail -1) ;;
+            *) line=$("${pin[@]}" "$PYTHON" "$PY_CLIENT" "${args[@]}" | tail -1) ;;
+          esac
           echo "$round $side $phase $line" >>"$out/$client-$size"
         done
       done

@@ -9,10 +9,17 @@
 //!
 //! ```text
 //! kai-rdkafka-client produce BOOTSTRAP TOPIC COUNT BASE_MS SPAN_MS PARTITIONS [PROP=VALUE...]
+//!   kai.size=S         values of S bytes (a "pad" field fills them up)
+//!   kai.rate=R         R messages a second (default: as fast as send() takes them),
+//!                      each send() call timed (produce_p50_ns, produce_p99_ns; else 0)
+//!   kai.broker_pid=P   also report the CPU time process P spent meanwhile
 //! kai-rdkafka-client consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]
 //! ```
 
 use std::time::{Duration, Instant};
+
+#[path = "accounting.rs"]
+mod accounting;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -43,7 +50,9 @@ fn config(bootstrap: &str, props: &[String]) -> ClientConfig {
     c.set("bootstrap.servers", bootstrap);
     for p in props {
         let (k, v) = p.split_once('=').expect("PROP=VALUE");
-        c.set(k, v);
+        if !k.starts_with("kai.") {
+            c.set(k, v); // kai.*: this program's own options
+        }
     }
     c
 }
@@ -56,40 +65,7 @@ fn fail(what: &str, e: impl std::fmt::Display) -> ! {
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     match a.get(1).map(String::as_str) {
-        Some("produce") if a.len() >= 8 => {
-            let (topic, count): (&str, i64) = (&a[3], a[4].parse().unwrap());
-            let (base, span): (i64, i64) = (a[5].parse().unwrap(), a[6].parse().unwrap());
-            let partitions: i64 = a[7].parse().unwrap();
-            let p: BaseProducer<Counted> = config(&a[2], &a[8..])
-                .create_with_context(Counted::default())
-                .unwrap_or_else(|e| fail("create", e));
-            for i in 0..count {
-                let key = format!("k{i}");
-                let value = format!("{{\"id\":{i},\"ts\":{}}}", base + i * span / count);
-                let mut record = BaseRecord::to(topic)
-                    .key(&key)
-                    .payload(&value)
-                    .partition((i % partitions) as i32);
-                loop {
-                    match p.send(record) {
-                        Ok(()) => break,
-                        Err((_, r)) => {
-                            record = r;
-                            p.poll(Duration::from_millis(10));
-                        }
-                    }
-                }
-                p.poll(Duration::ZERO);
-            }
-            p.flush(Duration::from_secs(30)).ok();
-            let c = p.context();
-            let load =
-                |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
-            println!(
-                "{}",
-                serde_json::json!({ "delivered": load(&c.delivered), "failed": load(&c.failed) })
-            );
-        }
+        Some("produce") if a.len() >= 8 => produce(&a),
         Some("consume") if a.len() >= 7 => {
             let mut props = vec![
                 "auto.offset.reset=earliest".to_string(),
@@ -119,4 +95,98 @@ fn main() {
             std::process::exit(2)
         }
     }
+}
+
+fn option<'a>(props: &'a [String], name: &str) -> Option<&'a str> {
+    props
+        .iter()
+        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Message i as the C client writes it, into `out` (reused: the producer's own work,
+/// not the formatting, is what the benchmark compares): JSON with its id and event
+/// time, padded to `size` bytes by a "pad" field of zeros.
+fn write_value(out: &mut String, i: i64, ts: i64, size: usize) {
+    use std::fmt::Write;
+    const ZEROS: &str = match std::str::from_utf8(&[b'0'; 4096]) {
+        Ok(z) => z,
+        Err(_) => panic!(),
+    };
+    out.clear();
+    write!(out, "{{\"id\":{i},\"ts\":{ts}}}").expect("a String takes it");
+    if size > out.len() + 10 && size < 4096 {
+        let pad = size - out.len() - 9; // ,"pad":""
+        out.pop();
+        out.push_str(",\"pad\":\"");
+        out.push_str(&ZEROS[..pad]);
+        out.push_str("\"}");
+    }
+}
+
+/// The same output as the C client's produce (client.c), for bench/interceptor.sh.
+fn produce(a: &[String]) {
+    use std::fmt::Write;
+    let (topic, count): (&str, i64) = (&a[3], a[4].parse().unwrap());
+    let (base, span): (i64, i64) = (a[5].parse().unwrap(), a[6].parse().unwrap());
+    let partitions: i64 = a[7].parse().unwrap();
+    let props = &a[8..];
+    let size: usize = option(props, "kai.size").map_or(0, |s| s.parse().unwrap());
+    let rate: f64 = option(props, "kai.rate").map_or(0.0, |s| s.parse().unwrap());
+    let broker_pid: u32 = option(props, "kai.broker_pid").map_or(0, |s| s.parse().unwrap());
+    let p: BaseProducer<Counted> = config(&a[2], props)
+        .create_with_context(Counted::default())
+        .unwrap_or_else(|e| fail("create", e));
+    // send() calls are timed when paced only, as in the C client.
+    let mut call_ns: Vec<u64> = Vec::with_capacity(if rate > 0.0 { count as usize } else { 0 });
+    let (mut key, mut value) = (String::new(), String::new());
+    let before = accounting::Snapshot::take(broker_pid);
+    let started = Instant::now();
+    for i in 0..count {
+        if rate > 0.0 && i % 64 == 0 {
+            let due = started + Duration::from_secs_f64(i as f64 / rate);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        key.clear();
+        write!(key, "k{i}").expect("a String takes it");
+        write_value(&mut value, i, base + i * span / count, size);
+        let mut record = BaseRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .partition((i % partitions) as i32);
+        let t0 = (rate > 0.0).then(Instant::now);
+        loop {
+            match p.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        if let Some(t0) = t0 {
+            call_ns.push(t0.elapsed().as_nanos() as u64);
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30)).ok();
+    let seconds = started.elapsed().as_secs_f64();
+    let after = accounting::Snapshot::take(broker_pid);
+    call_ns.sort_unstable();
+    let at = |q: usize| call_ns.get(call_ns.len() * q / 100).copied().unwrap_or(0);
+    let c = p.context();
+    let load = |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
+    let mut out = serde_json::json!({
+        "delivered": load(&c.delivered),
+        "failed": load(&c.failed),
+        "seconds": seconds,
+        "produce_calls": call_ns.len(),
+        "produce_p50_ns": at(50),
+        "produce_p99_ns": at(99),
+    });
+    drop(p);
+    accounting::difference(&before, &after, &mut out);
+    println!("{out}");
 }
