@@ -76,7 +76,9 @@ create_topic() {
 import sys
 from confluent_kafka.admin import AdminClient, NewTopic
 a = AdminClient({"bootstrap.servers": sys.argv[1]})
-for f in a.create_topics([NewTopic(sys.argv[2], int(sys.argv[3]), 1)]).values():
+# Deleted files go at once, not a minute later under the next size's runs.
+t = NewTopic(sys.argv[2], int(sys.argv[3]), 1, config={"file.delete.delay.ms": "0"})
+for f in a.create_topics([t]).values():
     f.result()
 PY
 }
@@ -87,6 +89,12 @@ from confluent_kafka.admin import AdminClient
 a = AdminClient({"bootstrap.servers": sys.argv[1]})
 for f in a.delete_topics(sys.argv[2:]).values():
     f.result()
+# Gone from the metadata (bounded: 60 s), so the next size starts on a settled broker.
+import time
+for _ in range(600):
+    if not set(sys.argv[2:]) & set(a.list_topics(timeout=10).topics):
+        break
+    time.sleep(0.1)
 PY
 }
 create_topic "$audit" 1
