@@ -105,20 +105,16 @@ fn option<'a>(props: &'a [String], name: &str) -> Option<&'a str> {
 
 /// Message i as the C client writes it, into `out` (reused: the producer's own work,
 /// not the formatting, is what the benchmark compares): JSON with its id and event
-/// time, padded to `size` bytes by a "pad" field of zeros.
-fn write_value(out: &mut String, i: i64, ts: i64, size: usize) {
+/// time, padded to `size` bytes by a "pad" field cut from `zeros`.
+fn write_value(out: &mut String, i: i64, ts: i64, size: usize, zeros: &str) {
     use std::fmt::Write;
-    const ZEROS: &str = match std::str::from_utf8(&[b'0'; 4096]) {
-        Ok(z) => z,
-        Err(_) => panic!(),
-    };
     out.clear();
     write!(out, "{{\"id\":{i},\"ts\":{ts}}}").expect("a String takes it");
-    if size > out.len() + 10 && size < 4096 {
+    if size > out.len() + 10 && size <= zeros.len() {
         let pad = size - out.len() - 9; // ,"pad":""
         out.pop();
         out.push_str(",\"pad\":\"");
-        out.push_str(&ZEROS[..pad]);
+        out.push_str(&zeros[..pad]);
         out.push_str("\"}");
     }
 }
@@ -138,7 +134,7 @@ fn produce(a: &[String]) {
         .unwrap_or_else(|e| fail("create", e));
     // send() calls are timed when paced only, as in the C client.
     let mut call_ns: Vec<u64> = Vec::with_capacity(if rate > 0.0 { count as usize } else { 0 });
-    let (mut key, mut value) = (String::new(), String::new());
+    let (mut key, mut value, zeros) = (String::new(), String::new(), "0".repeat(4095));
     let before = accounting::Snapshot::take(broker_pid);
     let started = Instant::now();
     for i in 0..count {
@@ -151,7 +147,7 @@ fn produce(a: &[String]) {
         }
         key.clear();
         write!(key, "k{i}").expect("a String takes it");
-        write_value(&mut value, i, base + i * span / count, size);
+        write_value(&mut value, i, base + i * span / count, size, &zeros);
         let mut record = BaseRecord::to(topic)
             .key(&key)
             .payload(&value)
