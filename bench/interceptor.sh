@@ -4,9 +4,9 @@
 # broker (default: dev cluster B). Producers: the C client on the workspace's static
 # librdkafka (kafka-audit-interceptor/tests/clients/client.c), a rust-rdkafka
 # BaseProducer on the same librdkafka (tests/clients/rdkafka_client.rs, client "rust")
-# and confluent-kafka's wheel from PyPI (tests/clients/client.py); both sides use the same client settings
-# (linger.ms=5, the defaults otherwise) and the same messages: key k<i>, a JSON value
-# of SIZE bytes with its event time in "ts".
+# and confluent-kafka's wheel from PyPI (tests/clients/client.py); both sides use the
+# same client settings (linger.ms=5, the defaults otherwise) and the same messages: key
+# k<i>, a JSON value of SIZE bytes with its event time in "ts".
 #
 # Per round every side runs once, in an order that rotates from round to round, in two
 # phases (a fresh process each):
@@ -125,17 +125,18 @@ for client in $CLIENTS; do
             plugin) props+=("plugin.library.paths=$PLUGIN") ;;
             base) props+=("plugin.library.paths=$out/baseline.so") ;;
           esac
-          [[ $side != bare ]] && props+=(kafka_audit.datacenter=bench "kafka_audit.audit_topic=$audit")
+          audit_props=()
+          [[ $side != bare ]] && audit_props=(kafka_audit.datacenter=bench "kafka_audit.audit_topic=$audit")
           args=(produce "$BOOTSTRAP" "$topic" "$n" "$(date +%s%3N)" 60000 3 "${props[@]}")
           case $client in
-            c) line=$("${pin[@]}" "$C_CLIENT" "${args[@]}" | tail -1) ;;
+            c) line=$("${pin[@]}" "$C_CLIENT" "${args[@]}" "${audit_props[@]}" | tail -1) ;;
             rust)
               # rust-rdkafka sets properties in HashMap order: the plugin's own come
               # from a file, as the README's rust-rdkafka section says.
-              printf '%s\n' "${props[@]}" | grep '^kafka_audit\.' >"$out/rust.properties" || true
+              printf '%s\n' "${audit_props[@]}" >"$out/rust.properties"
               line=$(KAFKA_AUDIT_INTERCEPTOR_PROPERTIES="$out/rust.properties" "${pin[@]}" \
-                "$RUST_CLIENT" "${args[@]/#kafka_audit.*/kai.ignored=}" | tail -1) ;;
-            *) line=$("${pin[@]}" "$PYTHON" "$PY_CLIENT" "${args[@]}" | tail -1) ;;
+                "$RUST_CLIENT" "${args[@]}" | tail -1) ;;
+            *) line=$("${pin[@]}" "$PYTHON" "$PY_CLIENT" "${args[@]}" "${audit_props[@]}" | tail -1) ;;
           esac
           echo "$round $side $phase $line" >>"$out/$client-$size"
         done

@@ -315,9 +315,10 @@ unsafe extern "C" fn on_acknowledgement(
 /// plugin's time on the broker thread (`perf`: 79 % of `acknowledged`'s samples on its
 /// first load). With the prefetch, librdkafka's broker thread spent 1 385 → 1 021 ns a
 /// 1 KB message and 508 → 458 ns a 100-byte one (C producer at full speed, medians of
-/// 5 alternating runs; docs/benchmarks.md). Nothing is dereferenced but this message's own memory: a producer's
-/// message is an `rd_kafka_msg_t`, larger than the public part and its link, and a
-/// prefetch of whatever address it holds (null at the end of a batch) cannot fault.
+/// 5 alternating runs; docs/benchmarks.md). Nothing is dereferenced but this message's
+/// own memory: a producer's message is an `rd_kafka_msg_t`, larger than the public part
+/// and its link, and a prefetch of whatever address it holds (null at the end of a
+/// batch) cannot fault.
 ///
 /// # Safety
 /// `msg` is the message librdkafka's on_acknowledgement passed.
