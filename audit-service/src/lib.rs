@@ -13,7 +13,7 @@ pub mod counting;
 mod kafka;
 pub mod metrics;
 mod offsets_seen;
-mod raw_headers;
+mod record;
 mod replication;
 pub mod wal;
 
@@ -26,6 +26,11 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, Mode};
 pub use kafka::client::consumer_client_config;
+/// The consume loop's batch reading, for the benchmark's batch-reading bare consumer.
+#[doc(hidden)]
+pub use kafka::fetch::{Batch, FetchQueue};
+#[doc(hidden)]
+pub use record::Record;
 
 /// A started audit service.
 pub struct Running {

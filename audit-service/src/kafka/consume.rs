@@ -1,6 +1,7 @@
 //! The consume loop (docs/design.md §5): one blocking thread owns a `BaseConsumer`, counts
-//! every message it polls, and makes the interval reports; a second thread publishes
-//! them. A report's WAL entry is written before anything is sent.
+//! every message it reads (in batches from its fetch queue, `kafka::fetch`, or one by
+//! one from the consumer queue), and makes the interval reports; a second thread
+//! publishes them. A report's WAL entry is written before anything is sent.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -10,19 +11,20 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer, RebalanceProtocol};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio_util::sync::CancellationToken;
 
 use crate::auditor::{Origin, Reason};
 use crate::config::Config;
 use crate::kafka::context::{AuditContext, NOT_EAGER};
+use crate::kafka::fetch::{Batch, FetchQueue};
 use crate::kafka::shell::Shell;
 use crate::kafka::topics::resolve_topics;
 use crate::metrics::ServiceError;
+use crate::record::Record;
 
-const POLL: Duration = Duration::from_millis(100);
-/// When the fetched-message queue runs dry, how long to let librdkafka refill it
-/// before polling again. Blocking in `poll` instead would wake this thread once per
+/// When both queues run dry, how long to let librdkafka refill the fetch queue before
+/// reading it again. Blocking at once instead would wake this thread once per
 /// message the fetcher enqueues (a context switch each); a short wait turns that into
 /// one wake-up per batch. The fetcher keeps filling the queue meanwhile, so nothing is
 /// lost in throughput (bench/audit-service.sh: 1 ms and 200 µs both beat blocking;
@@ -30,6 +32,11 @@ const POLL: Duration = Duration::from_millis(100);
 const REFILL: Duration = Duration::from_micros(200);
 /// Messages between two clock reads in the consume loop.
 const CLOCK_EVERY: u32 = 64;
+/// Messages read from the fetch queue at once (`kafka::fetch`).
+const BATCH: usize = 256;
+/// How long to wait on the fetch queue when both queues are idle: rebalances,
+/// statistics and commit results wait at most this long on the consumer queue.
+const IDLE_WAIT_MS: i32 = 50;
 
 /// How the consume loop ended.
 pub(crate) enum LoopExit {
@@ -59,8 +66,17 @@ pub(crate) fn consume_loop(
             .name("audit-publish".into())
             .spawn_scoped(s, move || publish_loop(c, h, requests))
             .context("cannot start the publishing thread")?;
+        // SAFETY: dropped before the consumer: this clone at the end of this scope,
+        // the context's just below, and the batches it fills inside `consume`.
+        #[allow(unsafe_code)]
+        let fetch = unsafe { FetchQueue::new(&consumer) };
+        let fetch = Arc::new(fetch.context("cannot create the fetch queue")?);
+        consumer.context().set_fetch_queue(Some(Arc::clone(&fetch)));
         // Returning drops `publish`, which ends the publishing thread.
-        consume(&consumer, &cfg, &shutdown, &health, &publish)
+        let ended = consume(&consumer, &cfg, &shutdown, &health, &publish, &fetch);
+        // The queue goes before the consumer.
+        consumer.context().set_fetch_queue(None);
+        ended
     });
     // Dropping the consumer closes it; its revoke callback finds the loop done (after
     // an error it reports what it can, as any revoke).
@@ -117,6 +133,7 @@ fn consume(
     shutdown: &CancellationToken,
     health: &common::Health,
     publish: &SyncSender<()>,
+    fetch: &FetchQueue,
 ) -> anyhow::Result<Ended> {
     let a = &cfg.audit;
     let mut topics = resolve_topics(consumer, cfg)?;
@@ -145,6 +162,7 @@ fn consume(
     // `CancellationToken::is_cancelled` takes a mutex: ask with the clock, not per message.
     let mut cancelled = shutdown.is_cancelled();
     let feeder = ctx.lock().counting.feeder();
+    let mut batch = Batch::with_capacity(BATCH);
     while !cancelled {
         // Reading the clock costs as much as counting a message on some VMs: read it
         // once per batch of messages (observation time is then at most a few
@@ -159,7 +177,6 @@ fn consume(
                 next_report = now;
             }
         }
-        since_clock += 1;
         if now >= next_report {
             next_report = now + a.report_interval;
             // Before any report: nothing counted under an incremental protocol is
@@ -238,43 +255,56 @@ fn consume(
                 }
             }
         }
-        // Non-blocking while messages flow; on the first empty poll let the queue
-        // refill; block only when it is still empty after that.
-        let polled = match consumer.poll(Duration::ZERO) {
-            None if !dry => {
-                dry = true;
-                feeder.flush();
-                since_clock = CLOCK_EVERY;
-                std::thread::sleep(REFILL);
-                continue;
-            }
-            None => consumer.poll(POLL),
-            some => some,
-        };
-        match polled {
-            Some(Ok(m)) => {
-                dry = false;
-                feeder.record(&m, observed_at);
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) | None => {
-                // Idle: publish the consumption metrics.
-                feeder.flush();
-                since_clock = CLOCK_EVERY;
-            }
-            Some(Err(e)) => {
-                let shell = ctx.lock();
-                shell
-                    .metrics
-                    .emit(ServiceError::Consume, &e, format_args!("consumer error"));
-                if let Some((code, reason)) = consumer.client().fatal_error() {
-                    // E.g. a static member fenced after a coordinator restart: this
-                    // consumer can never work again. Its uncommitted counts are void
-                    // (recounted from the committed offsets by the next consumer);
-                    // pending WAL entries go through the restart rule.
-                    tracing::error!(%code, %reason, "fatal consumer error; recreating the consumer");
-                    ctx.finish();
-                    return Ok(Ended::ConsumerFailed);
+        // The consumer queue first: rebalances (whose callbacks run inside `poll` and
+        // drain what was counted before them), statistics, commit results, errors,
+        // and the messages of a partition not routed to the fetch queue.
+        let mut got = 0u32;
+        if let Some(polled) = consumer.poll(Duration::ZERO) {
+            match polled {
+                Ok(m) => {
+                    feeder.record(&Record::of(&m), observed_at);
+                    got += 1;
                 }
+                Err(e) => {
+                    if consumer_error(consumer, &e) {
+                        return Ok(Ended::ConsumerFailed);
+                    }
+                }
+            }
+        }
+        // Non-blocking while messages flow; when both queues are empty let the fetch
+        // queue refill once; then wait on it (bounded, for the consumer queue's sake).
+        let wait = if got == 0 && dry { IDLE_WAIT_MS } else { 0 };
+        fetch.read(&mut batch, wait);
+        for r in batch.records() {
+            match r.error() {
+                None => {
+                    feeder.record(&r, observed_at);
+                    got += 1;
+                }
+                Some(err) => {
+                    let e = match err {
+                        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
+                            KafkaError::PartitionEOF(r.partition())
+                        }
+                        _ => KafkaError::MessageConsumption(RDKafkaErrorCode::from(err)),
+                    };
+                    if consumer_error(consumer, &e) {
+                        return Ok(Ended::ConsumerFailed);
+                    }
+                }
+            }
+        }
+        since_clock = since_clock.saturating_add(got);
+        if got > 0 {
+            dry = false;
+        } else {
+            // Idle: publish the consumption metrics, read the clock.
+            feeder.flush();
+            since_clock = CLOCK_EVERY;
+            if !dry {
+                dry = true;
+                std::thread::sleep(REFILL);
             }
         }
     }
@@ -307,6 +337,29 @@ fn consume(
         ctx.finish();
     }
     Ok(Ended::Shutdown)
+}
+
+/// Handles an error from either queue; true when the consumer failed fatally and must
+/// be recreated (its loop ends after `ctx.finish()`).
+fn consumer_error(consumer: &BaseConsumer<AuditContext>, e: &KafkaError) -> bool {
+    if matches!(e, KafkaError::PartitionEOF(_)) {
+        return false;
+    }
+    let ctx = consumer.context();
+    let shell = ctx.lock();
+    shell
+        .metrics
+        .emit(ServiceError::Consume, e, format_args!("consumer error"));
+    if let Some((code, reason)) = consumer.client().fatal_error() {
+        // E.g. a static member fenced after a coordinator restart: this consumer can
+        // never work again. Its uncommitted counts are void (recounted from the
+        // committed offsets by the next consumer); pending WAL entries go through the
+        // restart rule.
+        tracing::error!(%code, %reason, "fatal consumer error; recreating the consumer");
+        ctx.finish();
+        return true;
+    }
+    false
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
 use audit_lib::TopicPartition;
@@ -19,6 +19,7 @@ use crate::auditor::progress::measured_at;
 use crate::auditor::{EndsSnapshot, LogEnds};
 use crate::config::Config;
 use crate::kafka::client::{consumer_client_config, fetch_age_ms};
+use crate::kafka::fetch::FetchQueue;
 use crate::kafka::shell::Shell;
 use crate::metrics::ServiceError;
 
@@ -37,6 +38,9 @@ pub(crate) struct AuditContext {
     fetch_age_ms: i64,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     pub(crate) incremental: AtomicBool,
+    /// The consume loop's fetch queue while it runs: each assignment's partitions are
+    /// routed to it before they are assigned (`kafka::fetch`).
+    fetch: Mutex<Option<Arc<FetchQueue>>>,
 }
 
 /// The rebalance protocols the auditor can work with: a revoke takes every partition
@@ -58,6 +62,12 @@ impl AuditContext {
 
     pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::SeqCst)
+    }
+
+    /// Routes the partitions of later assignments to `q` (None: stop routing; call
+    /// before dropping the queue).
+    pub(crate) fn set_fetch_queue(&self, q: Option<Arc<FetchQueue>>) {
+        *self.fetch.lock().unwrap_or_else(|e| e.into_inner()) = q;
     }
 
     /// The shell, once the consumer is gone.
@@ -142,6 +152,16 @@ impl ConsumerContext for AuditContext {
                     .iter()
                     .map(|el| TopicPartition::new(el.topic(), el.partition()))
                     .collect();
+                let fetch = self.fetch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(q) = fetch {
+                    for tp in q.route(consumer, &partitions) {
+                        // Not expected (librdkafka creates a partition's queue if
+                        // unknown). Never routed before, the partition is read from the
+                        // consumer queue; routed before, it may stall (its lag shows it).
+                        tracing::error!(topic = %tp.topic, partition = tp.partition,
+                            "cannot route the partition to the fetch queue");
+                    }
+                }
                 shell.on_assign(consumer, &partitions);
             }
             Rebalance::Error(e) => {
@@ -167,6 +187,7 @@ impl AuditContext {
             ends: Mutex::new(EndsSnapshot::default()),
             fetch_age_ms: fetch_age_ms(cfg),
             incremental: AtomicBool::new(false),
+            fetch: Mutex::new(None),
         }
     }
 }

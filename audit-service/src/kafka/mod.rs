@@ -5,6 +5,7 @@
 pub(crate) mod client;
 pub(crate) mod consume;
 pub(crate) mod context;
+pub(crate) mod fetch;
 pub(crate) mod publisher;
 pub(crate) mod shell;
 pub(crate) mod topics;
