@@ -26,6 +26,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -33,7 +34,7 @@ use common::now_ms;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::Message;
 
@@ -459,6 +460,95 @@ fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Res
     Ok(Measured { rate, cpu_us, busy })
 }
 
+/// The batch-reading bare consumer's context: routes each assignment's partitions to its
+/// fetch queue before they are assigned, as the service's context does.
+struct RouteContext(Mutex<Option<Arc<audit_service::FetchQueue>>>);
+
+impl rdkafka::ClientContext for RouteContext {}
+
+impl ConsumerContext for RouteContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let parts: Vec<_> = tpl
+                .elements()
+                .iter()
+                .map(|e| audit_lib::TopicPartition::new(e.topic(), e.partition()))
+                .collect();
+            if let Some(q) = self.0.lock().unwrap().as_ref() {
+                assert!(q.route(consumer, &parts).is_empty(), "cannot route");
+            }
+        }
+    }
+}
+
+/// A bare consumer that reads as the service does (`audit_service::FetchQueue`: the
+/// partitions forwarded to one queue, read 256 at a time, the consumer queue polled
+/// between batches) and counts nothing: what the service's reading costs without
+/// the counting, next to [`measure_bare`], which reads as most applications do (one
+/// `poll` per message).
+fn measure_bare_batch(
+    cfg: &audit_service::Config,
+    topic: &str,
+    n: u64,
+) -> anyhow::Result<Measured> {
+    let consumer: BaseConsumer<RouteContext> = audit_service::consumer_client_config(cfg)
+        .create_with_context(RouteContext(Mutex::new(None)))?;
+    // SAFETY: the queue and the batch are dropped before the consumer (below).
+    #[allow(unsafe_code)]
+    let q = unsafe { audit_service::FetchQueue::new(&consumer) };
+    let q = Arc::new(q.context("cannot create the fetch queue")?);
+    *consumer.context().0.lock().unwrap() = Some(Arc::clone(&q));
+    consumer.subscribe(&[topic])?;
+    let mut batch = audit_service::Batch::with_capacity(256);
+    let mut count = 0u64;
+    let mut bytes = 0u64;
+    let mut t0: Option<(Instant, u64, Span)> = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut dry = false;
+    while count < n {
+        let mut got = 0;
+        if let Some(r) = consumer.poll(Duration::ZERO) {
+            let m = r?;
+            bytes +=
+                m.payload().map_or(0, <[u8]>::len) as u64 + m.key().map_or(0, <[u8]>::len) as u64;
+            got += 1;
+        }
+        q.read(&mut batch, if dry && got == 0 { 100 } else { 0 });
+        for r in batch.records() {
+            anyhow::ensure!(r.error().is_none(), "consumer error {:?}", r.error());
+            bytes +=
+                r.payload().map_or(0, <[u8]>::len) as u64 + r.key().map_or(0, <[u8]>::len) as u64;
+            got += 1;
+        }
+        count += got;
+        if got == 0 && !dry {
+            // As the service: let the queue refill once before blocking on it.
+            dry = true;
+            std::thread::sleep(Duration::from_micros(200));
+        } else if got > 0 {
+            dry = false;
+        }
+        if t0.is_none() && count >= n / 10 {
+            t0 = Some((
+                Instant::now(),
+                count,
+                Span::start("bare (batches)", std::process::id()),
+            ));
+        }
+        if Instant::now() > deadline {
+            bail!("batch-reading bare consumer read only {count} of {n}");
+        }
+    }
+    let (t0, c0, span) = t0.unwrap();
+    std::hint::black_box(bytes);
+    let rate = (count - c0) as f64 / t0.elapsed().as_secs_f64();
+    let (cpu_us, busy) = span.end(count - c0);
+    drop(batch);
+    consumer.context().0.lock().unwrap().take();
+    drop(q);
+    Ok(Measured { rate, cpu_us, busy })
+}
+
 /// `100:10000000,1024:2000000` → [(100, 10000000), (1024, 2000000)].
 fn parse_sizes(spec: &str) -> anyhow::Result<Vec<(usize, u64)>> {
     spec.split(',')
@@ -503,6 +593,8 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
     // (e.g. built from the previous commit) whose service runs as a third side in every
     // round, right after this build's, with the same settings.
     let compare = std::env::var_os("BENCH_COMPARE_BIN").map(std::path::PathBuf::from);
+    // The batch-reading bare consumer as a side of every round (BENCH_BARE_BATCH=0: not).
+    let bare_batch = std::env::var("BENCH_BARE_BATCH").map_or(true, |v| v != "0");
     let mut summaries = Vec::new();
     for &(size, n) in sizes {
         let topic = unique("bench-tp");
@@ -523,6 +615,7 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
         );
         let mut rows: Vec<(Measured, Measured)> = Vec::new();
         let mut compared: Vec<Measured> = Vec::new();
+        let mut batched: Vec<Measured> = Vec::new();
         for round in 0..rounds {
             let port = 19_500 + (summaries.len() * rounds + round) as u16;
             // Same settings, own group and instance id for each side.
@@ -557,13 +650,34 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
             if let Some(exe) = c_first {
                 compared.push(run_compare(exe)?);
             }
-            let (b, (a, hwm)) = if round % 2 == 0 {
+            // The batch-reading bare consumer right after the bare one, in its own group.
+            let run_bare = || -> anyhow::Result<(Measured, Option<Measured>)> {
                 let b = measure_bare(&bare_cfg, &topic, n)?;
+                if !bare_batch {
+                    return Ok((b, None));
+                }
+                let mut cfg = bare_cfg.clone();
+                cfg.audit.group_id.push_str("-batches");
+                Ok((b, Some(measure_bare_batch(&cfg, &topic, n)?)))
+            };
+            let ((b, bb), (a, hwm)) = if round % 2 == 0 {
+                let b = run_bare()?;
                 (b, run_service()?)
             } else {
                 let a = run_service()?;
-                (measure_bare(&bare_cfg, &topic, n)?, a)
+                (run_bare()?, a)
             };
+            if let Some(bb) = bb {
+                eprintln!(
+                    "{size} B round {round}: batch-reading bare consumer {:.0} msg/s ({:.2} µs \
+                     CPU/msg, machine {:.0}% busy); audit-service / it {:.3}",
+                    bb.rate,
+                    bb.cpu_us,
+                    bb.busy,
+                    a.rate / bb.rate
+                );
+                batched.push(bb);
+            }
             if let Some(exe) = c_last {
                 compared.push(run_compare(exe)?);
             }
@@ -634,6 +748,23 @@ fn throughput(bootstrap: &str, rounds: usize, sizes: &[(usize, u64)]) -> anyhow:
                 median(&c_ratios),
                 c_ratios.iter().copied().fold(f64::INFINITY, f64::min),
                 c_cpu / bare_cpu
+            );
+        }
+        if !batched.is_empty() {
+            let bb_ratios: Vec<f64> = rows
+                .iter()
+                .zip(&batched)
+                .map(|((_, a), bb)| a.rate / bb.rate)
+                .collect();
+            let bb_cpu = median(&batched.iter().map(|c| c.cpu_us).collect::<Vec<_>>());
+            println!(
+                "{size} B batch-reading bare consumer (reads as the service, counts nothing): median \
+                 rate {:.2} M msg/s, CPU/msg {bb_cpu:.3} µs; audit-service / it: median ratio {:.3} \
+                 (min {:.3}), CPU {:.2}×",
+                median(&batched.iter().map(|c| c.rate).collect::<Vec<_>>()) / 1e6,
+                median(&bb_ratios),
+                bb_ratios.iter().copied().fold(f64::INFINITY, f64::min),
+                audit_cpu / bb_cpu
             );
         }
         summaries.push((size, bare_cpu, line));
