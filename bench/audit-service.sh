@@ -10,6 +10,10 @@
 #    machine was (the broker shares the cores). The summary states this machine's
 #    bare-consumer CPU per message, so figures from different machines compare. The bare
 #    consumer reads no clock per message (every 4096, as the service reads it every 64).
+#    It reads as most applications do, one poll per message; the service reads in
+#    batches (audit-service/src/kafka/fetch.rs), so every round also runs a bare
+#    consumer that reads exactly as the service does and counts nothing, and prints the
+#    service's ratio and CPU to it: the counting's own price (BENCH_BARE_BATCH=0 skips it).
 #    Targets (issue 30): median throughput ratio >= 0.9 at both sizes, service CPU per
 #    message <= 1.1x the bare consumer's at 100 B and <= 1.2x at 1 KB (medians).
 # 2. Memory: TOPICS one-partition topics with late data spread over WINDOWS one-minute

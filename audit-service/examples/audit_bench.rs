@@ -3,9 +3,10 @@
 //! `audit_bench throughput BOOTSTRAP MESSAGES ROUNDS [SIZE:MESSAGES,...]`: for each
 //! payload size (default `100:MESSAGES,1024:MESSAGES/5`), fills a 12-partition topic
 //! with JSON messages of exactly that many bytes, then alternately (a) consumes it with
-//! a bare rdkafka consumer built from the audit service's own consumer settings and
-//! (b) runs the audit service (a child process of this binary, the same code as
-//! `kafka-audit audit`) on it, each with a fresh group. Rate = messages from the 10 %
+//! a bare rdkafka consumer built from the audit service's own consumer settings (one
+//! `poll` per message), then with a bare consumer that reads in batches as the service
+//! does (`BENCH_BARE_BATCH=0`: not), and (b) runs the audit service (a child process of
+//! this binary, the same code as `kafka-audit audit`) on it, each with a fresh group. Rate = messages from the 10 %
 //! mark to the last one ÷ elapsed time; the service's count (messages audited) is read
 //! from its /metrics every 10 ms. CPU per message = the process's user + system time
 //! over the same span ÷ messages. Prints a table per size and a summary that states the
