@@ -291,4 +291,59 @@ mod tests {
             drop(q);
         });
     }
+
+    /// A partition's consumer error comes by the fetch queue as a message whose `err`
+    /// is set (its payload is the error's text): [`Record::error`] says so, which is
+    /// what keeps the consume loop from counting it as a record.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_partition_error_comes_by_the_fetch_queue_as_an_error() {
+        let bootstrap = testkit::kafka_a();
+        let topic = testkit::create_unique_topic(&bootstrap, "fetchq-err", 1).await;
+        tokio::task::block_in_place(|| {
+            produce_one(&bootstrap, &topic);
+            let c: BaseConsumer = testkit::client_config(&bootstrap)
+                .set("group.id", testkit::unique("fetchq-err-group"))
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "error")
+                .create()
+                .expect("consumer");
+            // SAFETY: `q` and `batch` are dropped at the end of this closure, before `c`.
+            let q = unsafe { FetchQueue::new(&c) }.expect("queue");
+            let parts = [TopicPartition::new(&topic, 0)];
+            assert!(q.route(&c, &parts).is_empty());
+            let mut tpl = TopicPartitionList::new();
+            // Past the log end: with auto.offset.reset=error, a consumer error.
+            tpl.add_partition_offset(&topic, 0, Offset::Offset(1_000))
+                .unwrap();
+            c.assign(&tpl).expect("assign");
+            let mut batch = Batch::with_capacity(8);
+            let mut error = None;
+            assert!(testkit::wait_until(Duration::from_secs(30), || {
+                assert!(
+                    c.poll(Duration::ZERO).is_none(),
+                    "nothing on the consumer queue"
+                );
+                q.read(&mut batch, 100);
+                for r in batch.records() {
+                    assert!(r.error().is_some(), "a record where only an error can be");
+                    error = r.error();
+                }
+                error.is_some()
+            }));
+            assert_eq!(
+                error,
+                Some(rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET)
+            );
+            drop(batch);
+            drop(q);
+        });
+    }
+
+    fn produce_one(bootstrap: &str, topic: &str) {
+        let p: BaseProducer = testkit::producer(bootstrap);
+        p.send(BaseRecord::<str, str>::to(topic).partition(0).payload("{}"))
+            .map_err(|(e, _)| e)
+            .expect("enqueue");
+        p.flush(Duration::from_secs(30)).expect("flush");
+    }
 }
