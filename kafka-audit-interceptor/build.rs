@@ -7,16 +7,27 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     #[cfg(feature = "test-clients")]
     {
-        println!("cargo:rerun-if-changed=tests/clients/client.c");
-        // Objects linked into the C client's program only: a link-lib directive would
+        for f in ["client.c", "accounting.c", "accounting.h"] {
+            println!("cargo:rerun-if-changed=tests/clients/{f}");
+        }
+        // Objects linked into the client programs only: a link-lib directive would
         // reach the plugin library too, with the client's undefined rd_kafka_* symbols.
-        let objects = cc::Build::new()
-            .file("tests/clients/client.c")
-            .warnings(true)
-            .cargo_metadata(false)
-            .compile_intermediates();
-        for o in objects {
+        // The accounting goes into both programs (one definition of what the benchmark
+        // measures), the C client's code into its own.
+        let compile = |file: &str| {
+            cc::Build::new()
+                .file(format!("tests/clients/{file}"))
+                .warnings(true)
+                .cargo_metadata(false)
+                .compile_intermediates()
+        };
+        for o in compile("client.c") {
             println!("cargo:rustc-link-arg-bin=kai-c-client={}", o.display());
+        }
+        for o in compile("accounting.c") {
+            for bin in ["kai-c-client", "kai-rdkafka-client"] {
+                println!("cargo:rustc-link-arg-bin={bin}={}", o.display());
+            }
         }
         println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=rd_kafka_*");
     }

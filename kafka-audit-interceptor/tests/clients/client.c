@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "accounting.h"
+
 typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_conf_s rd_kafka_conf_t;
 typedef struct rd_kafka_topic_s rd_kafka_topic_t;
@@ -183,118 +185,6 @@ static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long i, long long
         rd_kafka_poll(rk, 0);
 }
 
-/* The benchmark's accounting (bench/interceptor.sh): each thread's CPU time and time
- * spent runnable but waiting for a CPU (/proc/self/task/<tid>/schedstat, ns), with its
- * name; the machine's busy and total time (/proc/stat); another process's CPU time
- * (kai.broker_pid: the broker's). Taken when the first message is produced and after
- * the flush, so the differences are the producer's work on exactly those messages. */
-#define MAX_THREADS 128
-struct thread_time {
-        int tid;
-        char name[24];
-        long long cpu_ns, wait_ns;
-};
-
-static int thread_times(struct thread_time *t) {
-        int n = 0;
-        DIR *d = opendir("/proc/self/task");
-        struct dirent *e;
-        if (!d)
-                return 0;
-        while ((e = readdir(d)) && n < MAX_THREADS) {
-                if (e->d_name[0] == '.')
-                        continue;
-                char path[300]; /* d_name is up to 255 bytes */
-                t[n].tid = atoi(e->d_name);
-                snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
-                FILE *f = fopen(path, "r");
-                if (!f)
-                        continue;
-                int ok = fscanf(f, "%lld %lld", &t[n].cpu_ns, &t[n].wait_ns) == 2;
-                fclose(f);
-                snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-                f = fopen(path, "r");
-                if (!f || !fgets(t[n].name, sizeof(t[n].name), f))
-                        snprintf(t[n].name, sizeof(t[n].name), "?");
-                if (f)
-                        fclose(f);
-                t[n].name[strcspn(t[n].name, "\n")] = '\0';
-                if (ok)
-                        n++;
-        }
-        closedir(d);
-        return n;
-}
-
-/* Busy and total time of all CPUs, in ticks. */
-static void machine_ticks(long long *busy, long long *total) {
-        long long v[8] = {0};
-        *busy = *total = 0;
-        FILE *f = fopen("/proc/stat", "r");
-        if (!f)
-                return;
-        if (fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3],
-                   &v[4], &v[5], &v[6], &v[7]) == 8) {
-                for (int i = 0; i < 8; i++)
-                        *total += v[i];
-                *busy = *total - v[3] - v[4]; /* not idle, not waiting for I/O */
-        }
-        fclose(f);
-}
-
-/* utime + stime of process `pid` in ticks (0 when it cannot be read). */
-static long long process_ticks(long pid) {
-        char path[64], buf[1024];
-        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f)
-                return 0;
-        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[len] = '\0';
-        char *p = strrchr(buf, ')'); /* the name may hold spaces */
-        long long utime = 0, stime = 0;
-        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime,
-                        &stime) == 2)
-                return utime + stime;
-        return 0;
-}
-
-struct accounting {
-        struct thread_time threads[MAX_THREADS];
-        int n;
-        long long machine_busy, machine_total, broker;
-};
-
-static void account(struct accounting *a, long broker_pid) {
-        a->n = thread_times(a->threads);
-        machine_ticks(&a->machine_busy, &a->machine_total);
-        a->broker = broker_pid > 0 ? process_ticks(broker_pid) : 0;
-}
-
-/* The differences from `a` to `b` as JSON members: "threads" (per thread, in `b`'s
- * order: name, whether it is the program's own thread, CPU and run-queue wait in ns),
- * "machine_busy" (the fraction of all CPUs' time), "cpus", "broker_cpu_s". */
-static void print_accounting(const struct accounting *a, const struct accounting *b) {
-        long ticks = sysconf(_SC_CLK_TCK);
-        printf("\"threads\": [");
-        for (int i = 0; i < b->n; i++) {
-                long long cpu = b->threads[i].cpu_ns, wait = b->threads[i].wait_ns;
-                for (int j = 0; j < a->n; j++)
-                        if (a->threads[j].tid == b->threads[i].tid) {
-                                cpu -= a->threads[j].cpu_ns;
-                                wait -= a->threads[j].wait_ns;
-                        }
-                printf("%s{\"name\": \"%s\", \"main\": %s, \"cpu_ns\": %lld, \"wait_ns\": %lld}",
-                       i ? ", " : "", b->threads[i].name,
-                       b->threads[i].tid == getpid() ? "true" : "false", cpu, wait);
-        }
-        long long total = b->machine_total - a->machine_total;
-        printf("], \"machine_busy\": %.4f, \"cpus\": %ld, \"broker_cpu_s\": %.3f",
-               total > 0 ? (double)(b->machine_busy - a->machine_busy) / (double)total : 0.0,
-               sysconf(_SC_NPROCESSORS_ONLN), (double)(b->broker - a->broker) / (double)ticks);
-}
-
 static int threads(void) {
         int n = 0;
         DIR *d = opendir("/proc/self/task");
@@ -357,8 +247,7 @@ static int produce(int argc, char **argv) {
                 call_ns = calloc((size_t)count + 1, sizeof(*call_ns));
         const char *broker_opt = option(props, n, "kai.broker_pid");
         long broker_pid = broker_opt ? atol(broker_opt) : 0;
-        static struct accounting before, after;
-        account(&before, broker_pid);
+        struct kai_accounting *before = kai_account(broker_pid), *after = NULL;
         long long started = now_ns();
         for (long i = 0; i < count; i++) {
                 if (rate > 0 && i % 64 == 0) {
@@ -376,7 +265,7 @@ static int produce(int argc, char **argv) {
         for (int c = 0; c < clients; c++)
                 rd_kafka_flush(rk[c], 30000);
         double seconds = (double)(now_ns() - started) / 1e9;
-        account(&after, broker_pid);
+        after = kai_account(broker_pid);
         long long p50 = 0, p99 = 0;
         if (calls > 0) {
                 qsort(call_ns, (size_t)calls, sizeof(*call_ns), cmp_ll);
@@ -429,8 +318,11 @@ static int produce(int argc, char **argv) {
                "\"produce_calls\": %ld, \"produce_p50_ns\": %lld, \"produce_p99_ns\": %lld, ",
                delivered, failed, loaded ? "true" : "false", threads(), seconds, cpu, forked,
                p50, p99);
-        print_accounting(&before, &after);
-        printf("}\n");
+        char *accounting = kai_accounting_json(before, after);
+        printf("%s}\n", accounting ? accounting : "\"accounting\": null");
+        free(accounting);
+        kai_accounting_free(before);
+        kai_accounting_free(after);
         return 0;
 }
 
