@@ -424,41 +424,76 @@ fn measure_service(
 fn measure_bare(cfg: &audit_service::Config, topic: &str, n: u64) -> anyhow::Result<Measured> {
     let consumer: BaseConsumer = audit_service::consumer_client_config(cfg).create()?;
     consumer.subscribe(&[topic])?;
-    let mut count = 0u64;
-    let mut bytes = 0u64;
-    let mut t0: Option<(Instant, u64, Span)> = None;
+    let mut tally = Tally::new("bare", n);
     let deadline = Instant::now() + Duration::from_secs(600);
-    while count < n {
+    while !tally.done() {
         if let Some(r) = consumer.poll(Duration::from_millis(100)) {
             let m = r?;
-            bytes +=
-                m.payload().map_or(0, <[u8]>::len) as u64 + m.key().map_or(0, <[u8]>::len) as u64;
-            count += 1;
-            // Same span as the service side: from the 10 % mark to the end, so
-            // group join and fetch ramp-up weigh on neither side.
-            if t0.is_none() && count >= n / 10 {
-                t0 = Some((
-                    Instant::now(),
-                    count,
-                    Span::start("bare", std::process::id()),
-                ));
-            }
+            tally.add(1, key_value_len(m.key(), m.payload()));
             // The clock only now and then (and after every empty poll): a consumer
             // reads none per message, and a read costs ~50 ns on this machine class's
             // VMs, as much as counting a message.
-            if count % 4096 != 0 {
+            if tally.count % 4096 != 0 {
                 continue;
             }
         }
         if Instant::now() > deadline {
-            bail!("bare consumer read only {count} of {n}");
+            bail!("bare consumer read only {} of {n}", tally.count);
         }
     }
-    let (t0, c0, span) = t0.unwrap();
-    std::hint::black_box(bytes);
-    let rate = (count - c0) as f64 / t0.elapsed().as_secs_f64();
-    let (cpu_us, busy) = span.end(count - c0);
-    Ok(Measured { rate, cpu_us, busy })
+    Ok(tally.end())
+}
+
+/// A bare consumer's messages and bytes read, and its measured span: the same as the
+/// service side's, from the 10 % mark to the last message, so group join and fetch
+/// ramp-up weigh on neither side.
+struct Tally {
+    label: &'static str,
+    n: u64,
+    count: u64,
+    bytes: u64,
+    start: Option<(Instant, u64, Span)>,
+}
+
+impl Tally {
+    fn new(label: &'static str, n: u64) -> Tally {
+        Tally {
+            label,
+            n,
+            count: 0,
+            bytes: 0,
+            start: None,
+        }
+    }
+
+    fn add(&mut self, messages: u64, bytes: u64) {
+        self.count += messages;
+        self.bytes += bytes;
+        if self.start.is_none() && self.count >= self.n / 10 {
+            self.start = Some((
+                Instant::now(),
+                self.count,
+                Span::start(self.label, std::process::id()),
+            ));
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.count >= self.n
+    }
+
+    fn end(self) -> Measured {
+        let (t0, c0, span) = self.start.expect("past the 10 % mark");
+        std::hint::black_box(self.bytes);
+        let rate = (self.count - c0) as f64 / t0.elapsed().as_secs_f64();
+        let (cpu_us, busy) = span.end(self.count - c0);
+        Measured { rate, cpu_us, busy }
+    }
+}
+
+/// What a bare consumer reads of a message: the length of its key and value.
+fn key_value_len(key: Option<&[u8]>, value: Option<&[u8]>) -> u64 {
+    (key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len)) as u64
 }
 
 /// The batch-reading bare consumer's context: routes each assignment's partitions to its
@@ -501,27 +536,23 @@ fn measure_bare_batch(
     *consumer.context().0.lock().unwrap() = Some(Arc::clone(&q));
     consumer.subscribe(&[topic])?;
     let mut batch = audit_service::Batch::with_capacity(256);
-    let mut count = 0u64;
-    let mut bytes = 0u64;
-    let mut t0: Option<(Instant, u64, Span)> = None;
+    let mut tally = Tally::new("bare (batches)", n);
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut dry = false;
-    while count < n {
-        let mut got = 0;
+    while !tally.done() {
+        let (mut got, mut bytes) = (0, 0);
         if let Some(r) = consumer.poll(Duration::ZERO) {
             let m = r?;
-            bytes +=
-                m.payload().map_or(0, <[u8]>::len) as u64 + m.key().map_or(0, <[u8]>::len) as u64;
+            bytes += key_value_len(m.key(), m.payload());
             got += 1;
         }
         q.read(&mut batch, if dry && got == 0 { 100 } else { 0 });
         for r in batch.records() {
             anyhow::ensure!(r.error().is_none(), "consumer error {:?}", r.error());
-            bytes +=
-                r.payload().map_or(0, <[u8]>::len) as u64 + r.key().map_or(0, <[u8]>::len) as u64;
+            bytes += key_value_len(r.key(), r.payload());
             got += 1;
         }
-        count += got;
+        tally.add(got, bytes);
         if got == 0 && !dry {
             // As the service: let the queue refill once before blocking on it.
             dry = true;
@@ -529,25 +560,17 @@ fn measure_bare_batch(
         } else if got > 0 {
             dry = false;
         }
-        if t0.is_none() && count >= n / 10 {
-            t0 = Some((
-                Instant::now(),
-                count,
-                Span::start("bare (batches)", std::process::id()),
-            ));
-        }
         if Instant::now() > deadline {
-            bail!("batch-reading bare consumer read only {count} of {n}");
+            bail!(
+                "batch-reading bare consumer read only {} of {n}",
+                tally.count
+            );
         }
     }
-    let (t0, c0, span) = t0.unwrap();
-    std::hint::black_box(bytes);
-    let rate = (count - c0) as f64 / t0.elapsed().as_secs_f64();
-    let (cpu_us, busy) = span.end(count - c0);
     drop(batch);
     consumer.context().0.lock().unwrap().take();
     drop(q);
-    Ok(Measured { rate, cpu_us, busy })
+    Ok(tally.end())
 }
 
 /// `100:10000000,1024:2000000` → [(100, 10000000), (1024, 2000000)].

@@ -12,6 +12,7 @@ use anyhow::Context;
 use common::now_ms;
 use rdkafka::consumer::{BaseConsumer, Consumer, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::types::RDKafkaRespErr;
 use tokio_util::sync::CancellationToken;
 
 use crate::auditor::{Origin, Reason};
@@ -282,13 +283,10 @@ fn consume(
                     feeder.record(&r, observed_at);
                     got += 1;
                 }
+                // The end of a partition: no error, nothing to count.
+                Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR__PARTITION_EOF) => {}
                 Some(err) => {
-                    let e = match err {
-                        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
-                            KafkaError::PartitionEOF(r.partition())
-                        }
-                        _ => KafkaError::MessageConsumption(RDKafkaErrorCode::from(err)),
-                    };
+                    let e = KafkaError::MessageConsumption(RDKafkaErrorCode::from(err));
                     if consumer_error(consumer, &e) {
                         return Ok(Ended::ConsumerFailed);
                     }

@@ -95,8 +95,8 @@ impl FetchQueue {
     }
 
     /// Reads up to `batch`'s capacity of messages into it (after destroying the ones
-    /// it held), waiting up to `timeout_ms` for the first. Returns how many it holds.
-    pub fn read(&self, batch: &mut Batch, timeout_ms: i32) -> usize {
+    /// it held), waiting up to `timeout_ms` for the first.
+    pub fn read(&self, batch: &mut Batch, timeout_ms: i32) {
         batch.clear();
         let cap = batch.msgs.capacity();
         // SAFETY: writes at most `cap` message pointers into the vector's spare
@@ -107,7 +107,6 @@ impl FetchQueue {
         let n = usize::try_from(n).unwrap_or(0).min(cap);
         // SAFETY: the first `n` slots were just written with live messages.
         unsafe { batch.msgs.set_len(n) };
-        n
     }
 }
 
