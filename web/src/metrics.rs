@@ -76,6 +76,7 @@ pub struct Metrics {
     pub anomalies_detected: Family<KindLabels, Counter>,
     pub topic_anomalies: Family<TopicKindLabels, Gauge>,
     pub auditor_stalled: Family<AuditorLabels, Gauge>,
+    pub replication_evidence_age: Family<TierLabels, Gauge>,
     pub window_size_mismatch: Family<TierLabels, Gauge>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
@@ -136,6 +137,12 @@ impl Metrics {
             "auditor_stalled",
             "1 when an auditor has not reported progress for longer than stall_after",
             auditor_stalled.clone(),
+        );
+        let replication_evidence_age = Family::<TierLabels, Gauge>::default();
+        registry.register(
+            "replication_evidence_age_seconds",
+            "Seconds since a replicator's evidence (progress of a replicator:* tier an edge names) was last received for any topic, per evidence tier and upstream datacenter",
+            replication_evidence_age.clone(),
         );
         let window_size_mismatch = Family::<TierLabels, Gauge>::default();
         registry.register(
@@ -227,6 +234,7 @@ impl Metrics {
             anomalies_detected,
             topic_anomalies,
             auditor_stalled,
+            replication_evidence_age,
             window_size_mismatch,
             http_requests,
             http_duration,

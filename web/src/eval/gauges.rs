@@ -170,4 +170,36 @@ impl Evaluator {
         }
         self.auditor_series = seen;
     }
+
+    /// Sets `replication_evidence_age_seconds` per evidence tier an edge names and
+    /// upstream datacenter: how long ago the newest evidence of any topic was received.
+    /// One series each, whatever the number of topics; series gone (no evidence
+    /// within `forget_after`) are removed, except after a capped read.
+    pub(super) fn update_evidence_age_metrics(
+        &mut self,
+        newest: &BTreeMap<(String, String), i64>,
+        now: i64,
+        capped: bool,
+    ) {
+        let mut seen = HashSet::with_capacity(newest.len());
+        for ((tier, datacenter), last) in newest {
+            let labels = TierLabels {
+                tier: tier.into(),
+                datacenter: datacenter.into(),
+            };
+            self.metrics
+                .replication_evidence_age
+                .get_or_create(&labels)
+                .set(now.saturating_sub(*last).max(0) / 1000);
+            seen.insert(labels);
+        }
+        if capped {
+            self.evidence_series.extend(seen);
+            return;
+        }
+        for gone in self.evidence_series.difference(&seen) {
+            self.metrics.replication_evidence_age.remove(gone);
+        }
+        self.evidence_series = seen;
+    }
 }

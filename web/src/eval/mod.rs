@@ -93,6 +93,8 @@ pub struct Evaluator {
     anomalous_topics: BTreeSet<String>,
     /// The `auditor_stalled` series set by the last cycle.
     auditor_series: HashSet<AuditorLabels>,
+    /// The `replication_evidence_age_seconds` series set by the last cycle.
+    evidence_series: HashSet<TierLabels>,
     /// The `window_size_mismatch` series set by the last cycle.
     mismatch_series: HashSet<TierLabels>,
     /// Windows starting at or after this are judged (`None` before the first cycle);
@@ -141,6 +143,7 @@ impl Evaluator {
             newest_window: HashMap::new(),
             anomalous_topics: BTreeSet::new(),
             auditor_series: HashSet::new(),
+            evidence_series: HashSet::new(),
             mismatch_series: HashSet::new(),
             loaded_from: None,
             windows_loaded: 0,
@@ -286,10 +289,25 @@ impl Evaluator {
         if auditors_capped {
             tracing::warn!(limit = AUDITOR_LIMIT, "more auditors than one read holds: stall alerts of those left out are neither raised nor resolved");
         }
+        // Replication evidence is not an auditor (its upstream auditors' own progress
+        // says whether they stalled): its age is one series per replicator and
+        // datacenter, not a stalled auditor per topic.
+        let mut evidence: BTreeMap<(String, String), i64> = BTreeMap::new();
         for (topic, tier, datacenter, last_report) in reports {
             // An auditor silent for `forget_after` (deleted or no longer audited
             // topic) is no longer expected.
             if now.saturating_sub(last_report) > topo.forget_after_ms {
+                continue;
+            }
+            if common::replication::is_evidence_tier(&tier) {
+                if topo
+                    .edges
+                    .iter()
+                    .any(|e| e.evidence_tier.as_deref() == Some(tier.as_str()))
+                {
+                    let newest = evidence.entry((tier, datacenter)).or_insert(last_report);
+                    *newest = (*newest).max(last_report);
+                }
                 continue;
             }
             let a = engine::AuditorStatus {
@@ -314,6 +332,7 @@ impl Evaluator {
             }
         }
         self.update_auditor_metrics(&auditors, auditors_capped);
+        self.update_evidence_age_metrics(&evidence, now, auditors_capped);
         plan.auditors = Some((auditors, auditors_capped));
         let progress = Arc::new(progress);
         self.progress = progress.clone();

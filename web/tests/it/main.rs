@@ -13,5 +13,6 @@ mod completeness;
 mod conversion;
 mod dashboard_browser;
 mod edges;
+mod evidence;
 mod golden;
 mod proofs;
