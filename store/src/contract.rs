@@ -73,6 +73,10 @@ pub trait Ingest: Send + Sync {
     /// returns how many. Call until it returns 0 to catch up. Safe to run
     /// concurrently (each staged increment is taken by exactly one caller).
     fn rollup(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
+
+    /// [`Ingest::rollup`], saying how many of the increments taken had no staged
+    /// message to add ([`RollupOutcome::missing`], each kept as a reject).
+    fn rollup_counted(&self, limit: u32) -> impl Future<Output = Result<RollupOutcome>> + Send;
 }
 
 /// What serve's evaluator and API judge from: window rows, their offset ranges, the

@@ -121,6 +121,9 @@ impl Ingest for Store {
     async fn rollup(&self, limit: u32) -> Result<u64> {
         dispatch!(self, s => s.rollup(limit).await)
     }
+    async fn rollup_counted(&self, limit: u32) -> Result<RollupOutcome> {
+        dispatch!(self, s => s.rollup_counted(limit).await)
+    }
 }
 
 impl VerdictReads for Store {

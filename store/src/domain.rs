@@ -209,6 +209,26 @@ pub struct RejectRow {
     pub payload: String,
 }
 
+/// What one [`crate::Ingest::rollup_counted`] did with the staged increments it took
+/// off the queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RollupOutcome {
+    /// Increments taken off the queue (what [`crate::Ingest::rollup`] returns).
+    pub taken: u64,
+    /// Of those, increments whose staged message was not found (or could not be read
+    /// back): nothing was added for them, and each was kept as a reject (source
+    /// `rollup`) naming its key. Never silent: retention takes the queued keys of
+    /// the days it deletes off the queue itself.
+    pub missing: u64,
+}
+
+impl RollupOutcome {
+    /// Increments added to their windows (or quarantined as refused by the database).
+    pub fn rolled_up(&self) -> u64 {
+        self.taken - self.missing
+    }
+}
+
 /// What one retention pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionOutcome {

@@ -348,6 +348,10 @@ impl Ingest for SqliteStore {
     async fn rollup(&self, _limit: u32) -> Result<u64> {
         Ok(0)
     }
+
+    async fn rollup_counted(&self, _limit: u32) -> Result<RollupOutcome> {
+        Ok(RollupOutcome::default())
+    }
 }
 
 impl VerdictReads for SqliteStore {

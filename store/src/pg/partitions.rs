@@ -76,23 +76,10 @@ impl PgStore {
     /// Creates the missing partitions of the UTC day starting at `day_ms`, in one
     /// transaction; how many.
     pub(super) async fn prepare_day(&self, day_ms: i64) -> Result<u64> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .context("beginning partition maintenance")?;
-        // Preparations take turns (the function's advisory lock, taken here first so
-        // that the lock timeout below is not for the turn): `serve` migrating while the
-        // collector prepares its range waits for it rather than failing to start.
-        sqlx::query(concat!(
-            "SELECT pg_advisory_xact_lock(",
-            partition_turn!(),
-            ")"
-        ))
-        .execute(&mut *tx)
-        .await
-        .context("waiting for a concurrent partition preparation")?;
-        Self::limit_lock_waits(&mut tx).await?;
+        // Preparations take turns (the function's advisory lock, taken first so that
+        // the lock timeout is not for the turn): `serve` migrating while the collector
+        // prepares its range waits for it rather than failing to start.
+        let mut tx = self.partition_turn_transaction().await?;
         let created: i32 = sqlx::query_scalar("SELECT audit_ensure_day_partitions($1, $1)")
             .bind(day_ms)
             .fetch_one(&mut *tx)
@@ -102,6 +89,30 @@ impl PgStore {
             .await
             .context("committing partition maintenance")?;
         Ok(created.max(0) as u64)
+    }
+
+    /// A maintenance transaction ([`PgStore::maintenance_transaction`]) that first takes
+    /// the partition turn exclusively, as a day's creation does: the writers and
+    /// roll-ups in hand finish first, and the next ones wait until it commits.
+    pub(super) async fn partition_turn_transaction(
+        &self,
+    ) -> Result<Transaction<'static, Postgres>> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .context("beginning partition maintenance")?;
+        // The turn first, so that the lock timeout below is not for the turn.
+        sqlx::query(concat!(
+            "SELECT pg_advisory_xact_lock(",
+            partition_turn!(),
+            ")"
+        ))
+        .execute(&mut *tx)
+        .await
+        .context("waiting for the partition turn")?;
+        Self::limit_lock_waits(&mut tx).await?;
+        Ok(tx)
     }
 
     /// A transaction whose statements wait at most [`MAINTENANCE_LOCK_TIMEOUT`] for a lock.

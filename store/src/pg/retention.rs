@@ -75,12 +75,30 @@ impl PgStore {
     /// partition waits for the transactions using its table; with the lock timeout
     /// ingestion never queues behind it for long, and a pass that times out leaves
     /// the days to the next one.
+    ///
+    /// The staged keys of the days whose messages go (the whole days before the
+    /// message cutoff) leave the roll-up queue in the same transaction, with the
+    /// partition turn taken exclusively (partitions.rs): no writer or roll-up runs
+    /// between, so a roll-up never finds a queued key whose message retention deleted,
+    /// and a key without its message is always an error to report (staging.rs).
     pub(super) async fn drop_old_days(
         &self,
         window_cutoff_ms: i64,
         message_cutoff_ms: i64,
     ) -> Result<u64> {
-        let mut tx = self.maintenance_transaction().await?;
+        let mut tx = self.partition_turn_transaction().await?;
+        let unqueued = sqlx::query("DELETE FROM audit_pending WHERE partition_ms < $1")
+            .bind(message_cutoff_ms.div_euclid(DAY_MS) * DAY_MS)
+            .execute(&mut *tx)
+            .await
+            .context("taking the staged keys of deleted days off the queue")?
+            .rows_affected();
+        if unqueued > 0 {
+            tracing::warn!(
+                unqueued,
+                "retention: staged increments older than the message retention were never rolled up; dropped with their days"
+            );
+        }
         let partitions: i32 = sqlx::query_scalar("SELECT audit_drop_day_partitions($1, $2)")
             .bind(window_cutoff_ms)
             .bind(message_cutoff_ms)
@@ -143,19 +161,37 @@ impl PgStore {
         limit: i64,
     ) -> Result<u64> {
         let mut tx = self.maintenance_transaction().await?;
-        let n = sqlx::query(
+        let deleted: Vec<(uuid::Uuid, String, i64)> = sqlx::query_as(
             "DELETE FROM audit_message_default WHERE (uuid, topic, partition_ms) IN (
                  SELECT uuid, topic, partition_ms FROM audit_message_default
-                 WHERE partition_ms < $1 LIMIT $2)",
+                 WHERE partition_ms < $1 LIMIT $2)
+             RETURNING uuid, topic, partition_ms",
         )
         .bind(message_cutoff_ms)
         .bind(limit)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
-        .context("deleting old message UUIDs")?
-        .rows_affected();
+        .context("deleting old message UUIDs")?;
+        // Their keys still queued for roll-up go with them (see `drop_old_days`). A
+        // roll-up that took one first holds it: this waits, and finds it gone.
+        let (uuids, (topics, days)): (Vec<_>, (Vec<_>, Vec<_>)) = deleted
+            .iter()
+            .map(|(u, t, d)| (*u, (t.as_str(), *d)))
+            .unzip();
+        if !uuids.is_empty() {
+            sqlx::query(
+                "DELETE FROM audit_pending WHERE (uuid, topic, partition_ms) IN (
+                     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[]))",
+            )
+            .bind(&uuids)
+            .bind(&topics)
+            .bind(&days)
+            .execute(&mut *tx)
+            .await
+            .context("taking the staged keys of deleted messages off the queue")?;
+        }
         tx.commit().await.context("committing deleted UUIDs")?;
-        Ok(n)
+        Ok(deleted.len() as u64)
     }
 
     /// Up to `limit` rejects received before the cutoff. `audit_reject` stays a local

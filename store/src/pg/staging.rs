@@ -2,7 +2,7 @@
 //! whole (one binary COPY) after a deduplication probe, and [`Ingest::rollup`] adds
 //! staged increments to their windows later, isolating one that cannot be added.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
@@ -123,12 +123,12 @@ impl PgStore {
     }
 
     /// Takes up to `limit` staged increments off the queue (in this transaction) and
-    /// reads them back: (how many were taken, the increments still stored).
+    /// reads them back.
     pub(super) async fn take_staged(
         tx: &mut Transaction<'_, Postgres>,
         limit: u32,
         reads: MessageReads,
-    ) -> Result<(u64, Vec<Message>)> {
+    ) -> Result<Staged> {
         let taken: Vec<(Uuid, String, i64)> = sqlx::query_as(
             "DELETE FROM audit_pending WHERE ctid = ANY(ARRAY(
                  SELECT ctid FROM audit_pending LIMIT $1 FOR UPDATE SKIP LOCKED))
@@ -139,12 +139,11 @@ impl PgStore {
         .await
         .context("taking staged increments")?;
         if taken.is_empty() {
-            return Ok((0, Vec::new()));
+            return Ok(Staged::default());
         }
         let uuids: Vec<Uuid> = taken.iter().map(|t| t.0).collect();
         let topics: Vec<&str> = taken.iter().map(|t| t.1.as_str()).collect();
         let (lo, hi) = span(taken.iter().map(|t| t.2));
-        let taken_keys: HashSet<(Uuid, String, i64)> = taken.iter().cloned().collect();
         seqscan(tx, false).await?;
         let rows: Vec<StagedDb> = reads
             .bind_keys(sqlx::query_as(reads.staged()), &uuids, &topics)
@@ -154,26 +153,58 @@ impl PgStore {
             .await
             .context("reading staged increments")?;
         seqscan(tx, true).await?;
-        // A staged UUID whose message retention already deleted has nothing to add.
-        let increments: Vec<Message> = rows
+        let mut rows: HashMap<(Uuid, String, i64), StagedDb> = rows
             .into_iter()
-            .filter(|r| taken_keys.contains(&(r.uuid, r.topic.clone(), r.partition_ms)))
-            .filter_map(StagedDb::into_increment)
+            .map(|r| ((r.uuid, r.topic.clone(), r.partition_ms), r))
             .collect();
-        Ok((taken.len() as u64, increments))
+        let mut staged = Staged {
+            taken: taken.len() as u64,
+            ..Staged::default()
+        };
+        // Retention takes the queued keys of the days it deletes off the queue in the
+        // transaction that deletes them (retention.rs), so a key whose message is not
+        // here was lost some other way (a partition moved or detached by hand, a shard
+        // move, a read planned without the partition turn): never dropped silently.
+        for key in taken {
+            let problem = match rows.remove(&key).map(StagedDb::into_increment) {
+                Some(Some(increment)) => {
+                    staged.increments.push(increment);
+                    continue;
+                }
+                Some(None) => "its staged message could not be read back as an increment",
+                None => "its staged message was not found",
+            };
+            let (uuid, topic, partition_ms) = key;
+            tracing::error!(%uuid, topic = %topic, partition_ms, problem,
+                "roll-up: a staged increment has no message to add; kept as a reject");
+            staged.missing.push(Reject {
+                source: "rollup".into(),
+                reason: format!(
+                    "missing: {problem}; its counts are in no window (restore the \
+                     audit_message row and queue its key in audit_pending again to add it)"
+                ),
+                payload: sanitize_text(
+                    &format!("uuid {uuid} topic {topic:?} partition_ms {partition_ms}"),
+                    4096,
+                ),
+            });
+        }
+        Ok(staged)
     }
 
     pub(super) async fn rollup_in(
         tx: &mut Transaction<'_, Postgres>,
         limit: u32,
         reads: MessageReads,
-    ) -> Result<u64> {
-        let (taken, increments) = Self::take_staged(tx, limit, reads).await?;
-        if taken > 0 {
-            let rollup = Rollup::of(&increments);
-            Self::add_windows(tx, &rollup, common::now_ms()).await?;
+    ) -> Result<RollupOutcome> {
+        let staged = Self::take_staged(tx, limit, reads).await?;
+        let now = common::now_ms();
+        if !staged.increments.is_empty() {
+            let rollup = Rollup::of(&staged.increments);
+            Self::add_windows(tx, &rollup, now).await?;
         }
-        Ok(taken)
+        Self::store_rejects(tx, &staged.missing, now).await?;
+        Ok(staged.outcome())
     }
 
     /// The roll-up after a data error: the increments are added by bisection, each
@@ -185,12 +216,12 @@ impl PgStore {
         tx: &mut Transaction<'_, Postgres>,
         limit: u32,
         reads: MessageReads,
-    ) -> Result<u64> {
+    ) -> Result<RollupOutcome> {
         use sqlx::Acquire;
-        let (taken, increments) = Self::take_staged(tx, limit, reads).await?;
+        let staged = Self::take_staged(tx, limit, reads).await?;
         let now = common::now_ms();
         let mut quarantined = Vec::new();
-        let mut parts: Vec<&[Message]> = vec![&increments];
+        let mut parts: Vec<&[Message]> = vec![&staged.increments];
         while let Some(part) = parts.pop() {
             if part.is_empty() {
                 continue;
@@ -225,7 +256,28 @@ impl PgStore {
             }
         }
         Self::store_rejects(tx, &quarantined, now).await?;
-        Ok(taken)
+        Self::store_rejects(tx, &staged.missing, now).await?;
+        Ok(staged.outcome())
+    }
+}
+
+/// Staged increments taken off the queue by one roll-up.
+#[derive(Default)]
+pub(super) struct Staged {
+    /// How many keys were taken.
+    taken: u64,
+    /// The increments read back, to be added.
+    increments: Vec<Message>,
+    /// A reject for each key taken without a message to add.
+    missing: Vec<Reject>,
+}
+
+impl Staged {
+    fn outcome(&self) -> RollupOutcome {
+        RollupOutcome {
+            taken: self.taken,
+            missing: self.missing.len() as u64,
+        }
     }
 }
 
@@ -406,6 +458,10 @@ impl Ingest for PgStore {
     }
 
     async fn rollup(&self, limit: u32) -> Result<u64> {
+        Ok(self.rollup_counted(limit).await?.taken)
+    }
+
+    async fn rollup_counted(&self, limit: u32) -> Result<RollupOutcome> {
         let mut tx = self.writing_transaction().await?;
         match Self::rollup_in(&mut tx, limit, self.message_reads()).await {
             Ok(n) => {

@@ -1116,3 +1116,109 @@ async fn a_rollup_beside_a_partition_preparation_never_deadlocks() {
         errors.first()
     );
 }
+
+/// Security review 3, M1: a staged increment whose message is not where the roll-up
+/// looks (a partition moved or detached by hand, a shard move, a code path that reads
+/// without the partition turn) was taken off the queue as "deleted by retention",
+/// counted as rolled up, and lost without a trace. It is kept as a reject (source
+/// `rollup`) that names it, so an operator can find it and restore it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_key_without_its_message_is_not_dropped_silently() {
+    let (store, _db) = pg_store("store_pending_without_message").await;
+    let m = message("orders", "regional", "dc1", today() + 3 * W, 10, 1);
+    let uuid = m.uuid;
+    // The collector's path: staged (message stored whole, key queued), not rolled up.
+    store
+        .stage_batch(&batch(vec![m], common::now_ms()))
+        .await
+        .unwrap();
+    let deleted = sqlx::query("DELETE FROM audit_message WHERE uuid = $1")
+        .bind(uuid)
+        .execute(store.pool())
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(deleted, 1, "the staged message was stored");
+
+    let outcome = store.rollup_counted(100).await.unwrap();
+    assert_eq!(
+        outcome,
+        RollupOutcome {
+            taken: 1,
+            missing: 1
+        },
+        "counted as missing, not as rolled up"
+    );
+    assert_eq!(
+        store.rollup(100).await.unwrap(),
+        0,
+        "taken off the queue once"
+    );
+
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_pending")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let rejects = store.rejects(10).await.unwrap();
+    let named: Vec<&RejectRow> = rejects
+        .iter()
+        .filter(|r| r.source == "rollup" && r.payload.contains(&uuid.to_string()))
+        .collect();
+    assert!(
+        named.len() == 1 && pending == 0,
+        "expected one roll-up reject naming {uuid} (and the key off the queue): \
+         {pending} pending, rejects {rejects:?}"
+    );
+    assert!(all_windows(&store).await.is_empty());
+}
+
+/// The one exception to the test above: retention deleting a day's messages takes
+/// their staged keys off the queue in the same transaction (dropped days, and old
+/// messages of the default partition), so the roll-up never finds those keys and
+/// reports nothing; younger staged increments still roll up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_takes_the_staged_keys_of_the_messages_it_deletes_off_the_queue() {
+    let (store, _db) = pg_store("store_pending_retention").await;
+    // A day with its partitions and one older than every partition (default partition).
+    let (dropped_day, default_day) = (today() - 10 * DAY, today() - 400 * DAY);
+    store
+        .prepare_partitions(dropped_day, dropped_day)
+        .await
+        .unwrap();
+    let old = [
+        message("orders", "regional", "dc1", dropped_day + W, 10, 1),
+        message("orders", "regional", "dc1", default_day + W, 10, 2),
+    ];
+    let young = message("orders", "regional", "dc1", today() + W, 7, 3);
+    store
+        .stage_batch(&batch(
+            vec![old[0].clone(), old[1].clone(), young],
+            common::now_ms(),
+        ))
+        .await
+        .unwrap();
+    let cutoff = today() - 2 * DAY;
+    let outcome = store.retention(cutoff, cutoff, 1000).await.unwrap();
+    assert_eq!(
+        (outcome.failed_steps, outcome.messages),
+        (0, 1),
+        "{outcome:?}"
+    );
+    assert!(outcome.partitions >= 4, "{outcome:?}");
+
+    let outcome = store.rollup_counted(100).await.unwrap();
+    assert_eq!(
+        outcome,
+        RollupOutcome {
+            taken: 1,
+            missing: 0
+        }
+    );
+    assert!(store.rejects(10).await.unwrap().is_empty());
+    let counts: Vec<(i64, u64)> = all_windows(&store)
+        .await
+        .iter()
+        .map(|r| (r.window_start_ms, r.count))
+        .collect();
+    assert_eq!(counts, vec![(today() + W, 7)]);
+}
