@@ -68,6 +68,7 @@ pub struct Metrics {
     pub partitions_created: Counter,
     pub partition_errors: Counter,
     pub rolled_up: Counter,
+    pub rollup_missing_messages: Counter,
     pub rollup_errors: Counter,
     pub rollup_caught_up: Gauge,
     pub quarantined: Counter,
@@ -94,6 +95,7 @@ impl Metrics {
             partitions_created: Counter::default(),
             partition_errors: Counter::default(),
             rolled_up: Counter::default(),
+            rollup_missing_messages: Counter::default(),
             rollup_errors: Counter::default(),
             rollup_caught_up: Gauge::default(),
             quarantined: Counter::default(),
@@ -168,6 +170,11 @@ impl Metrics {
             "rolled_up",
             "Staged increments added to their window rows (PostgreSQL roll-up)",
             m.rolled_up.clone(),
+        );
+        r.register(
+            "rollup_missing_messages",
+            "Staged increments whose stored message the roll-up did not find: nothing added, each kept as a reject (source rollup) naming its key; should stay 0",
+            m.rollup_missing_messages.clone(),
         );
         r.register(
             "rollup_errors",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Backoff;
-use store::{Ingest, Store};
+use store::{Ingest, RollupOutcome, Store};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -29,8 +29,8 @@ pub async fn run(
 ) {
     let mut backoff = Backoff::new(retry.initial_backoff, retry.max_backoff);
     while !shutdown.is_cancelled() {
-        match store.rollup(limit).await {
-            Ok(0) => {
+        match store.rollup_counted(limit).await {
+            Ok(RollupOutcome { taken: 0, .. }) => {
                 backoff.reset();
                 metrics.rollup_caught_up.set(1);
                 tokio::select! {
@@ -39,13 +39,15 @@ pub async fn run(
                     _ = shutdown.cancelled() => return,
                 }
             }
-            Ok(n) => {
+            Ok(outcome) => {
                 backoff.reset();
-                metrics.rolled_up.inc_by(n);
+                metrics.rolled_up.inc_by(outcome.rolled_up());
+                // Each one logged and kept as a reject by the store.
+                metrics.rollup_missing_messages.inc_by(outcome.missing);
                 // A full roll-up means more may be waiting.
                 metrics
                     .rollup_caught_up
-                    .set(i64::from(n < u64::from(limit)));
+                    .set(i64::from(outcome.taken < u64::from(limit)));
             }
             Err(e) => {
                 metrics.rollup_errors.inc();
