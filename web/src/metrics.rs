@@ -46,6 +46,11 @@ pub struct TierLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: LabelValue,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub method: LabelValue,
     pub route: LabelValue,
@@ -77,6 +82,7 @@ pub struct Metrics {
     pub topic_anomalies: Family<TopicKindLabels, Gauge>,
     pub auditor_stalled: Family<AuditorLabels, Gauge>,
     pub replication_evidence_age: Family<TierLabels, Gauge>,
+    pub replication_evidence_refused: Family<ReasonLabels, Counter>,
     pub window_size_mismatch: Family<TierLabels, Gauge>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Family<RouteLabels, Histogram>,
@@ -143,6 +149,12 @@ impl Metrics {
             "replication_evidence_age_seconds",
             "Seconds since a replicator's evidence (progress of a replicator:* tier an edge names) was last received for any topic, per evidence tier and upstream datacenter",
             replication_evidence_age.clone(),
+        );
+        let replication_evidence_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "replication_evidence_refused",
+            "Pieces of replication evidence (a partition's progress of a replicator:* tier, each as received) not used to prove a loss, by reason: emitted_in_future, past_log_end (past the upstream auditor's measured log end), no_log_end (no upstream progress to check it against)",
+            replication_evidence_refused.clone(),
         );
         let window_size_mismatch = Family::<TierLabels, Gauge>::default();
         registry.register(
@@ -235,6 +247,7 @@ impl Metrics {
             topic_anomalies,
             auditor_stalled,
             replication_evidence_age,
+            replication_evidence_refused,
             window_size_mismatch,
             http_requests,
             http_duration,

@@ -26,6 +26,78 @@ use super::*;
 /// (never later than the collector received it).
 pub(super) const EVIDENCE_CLOCK_SKEW_MS: i64 = 1000;
 
+/// Evidence emitted (by its auditor's clock) more than this after the collector
+/// received it is not used: honest evidence is published `replication_evidence_age`
+/// (5 s) after it was read, so only a clock far ahead, or a forged row, dates it
+/// later. (The store keeps a partition's row with the larger `emitted_at`: a row
+/// dated an hour ahead would otherwise stand for the hour.)
+pub(super) const EVIDENCE_FUTURE_MS: i64 = 60_000;
+
+/// Why a piece of replication evidence (one partition's progress of an evidence
+/// tier) is not used (issue 43; docs/web.md, Replication evidence). Counted by the
+/// evaluator, `replication_evidence_refused_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EvidenceRefusal {
+    /// Emitted more than [`EVIDENCE_FUTURE_MS`] after the collector received it.
+    EmittedInFuture,
+    /// Its position is past the log end the upstream auditor measured there (its
+    /// next offset + lag): no replicator copies what is not in the log.
+    PastLogEnd,
+    /// The upstream auditor reports no progress for the partition to check it
+    /// against.
+    NoLogEnd,
+}
+
+impl EvidenceRefusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceRefusal::EmittedInFuture => "emitted_in_future",
+            EvidenceRefusal::PastLogEnd => "past_log_end",
+            EvidenceRefusal::NoLogEnd => "no_log_end",
+        }
+    }
+}
+
+/// Whether the evidence of one partition — its next offset to copy, its `emitted_at`
+/// and when the collector received it — is plausible, given the upstream auditor's
+/// progress there (`(next_offset, lag)`); why not, for people, when it is not.
+fn refusal(
+    next_offset: i64,
+    emitted_at: i64,
+    received_at: i64,
+    upstream: Option<(i64, Option<i64>)>,
+) -> Option<(EvidenceRefusal, String)> {
+    let ahead = emitted_at.saturating_sub(received_at);
+    if ahead > EVIDENCE_FUTURE_MS {
+        return Some((
+            EvidenceRefusal::EmittedInFuture,
+            format!(
+                "emitted at {}, {} s after the collector received it",
+                at(emitted_at),
+                seconds(ahead)
+            ),
+        ));
+    }
+    let Some((read_to, lag)) = upstream else {
+        return Some((
+            EvidenceRefusal::NoLogEnd,
+            "the upstream auditor reports no progress there to check it against".into(),
+        ));
+    };
+    // Lag unknown (an auditor that has not fetched the high watermark yet): what it
+    // has read is the log end known.
+    let log_end = read_to.saturating_add(lag.unwrap_or(0).max(0));
+    if next_offset > log_end {
+        return Some((
+            EvidenceRefusal::PastLogEnd,
+            format!(
+                "it says the replicator copied up to offset {next_offset}, past the log end the upstream auditor measured ({log_end})"
+            ),
+        ));
+    }
+    None
+}
+
 /// What the replication evidence shows of one window on one edge and downstream
 /// datacenter.
 #[derive(Debug)]
@@ -149,6 +221,15 @@ impl Topology {
                         edge.upstream
                     )));
                 };
+                let up = auditors
+                    .get(&(edge.upstream.as_str(), u))
+                    .and_then(|a| a.part(p))
+                    .map(|x| (x.next_offset, x.lag));
+                if let Some((_, why)) = refusal(e.next_offset, e.emitted_at, e.reported_at, up) {
+                    return Some(Early::Unknown(format!(
+                        "the evidence of {evidence_tier} for {u} partition {p} is not used: {why}"
+                    )));
+                }
                 copied_at = copied_at.max(e.copied_as_of());
                 let held = m.saturating_add(1).saturating_sub(e.next_offset).max(0);
                 in_flight = in_flight.saturating_add(held as u64);
@@ -157,10 +238,7 @@ impl Topology {
                     // first record not copied.
                     let w = e.record_time.map(|t| now.saturating_sub(t));
                     waited = waited.max(w);
-                    if behind
-                        .as_ref()
-                        .is_none_or(|b| held > b.counted_to - b.copied_to + 1)
-                    {
+                    if behind.as_ref().is_none_or(|b| held > b.held()) {
                         behind = Some(Behind {
                             datacenter: u.to_string(),
                             partition: p,
@@ -212,6 +290,14 @@ impl Topology {
 }
 
 impl Behind {
+    /// The counted records it may hold back there (offsets up to `i64::MAX` pass
+    /// validation: saturating).
+    fn held(&self) -> i64 {
+        self.counted_to
+            .saturating_add(1)
+            .saturating_sub(self.copied_to)
+    }
+
     fn describe(&self, in_flight: u64) -> String {
         let lag = self.lag.map_or(String::new(), |l| {
             format!(", {l} records behind its log end")
@@ -226,6 +312,54 @@ impl Behind {
             "in flight: up to {in_flight} counted records not copied yet; the replicator has copied {} partition {} up to offset {}{lag}, the upstream counted this window there up to offset {}{waited}",
             self.datacenter, self.partition, self.copied_to, self.counted_to
         )
+    }
+}
+
+impl Topology {
+    /// The replication evidence among `progress` (one topic's) that rule 0 does not
+    /// use, and why: each row of an evidence tier an edge names, checked against its
+    /// edge's upstream auditor as [`Topology::early`] checks it. Progress older than
+    /// `forget_after` is left out, as the engine leaves it out.
+    pub fn refused_evidence<'p>(
+        &self,
+        progress: &'p [ProgressRow],
+        now: i64,
+    ) -> Vec<(&'p ProgressRow, EvidenceRefusal)> {
+        let tiers: std::collections::BTreeSet<(&str, &str)> = self
+            .edges
+            .iter()
+            .filter_map(|e| Some((e.evidence_tier.as_deref()?, e.upstream.as_str())))
+            .collect();
+        if tiers.is_empty() {
+            return Vec::new();
+        }
+        let live = |r: &&ProgressRow| now.saturating_sub(r.received_at_ms) <= self.forget_after_ms;
+        let positions: std::collections::HashMap<(&str, &str, i32), (i64, Option<i64>)> = progress
+            .iter()
+            .filter(live)
+            .map(|r| {
+                (
+                    (r.tier.as_str(), r.datacenter.as_str(), r.partition),
+                    (r.next_offset, r.lag),
+                )
+            })
+            .collect();
+        progress
+            .iter()
+            .filter(live)
+            .filter_map(|r| {
+                tiers
+                    .iter()
+                    .filter(|(t, _)| *t == r.tier)
+                    .find_map(|&(_, upstream)| {
+                        let up = positions
+                            .get(&(upstream, r.datacenter.as_str(), r.partition))
+                            .copied();
+                        refusal(r.next_offset, r.emitted_at_ms, r.received_at_ms, up)
+                    })
+                    .map(|(why, _)| (r, why))
+            })
+            .collect()
     }
 }
 

@@ -52,6 +52,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use audit_lib::LatencyHistogram;
 
+pub use early::EvidenceRefusal;
 pub use topology::{Edge, Policy, Thresholds, Topology, TopologyConfig, TopologyError};
 pub use verdict::*;
 

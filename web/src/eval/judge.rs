@@ -8,7 +8,7 @@ use std::sync::Arc;
 use store::{StoreError, TimeRange, VerdictReads};
 
 use crate::engine::{self, EdgeWindow, ProgressRow, Topology, Verdict, WindowRow};
-use crate::metrics::KindLabels;
+use crate::metrics::{KindLabels, ReasonLabels};
 
 use super::index::{key_of, note_window_mismatches, IndexPlan, VerdictKey, WindowMismatch};
 use super::{CycleStats, Evaluator, KEY_LIMIT, LATE_MARGIN_MS, PAGE_ROWS};
@@ -229,6 +229,7 @@ impl Evaluator {
             },
             _ => (&[], false),
         };
+        self.count_refused_evidence(topo, p, now);
         let unread = crate::reads::Unread::of(rows, cut, progress_capped);
         let not_read = unread.windows_not_read(topo, range_end);
         if !not_read.is_empty() && windows.is_empty() {
@@ -250,6 +251,34 @@ impl Evaluator {
         stats.topics += 1;
         self.apply(topic, &windows, verdicts, plan);
         Ok(())
+    }
+
+    /// Counts the replication evidence among `progress` (one topic's) that rule 0 does
+    /// not use, each piece once (`replication_evidence_refused`).
+    fn count_refused_evidence(&mut self, topo: &Topology, progress: &[ProgressRow], now: i64) {
+        for (r, why) in topo.refused_evidence(progress, now) {
+            let key = (
+                r.topic.clone(),
+                r.tier.clone(),
+                r.datacenter.clone(),
+                r.partition,
+                r.next_offset,
+                r.emitted_at_ms,
+                r.received_at_ms,
+            );
+            if self
+                .refused_evidence
+                .insert(key, r.received_at_ms)
+                .is_none()
+            {
+                self.metrics
+                    .replication_evidence_refused
+                    .get_or_create(&ReasonLabels {
+                        reason: why.as_str().into(),
+                    })
+                    .inc();
+            }
+        }
     }
 
     /// Plans the verdicts of one topic's windows into `plan`.

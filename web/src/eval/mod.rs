@@ -95,6 +95,10 @@ pub struct Evaluator {
     auditor_series: HashSet<AuditorLabels>,
     /// The `replication_evidence_age_seconds` series set by the last cycle.
     evidence_series: HashSet<TierLabels>,
+    /// Replication evidence refused and counted (`replication_evidence_refused`), so
+    /// that a piece judged again at every cycle is counted once: its key, when it was
+    /// received.
+    refused_evidence: HashMap<RefusedEvidence, i64>,
     /// The `window_size_mismatch` series set by the last cycle.
     mismatch_series: HashSet<TierLabels>,
     /// Windows starting at or after this are judged (`None` before the first cycle);
@@ -113,6 +117,14 @@ pub struct Evaluator {
     /// When it did: the progress of the page of topics being judged.
     page_progress: Option<Arc<crate::reads::PageProgress>>,
 }
+
+/// A piece of replication evidence as received: (topic, tier, datacenter, partition,
+/// next offset, emitted at, received at).
+type RefusedEvidence = (String, String, String, i32, i64, i64, i64);
+
+/// Most pieces of refused evidence remembered (so as to count each once): past it
+/// they are forgotten, and counted again if still refused.
+const REFUSED_EVIDENCE_LIMIT: usize = 100_000;
 
 /// Most proven losses read at a cold start.
 const PROOF_LIMIT: u32 = store::MAX_READ_ROWS as u32;
@@ -144,6 +156,7 @@ impl Evaluator {
             anomalous_topics: BTreeSet::new(),
             auditor_series: HashSet::new(),
             evidence_series: HashSet::new(),
+            refused_evidence: HashMap::new(),
             mismatch_series: HashSet::new(),
             loaded_from: None,
             windows_loaded: 0,
@@ -261,6 +274,12 @@ impl Evaluator {
             .start_ms;
         let range_end = now + window_ms;
         self.keep_proofs(horizon_start).await?;
+        let forget_after_ms = topo.forget_after_ms;
+        self.refused_evidence
+            .retain(|_, received| now.saturating_sub(*received) <= forget_after_ms);
+        if self.refused_evidence.len() > REFUSED_EVIDENCE_LIMIT {
+            self.refused_evidence.clear();
+        }
 
         // Every topic's auditors, also of idle topics (no windows to judge), so that
         // an auditor that stops reporting is flagged even when its topic is quiet.

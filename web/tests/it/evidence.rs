@@ -26,7 +26,10 @@ evaluate_every = "1h"
 
 const EVIDENCE: &str = "replicator:group/mirror";
 
-on_both_backends!(evidence_that_stops_is_one_signal_not_a_stalled_auditor_per_topic);
+on_both_backends!(
+    evidence_that_stops_is_one_signal_not_a_stalled_auditor_per_topic,
+    implausible_evidence_proves_nothing_and_is_counted_once,
+);
 
 async fn write_at(store: &store::Store, messages: Vec<Message>, received_at_ms: i64) {
     store
@@ -113,4 +116,94 @@ async fn evidence_that_stops_is_one_signal_not_a_stalled_auditor_per_topic(backe
     );
     let value: f64 = value.parse().unwrap();
     assert!((3600.0..3700.0).contains(&value), "{backend:?}: {value}");
+}
+
+/// The open window of three topics: regional/dc1 counted 100 records (offsets 1000 to
+/// 1099 of partition 0) and measured its log end at 1100, the aggregate 63 and read
+/// its whole log since the evidence. The evidence says the replicator copied up to
+/// 1100 (`honest`), up to 2^62 (`forged`, past the log end), or up to 1100 dated
+/// an hour ahead (`future`). Only `honest` proves a loss; the two others are counted
+/// once each, however many cycles judge them.
+async fn implausible_evidence_proves_nothing_and_is_counted_once(backend: Backend) {
+    let (store, _db) = store(backend).await;
+    let config: Config = toml::from_str(REPLICATED).expect("config parses");
+    let state = AppState::new(config, store).expect("state");
+    let now = now_ms();
+    let w = now.div_euclid(WINDOW) * WINDOW;
+    let read_at = now - 20_000;
+    let cases = [
+        ("honest", 1100, read_at),
+        ("forged", 1 << 62, read_at),
+        ("future", 1100, now + 59 * MIN + 50_000),
+    ];
+    for (topic, copied, emitted_at) in cases {
+        write(
+            &state.store,
+            vec![
+                increment(topic, "regional", "dc1", w, 100, 100),
+                increment(topic, "aggregate", "agg", w, 63, 63),
+            ],
+        )
+        .await;
+        write_at(
+            &state.store,
+            vec![
+                progress_of(
+                    topic,
+                    "regional",
+                    "dc1",
+                    "regional-dc1-0",
+                    read_at,
+                    0,
+                    1100,
+                    Some(read_at),
+                    Some(0),
+                ),
+                progress_of(
+                    topic,
+                    EVIDENCE,
+                    "dc1",
+                    "regional-dc1-0",
+                    emitted_at,
+                    0,
+                    copied,
+                    None,
+                    Some(0),
+                ),
+            ],
+            read_at,
+        )
+        .await;
+        write_at(
+            &state.store,
+            vec![progress_of(
+                topic,
+                "aggregate",
+                "agg",
+                "aggregate-agg-0",
+                now - 10_000,
+                0,
+                1063,
+                Some(now - 10_000),
+                Some(0),
+            )],
+            now - 10_000,
+        )
+        .await;
+    }
+    for at in [now, now + 1000] {
+        state.evaluate(at).await.unwrap();
+    }
+    let index = state.index.read().unwrap();
+    let proven: Vec<&str> = index.proven.keys().map(|k| k.topic.as_str()).collect();
+    assert_eq!(proven, vec!["honest"], "{backend:?}");
+    drop(index);
+    let m = state.metrics.encode();
+    for line in [
+        "kafka_audit_replication_evidence_refused_total{reason=\"past_log_end\"} 1",
+        "kafka_audit_replication_evidence_refused_total{reason=\"emitted_in_future\"} 1",
+    ] {
+        assert!(m.contains(line), "{backend:?}: no {line:?} in\n{m}");
+    }
+    assert!(!m.contains("reason=\"no_log_end\""), "{backend:?}:\n{m}");
 }

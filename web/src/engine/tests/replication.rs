@@ -58,6 +58,15 @@ fn copied(p0: i64, p1: i64, at: i64) -> Vec<ProgressRow> {
         .collect()
 }
 
+/// The upstream auditor regional/dc1 at lag 0 on partitions 0 and 1, read up to
+/// `l0` and `l1` (its measured log ends), measured at `at`.
+fn measured(l0: i64, l1: i64, at: i64) -> Vec<ProgressRow> {
+    vec![
+        part("regional", "dc1", 0, l0, Some(0), at),
+        part("regional", "dc1", 1, l1, Some(0), at),
+    ]
+}
+
 /// `rows` as received by the collector at `at`.
 fn received_late(rows: Vec<ProgressRow>, at: i64) -> Vec<ProgressRow> {
     rows.into_iter()
@@ -89,7 +98,11 @@ fn case(what: &'static str) -> Case {
     Case {
         what,
         rows: counted(63),
-        progress: vec![copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)],
+        progress: vec![
+            copied(50, 50, NOW - 10 * SEC),
+            read(Some(0), NOW - 5 * SEC),
+            measured(50, 50, NOW - 5 * SEC),
+        ],
         objective: "",
         staged: false,
         expect: (Verdict::Loss, Some(SoFar::Loss)),
@@ -212,11 +225,66 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
             expect: (Verdict::Pending, None),
             ..case("downstream increments stored but not added up: nothing proven")
         },
+        // Plausibility (issue 43): evidence is checked before it is used.
+        Case {
+            progress: vec![
+                copied(1 << 62, 1 << 62, NOW - 10 * SEC),
+                read(Some(0), NOW - 5 * SEC),
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("evidence past the upstream auditor's measured log end (2^62): not used")
+        },
+        Case {
+            progress: vec![
+                copied(50, 51, NOW - 10 * SEC),
+                read(Some(0), NOW - 5 * SEC),
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("evidence one past the upstream's log end on partition 1: not used")
+        },
+        Case {
+            progress: vec![
+                copied(50, 40, NOW - 10 * SEC),
+                read(Some(0), NOW - 5 * SEC),
+                vec![
+                    part("regional", "dc1", 0, 45, Some(5), NOW - 5 * SEC),
+                    part("regional", "dc1", 1, 50, Some(0), NOW - 5 * SEC),
+                ],
+            ],
+            ..case("the log end is the upstream's position + its lag: 27 proven lost")
+        },
+        Case {
+            progress: vec![
+                copied(50, 50, NOW - 10 * SEC),
+                read(Some(0), NOW - 5 * SEC),
+                vec![part("regional", "dc1", 0, 50, Some(0), NOW - 5 * SEC)],
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("no upstream progress for partition 1 to check the evidence against: not used")
+        },
+        Case {
+            progress: vec![
+                copied(50, 50, NOW - 10 * SEC)
+                    .into_iter()
+                    .map(|p| ProgressRow {
+                        emitted_at_ms: NOW + 59 * MIN + 50 * SEC,
+                        ..p
+                    })
+                    .collect(),
+                read(Some(0), NOW - 5 * SEC),
+            ],
+            expect: (Verdict::Pending, None),
+            ..case("evidence emitted an hour ahead of its receipt: not used")
+        },
     ];
     let mut failures = Vec::new();
     for c in table {
         let t = replicated(c.objective);
-        let progress: Vec<ProgressRow> = c.progress.into_iter().flatten().collect();
+        let mut progress: Vec<ProgressRow> = c.progress.into_iter().flatten().collect();
+        // The upstream auditor's own progress, unless the case sets it.
+        if !progress.iter().any(|p| p.tier == "regional") {
+            progress.extend(measured(50, 50, NOW - 5 * SEC));
+        }
         let mut staged = Staged::new();
         if c.staged {
             staged.insert(("aggregate".into(), "agg".into(), W));
@@ -235,20 +303,56 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
+/// Offsets up to i64::MAX pass validation: the arithmetic on them saturates (L2 of
+/// reviews/security-3.md; a debug build panicked on `counted_to - copied_to + 1`).
+#[test]
+fn offsets_at_i64_max_are_in_flight_not_an_overflow() {
+    let t = replicated("");
+    let rows = vec![
+        WindowRow {
+            max_offsets: vec![(0, i64::MAX), (1, i64::MAX)],
+            max_observed_at_ms: Some(NOW - 30 * SEC),
+            ..row("regional", "dc1", 100, 1)
+        },
+        row("aggregate", "agg", 63, 2),
+    ];
+    let progress = [
+        copied(0, 0, NOW - 10 * SEC),
+        read(Some(0), NOW - 5 * SEC),
+        measured(i64::MAX, i64::MAX, NOW - 5 * SEC),
+    ]
+    .concat();
+    let v = &t.evaluate_topic("orders", &[W], &rows, &progress, NOW)[0];
+    assert_eq!(
+        (v.verdict, v.so_far),
+        (Verdict::Pending, Some(SoFar::InFlight)),
+        "{}",
+        v.reason
+    );
+}
+
 /// The reason on-call reads for a proven loss and for data in flight.
 #[test]
 fn proven_and_in_flight_say_what_they_rest_on() {
     let t = replicated(r#"replication_lag_objective = "20s""#);
-    let progress: Vec<ProgressRow> =
-        [copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
+    let progress: Vec<ProgressRow> = [
+        copied(50, 50, NOW - 10 * SEC),
+        read(Some(0), NOW - 5 * SEC),
+        measured(50, 50, NOW - 5 * SEC),
+    ]
+    .concat();
     let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, NOW)[0];
     assert!(
         v.reason.starts_with("proven before the window is final: at least 37 of the 100 messages counted upstream so far are missing downstream;"),
         "{}",
         v.reason
     );
-    let progress: Vec<ProgressRow> =
-        [copied(50, 40, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
+    let progress: Vec<ProgressRow> = [
+        copied(50, 40, NOW - 10 * SEC),
+        read(Some(0), NOW - 5 * SEC),
+        measured(50, 50, NOW - 5 * SEC),
+    ]
+    .concat();
     let v = &t.evaluate_topic("orders", &[W], &counted(63), &progress, NOW)[0];
     assert!(
         v.reason.starts_with("proven before the window is final: at least 27 of the 100 messages counted upstream so far are missing downstream (and up to 10 more may still be in flight)"),
@@ -318,9 +422,19 @@ fn a_proven_loss_stays_a_loss_whatever_arrives_later() {
         }
         (before, v)
     };
-    let evidence = [copied(50, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
+    let evidence = [
+        copied(50, 50, NOW - 10 * SEC),
+        read(Some(0), NOW - 5 * SEC),
+        measured(50, 50, NOW - 5 * SEC),
+    ]
+    .concat();
     // Judged in flight before any proof: untouched.
-    let behind = [copied(10, 50, NOW - 10 * SEC), read(Some(0), NOW - 5 * SEC)].concat();
+    let behind = [
+        copied(10, 50, NOW - 10 * SEC),
+        read(Some(0), NOW - 5 * SEC),
+        measured(50, 50, NOW - 5 * SEC),
+    ]
+    .concat();
     let (_, v) = judge(&mut proven, 63, &behind, NOW);
     assert_eq!(
         (v.verdict, v.so_far),
