@@ -90,6 +90,7 @@ pub struct Metrics {
     pub evaluation_errors: Counter,
     pub evaluation_duration: Histogram,
     pub evaluated_windows: Counter,
+    pub proofs_refused: Counter,
     pub last_evaluation: Gauge,
     pub alerts_sent: Family<AlertLabels, Counter>,
     pub alert_failures: Family<ChannelLabels, Counter>,
@@ -196,6 +197,12 @@ impl Metrics {
             "Topic windows evaluated",
             evaluated_windows.clone(),
         );
+        let proofs_refused = Counter::default();
+        registry.register(
+            "proofs_refused",
+            "Losses proven before their window was final that were neither kept nor recorded: serve.max_verdicts proofs are held already (counted at every cycle that finds one)",
+            proofs_refused.clone(),
+        );
         let last_evaluation = Gauge::default();
         registry.register(
             "last_evaluation_timestamp_ms",
@@ -255,6 +262,7 @@ impl Metrics {
             evaluation_errors,
             evaluation_duration,
             evaluated_windows,
+            proofs_refused,
             last_evaluation,
             alerts_sent,
             alert_failures,

@@ -304,11 +304,17 @@ impl Evaluator {
         // Only this evaluator writes the index: it holds the previous verdicts.
         let index = self.index.read().expect("verdict index lock");
         // A full index keeps no more proofs (nor records them: forged evidence would
-        // write them again at every cycle).
-        let room = index.max_entries == 0 || index.proven.len() < index.max_entries;
+        // write them again at every cycle); what this cycle planned already takes its
+        // room too, so one cycle records no more than the index can hold.
         for mut v in verdicts {
-            if let Some(proof) = hold_proven_loss(&index.proven, &mut v).filter(|_| room) {
-                plan.proven.push(proof);
+            if let Some(proof) = hold_proven_loss(&index.proven, &mut v) {
+                if index.max_entries == 0
+                    || index.proven.len().saturating_add(plan.proven.len()) < index.max_entries
+                {
+                    plan.proven.push(proof);
+                } else {
+                    self.metrics.proofs_refused.inc();
+                }
             }
             if v.verdict.is_anomaly() {
                 let known = index

@@ -31,6 +31,7 @@ fn judged(state: &AppState, w: i64) -> Option<(Verdict, Lifecycle, Option<SoFar>
 on_both_backends!(
     a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart,
     a_full_index_keeps_and_records_no_more_proofs,
+    one_cycle_records_no_more_proofs_than_there_is_room_for,
 );
 
 fn one_cluster() -> web::Config {
@@ -166,4 +167,28 @@ async fn a_full_index_keeps_and_records_no_more_proofs(backend: Backend) {
         .map(|p| p.window_start_ms)
         .collect();
     assert_eq!(recorded, vec![w]);
+}
+
+/// The room for proofs is checked against what the cycle already planned too
+/// (reviews/security-3.md, M4): two windows provable in one cycle with room for one
+/// record one proof, and the other is counted as refused.
+async fn one_cycle_records_no_more_proofs_than_there_is_room_for(backend: Backend) {
+    use store::AlertLedger;
+    let (store, _db) = support::store(backend).await;
+    let w = settled_window();
+    let next = w + WINDOW;
+    let mut cfg = one_cluster();
+    cfg.serve.max_verdicts = 1;
+    let state = AppState::new(cfg, store.clone()).expect("state");
+    seed_proven(&store, w).await;
+    seed_proven(&store, next).await;
+    state.evaluate(next + 5 * MIN).await.unwrap();
+    let kept = state.index.read().unwrap().proven.len();
+    let recorded = store.proven_losses(0, 10).await.unwrap().len();
+    assert_eq!((kept, recorded), (1, 1), "{backend:?}");
+    let m = state.metrics.encode();
+    assert!(
+        m.contains("kafka_audit_proofs_refused_total 1"),
+        "{backend:?}: {m}"
+    );
 }
