@@ -289,9 +289,12 @@ struct UpstreamEvidence {
 impl UpstreamEvidence {
     fn of(edge: &Edge, up_dcs: &[String], rows: &[&WindowRow]) -> UpstreamEvidence {
         let mut e = UpstreamEvidence::default();
+        // A row of count 0 counted nothing: its record times (an increment of count 0
+        // may carry any, up to validation's hour ahead) are nothing the downstream must
+        // have read (issue 43; reviews/security-3.md, M2).
         for r in rows
             .iter()
-            .filter(|r| r.tier == edge.upstream && up_dcs.contains(&r.datacenter))
+            .filter(|r| r.tier == edge.upstream && up_dcs.contains(&r.datacenter) && r.count > 0)
         {
             if r.record_times.is_empty() {
                 e.anywhere = e.anywhere.max(r.max_observed_at_ms);

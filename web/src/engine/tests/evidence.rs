@@ -455,3 +455,49 @@ fn reasons_say_how_far_behind_the_downstream_is() {
         "{in_flight}"
     );
 }
+
+/// M2 of reviews/security-3.md: increments of count 0 count nothing, so their record
+/// times are nothing the downstream must have read. A datacenter's token posting
+/// count-0 increments with a record time an hour ahead (what validation lets through)
+/// must not hold a real loss as in flight, then `delayed`, for as long as it posts.
+#[test]
+fn count_zero_increments_ask_the_downstream_for_nothing() {
+    let t = topology_with(true);
+    let now = R + MIN;
+    let forged = counted(
+        "regional",
+        "dc2",
+        0,
+        &[(0, now + 59 * MIN), (1, now + 59 * MIN)],
+    );
+    let rows = [replayed(90), vec![forged]].concat();
+    let down = vec![
+        read(0, R + 2, Some(0), now),
+        read(1, R + 5_002, Some(0), now),
+    ];
+    let progress = [regionals(now), down].concat();
+    let out = t.evaluate_topic("orders", &[W], &rows, &progress, now);
+    let v = find(&out, "regional", "agg");
+    assert_eq!(
+        (v.verdict, v.lifecycle),
+        (Verdict::Loss, Lifecycle::Final),
+        "{}",
+        v.reason
+    );
+    // Later, the downstream read all it has an hour past the forged times + grace:
+    // still the loss, never `delayed`.
+    let later = now + 90 * MIN;
+    let down = vec![
+        read(0, R + 2, Some(0), later),
+        read(1, R + 5_002, Some(0), later),
+    ];
+    let progress = [regionals(later), down].concat();
+    let out = t.evaluate_topic("orders", &[W], &rows, &progress, later);
+    let v = find(&out, "regional", "agg");
+    assert_eq!(
+        (v.verdict, v.lifecycle),
+        (Verdict::Loss, Lifecycle::Final),
+        "{}",
+        v.reason
+    );
+}
