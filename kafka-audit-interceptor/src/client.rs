@@ -4,6 +4,7 @@
 //! reports them through a separate audit producer.
 
 use std::ffi::{c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use audit_lib::{
 };
 
 use crate::counters::{self, COUNTERS};
-use crate::emitter::{HostSink, Outbox};
+use crate::emitter::{HostSink, Outbox, SEND_TIMEOUT};
 use crate::host::{self, Conf, Host, Message, Rk, TopicPartitionList};
 use crate::settings::{Settings, PREFIX};
 use crate::uncommitted::{Uncommitted, MAX_UNCOMMITTED};
@@ -39,7 +40,27 @@ pub struct Client {
     counting: Mutex<Counting>,
     report_interval: Duration,
     stop: (Mutex<bool>, Condvar),
-    emitter: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Whether the emitter thread was started, or tried (the fast path of
+    /// `ensure_emitter`).
+    started: AtomicBool,
+    /// What the emitter needs, until it is started; then its thread.
+    emitter: Mutex<Emitter>,
+}
+
+/// The emitter of a client: started with the client's first count, not at `on_new`,
+/// so that a client whose `rd_kafka_new` then fails (or that never counts anything)
+/// leaves no thread behind.
+enum Emitter {
+    Planned(EmitterPlan),
+    Running(std::thread::JoinHandle<()>),
+    Done,
+}
+
+/// The audit producer's properties, the audit topic and the spool (directory, bound).
+struct EmitterPlan {
+    properties: Vec<(String, String)>,
+    topic: String,
+    spool: Option<(std::path::PathBuf, u64)>,
 }
 
 /// Client properties the audit producer inherits when it writes to the client's own
@@ -97,8 +118,8 @@ fn hostname() -> String {
 }
 
 impl Client {
-    /// The client `rk` of configuration `conf`, audited with `settings`; it starts its
-    /// emitter thread.
+    /// The client `rk` of configuration `conf`, audited with `settings`; its emitter
+    /// thread starts with its first count (`ensure_emitter`).
     pub(crate) fn start(
         host: Arc<Host>,
         rk: *mut Rk,
@@ -151,8 +172,16 @@ impl Client {
         }
         properties.extend(settings.producer.iter().cloned());
         let report_interval = Duration::from_millis(settings.report_interval_ms());
+        let plan = EmitterPlan {
+            properties,
+            topic: settings.audit_topic().to_string(),
+            spool: settings
+                .spool_dir
+                .as_ref()
+                .map(|d| (d.clone(), settings.spool_max_bytes())),
+        };
         let client = Arc::new(Client {
-            host: host.clone(),
+            host,
             owner,
             producer,
             counting: Mutex::new(Counting {
@@ -168,31 +197,63 @@ impl Client {
             config,
             report_interval,
             stop: (Mutex::new(false), Condvar::new()),
-            emitter: Mutex::new(None),
+            started: AtomicBool::new(false),
+            emitter: Mutex::new(Emitter::Planned(plan)),
         });
-        let timeout = crate::emitter::SEND_TIMEOUT;
-        let topic = settings.audit_topic().to_string();
-        let spool = settings
-            .spool_dir
-            .as_ref()
-            .map(|d| (d.clone(), settings.spool_max_bytes()));
-        let me = client.clone();
-        let thread = std::thread::Builder::new()
+        counters::add(&COUNTERS.clients_active, 1);
+        Ok(client)
+    }
+
+    /// Starts the emitter thread unless it runs already, the client was shut down, or
+    /// this is a forked child (whose counts are not its own to report). Called with
+    /// every count; after the first, one atomic load.
+    fn ensure_emitter(self: &Arc<Self>) {
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let mut emitter = self.emitter.lock().unwrap_or_else(|p| p.into_inner());
+        let stopped = *self.stop.0.lock().unwrap_or_else(|p| p.into_inner());
+        if stopped || !self.owned() {
+            return;
+        }
+        let Emitter::Planned(plan) = std::mem::replace(&mut *emitter, Emitter::Done) else {
+            return;
+        };
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
             .name("kafka-audit".into())
             .spawn(move || {
                 let h = me.host.clone();
+                let EmitterPlan {
+                    properties,
+                    topic,
+                    spool,
+                } = plan;
+                // The slot's lock is held while the emitter runs, and released when it
+                // has made its last report (the next client of the process takes it).
+                let slot = spool.map(|(dir, max)| (slot_dir(&dir, &me.identity), max));
+                let (spool, _slot_lock) = match slot {
+                    Some(((dir, lock), max)) => (Some((dir, max)), lock),
+                    None => (None, None),
+                };
                 let outbox = Outbox::new(
-                    || HostSink::new(h.clone(), properties.clone(), &topic, timeout),
-                    spool
-                        .clone()
-                        .map(|(dir, max)| (slot_dir(&dir, &me.identity), max)),
+                    || HostSink::new(h.clone(), properties.clone(), &topic, SEND_TIMEOUT),
+                    spool,
                 );
                 me.run(outbox)
-            })
-            .map_err(|e| format!("cannot start the report thread: {e}"))?;
-        *client.emitter.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
-        counters::add(&COUNTERS.clients_active, 1);
-        Ok(client)
+            });
+        match spawned {
+            Ok(thread) => *emitter = Emitter::Running(thread),
+            // Tried once: a process that cannot start a thread has worse problems, and
+            // the counts are then only in the stats (`clients_unaudited`).
+            Err(e) => {
+                counters::add(&COUNTERS.clients_unaudited, 1);
+                counters::report_error(format!(
+                    "cannot start the report thread: {e}; this client's counts are not reported"
+                ));
+            }
+        }
+        self.started.store(true, Ordering::Release);
     }
 
     pub(crate) fn owned(&self) -> bool {
@@ -265,12 +326,11 @@ impl Client {
             *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
             cvar.notify_all();
         }
-        let thread = self
-            .emitter
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(t) = thread {
+        let emitter = std::mem::replace(
+            &mut *self.emitter.lock().unwrap_or_else(|p| p.into_inner()),
+            Emitter::Done,
+        );
+        if let Emitter::Running(t) = emitter {
             if t.join().is_err() {
                 counters::report_error(
                     "the report thread panicked; its last report is lost".into(),
@@ -317,7 +377,8 @@ impl Client {
         Some(f(&obs))
     }
 
-    pub(crate) fn acknowledged(&self, msg: &Message) {
+    pub(crate) fn acknowledged(self: &Arc<Self>, msg: &Message) {
+        self.ensure_emitter();
         let ok = msg.err == host::NO_ERROR;
         self.observe(msg, |obs| {
             let mut c = self.lock();
@@ -331,10 +392,18 @@ impl Client {
         });
     }
 
-    pub(crate) fn consumed(&self, msg: &Message) {
+    /// A message refused before librdkafka queued it, of which the plugin was handed
+    /// the application's own struct (see `plugin::librdkafka_owns`): counted apart,
+    /// nothing of it read.
+    pub(crate) fn refused_unattributed(&self) {
+        counters::add(&COUNTERS.refused_unattributed, 1);
+    }
+
+    pub(crate) fn consumed(self: &Arc<Self>, msg: &Message) {
         if msg.err != host::NO_ERROR {
             return; // an event (end of partition, an error), not a message
         }
+        self.ensure_emitter();
         self.observe(msg, |obs| {
             let mut c = self.lock();
             let (index, counted) = c.aggregator.observe(obs);
@@ -344,10 +413,11 @@ impl Client {
         });
     }
 
-    pub(crate) fn committed(&self, offsets: &TopicPartitionList) {
+    pub(crate) fn committed(self: &Arc<Self>, offsets: &TopicPartitionList) {
         if offsets.elems.is_null() || offsets.cnt <= 0 {
             return;
         }
+        self.ensure_emitter();
         // SAFETY: librdkafka's list of `cnt` elements, valid during the callback.
         let elems = unsafe { std::slice::from_raw_parts(offsets.elems, offsets.cnt as usize) };
         let mut c = self.lock();
@@ -372,9 +442,14 @@ impl Client {
 }
 
 /// The spool directory of this client: `<spool.dir>/<tier>-<n>`, the first slot no
-/// live client holds (an exclusive lock on its `.lock` file). A restarted application
-/// takes its slots again and replays what its predecessor spooled.
-fn slot_dir(dir: &std::path::Path, identity: &Identity) -> std::path::PathBuf {
+/// live client holds (an exclusive lock on its `.lock` file, returned: the slot is the
+/// client's while the file is open). A restarted application takes its slots again
+/// and replays what its predecessor spooled; so does the next client of a process.
+/// Without a free slot: `<tier>-<host:pid>`, unlocked.
+fn slot_dir(
+    dir: &std::path::Path,
+    identity: &Identity,
+) -> (std::path::PathBuf, Option<std::fs::File>) {
     use std::os::fd::AsRawFd;
     for n in 0..1024 {
         let slot = dir.join(format!("{}-{n}", identity.tier));
@@ -386,12 +461,13 @@ fn slot_dir(dir: &std::path::Path, identity: &Identity) -> std::path::PathBuf {
         };
         // SAFETY: flock on a file we opened.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            // Held for the life of the process (a forked child shares it).
-            std::mem::forget(lock);
-            return slot;
+            return (slot, Some(lock));
         }
     }
-    dir.join(format!("{}-{}", identity.tier, identity.host))
+    (
+        dir.join(format!("{}-{}", identity.tier, identity.host)),
+        None,
+    )
 }
 
 /// Header lookup through librdkafka (only called when a rule names a header).

@@ -43,6 +43,10 @@ counters! {
     acknowledged,
     /// Messages the producer was told it could not deliver.
     delivery_failed,
+    /// Messages refused before librdkafka queued them (unknown topic or partition, topic
+    /// not authorised) by `rd_kafka_produce_batch`, which hands the interceptor the
+    /// application's own struct, without its topic: counted here, in no window.
+    refused_unattributed,
     /// Messages consumed (consumer tier), counted once committed.
     consumed,
     /// Consumed messages counted because their group committed them.

@@ -33,6 +33,16 @@ pub const PARTITION_UA: i32 = -1;
 pub const MSG_F_COPY: c_int = 0x2;
 pub const TIMESTAMP_CREATE_TIME: c_int = 1;
 pub const TIMESTAMP_LOG_APPEND_TIME: c_int = 2;
+/// `RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC`, `__UNKNOWN_PARTITION` and
+/// `TOPIC_AUTHORIZATION_FAILED`: the only errors of librdkafka's partitioner
+/// (`rd_kafka_msg_partitioner`, whose topic error `rkt_err` is only ever set to the
+/// last), so the only ones with which a message can be refused before it is queued.
+pub const ERR_UNKNOWN_TOPIC: Err = -188;
+pub const ERR_UNKNOWN_PARTITION: Err = -190;
+pub const ERR_TOPIC_AUTHORIZATION_FAILED: Err = 29;
+/// `rd_kafka_thread_type_t`.
+pub const THREAD_MAIN: c_int = 0;
+pub const THREAD_BROKER: c_int = 2;
 /// The SyncGroup request: a consumer group member gets its (new) assignment.
 pub const API_KEY_SYNC_GROUP: i16 = 14;
 /// KIP-848's heartbeat, which carries assignments under `group.protocol=consumer`.
@@ -103,6 +113,7 @@ pub type OnResponseReceived = unsafe extern "C" fn(
     Err,
     *mut c_void,
 ) -> Err;
+pub type OnThreadStart = unsafe extern "C" fn(*mut Rk, c_int, *const c_char, *mut c_void) -> Err;
 pub type DrMsgCb = unsafe extern "C" fn(*mut Rk, *const Message, *mut c_void);
 
 macro_rules! host_functions {
@@ -149,6 +160,9 @@ host_functions! {
     rd_kafka_interceptor_add_on_commit: fn(*mut Rk, *const c_char, OnCommit, *mut c_void) -> Err;
     rd_kafka_interceptor_add_on_destroy: fn(*mut Rk, *const c_char, OnDestroy, *mut c_void) -> Err;
     rd_kafka_interceptor_add_on_response_received: fn(*mut Rk, *const c_char, OnResponseReceived, *mut c_void) -> Err;
+    rd_kafka_interceptor_add_on_send: fn(*mut Rk, *const c_char, OnMessage, *mut c_void) -> Err;
+    rd_kafka_interceptor_add_on_thread_start: fn(*mut Rk, *const c_char, OnThreadStart, *mut c_void) -> Err;
+    rd_kafka_version: fn() -> c_int;
     rd_kafka_conf_new: fn() -> *mut Conf;
     rd_kafka_conf_set: fn(*mut Conf, *const c_char, *const c_char, *mut c_char, usize) -> c_int;
     rd_kafka_conf_get: fn(*const Conf, *const c_char, *mut c_char, *mut usize) -> c_int;
@@ -275,6 +289,47 @@ impl Host {
     }
 }
 
+/// The first librdkafka without issue #4142: before 2.13.0, a failed `rd_kafka_new`
+/// frees the interceptor lists of the application's configuration (a struct copy of
+/// it), so the application's `rd_kafka_conf_destroy` afterwards, which it must call,
+/// runs freed interceptors and frees them again — with any interceptor registered,
+/// whatever it does.
+pub const VERSION_WITHOUT_4142: c_int = 0x020d_0000;
+/// Set to `1`, the plugin loads into a librdkafka older than 2.13.0: for applications
+/// that never destroy a configuration after `rd_kafka_new` failed (rust-rdkafka 0.39
+/// keeps it), where #4142 cannot happen.
+pub const ACCEPT_4142_ENV: &str = "KAFKA_AUDIT_INTERCEPTOR_ACCEPT_LIBRDKAFKA_4142";
+
+/// `rd_kafka_version()`'s `0xMMmmrrxx` as `M.m.r`.
+pub fn version_text(v: c_int) -> String {
+    format!(
+        "{}.{}.{}",
+        (v >> 24) & 0xff,
+        (v >> 16) & 0xff,
+        (v >> 8) & 0xff
+    )
+}
+
+impl Host {
+    /// The host's librdkafka version, and whether the plugin may load into it: from
+    /// 2.13.0 on, or an older one that the operator accepted through
+    /// [`ACCEPT_4142_ENV`] (read at `conf_init`, before any client exists).
+    pub fn check_version(&self, accepted: bool) -> Result<c_int, String> {
+        // SAFETY: rd_kafka_version has no arguments and no preconditions.
+        let v = unsafe { (self.rd_kafka_version)() };
+        if v >= VERSION_WITHOUT_4142 || accepted {
+            return Ok(v);
+        }
+        Err(format!(
+            "librdkafka {} is older than 2.13.0, where a failed rd_kafka_new with any interceptor \
+             is a double free (librdkafka #4142): upgrade librdkafka, or set {ACCEPT_4142_ENV}=1 \
+             if this application never destroys a configuration after rd_kafka_new failed \
+             (rust-rdkafka does not)",
+            version_text(v)
+        ))
+    }
+}
+
 /// Writes `msg` into librdkafka's error buffer (truncated, NUL-terminated).
 pub fn write_errstr(errstr: *mut c_char, size: usize, msg: &str) {
     if errstr.is_null() || size == 0 {
@@ -326,4 +381,112 @@ pub fn first_foreign_frame() -> Option<usize> {
     // SAFETY: the callback only reads the context and writes `walk`.
     unsafe { _Unwind_Backtrace(step, (&mut walk as *mut Walk).cast()) };
     (walk.found != 0).then_some(walk.found)
+}
+
+/// The declarations above against librdkafka's own header, as rdkafka-sys's bindgen
+/// read it (the workspace's 2.12.1): every struct field's offset and every constant.
+/// The function prototypes are not checked here (their pointer types are `c_void`).
+#[cfg(test)]
+mod abi {
+    use std::mem::{offset_of, size_of};
+
+    use rdkafka::bindings as rd;
+
+    use super::*;
+
+    macro_rules! same_layout {
+        ($ours:ty, $theirs:ty, $($field:ident = $their_field:ident),*) => {
+            assert_eq!(size_of::<$ours>(), size_of::<$theirs>(), stringify!($ours));
+            $(assert_eq!(
+                offset_of!($ours, $field),
+                offset_of!($theirs, $their_field),
+                concat!(stringify!($ours), ".", stringify!($field))
+            );)*
+        };
+    }
+
+    #[test]
+    fn the_structs_are_librdkafkas() {
+        same_layout!(
+            Message,
+            rd::rd_kafka_message_t,
+            err = err,
+            rkt = rkt,
+            partition = partition,
+            payload = payload,
+            len = len,
+            key = key,
+            key_len = key_len,
+            offset = offset,
+            private = _private
+        );
+        same_layout!(
+            TopicPartition,
+            rd::rd_kafka_topic_partition_t,
+            topic = topic,
+            partition = partition,
+            offset = offset,
+            metadata = metadata,
+            metadata_size = metadata_size,
+            opaque = opaque,
+            err = err,
+            private = _private
+        );
+        same_layout!(
+            TopicPartitionList,
+            rd::rd_kafka_topic_partition_list_t,
+            cnt = cnt,
+            size = size,
+            elems = elems
+        );
+    }
+
+    #[test]
+    fn the_constants_are_librdkafkas() {
+        use rd::rd_kafka_resp_err_t as E;
+        for (ours, theirs) in [
+            (NO_ERROR, E::RD_KAFKA_RESP_ERR_NO_ERROR),
+            (ERR_CONFLICT, E::RD_KAFKA_RESP_ERR__CONFLICT),
+            (ERR_QUEUE_FULL, E::RD_KAFKA_RESP_ERR__QUEUE_FULL),
+            (ERR_INVALID_ARG, E::RD_KAFKA_RESP_ERR__INVALID_ARG),
+            (ERR_UNKNOWN_TOPIC, E::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC),
+            (
+                ERR_UNKNOWN_PARTITION,
+                E::RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION,
+            ),
+            (
+                ERR_TOPIC_AUTHORIZATION_FAILED,
+                E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+            ),
+        ] {
+            assert_eq!(ours, theirs as Err, "{theirs:?}");
+        }
+        use rd::rd_kafka_conf_res_t as C;
+        assert_eq!(CONF_UNKNOWN, C::RD_KAFKA_CONF_UNKNOWN as c_int);
+        assert_eq!(CONF_INVALID, C::RD_KAFKA_CONF_INVALID as c_int);
+        assert_eq!(CONF_OK, C::RD_KAFKA_CONF_OK as c_int);
+        assert_eq!(
+            TYPE_PRODUCER,
+            rd::rd_kafka_type_t::RD_KAFKA_PRODUCER as c_int
+        );
+        assert_eq!(MSG_F_COPY, rd::RD_KAFKA_MSG_F_COPY as c_int);
+        use rd::rd_kafka_timestamp_type_t as T;
+        assert_eq!(
+            TIMESTAMP_CREATE_TIME,
+            T::RD_KAFKA_TIMESTAMP_CREATE_TIME as c_int
+        );
+        assert_eq!(
+            TIMESTAMP_LOG_APPEND_TIME,
+            T::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME as c_int
+        );
+        use rd::rd_kafka_thread_type_t as Th;
+        assert_eq!(THREAD_MAIN, Th::RD_KAFKA_THREAD_MAIN as c_int);
+        assert_eq!(THREAD_BROKER, Th::RD_KAFKA_THREAD_BROKER as c_int);
+        // rdkafka-sys's own librdkafka, which the workspace's test clients link: the
+        // version check's floor is above it (README, "librdkafka versions").
+        // SAFETY: no arguments, no preconditions.
+        let linked = unsafe { rd::rd_kafka_version() };
+        assert!(linked < VERSION_WITHOUT_4142, "{}", version_text(linked));
+        assert_eq!(version_text(0x020d_00ff), "2.13.0");
+    }
 }

@@ -74,6 +74,8 @@ pub unsafe extern "C" fn conf_init(
             "cannot find the librdkafka that called conf_init (no stack frame outside the plugin)",
         )?;
         let host = Arc::new(host::Host::of_caller(caller)?);
+        let accepted = std::env::var_os(host::ACCEPT_4142_ENV).is_some_and(|v| v == "1");
+        host.check_version(accepted)?;
         let settings = match std::env::var(PROPERTIES_ENV) {
             Ok(path) if !path.is_empty() => plugin::settings_file(&host, &path)?,
             _ => settings::Settings::default(),

@@ -17,6 +17,7 @@
 //!   that reports or joins checks it runs in the process that created the client, so a
 //!   child never reports the parent's counts (nor waits for a thread it has not got).
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -265,7 +266,9 @@ unsafe extern "C" fn on_new(
         // SAFETY: rk is the new client; the callbacks match librdkafka's prototypes.
         unsafe {
             (h.rd_kafka_interceptor_add_on_destroy)(rk, name, on_destroy, opaque);
+            (h.rd_kafka_interceptor_add_on_thread_start)(rk, name, on_thread_start, opaque);
             if producer {
+                (h.rd_kafka_interceptor_add_on_send)(rk, name, on_send, opaque);
                 (h.rd_kafka_interceptor_add_on_acknowledgement)(
                     rk,
                     name,
@@ -292,14 +295,86 @@ unsafe extern "C" fn on_destroy(_rk: *mut Rk, _opaque: *mut c_void) -> Err {
     host::NO_ERROR
 }
 
+thread_local! {
+    /// Set on librdkafka's main and broker threads (`on_thread_start`), which only ever
+    /// acknowledge librdkafka's own messages. Not on its background thread, where the
+    /// application's event callback runs and may produce.
+    static LIBRDKAFKA_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// The message this thread last handed to `on_send`: one librdkafka just created
+    /// (an `rd_kafka_msg_t`).
+    static LAST_SENT: Cell<usize> = const { Cell::new(0) };
+}
+
+unsafe extern "C" fn on_thread_start(
+    _rk: *mut Rk,
+    kind: c_int,
+    _name: *const c_char,
+    _opaque: *mut c_void,
+) -> Err {
+    if kind == host::THREAD_MAIN || kind == host::THREAD_BROKER {
+        let _ = LIBRDKAFKA_THREAD.try_with(|t| t.set(true));
+    }
+    host::NO_ERROR
+}
+
+/// Only remembers the message (see `librdkafka_owns`): a store, no lock, no call.
+unsafe extern "C" fn on_send(_rk: *mut Rk, msg: *mut Message, _opaque: *mut c_void) -> Err {
+    let _ = LAST_SENT.try_with(|m| m.set(msg as usize));
+    host::NO_ERROR
+}
+
+/// Whether `msg`, acknowledged with `err`, is librdkafka's own message (an
+/// `rd_kafka_msg_t`: its topic handle, timestamp and headers may be read through
+/// librdkafka, and it is followed by librdkafka's fields) — or an element of the
+/// application's array, which `rd_kafka_produce_batch` hands to `on_acknowledgement`
+/// when its partitioner refuses a message (rdkafka_msg.c, "Unroll on_send by on_ack"):
+/// a bare public struct whose `rkt` librdkafka never set (NULL in a `calloc`ed array,
+/// garbage in a `malloc`ed one), of which nothing but the struct itself may be read.
+///
+/// - Without error: acknowledged from a partition's queue
+///   (`rd_kafka_interceptors_on_acknowledgement_queue`), so librdkafka's.
+/// - With an error other than the partitioner's (`__UNKNOWN_TOPIC`,
+///   `__UNKNOWN_PARTITION`, `TOPIC_AUTHORIZATION_FAILED`): the message was queued, so
+///   librdkafka's.
+/// - With a partitioner error on librdkafka's main or broker thread: a queued message
+///   failed when the metadata came (the unassigned queue), librdkafka's.
+/// - With a partitioner error on any other thread, inside a produce call: `produce()`,
+///   `producev()` and `produceva()` acknowledge the message they just handed to
+///   `on_send` on this thread; `produce_batch` acknowledges the application's element
+///   instead, never that message.
+fn librdkafka_owns(msg: *const Message, err: Err) -> bool {
+    if !matches!(
+        err,
+        host::ERR_UNKNOWN_TOPIC
+            | host::ERR_UNKNOWN_PARTITION
+            | host::ERR_TOPIC_AUTHORIZATION_FAILED
+    ) {
+        return true;
+    }
+    LIBRDKAFKA_THREAD.try_with(Cell::get).unwrap_or(false)
+        || LAST_SENT
+            .try_with(Cell::get)
+            .is_ok_and(|m| m == msg as usize)
+}
+
 unsafe extern "C" fn on_acknowledgement(
     _rk: *mut Rk,
     msg: *mut Message,
     opaque: *mut c_void,
 ) -> Err {
     guard(host::NO_ERROR, || {
-        if let Some(c) = unsafe { plugin(opaque) }.client.get() {
-            unsafe { prefetch_next_acknowledged(msg) };
+        let Some(c) = unsafe { plugin(opaque) }.client.get() else {
+            return host::NO_ERROR;
+        };
+        // SAFETY: whatever librdkafka passes is at least a public rd_kafka_message_t.
+        let err = unsafe { (*msg).err };
+        if !librdkafka_owns(msg, err) {
+            c.refused_unattributed();
+        } else {
+            if err == host::NO_ERROR {
+                // SAFETY: a message acknowledged from a queue (see above).
+                unsafe { prefetch_next_acknowledged(msg) };
+            }
             c.acknowledged(unsafe { &*msg });
         }
         host::NO_ERROR
@@ -321,7 +396,9 @@ unsafe extern "C" fn on_acknowledgement(
 /// batch) cannot fault.
 ///
 /// # Safety
-/// `msg` is the message librdkafka's on_acknowledgement passed.
+/// `msg` is a message acknowledged without error, so from librdkafka's queue: an
+/// `rd_kafka_msg_t` whose link was set when it was queued (a message refused before it
+/// was queued has an uninitialised link, and produce_batch's is not librdkafka's).
 #[inline(always)]
 unsafe fn prefetch_next_acknowledged(msg: *const Message) {
     #[cfg(target_arch = "x86_64")]

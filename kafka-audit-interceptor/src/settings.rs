@@ -60,6 +60,23 @@ pub fn check_name(what: &str, v: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Tiers under this prefix carry a replicator's evidence (common's
+/// `EVIDENCE_TIER_PREFIX`), which only the auditors of a replicated edge publish: a
+/// producer's or consumer's plugin never may.
+const RESERVED_TIER_PREFIX: &str = "replicator:";
+
+fn check_not_reserved(tier: &str) -> Result<(), String> {
+    if tier
+        .get(..RESERVED_TIER_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_TIER_PREFIX))
+    {
+        return Err(format!(
+            "{PREFIX}tier = {tier:?}: tiers starting with {RESERVED_TIER_PREFIX:?} are reserved for the auditors' replication evidence"
+        ));
+    }
+    Ok(())
+}
+
 /// A Kafka topic name: 1–249 bytes of `A-Z a-z 0-9 . _ -`.
 fn check_topic(v: &str) -> Result<(), String> {
     let ok = |b: u8| b.is_ascii_alphanumeric() || b".-_".contains(&b);
@@ -105,6 +122,7 @@ impl Settings {
             "tier" => {
                 if let Some(v) = v {
                     check_name("tier", v)?;
+                    check_not_reserved(v)?;
                 }
                 self.tier = v.map(str::to_owned);
             }
@@ -176,6 +194,12 @@ mod tests {
         let e = s.set("datacenter", Some("dc 1")).err().unwrap();
         assert!(e.contains("kafka_audit.datacenter"), "{e}");
         assert!(s.set("tier", Some("")).is_err());
+        // A replicator's evidence is the auditors' alone (issue 43).
+        for reserved in ["replicator:group/mirror", "Replicator:mm2/agg"] {
+            let e = s.set("tier", Some(reserved)).err().unwrap();
+            assert!(e.contains("reserved"), "{e}");
+        }
+        assert!(s.set("tier", Some("replicator-edge")).is_ok());
         assert!(s.set("audit_topic", Some("a/b")).is_err());
         assert!(s.set("report.interval.ms", Some("10")).is_err());
         assert!(s.set("report.interval.ms", Some("ten")).is_err());

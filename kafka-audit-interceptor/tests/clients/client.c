@@ -49,6 +49,7 @@ rd_kafka_topic_t *rd_kafka_topic_new(rd_kafka_t *, const char *, void *);
 void rd_kafka_topic_destroy(rd_kafka_topic_t *);
 int rd_kafka_produce(rd_kafka_topic_t *, int32_t, int, void *, size_t, const void *, size_t,
                      void *);
+int rd_kafka_produce_batch(rd_kafka_topic_t *, int32_t, int, rd_kafka_message_t *, int);
 int rd_kafka_poll(rd_kafka_t *, int);
 int rd_kafka_flush(rd_kafka_t *, int);
 int rd_kafka_last_error(void);
@@ -62,6 +63,7 @@ rd_kafka_message_t *rd_kafka_consumer_poll(rd_kafka_t *, int);
 void rd_kafka_message_destroy(rd_kafka_message_t *);
 int rd_kafka_consumer_close(rd_kafka_t *);
 
+#define PARTITION_UA (-1)
 #define PRODUCER 0
 #define CONSUMER 1
 #define MSG_F_COPY 0x2
@@ -185,9 +187,12 @@ static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long i, long long
         rd_kafka_poll(rk, 0);
 }
 
-static int threads(void) {
+/* Counts the entries of /proc/self/<dir> (fd, task). */
+static int entries(const char *dir) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/%s", dir);
         int n = 0;
-        DIR *d = opendir("/proc/self/task");
+        DIR *d = opendir(path);
         struct dirent *e;
         if (!d)
                 return -1;
@@ -195,8 +200,10 @@ static int threads(void) {
                 if (e->d_name[0] != '.')
                         n++;
         closedir(d);
-        return n;
+        return n - !strcmp(dir, "fd"); /* the directory's own descriptor */
 }
+
+static int threads(void) { return entries("task"); }
 
 /* produce BOOTSTRAP TOPIC COUNT BASE_MS SPAN_MS PARTITIONS [PROP=VALUE...]
  *   kai.clients=K      K producers in one process, messages round-robin over them
@@ -363,15 +370,166 @@ static int consume(int argc, char **argv) {
         return 0;
 }
 
+
+/* The plugin's kafka_audit_interceptor_stats() JSON (of the copy loaded from
+ * `plugin`), or null when it is not loaded. The caller frees it. */
+static char *plugin_stats(const char *plugin) {
+        void *h = plugin ? dlopen(plugin, RTLD_NOW | RTLD_NOLOAD) : NULL;
+        size_t (*stats)(char *, size_t) =
+            h ? (size_t(*)(char *, size_t))dlsym(h, "kafka_audit_interceptor_stats") : NULL;
+        if (!stats)
+                return strdup("null");
+        size_t size = stats(NULL, 0) + 1;
+        char *buf = malloc(size);
+        stats(buf, size);
+        return buf;
+}
+
+/* harm BOOTSTRAP CASE [PROP=VALUE...]: one case of the fault matrix of the plugin's
+ * host (issue 42), as an application meets it; prints one JSON line with what the
+ * application saw and the plugin's stats ("plugin").
+ *   produce-batch  one produce() to kai.topic, which the cluster has not, until its
+ *                  delivery report says so; then rd_kafka_produce_batch of 1000
+ *                  messages there, from a calloc'ed array (rkt NULL) and from a
+ *                  malloc'ed one filled with 0xa5 (rkt garbage): {"first_err",
+ *                  "batches": [[queued, with an error], ...]}
+ *   failed-new     rd_kafka_new fails (the properties make it: e.g. an ssl.ca.location
+ *                  that does not exist), then the configuration is destroyed, as
+ *                  the API asks: {"created", "error", "threads_before", "threads_after"}
+ *   churn          kai.clients=N producers created and destroyed one after another,
+ *                  each producing one message to kai.topic: {"fds_before", "fds_after",
+ *                  "threads_before", "threads_after", "delivered"} */
+static int first_err = 0;
+static void on_first_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+        (void)rk;
+        (void)opaque;
+        first_err = m->err ? m->err : 1;
+}
+
+static int harm(int argc, char **argv) {
+        const char *what = argv[3];
+        char **props = argv + 4;
+        int n = argc - 4;
+        const char *plugin = option(props, n, "plugin.library.paths");
+        const char *topic = option(props, n, "kai.topic");
+        char errstr[512];
+        /* librdkafka closes the plugin library with the last configuration that loaded
+         * it, and the loader then unmaps it: a reference of this program's keeps it
+         * mapped, so that its stats can be read at the end (not in churn, where each
+         * client loads and unloads it). */
+        void *keep = strcmp(what, "churn") && plugin ? dlopen(plugin, RTLD_NOW | RTLD_LOCAL) : NULL;
+        if (!strcmp(what, "produce-batch")) {
+                rd_kafka_conf_t *conf = rd_kafka_conf_new();
+                rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
+                rd_kafka_conf_set_dr_msg_cb(conf, on_first_delivery);
+                for (int i = 0; i < n; i++) {
+                        char *eq = strchr(props[i], '=');
+                        if (!eq || !strncmp(props[i], "kai.", 4))
+                                continue;
+                        *eq = '\0';
+                        int r = rd_kafka_conf_set(conf, props[i], eq + 1, errstr, sizeof(errstr));
+                        *eq = '=';
+                        if (r != 0)
+                                fail("config", errstr);
+                }
+                rd_kafka_t *rk = rd_kafka_new(PRODUCER, conf, errstr, sizeof(errstr));
+                if (!rk)
+                        fail("create", errstr);
+                rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+                if (rd_kafka_produce(rkt, PARTITION_UA, MSG_F_COPY, "{}", 2, NULL, 0, NULL) == -1)
+                        first_err = rd_kafka_last_error();
+                time_t until = time(NULL) + 60;
+                while (!first_err && time(NULL) < until)
+                        rd_kafka_poll(rk, 100);
+                printf("{\"first_err\": %d, \"batches\": [", first_err);
+                for (int b = 0; b < 2; b++) {
+                        enum { N = 1000 };
+                        rd_kafka_message_t *ms = b == 0 ? calloc(N, sizeof(*ms)) : malloc(N * sizeof(*ms));
+                        if (b == 1)
+                                memset(ms, 0xa5, N * sizeof(*ms));
+                        char value[N][16];
+                        for (int i = 0; i < N; i++) {
+                                ms[i].payload = value[i];
+                                ms[i].len = (size_t)snprintf(value[i], sizeof(value[i]), "{\"id\":%d}", i);
+                                ms[i].key = NULL;
+                                ms[i].key_len = 0;
+                                ms[i]._private = NULL;
+                                ms[i].err = 0;
+                        }
+                        int queued = rd_kafka_produce_batch(rkt, PARTITION_UA, MSG_F_COPY, ms, N);
+                        int errors = 0;
+                        for (int i = 0; i < N; i++)
+                                errors += ms[i].err != 0;
+                        printf("%s[%d, %d]", b ? ", " : "", queued, errors);
+                        free(ms);
+                }
+                rd_kafka_topic_destroy(rkt);
+                rd_kafka_flush(rk, 10000);
+                rd_kafka_destroy(rk);
+                printf("], ");
+        } else if (!strcmp(what, "failed-new")) {
+                int before = entries("task");
+                rd_kafka_conf_t *conf = rd_kafka_conf_new();
+                for (int i = 0; i < n; i++) {
+                        char *eq = strchr(props[i], '=');
+                        if (!eq || !strncmp(props[i], "kai.", 4))
+                                continue;
+                        *eq = '\0';
+                        int r = rd_kafka_conf_set(conf, props[i], eq + 1, errstr, sizeof(errstr));
+                        *eq = '=';
+                        if (r != 0)
+                                fail("config", errstr);
+                }
+                rd_kafka_t *rk = rd_kafka_new(PRODUCER, conf, errstr, sizeof(errstr));
+                if (rk) {
+                        rd_kafka_destroy(rk);
+                } else {
+                        rd_kafka_conf_destroy(conf); /* rd_kafka_new took it only on success */
+                }
+                printf("{\"created\": %s, \"error\": \"", rk ? "true" : "false");
+                for (const char *c = rk ? "" : errstr; *c; c++)
+                        if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20)
+                                putchar(*c);
+                printf("\", \"threads_before\": %d, \"threads_after\": %d, ", before, entries("task"));
+        } else if (!strcmp(what, "churn")) {
+                const char *k = option(props, n, "kai.clients");
+                int clients = k ? atoi(k) : 1;
+                int fds = entries("fd"), threads_before = entries("task");
+                for (int c = 0; c < clients; c++) {
+                        rd_kafka_t *rk = client(PRODUCER, props, n, NULL);
+                        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+                        produce_one(rk, rkt, c, 0, 1, clients, 1);
+                        rd_kafka_flush(rk, 30000);
+                        rd_kafka_topic_destroy(rkt);
+                        rd_kafka_destroy(rk);
+                }
+                printf("{\"fds_before\": %d, \"fds_after\": %d, \"threads_before\": %d, "
+                       "\"threads_after\": %d, \"delivered\": %ld, ",
+                       fds, entries("fd"), threads_before, entries("task"), delivered);
+        } else {
+                fprintf(stderr, "harm: unknown case %s\n", what);
+                return 2;
+        }
+        char *stats = plugin_stats(plugin);
+        printf("\"plugin\": %s}\n", stats);
+        free(stats);
+        if (keep)
+                dlclose(keep);
+        return 0;
+}
+
 int kai_c_client_main(int argc, char **argv) {
         bootstrap = argc > 2 ? argv[2] : "";
         if (argc >= 8 && !strcmp(argv[1], "produce"))
                 return produce(argc, argv);
         if (argc >= 7 && !strcmp(argv[1], "consume"))
                 return consume(argc, argv);
+        if (argc >= 4 && !strcmp(argv[1], "harm"))
+                return harm(argc, argv);
         fprintf(stderr,
                 "usage: %s produce BOOTSTRAP TOPIC COUNT BASE_MS SPAN_MS PARTITIONS [PROP=VALUE...]\n"
-                "       %s consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]\n",
-                argv[0], argv[0]);
+                "       %s consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]\n"
+                "       %s harm BOOTSTRAP CASE [PROP=VALUE...]\n",
+                argv[0], argv[0], argv[0]);
         return 2;
 }

@@ -3,6 +3,7 @@ loads it RTLD_LOCAL), with the plugin added by configuration only.
 
     client.py produce BOOTSTRAP TOPIC COUNT BASE_MS SPAN_MS PARTITIONS [PROP=VALUE...]
     client.py consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]
+    client.py harm BOOTSTRAP CASE [PROP=VALUE...]
 
 Message i: key k<i>, value {"id":i,"ts":BASE_MS + i*SPAN_MS//COUNT}, partition i %
 PARTITIONS (the same messages as client.c and rdkafka_client.rs). Prints one JSON line.
@@ -140,6 +141,59 @@ def consume(bootstrap, topic, group, expected, timeout, extra):
     print(json.dumps({"consumed": consumed}))
 
 
+def harm(case, extra):
+    """One case of the fault matrix of the plugin's host (issue 42), as client.c's
+    `harm` (its comment has the cases): produce-batch and failed-new. The plugin is
+    opened here first (ctypes), so that its stats can be read after librdkafka closed
+    it with the last configuration that loaded it."""
+    import ctypes
+    conf = props(extra)
+    topic = conf.pop("kai.topic", "no-such-topic")
+    lib = ctypes.CDLL(conf["plugin.library.paths"])
+    lib.kafka_audit_interceptor_stats.restype = ctypes.c_size_t
+
+    def stats():
+        size = lib.kafka_audit_interceptor_stats(None, 0) + 1
+        buf = ctypes.create_string_buffer(size)
+        lib.kafka_audit_interceptor_stats(buf, size)
+        return json.loads(buf.value)
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    result = {}
+    if case == "produce-batch":
+        first = []
+        p = Producer(conf)
+        p.produce(topic, b"{}", on_delivery=lambda err, _m: first.append(err))
+        until = time.time() + 60
+        while not first and time.time() < until:
+            p.poll(0.1)
+        result["first_err"] = first[0].code() if first and first[0] else 0
+        batches = []
+        for _ in range(2):
+            msgs = [{"value": b'{"id":%d}' % i} for i in range(1000)]
+            queued = p.produce_batch(topic, msgs)
+            batches.append([queued, sum(1 for m in msgs if "_error" in m)])
+        result["batches"] = batches
+        p.flush(10)
+        del p
+    elif case == "failed-new":
+        before = threads()
+        try:
+            Producer(conf)
+            result["created"] = True
+        except KafkaException as e:
+            result.update(created=False, error=str(e))
+        import gc
+        gc.collect()
+        result.update(threads_before=before, threads_after=threads())
+    else:
+        sys.exit("harm: unknown case " + case)
+    result["plugin"] = stats()
+    print(json.dumps(result))
+
+
 if __name__ == "__main__":
     mode, rest = sys.argv[1], sys.argv[2:]
     try:
@@ -147,6 +201,8 @@ if __name__ == "__main__":
             produce(*rest[:6], rest[6:])
         elif mode == "consume":
             consume(*rest[:5], rest[5:])
+        elif mode == "harm":
+            harm(rest[1], rest[2:])  # rest[0]: the bootstrap servers, as client.c's
         else:
             sys.exit("usage: see the module docstring")
     except KafkaException as e:

@@ -14,6 +14,7 @@
 //!                      each send() call timed (produce_p50_ns, produce_p99_ns; else 0)
 //!   kai.broker_pid=P   also report the CPU time process P spent meanwhile
 //! kai-rdkafka-client consume BOOTSTRAP TOPIC GROUP EXPECTED TIMEOUT_S [PROP=VALUE...]
+//! kai-rdkafka-client harm BOOTSTRAP failed-new [PROP=VALUE...]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -89,6 +90,23 @@ fn main() {
             c.unsubscribe();
             drop(c);
             println!("{}", serde_json::json!({ "consumed": consumed }));
+        }
+        // As client.c's `harm failed-new`: rust-rdkafka keeps the configuration of a
+        // client whose creation failed (it never destroys it), so the plugin's
+        // instance on it is never closed.
+        Some("harm") if a.len() >= 4 && a[3] == "failed-new" => {
+            let threads = || std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
+            let before = threads();
+            let created: Result<BaseProducer, _> = config(&a[2], &a[4..]).create();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "created": created.is_ok(),
+                    "error": created.err().map(|e| e.to_string()),
+                    "threads_before": before,
+                    "threads_after": threads(),
+                })
+            );
         }
         _ => {
             eprintln!("usage: see tests/clients/rdkafka_client.rs");

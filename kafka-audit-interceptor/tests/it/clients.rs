@@ -99,6 +99,13 @@ impl PluginConfig {
         settings: &[(&str, &str)],
     ) -> PluginConfig {
         let mut props = vec![format!("plugin.library.paths={}", library.display())];
+        // The C and rust-rdkafka clients link rdkafka-sys's librdkafka 2.12.1, which
+        // the plugin refuses unless told the application never destroys a
+        // configuration after a failed rd_kafka_new (neither does: #4142).
+        let mut env = Vec::new();
+        if kind != Kind::Python {
+            env.push((ACCEPT_4142.to_string(), "1".to_string()));
+        }
         let lines: Vec<String> = settings
             .iter()
             .map(|(k, v)| format!("kafka_audit.{k}={v}"))
@@ -107,7 +114,7 @@ impl PluginConfig {
             props.extend(lines);
             return PluginConfig {
                 props,
-                env: Vec::new(),
+                env,
                 _file: None,
             };
         }
@@ -119,16 +126,32 @@ impl PluginConfig {
             lines.join("\n")
         )
         .unwrap();
+        env.push((
+            "KAFKA_AUDIT_INTERCEPTOR_PROPERTIES".into(),
+            f.path().display().to_string(),
+        ));
         PluginConfig {
             props,
-            env: vec![(
-                "KAFKA_AUDIT_INTERCEPTOR_PROPERTIES".into(),
-                f.path().display().to_string(),
-            )],
+            env,
             _file: Some(f),
         }
     }
+
+    /// The same, as a host that has not accepted a librdkafka older than 2.13.0.
+    pub fn without_accepting_4142(mut self) -> PluginConfig {
+        self.env.retain(|(k, _)| k != ACCEPT_4142);
+        self
+    }
+
+    /// With `props` added (librdkafka's own, e.g. the mock cluster's).
+    pub fn with(mut self, props: &[&str]) -> PluginConfig {
+        self.props.extend(props.iter().map(|p| p.to_string()));
+        self
+    }
 }
+
+/// The plugin's `ACCEPT_4142_ENV`.
+pub const ACCEPT_4142: &str = "KAFKA_AUDIT_INTERCEPTOR_ACCEPT_LIBRDKAFKA_4142";
 
 /// What a client run printed (its last stdout line, JSON) and its stderr.
 pub struct Output {

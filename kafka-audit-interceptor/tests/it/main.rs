@@ -10,5 +10,6 @@ mod e2e;
 mod support;
 
 mod clients;
+mod harm;
 mod lifecycle;
 mod pipeline;

@@ -1,0 +1,151 @@
+//! First, do no harm (issue 42): the fault matrix of the plugin's host, each case as an
+//! application meets it (`harm` in client.c and client.py): the application gets what
+//! librdkafka gives it without the plugin, the process lives on, and the plugin's
+//! counts say what happened.
+
+use std::time::Duration;
+
+use crate::clients::{self, Kind, PluginConfig};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn harm_args(case: &str, bootstrap: &str) -> Vec<String> {
+    vec!["harm".into(), bootstrap.into(), case.into()]
+}
+
+/// librdkafka's `rd_kafka_produce_batch` hands `on_acknowledgement` the application's
+/// own array element when its partitioner refuses a message (here: the topic does not
+/// exist), whose `rkt` it never set: before, the plugin read the topic through it and
+/// the host died of SIGSEGV. Now the batch's messages get their errors, and the plugin
+/// counts them apart (`refused_unattributed`); the first message, refused after it was
+/// queued, is librdkafka's own and counted as a delivery failure of its window.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_produce_batch_refused_before_queueing_gets_its_errors_and_the_host_lives_on() {
+    let a = testkit::kafka_a();
+    let audit = testkit::create_unique_topic(&a, "kai-harm-audit", 1).await;
+    for kind in [Kind::C, Kind::Python] {
+        let settings = [
+            ("datacenter", "dc1"),
+            ("bootstrap.servers", a.as_str()),
+            ("audit_topic", audit.as_str()),
+        ];
+        // librdkafka's mock cluster, which never creates a topic it is asked about.
+        let cfg = PluginConfig::new(kind, &settings).with(&[
+            "test.mock.num.brokers=1",
+            "allow.auto.create.topics=false",
+            "kai.topic=kai-no-such-topic",
+        ]);
+        let out = clients::run(kind, &harm_args("produce-batch", ""), &cfg, LIMIT);
+        assert!(out.ok, "{kind:?}: {} {}", out.json, out.stderr);
+        assert_ne!(out.json["first_err"], 0, "{kind:?}: {}", out.json);
+        assert_eq!(
+            out.json["batches"],
+            serde_json::json!([[0, 1000], [0, 1000]]),
+            "{kind:?}: every message of both batches refused with its error"
+        );
+        let plugin = &out.json["plugin"];
+        assert_eq!(plugin["refused_unattributed"], 2000, "{kind:?}: {plugin}");
+        assert_eq!(plugin["delivery_failed"], 1, "{kind:?}: {plugin}");
+        assert_eq!(plugin["clients_active"], 0, "{kind:?}: {plugin}");
+    }
+}
+
+/// A client whose creation fails after `on_new` (a CA file that does not exist) leaves
+/// nothing behind: the emitter starts with the first count, so no thread was started
+/// — also where the application keeps the configuration of the failed client
+/// (rust-rdkafka), so that the plugin's instance on it is never closed (before, its
+/// emitter thread ran for the life of the process) — and the configuration's destroy
+/// (Python, on the wheel's librdkafka 2.16) ends the plugin's client.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_client_creation_leaves_no_thread_and_no_client_behind() {
+    let settings = [("datacenter", "dc1")];
+    for kind in [Kind::Python, Kind::Rust] {
+        let cfg = PluginConfig::new(kind, &settings).with(&[
+            "security.protocol=ssl",
+            "ssl.ca.location=/nonexistent/ca.pem",
+        ]);
+        let out = clients::run(kind, &harm_args("failed-new", "127.0.0.1:1"), &cfg, LIMIT);
+        assert!(out.ok, "{kind:?}: {} {}", out.json, out.stderr);
+        assert_eq!(out.json["created"], false, "{kind:?}: {}", out.json);
+        assert_eq!(
+            out.json["threads_after"], out.json["threads_before"],
+            "{kind:?}: no thread left: {}",
+            out.json
+        );
+        if kind == Kind::Python {
+            assert_eq!(out.json["plugin"]["clients_active"], 0, "{}", out.json);
+        }
+    }
+}
+
+/// librdkafka before 2.13.0 (rdkafka-sys's 2.12.1 here) double-frees a configuration
+/// whose `rd_kafka_new` failed once any interceptor is on it (#4142): the plugin
+/// refuses such a librdkafka at `plugin.library.paths`, a configuration error the
+/// application sees at once, unless the operator accepts it for an application that
+/// never destroys a configuration after a failed `rd_kafka_new`. The C client does, so
+/// with the refusal overridden it dies: the reason for the refusal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_librdkafka_with_the_double_free_is_refused_with_the_reason() {
+    let settings = [("datacenter", "dc1")];
+    let failing = [
+        "security.protocol=ssl",
+        "ssl.ca.location=/nonexistent/ca.pem",
+    ];
+    let args = harm_args("failed-new", "127.0.0.1:1");
+    let refused = PluginConfig::new(Kind::C, &settings)
+        .without_accepting_4142()
+        .with(&failing);
+    let out = clients::run(Kind::C, &args, &refused, LIMIT);
+    assert!(!out.ok, "created: {}", out.json);
+    let error = out.json["error"].as_str().unwrap_or_default();
+    for says in ["librdkafka 2.12.1", "2.13.0", "#4142", clients::ACCEPT_4142] {
+        assert!(error.contains(says), "{says:?} not in {error}");
+    }
+    let accepted = PluginConfig::new(Kind::C, &settings).with(&failing);
+    let out = clients::run(Kind::C, &args, &accepted, LIMIT);
+    assert!(
+        !out.ok && out.json.is_null(),
+        "librdkafka 2.12.1 survived #4142 (fixed? then the refusal can go): {} {}",
+        out.json,
+        out.stderr
+    );
+}
+
+/// A process that creates and destroys producers one after another (a client per job)
+/// with a spool: each client's spool slot and its lock's descriptor are released when
+/// it is destroyed, so the next takes the same slot again; no descriptor, slot or
+/// thread accumulates. Before, each client kept its lock open for the life of the
+/// process: 50 descriptors and 50 slots.
+#[tokio::test(flavor = "multi_thread")]
+async fn short_lived_clients_leave_no_descriptor_slot_or_thread_behind() {
+    let a = testkit::kafka_a();
+    let topic = testkit::create_unique_topic(&a, "kai-churn", 1).await;
+    let audit = testkit::create_unique_topic(&a, "kai-churn-audit", 1).await;
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().display().to_string();
+    let settings = [
+        ("datacenter", "dc1"),
+        ("audit_topic", audit.as_str()),
+        ("spool.dir", spool_dir.as_str()),
+    ];
+    let topic_prop = format!("kai.topic={topic}");
+    let cfg = PluginConfig::new(Kind::C, &settings).with(&["kai.clients=50", &topic_prop]);
+    let out = clients::run(Kind::C, &harm_args("churn", &a), &cfg, LIMIT);
+    assert!(out.ok, "{} {}", out.json, out.stderr);
+    assert_eq!(out.json["delivered"], 50, "{}", out.json);
+    assert_eq!(
+        out.json["fds_after"], out.json["fds_before"],
+        "descriptors: {}",
+        out.json
+    );
+    assert_eq!(
+        out.json["threads_after"], out.json["threads_before"],
+        "threads: {}",
+        out.json
+    );
+    let slots: Vec<_> = std::fs::read_dir(spool.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(slots, vec!["producer-0".to_string()], "spool slots");
+}
