@@ -46,6 +46,7 @@ unsafe extern "C" fn delivered(_rk: *mut Rk, msg: *const Message, opaque: *mut c
         // SAFETY: opaque is the Deliveries the producer was created with, alive until
         // after rd_kafka_destroy; msg is valid during the callback.
         let d = unsafe { &*opaque.cast::<Deliveries>() };
+        // SAFETY: librdkafka's message, valid during the callback.
         let err = unsafe { (*msg).err };
         if err == host::NO_ERROR {
             d.ok.fetch_add(1, Ordering::Relaxed);
@@ -69,6 +70,7 @@ pub struct HostSink {
 }
 
 // Used only by the emitter thread that owns it.
+// SAFETY: the raw handles are used by the emitter thread that owns the sink only.
 unsafe impl Send for HostSink {}
 
 impl HostSink {
@@ -193,9 +195,11 @@ impl Sink for HostSink {
                 if r == 0 {
                     break;
                 }
+                // SAFETY: reads this thread's last librdkafka error.
                 let err = unsafe { (h.rd_kafka_last_error)() };
                 // RD_KAFKA_RESP_ERR__QUEUE_FULL: back-pressure, serve deliveries.
                 if err == host::ERR_QUEUE_FULL && Instant::now() < deadline {
+                    // SAFETY: the audit producer this sink created and has not destroyed.
                     unsafe { (h.rd_kafka_poll)(self.rk, 10) };
                     continue;
                 }

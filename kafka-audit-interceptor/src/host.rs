@@ -185,9 +185,10 @@ host_functions! {
     rd_kafka_header_get_last: fn(*const Headers, *const c_char, *mut *const c_void, *mut usize) -> Err;
 }
 
-// The functions are librdkafka's, callable from any thread; the handle is only closed
-// on drop.
+// SAFETY: the functions are librdkafka's, callable from any thread; the handle is only
+// closed on drop.
 unsafe impl Send for Host {}
+// SAFETY: as Send: nothing of Host changes after it is made.
 unsafe impl Sync for Host {}
 
 impl Drop for Host {
@@ -202,6 +203,7 @@ impl Drop for Host {
 
 /// The base address of the loaded object that contains `addr`.
 fn object_base(addr: *const c_void) -> Option<*mut c_void> {
+    // SAFETY: Dl_info is plain data (pointers and integers): all zeroes is valid.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables.
     (unsafe { libc::dladdr(addr, &mut info) } != 0).then_some(info.dli_fbase)
@@ -212,6 +214,7 @@ impl Host {
     pub fn of_caller(caller: usize) -> Result<Host, String> {
         // A return address points after the call; the call itself is one byte before.
         let addr = caller.saturating_sub(1) as *const c_void;
+        // SAFETY: Dl_info is plain data (pointers and integers): all zeroes is valid.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: dladdr only reads the loader's tables.
         if unsafe { libc::dladdr(addr, &mut info) } == 0 {
@@ -237,6 +240,7 @@ impl Host {
             std::ptr::null_mut()
         } else {
             let c = CString::new(file).map_err(|_| "library path with NUL".to_string())?;
+            // SAFETY: RTLD_NOLOAD only returns a handle to an object already loaded.
             unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) }
         };
         if handle.is_null() {
@@ -261,6 +265,7 @@ impl Host {
         if s.is_null() {
             return format!("error {err}");
         }
+        // SAFETY: err2str returns a static NUL-terminated string.
         unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
     }
 
@@ -362,6 +367,7 @@ pub fn first_foreign_frame() -> Option<usize> {
     extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> c_int {
         // SAFETY: arg is the Walk below; ctx is the unwinder's.
         let walk = unsafe { &mut *arg.cast::<Walk>() };
+        // SAFETY: called by the unwinder with its context.
         let ip = unsafe { _Unwind_GetIP(ctx) };
         if ip == 0 {
             return 0;

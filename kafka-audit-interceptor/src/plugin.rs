@@ -66,6 +66,7 @@ impl Plugin {
             return Ok(false);
         }
         if err != host::NO_ERROR {
+            // SAFETY: the registration failed: nothing refers to the instance.
             drop(unsafe { Box::from_raw(plugin) });
             return Err(format!(
                 "cannot add the on_new interceptor: {}",
@@ -73,6 +74,7 @@ impl Plugin {
             ));
         }
         // on_conf_destroy first: from here on librdkafka frees the instance.
+        // SAFETY: conf is librdkafka's; the callbacks match librdkafka's prototypes.
         unsafe {
             (host.rd_kafka_conf_interceptor_add_on_conf_destroy)(
                 conf,
@@ -170,6 +172,7 @@ fn check_producer_property(host: &Host, name: &str, value: &str) -> Result<(), S
 /// # Safety
 /// `opaque` is a live `Plugin` (librdkafka passes back what it was registered with).
 unsafe fn plugin<'a>(opaque: *mut c_void) -> &'a Plugin {
+    // SAFETY: the caller's promise (above).
     unsafe { &*opaque.cast::<Plugin>() }
 }
 
@@ -190,10 +193,13 @@ unsafe extern "C" fn on_conf_set(
             return host::CONF_UNKNOWN; // librdkafka's own, or another plugin's
         };
         let value = (!value.is_null())
+            // SAFETY: librdkafka's NUL-terminated value, not NULL (checked).
             .then(|| unsafe { CStr::from_ptr(value) }.to_str().ok())
             .flatten();
+        // SAFETY: opaque is the Plugin this callback was registered with.
         match unsafe { plugin(opaque) }.conf_set(own, value) {
             Ok(()) => host::CONF_OK,
+            // SAFETY: opaque is the Plugin this callback was registered with (live until on_conf_destroy).
             Err(e) => {
                 host::write_errstr(errstr, errstr_size, &e);
                 host::CONF_INVALID
@@ -210,6 +216,7 @@ unsafe extern "C" fn on_conf_dup(
     opaque: *mut c_void,
 ) -> Err {
     guard(host::NO_ERROR, || {
+        // SAFETY: opaque is the Plugin this callback was registered with.
         let host = unsafe { plugin(opaque) }.host.clone();
         // librdkafka replays the claimed properties into the copy's instance.
         if let Err(e) = Plugin::attach(host, new_conf, Settings::default()) {
@@ -243,6 +250,7 @@ unsafe extern "C" fn on_new(
     errstr_size: usize,
 ) -> Err {
     guard(host::NO_ERROR, || {
+        // SAFETY: opaque is the Plugin this callback was registered with.
         let p = unsafe { plugin(opaque) };
         let settings = p.settings.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let client = match Client::start(p.host.clone(), rk, conf, settings) {
@@ -363,6 +371,7 @@ unsafe extern "C" fn on_acknowledgement(
     opaque: *mut c_void,
 ) -> Err {
     guard(host::NO_ERROR, || {
+        // SAFETY: opaque is the Plugin this callback was registered with.
         let Some(c) = unsafe { plugin(opaque) }.client.get() else {
             return host::NO_ERROR;
         };
@@ -375,6 +384,7 @@ unsafe extern "C" fn on_acknowledgement(
                 // SAFETY: a message acknowledged from a queue (see above).
                 unsafe { prefetch_next_acknowledged(msg) };
             }
+            // SAFETY: librdkafka's own message (librdkafka_owns), valid during the callback.
             c.acknowledged(unsafe { &*msg });
         }
         host::NO_ERROR
@@ -436,7 +446,9 @@ const MAX_PREFETCH_LINES: usize = 24;
 
 unsafe extern "C" fn on_consume(_rk: *mut Rk, msg: *mut Message, opaque: *mut c_void) -> Err {
     guard(host::NO_ERROR, || {
+        // SAFETY: opaque is the Plugin this callback was registered with.
         if let Some(c) = unsafe { plugin(opaque) }.client.get() {
+            // SAFETY: a consumed message, valid during the callback.
             c.consumed(unsafe { &*msg });
         }
         host::NO_ERROR
@@ -453,7 +465,9 @@ unsafe extern "C" fn on_commit(
         if err != host::NO_ERROR || offsets.is_null() {
             return host::NO_ERROR;
         }
+        // SAFETY: opaque is the Plugin this callback was registered with.
         if let Some(c) = unsafe { plugin(opaque) }.client.get() {
+            // SAFETY: librdkafka's list (not NULL: checked), valid during the callback.
             c.committed(unsafe { &*offsets });
         }
         host::NO_ERROR
@@ -481,6 +495,7 @@ unsafe extern "C" fn on_response_received(
         return host::NO_ERROR;
     }
     guard(host::NO_ERROR, || {
+        // SAFETY: opaque is the Plugin this callback was registered with.
         if let Some(c) = unsafe { plugin(opaque) }.client.get() {
             c.assignment_changed();
         }
