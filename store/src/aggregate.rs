@@ -92,18 +92,25 @@ fn add(a: i64, b: u64) -> i64 {
 }
 
 impl<'m> Rollup<'m> {
-    /// Windows, progress and emitters of `messages`.
-    pub fn of(messages: impl IntoIterator<Item = &'m Message>) -> Rollup<'m> {
-        Self::build(messages, true)
+    /// Windows, progress and emitters of `messages`, received at `received_at_ms`.
+    pub fn of(messages: impl IntoIterator<Item = &'m Message>, received_at_ms: i64) -> Rollup<'m> {
+        Self::build(messages, received_at_ms, true)
     }
 
     /// Progress and emitters only, what staging writes at once (increments reach their
     /// windows at the roll-up): one pass, no window deltas.
-    pub fn staged(messages: impl IntoIterator<Item = &'m Message>) -> Rollup<'m> {
-        Self::build(messages, false)
+    pub fn staged(
+        messages: impl IntoIterator<Item = &'m Message>,
+        received_at_ms: i64,
+    ) -> Rollup<'m> {
+        Self::build(messages, received_at_ms, false)
     }
 
-    fn build(messages: impl IntoIterator<Item = &'m Message>, windows: bool) -> Rollup<'m> {
+    fn build(
+        messages: impl IntoIterator<Item = &'m Message>,
+        received_at_ms: i64,
+        windows: bool,
+    ) -> Rollup<'m> {
         let mut rollup = Rollup::default();
         for message in messages {
             let m = message;
@@ -169,9 +176,12 @@ impl<'m> Rollup<'m> {
                             log_append_time: part.log_append_time,
                         };
                         // Same rule as in SQL: the latest emitted_at wins, ties go to
-                        // the later message.
+                        // the later message. All of a batch was received at once, so
+                        // capping each at that time orders them as SQL does: one
+                        // dated in the future does not outrank the later ones.
+                        let sent = |d: &ProgressDelta| d.emitted_at_ms.min(received_at_ms);
                         match rollup.progress.get(&key) {
-                            Some(old) if old.emitted_at_ms > delta.emitted_at_ms => {}
+                            Some(old) if sent(old) > sent(&delta) => {}
                             _ => {
                                 rollup.progress.insert(key, delta);
                             }

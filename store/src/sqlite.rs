@@ -137,6 +137,7 @@ impl SqliteStore {
                 .enumerate()
                 .filter(|(i, _)| accepted_idx.contains(i))
                 .map(|(_, m)| m),
+            received,
         );
 
         // Saturating sums: SQLite would silently turn an overflowing sum into a REAL.
@@ -253,7 +254,8 @@ impl SqliteStore {
                      emitted_at_ms = excluded.emitted_at_ms, received_at_ms = excluded.received_at_ms,
                      max_record_time_ms = excluded.max_record_time_ms,
                      log_append_time = excluded.log_append_time
-                 WHERE excluded.emitted_at_ms >= audit_progress.emitted_at_ms",
+                 WHERE min(excluded.emitted_at_ms, excluded.received_at_ms)
+                    >= min(audit_progress.emitted_at_ms, audit_progress.received_at_ms)",
             )
             .bind(topic)
             .bind(tier)

@@ -147,7 +147,7 @@ impl PgStore {
         }
 
         // 2. Roll the first-seen messages up and add them.
-        let rollup = Rollup::of(accepted);
+        let rollup = Rollup::of(accepted, received);
         Self::add_windows(tx, &rollup, received).await?;
         Self::keep_progress(tx, &rollup, received).await?;
         Self::touch_emitters(tx, &rollup, received).await?;
@@ -331,7 +331,9 @@ impl PgStore {
         Ok(())
     }
 
-    /// Keeps the latest progress per partition. Names are sent once per (topic, tier,
+    /// Keeps the latest progress per partition: latest by `emitted_at`, but never later
+    /// than when it was received (`emitted_at` may be up to an hour ahead, and one
+    /// report dated in the future must not pin out the honest ones after it). Names are sent once per (topic, tier,
     /// datacenter) and per host, with an index per partition: a report of 10 000
     /// partitions binds its names once, not 40 000 times (with names of 250 bytes the
     /// encoded arrays alone were ~1 KB per partition).
@@ -414,7 +416,8 @@ impl PgStore {
                  emitted_at_ms = EXCLUDED.emitted_at_ms, received_at_ms = EXCLUDED.received_at_ms,
                  max_record_time_ms = EXCLUDED.max_record_time_ms,
                  log_append_time = EXCLUDED.log_append_time
-             WHERE EXCLUDED.emitted_at_ms >= p.emitted_at_ms",
+             WHERE LEAST(EXCLUDED.emitted_at_ms, EXCLUDED.received_at_ms)
+                >= LEAST(p.emitted_at_ms, p.received_at_ms)",
         )
         .bind(&groups)
         .bind(&host_of)

@@ -66,7 +66,7 @@ impl PgStore {
             .await
             .context("queueing increments for roll-up")?;
         }
-        let rollup = Rollup::staged(accepted);
+        let rollup = Rollup::staged(accepted, received);
         Self::keep_progress(tx, &rollup, received).await?;
         Self::touch_emitters(tx, &rollup, received).await?;
         Self::store_rejects(tx, &batch.rejects, received).await?;
@@ -200,7 +200,7 @@ impl PgStore {
         let staged = Self::take_staged(tx, limit, reads).await?;
         let now = common::now_ms();
         if !staged.increments.is_empty() {
-            let rollup = Rollup::of(&staged.increments);
+            let rollup = Rollup::of(&staged.increments, now);
             Self::add_windows(tx, &rollup, now).await?;
         }
         Self::store_rejects(tx, &staged.missing, now).await?;
@@ -227,7 +227,7 @@ impl PgStore {
                 continue;
             }
             let mut savepoint = tx.begin().await.context("starting a savepoint")?;
-            match Self::add_windows(&mut savepoint, &Rollup::of(part), now).await {
+            match Self::add_windows(&mut savepoint, &Rollup::of(part, now), now).await {
                 Ok(()) => savepoint.commit().await.context("releasing a savepoint")?,
                 Err(e) if e.is_data_error() => {
                     savepoint

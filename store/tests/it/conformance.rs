@@ -84,6 +84,7 @@ conformance!(
     increments_add_up_exactly_against_ground_truth,
     checksums_add_modulo_2_pow_64,
     progress_keeps_the_latest_watermark_per_partition,
+    progress_from_the_future_does_not_pin_out_later_reports,
     every_progress_read_carries_the_record_time_evidence,
     emitters_record_last_seen_times,
     windows_in_range_pages_by_topic,
@@ -741,6 +742,92 @@ async fn progress_keeps_the_latest_watermark_per_partition(store: &Store) {
     );
     assert_eq!(rows[0].record_time_ms, Some(T0 + 1900));
     assert_eq!(store.progress(None).await.unwrap().len(), 4);
+}
+
+/// `emitted_at` is accepted up to an hour ahead of the collector's clock
+/// (`MAX_CLOCK_SKEW_MS`): if the latest `emitted_at` won as sent, one report dated
+/// now + 59 min (say a forged `replicator:` evidence tier) would make the store keep it
+/// over every honest report for an hour (issue 43, H3). A report is ordered by when it
+/// was sent, but never later than when it was received.
+async fn progress_from_the_future_does_not_pin_out_later_reports(store: &Store) {
+    let now = T0 + 10 * W;
+    let evidence = |emitted: i64, next_offset: i64| {
+        let mut p = progress("payments", "auditor-0", emitted, &[(0, next_offset)]);
+        p.tier = "replicator:group/mirror".into();
+        Message::from(p)
+    };
+    let received_at = |messages: Vec<Message>, received_at_ms: i64| Batch {
+        messages,
+        rejects: vec![],
+        received_at_ms,
+    };
+    let next_offset = |rows: Vec<ProgressRow>| -> Vec<(i32, i64)> {
+        rows.iter().map(|r| (r.partition, r.next_offset)).collect()
+    };
+    let forged = evidence(now + 59 * 60_000, 1 << 62);
+    let honest = evidence(now, 240);
+    store
+        .write_batch(&received_at(vec![forged.clone()], now))
+        .await
+        .unwrap();
+    store
+        .write_batch(&received_at(vec![honest], now + 1000))
+        .await
+        .unwrap();
+    let rows = store.progress(Some("payments")).await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].tier, "replicator:group/mirror");
+    assert_eq!(next_offset(rows), vec![(0, 240)]);
+
+    // The same when both arrive in one batch: the forged report counts as sent when
+    // the batch was received, so the honest report of the next batch replaces it.
+    let mut forged = forged;
+    forged.uuid = Uuid::new_v4();
+    forged.topic = "orders".into();
+    let mut honest = evidence(now + 2000, 250);
+    honest.topic = "orders".into();
+    store
+        .write_batch(&received_at(vec![forged, honest], now + 2000))
+        .await
+        .unwrap();
+    let mut next = evidence(now + 2500, 255);
+    next.topic = "orders".into();
+    store
+        .write_batch(&received_at(vec![next], now + 3000))
+        .await
+        .unwrap();
+    let rows = store.progress(Some("orders")).await.unwrap();
+    assert_eq!(next_offset(rows), vec![(0, 255)]);
+
+    // An honest sender whose clock is a little behind still orders its own reports.
+    let late = evidence(now + 1500, 260);
+    store
+        .write_batch(&received_at(vec![late], now + 3000))
+        .await
+        .unwrap();
+    let earlier = evidence(now + 1200, 230);
+    store
+        .write_batch(&received_at(vec![earlier], now + 4000))
+        .await
+        .unwrap();
+    let rows = store.progress(Some("payments")).await.unwrap();
+    assert_eq!(next_offset(rows), vec![(0, 260)]);
+
+    // Staged writes keep progress at once, by the same rule.
+    let mut forged = evidence(now + 59 * 60_000, 1 << 62);
+    forged.topic = "refunds".into();
+    store
+        .stage_batch(&received_at(vec![forged], now))
+        .await
+        .unwrap();
+    let mut honest = evidence(now, 240);
+    honest.topic = "refunds".into();
+    store
+        .stage_batch(&received_at(vec![honest], now + 1000))
+        .await
+        .unwrap();
+    let rows = store.progress(Some("refunds")).await.unwrap();
+    assert_eq!(next_offset(rows), vec![(0, 240)]);
 }
 
 /// The reads serve judges with (per topic since the forget horizon, per page of
