@@ -333,10 +333,12 @@ impl PgStore {
 
     /// Keeps the latest progress per partition: latest by `emitted_at`, but never later
     /// than when it was received (`emitted_at` may be up to an hour ahead, and one
-    /// report dated in the future must not pin out the honest ones after it). Names are sent once per (topic, tier,
-    /// datacenter) and per host, with an index per partition: a report of 10 000
-    /// partitions binds its names once, not 40 000 times (with names of 250 bytes the
-    /// encoded arrays alone were ~1 KB per partition).
+    /// report dated in the future must not pin out the honest ones after it).
+    ///
+    /// Names are sent once per (topic, tier, datacenter) and per host, with an index
+    /// per partition: a report of 10 000 partitions binds its names once, not 40 000
+    /// times (with names of 250 bytes the encoded arrays alone were ~1 KB per
+    /// partition).
     pub(super) async fn keep_progress(
         tx: &mut Transaction<'_, Postgres>,
         rollup: &Rollup<'_>,
