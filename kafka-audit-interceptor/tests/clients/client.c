@@ -413,11 +413,6 @@ static int harm(int argc, char **argv) {
         const char *plugin = option(props, n, "plugin.library.paths");
         const char *topic = option(props, n, "kai.topic");
         char errstr[512];
-        /* librdkafka closes the plugin library with the last configuration that loaded
-         * it, and the loader then unmaps it: a reference of this program's keeps it
-         * mapped, so that its stats can be read at the end (not in churn, where each
-         * client loads and unloads it). */
-        void *keep = strcmp(what, "churn") && plugin ? dlopen(plugin, RTLD_NOW | RTLD_LOCAL) : NULL;
         if (!strcmp(what, "produce-batch")) {
                 rd_kafka_conf_t *conf = rd_kafka_conf_new();
                 rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
@@ -513,8 +508,6 @@ static int harm(int argc, char **argv) {
         char *stats = plugin_stats(plugin);
         printf("\"plugin\": %s}\n", stats);
         free(stats);
-        if (keep)
-                dlclose(keep);
         return 0;
 }
 

@@ -143,9 +143,8 @@ def consume(bootstrap, topic, group, expected, timeout, extra):
 
 def harm(case, extra):
     """One case of the fault matrix of the plugin's host (issue 42), as client.c's
-    `harm` (its comment has the cases): produce-batch and failed-new. The plugin is
-    opened here first (ctypes), so that its stats can be read after librdkafka closed
-    it with the last configuration that loaded it."""
+    `harm` (its comment has the cases): produce-batch and failed-new. The plugin's
+    stats are read through ctypes (the library librdkafka loaded: it stays mapped)."""
     import ctypes
     conf = props(extra)
     topic = conf.pop("kai.topic", "no-such-topic")

@@ -162,7 +162,25 @@ pub struct Output {
 
 /// Runs client `kind` with `args` then the plugin's properties, bounded by `limit`.
 pub fn run(kind: Kind, args: &[String], plugin: &PluginConfig, limit: Duration) -> Output {
+    run_under(&[], kind, args, plugin, limit)
+}
+
+/// As `run`, the client started by the program `wrapper` (e.g. valgrind and its
+/// options) when not empty.
+pub fn run_under(
+    wrapper: &[&str],
+    kind: Kind,
+    args: &[String],
+    plugin: &PluginConfig,
+    limit: Duration,
+) -> Output {
     let mut cmd = command(kind);
+    if let Some((program, options)) = wrapper.split_first() {
+        let client = cmd.get_program().to_owned();
+        let client_args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+        cmd = Command::new(program);
+        cmd.args(options).arg(client).args(client_args);
+    }
     cmd.args(args)
         .args(&plugin.props)
         .envs(plugin.env.iter().map(|(k, v)| (k, v)))
