@@ -51,8 +51,9 @@ missing=()
 # prometheus: its promtool checks the /metrics exposition (web metrics tests).
 # python3-venv: the interceptor plugin's tests run confluent-kafka's wheel from PyPI.
 # openssl: the store's TLS tests make a self-signed X.509 v1 certificate with it.
-# valgrind: the interceptor plugin's fault matrix runs its C host under it.
-for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus python3-venv openssl valgrind; do
+# valgrind: the interceptor plugin's fault matrix runs its C host under it; kcat: a real
+# host on Debian's own librdkafka (2.0.2) for the plugin's version check.
+for pkg in cmake libssl-dev zlib1g-dev postgresql-15 chromium fonts-liberation prometheus python3-venv openssl valgrind kcat; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 command -v pkg-config >/dev/null || missing+=(pkg-config)

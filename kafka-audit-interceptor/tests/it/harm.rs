@@ -218,3 +218,68 @@ async fn the_c_hosts_cases_are_clean_under_valgrind() {
         );
     }
 }
+
+/// Debian 12's own librdkafka (2.0.2, `librdkafka1`), in a real dynamically linked host:
+/// kcat. Without the operator's acceptance the plugin refuses it with the reason (kcat
+/// exits at once, nothing produced); accepted (kcat never destroys a configuration
+/// after a failed `rd_kafka_new`), every message is counted exactly: count and
+/// checksum per window against what was sent. kcat is installed by test.sh.
+#[tokio::test(flavor = "multi_thread")]
+async fn debians_librdkafka_2_0_2_in_kcat_is_refused_or_counted_exactly() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let a = testkit::kafka_a();
+    let topic = testkit::create_unique_topic(&a, "kai-kcat", 3).await;
+    let audit = testkit::create_unique_topic(&a, "kai-kcat-audit", 1).await;
+    let (n, base, span) = (200i64, common::now_ms(), 10_000);
+    let input: String = (0..n)
+        .map(|i| {
+            let (k, v, _) = clients::message(i, n, base, span);
+            format!("{k}\t{v}\n")
+        })
+        .collect();
+    let kcat = |accept: bool| {
+        let mut cmd = Command::new("kcat");
+        cmd.args(["-P", "-b", &a, "-t", &topic, "-K", "\t"])
+            .args([
+                "-X",
+                &format!("plugin.library.paths={}", clients::plugin().display()),
+            ])
+            .args(["-X", "kafka_audit.datacenter=dc1"])
+            .args(["-X", &format!("kafka_audit.audit_topic={audit}")])
+            .args(["-X", "kafka_audit.report.interval.ms=500"])
+            .env_remove(clients::ACCEPT_4142)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if accept {
+            cmd.env(clients::ACCEPT_4142, "1");
+        }
+        let mut child = cmd
+            .spawn()
+            .expect("kcat (Debian's package; test.sh installs it)");
+        // A refused kcat exits before it reads: its stdin may be closed already.
+        let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = kcat(false);
+    assert!(
+        !ok,
+        "kcat ran with the plugin on librdkafka 2.0.2 unaccepted"
+    );
+    assert!(
+        stderr.contains("librdkafka 2.0.2 is older than 2.13.0") && stderr.contains("#4142"),
+        "{stderr}"
+    );
+    let (ok, stderr) = kcat(true);
+    assert!(ok, "kcat: {stderr}");
+    let (seen, _) = crate::lifecycle::reported(&a, &audit, &topic, n as u64);
+    assert_eq!(
+        (seen.count, seen.checksum),
+        crate::lifecycle::truth(0..n, n, base, span)
+    );
+}

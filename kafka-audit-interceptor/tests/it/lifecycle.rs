@@ -22,7 +22,12 @@ async fn topics(name: &str) -> (String, String, String) {
 }
 
 /// Count and checksum of messages `ids` of a run of `count` messages.
-fn truth(ids: impl Iterator<Item = i64>, count: i64, base: i64, span: i64) -> (u64, u64) {
+pub(crate) fn truth(
+    ids: impl Iterator<Item = i64>,
+    count: i64,
+    base: i64,
+    span: i64,
+) -> (u64, u64) {
     ids.fold((0, 0), |(n, sum), i| {
         let (k, v, _) = clients::message(i, count, base, span);
         (
@@ -34,7 +39,7 @@ fn truth(ids: impl Iterator<Item = i64>, count: i64, base: i64, span: i64) -> (u
 
 /// Reads the audit topic until `topic`'s reported count reaches `n`, then a little
 /// longer (a report that should not be there has its chance to arrive).
-fn reported(a: &str, audit: &str, topic: &str, n: u64) -> (WindowTotals, u64) {
+pub(crate) fn reported(a: &str, audit: &str, topic: &str, n: u64) -> (WindowTotals, u64) {
     let mut reader = AuditReader::new(a, audit, 1);
     reader.wait_for_count(topic, n, Duration::from_secs(60));
     reader.poll_for(Duration::from_secs(2));
