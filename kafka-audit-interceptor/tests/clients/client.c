@@ -50,6 +50,8 @@ void rd_kafka_topic_destroy(rd_kafka_topic_t *);
 int rd_kafka_produce(rd_kafka_topic_t *, int32_t, int, void *, size_t, const void *, size_t,
                      void *);
 int rd_kafka_produce_batch(rd_kafka_topic_t *, int32_t, int, rd_kafka_message_t *, int);
+int rd_kafka_purge(rd_kafka_t *, int);
+#define PURGE_F_QUEUE 0x1
 int rd_kafka_poll(rd_kafka_t *, int);
 int rd_kafka_flush(rd_kafka_t *, int);
 int rd_kafka_last_error(void);
@@ -398,7 +400,12 @@ static char *plugin_stats(const char *plugin) {
  *                  the API asks: {"created", "error", "threads_before", "threads_after"}
  *   churn          kai.clients=N producers created and destroyed one after another,
  *                  each producing one message to kai.topic: {"fds_before", "fds_after",
- *                  "threads_before", "threads_after", "delivered"} */
+ *                  "threads_before", "threads_after", "delivered"}
+ *   abandon        kai.count=N messages to kai.topic: the first half purged from the
+ *                  queue as soon as produced, a flush that times out at once, the
+ *                  second half produced and the client destroyed with them in flight
+ *                  (no flush): {"produced", "delivered", "failed"} as the application
+ *                  saw them (reports of messages failed at destroy never reach it) */
 static int first_err = 0;
 static void on_first_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
         (void)rk;
@@ -501,6 +508,22 @@ static int harm(int argc, char **argv) {
                 printf("{\"fds_before\": %d, \"fds_after\": %d, \"threads_before\": %d, "
                        "\"threads_after\": %d, \"delivered\": %ld, ",
                        fds, entries("fd"), threads_before, entries("task"), delivered);
+        } else if (!strcmp(what, "abandon")) {
+                const char *c = option(props, n, "kai.count");
+                long count = c ? atol(c) : 1000;
+                long long base = now_ns() / 1000000;
+                rd_kafka_t *rk = client(PRODUCER, props, n, NULL);
+                rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+                for (long i = 0; i < count / 2; i++)
+                        produce_one(rk, rkt, i, base, 1000, count, 1);
+                rd_kafka_purge(rk, PURGE_F_QUEUE);
+                rd_kafka_flush(rk, 0);
+                for (long i = count / 2; i < count; i++)
+                        produce_one(rk, rkt, i, base, 1000, count, 1);
+                rd_kafka_topic_destroy(rkt);
+                rd_kafka_destroy(rk);
+                printf("{\"produced\": %ld, \"delivered\": %ld, \"failed\": %ld, ", count,
+                       delivered, failed);
         } else {
                 fprintf(stderr, "harm: unknown case %s\n", what);
                 return 2;

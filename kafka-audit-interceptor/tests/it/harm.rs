@@ -200,6 +200,11 @@ async fn the_c_hosts_cases_are_clean_under_valgrind() {
             a.as_str(),
             vec!["kai.clients=5", topic_prop.as_str()],
         ),
+        (
+            "abandon",
+            a.as_str(),
+            vec!["kai.count=2000", topic_prop.as_str()],
+        ),
     ] {
         let cfg = PluginConfig::new(Kind::C, &settings).with(&props);
         let out = clients::run_under(
@@ -281,5 +286,30 @@ async fn debians_librdkafka_2_0_2_in_kcat_is_refused_or_counted_exactly() {
     assert_eq!(
         (seen.count, seen.checksum),
         crate::lifecycle::truth(0..n, n, base, span)
+    );
+}
+
+/// Messages purged from the queue, a flush that times out, and a destroy with messages
+/// in flight: every message the application produced is counted by the plugin exactly
+/// once, acknowledged or failed, and the process goes on (the valgrind test runs this
+/// case too).
+#[tokio::test(flavor = "multi_thread")]
+async fn purged_timed_out_and_abandoned_messages_are_each_counted_once() {
+    let a = testkit::kafka_a();
+    let topic = testkit::create_unique_topic(&a, "kai-abandon", 1).await;
+    let audit = testkit::create_unique_topic(&a, "kai-abandon-audit", 1).await;
+    let settings = [("datacenter", "dc1"), ("audit_topic", audit.as_str())];
+    let topic_prop = format!("kai.topic={topic}");
+    let cfg = PluginConfig::new(Kind::C, &settings).with(&["kai.count=20000", &topic_prop]);
+    let out = clients::run(Kind::C, &harm_args("abandon", &a), &cfg, LIMIT);
+    assert!(out.ok, "{} {}", out.json, out.stderr);
+    let plugin = &out.json["plugin"];
+    let counted =
+        plugin["acknowledged"].as_u64().unwrap() + plugin["delivery_failed"].as_u64().unwrap();
+    assert_eq!(counted, 20_000, "{}", out.json);
+    assert!(
+        plugin["acknowledged"].as_u64() >= out.json["delivered"].as_u64(),
+        "{}",
+        out.json
     );
 }
