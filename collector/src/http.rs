@@ -9,7 +9,9 @@
 //!
 //! Who may post ([`crate::config::AuthConfig`]): with tokens configured, a bearer
 //! token with scope `ingest` (401 without, 403 without the scope), and each message
-//! must lie within the token's `tiers` and `datacenters`. Without tokens, only
+//! must lie within the token's `tiers` and `datacenters`; replication evidence (a
+//! `replicator:` tier) only from a token that names its tier, never from "any tier"
+//! nor without a token (issue 43; counted in `evidence_rejects`). Without tokens, only
 //! clients on the loopback interface, unless `allow_unauthenticated`. The body must be
 //! `application/json` (415 otherwise): a browser cannot send that cross-origin
 //! without a CORS preflight, which this server never grants.
@@ -387,7 +389,22 @@ async fn ingest_body(
         let refused = match parsed {
             Ok(message) => {
                 let (tier, dc) = identity(&message);
-                match holder.as_ref().and_then(|h| h.binding_refuses(tier, dc)) {
+                let why = match &holder {
+                    Some(h) => h.binding_refuses(tier, dc),
+                    // No credential is bound to replication evidence (issue 43).
+                    None if common::replication::is_evidence_tier(tier) => Some(format!(
+                        "tier {tier:?} is replication evidence: it is accepted only from an \
+                         ingest token that names its tier in `tiers`"
+                    )),
+                    None => None,
+                };
+                if why.is_some() && common::replication::is_evidence_tier(tier) {
+                    state
+                        .sink
+                        .metrics
+                        .source(&state.sink.metrics.evidence_rejects, SOURCE);
+                }
+                match why {
                     None => {
                         slots.push((Some(message.uuid), Ok(batch.messages.len())));
                         batch.messages.push(message);

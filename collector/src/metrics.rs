@@ -73,6 +73,7 @@ pub struct Metrics {
     pub rollup_caught_up: Gauge,
     pub quarantined: Counter,
     pub bound_rejects: Family<BoundLabels, Counter>,
+    pub evidence_rejects: Family<SourceLabels, Counter>,
     pub http_throttled: Family<TokenLabels, Counter>,
     pub http_busy: Counter,
     pub excerpts_dropped: Counter,
@@ -100,6 +101,7 @@ impl Metrics {
             rollup_caught_up: Gauge::default(),
             quarantined: Counter::default(),
             bound_rejects: Family::default(),
+            evidence_rejects: Family::default(),
             http_throttled: Family::default(),
             http_busy: Counter::default(),
             excerpts_dropped: Counter::default(),
@@ -195,6 +197,11 @@ impl Metrics {
             "bound_rejects",
             "Messages rejected by a bound per emitter (window_size, window_age, partition, record_bytes; see [ingest])",
             m.bound_rejects.clone(),
+        );
+        r.register(
+            "evidence_rejects",
+            "Replication evidence (replicator: tiers) refused by source because its sender is not bound to it: an HTTP token that does not name the tier (or no token), a Kafka record on a topic not in the source's evidence_topics; each kept in audit_reject with its reason",
+            m.evidence_rejects.clone(),
         );
         r.register(
             "http_throttled",

@@ -6,7 +6,8 @@
 //! name = "producers-dc1"                      # who holds it, for logs and answers
 //! token_file = "/run/secrets/ingest-dc1"      # or token = "..." (prefer the file)
 //! scopes = ["ingest"]
-//! tiers = ["producer"]                        # optional: what it may report (ingest)
+//! tiers = ["producer"]                        # optional: what it may report (ingest;
+//!                                             # evidence tiers only when named)
 //! datacenters = ["dc1"]
 //! ```
 //!
@@ -63,7 +64,8 @@ pub struct TokenConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
     pub scopes: Vec<Scope>,
-    /// Ingest only: the tiers it may report; empty = any.
+    /// Ingest only: the tiers it may report; empty = any counting tier. Replication
+    /// evidence (`replicator:…` tiers) only when named here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tiers: Vec<String>,
     /// Ingest only: the datacenters it may report; empty = any.
@@ -159,7 +161,18 @@ impl Holder {
     }
 
     /// `None` when this holder may report for (`tier`, `datacenter`), otherwise why not.
+    ///
+    /// Replication evidence (a tier of [`crate::replication::is_evidence_tier`]) proves
+    /// losses on its own (issue 43): only a token that names its tier in `tiers` may
+    /// send it; "any tier" (`tiers` omitted) means any counting tier, never evidence.
     pub fn binding_refuses(&self, tier: &str, datacenter: &str) -> Option<String> {
+        if self.tiers.is_empty() && crate::replication::is_evidence_tier(tier) {
+            return Some(format!(
+                "token {:?} may not report tier {tier:?}: replication evidence is accepted only \
+                 from a token that names its tier in `tiers` (this one may report any counting tier)",
+                self.name
+            ));
+        }
         if !self.tiers.is_empty() && !self.tiers.iter().any(|t| t == tier) {
             return Some(format!(
                 "token {:?} may not report tier {tier:?} (allowed: {:?})",
@@ -404,5 +417,40 @@ mod tests {
             .binding_refuses("producer", "dc2")
             .unwrap()
             .contains("datacenter"));
+    }
+
+    /// Issue 43: replication evidence (a `replicator:` tier) is sent only by a token
+    /// that names its tier; "any tier" (tiers omitted) is every counting tier only.
+    #[test]
+    fn evidence_tiers_need_a_token_that_names_them() {
+        let any = config("any-tier", GOOD, &[Scope::Ingest]);
+        let mut auditor = config(
+            "auditor",
+            "fedcba9876543210fedcba9876543210",
+            &[Scope::Ingest],
+        );
+        auditor.tiers = vec!["regional".into(), "replicator:group/mirror".into()];
+        let tokens = Tokens::load(&[any, auditor], &[Scope::Ingest]).unwrap();
+        let any = tokens
+            .authenticate(&bearer(&format!("Bearer {GOOD}")))
+            .unwrap();
+        assert_eq!(any.binding_refuses("regional", "dc1"), None);
+        let why = any
+            .binding_refuses("replicator:group/mirror", "dc1")
+            .expect("evidence refused to an any-tier token");
+        assert!(
+            why.contains("any-tier") && why.contains("evidence"),
+            "{why}"
+        );
+        let auditor = tokens
+            .authenticate(&bearer("Bearer fedcba9876543210fedcba9876543210"))
+            .unwrap();
+        assert_eq!(
+            auditor.binding_refuses("replicator:group/mirror", "dc1"),
+            None
+        );
+        assert!(auditor
+            .binding_refuses("replicator:mm2/agg", "dc1")
+            .is_some());
     }
 }

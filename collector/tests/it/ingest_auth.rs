@@ -159,3 +159,111 @@ async fn placeholder_and_short_tokens_are_refused_at_start() {
         assert!(format!("{error:#}").contains("auth token"), "{error:#}");
     }
 }
+
+/// A replicator's progress report (its evidence tier) of `orders` partition 0.
+fn evidence(tier: &str, next_offset: i64) -> serde_json::Value {
+    let m = audit_lib::AuditMessage::progress(
+        &audit_lib::Identity::new(tier, "dc1", "forger"),
+        "orders",
+        vec![audit_lib::PartitionProgress {
+            partition: 0,
+            next_offset,
+            record_time: None,
+            lag: Some(0),
+            max_record_time: None,
+            log_append_time: false,
+        }],
+        common::now_ms(),
+    );
+    serde_json::to_value(m).unwrap()
+}
+
+/// Issue 43 (review 3, H3): replication evidence is accepted over HTTP only from a
+/// token that names its tier. A token whose `tiers` is omitted ("any") may report
+/// every counting tier but no evidence, and a collector without tokens (loopback)
+/// takes none: each such element is refused alone, with its reason, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_needs_a_token_that_names_its_tier() {
+    const AUDITOR: &str = "2d7e91c4b5a60f38e1d2c3b4a5968778";
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let config: CollectConfig = toml::from_str(&format!(
+        r#"
+        [store]
+        url = {db:?}
+        [http]
+        listen = "127.0.0.1:0"
+        [retention]
+        enabled = false
+        [[auth.tokens]]
+        name = "any-tier"
+        token = "{TOKEN}"
+        scopes = ["ingest"]
+        [[auth.tokens]]
+        name = "regional-auditor"
+        token = "{AUDITOR}"
+        scopes = ["ingest"]
+        tiers = ["regional", "replicator:group/mirror"]
+        "#
+    ))
+    .unwrap();
+    let (collector, shutdown) = start_collector(config).await;
+    let addr = collector.http_addr.unwrap();
+    let forged = evidence("replicator:group/mirror", 1 << 62);
+    let counts = message("regional", "dc1", 4);
+    let (status, json) = post(
+        addr,
+        Some(&format!("Bearer {TOKEN}")),
+        "application/json",
+        format!("[{forged},{counts}]"),
+    )
+    .await;
+    assert_eq!(status, 200, "the batch is not failed: {json}");
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results[0]["status"], "forbidden", "{json}");
+    assert_eq!(results[0]["code"], 403, "{json}");
+    let reason = results[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("any-tier") && reason.contains("evidence"),
+        "{reason}"
+    );
+    assert_eq!(
+        results[1]["status"], "accepted",
+        "any tier still counts: {json}"
+    );
+
+    let (status, json) = post(
+        addr,
+        Some(&format!("Bearer {AUDITOR}")),
+        "application/json",
+        format!("[{}]", evidence("replicator:group/mirror", 42)),
+    )
+    .await;
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(
+        json["results"][0]["status"], "accepted",
+        "a token naming the evidence tier sends it: {json}"
+    );
+    let (_, metrics) = http_get(addr, "/metrics").await;
+    assert!(
+        metrics.contains("kafka_audit_collector_evidence_rejects_total{source=\"http\"} 1"),
+        "{metrics}"
+    );
+    let rejects = collector.store.rejects(10).await.unwrap();
+    assert!(
+        rejects
+            .iter()
+            .any(|r| r.source == "http:any-tier[0]" && r.reason.contains("evidence")),
+        "{rejects:?}"
+    );
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
+
+    // Without tokens (loopback clients only), no evidence at all.
+    let store = sqlite_in(&dir);
+    let (collector, shutdown) = start_collector(http_only_config(&store)).await;
+    let addr = collector.http_addr.unwrap();
+    let (status, json) = http_post(addr, format!("[{}]", evidence("replicator:mm2/agg", 7))).await;
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(json["results"][0]["status"], "forbidden", "{json}");
+    stop(&shutdown, collector, Duration::from_secs(10)).await;
+}
