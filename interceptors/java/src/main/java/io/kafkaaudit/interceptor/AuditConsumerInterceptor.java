@@ -30,8 +30,8 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
   /** Records kept per client until committed (~70 MB at most); beyond, the oldest are dropped uncounted. */
   static final int MAX_UNCOMMITTED = 1_000_000;
 
-  private AuditEmitter emitter;
-  private AuditMetrics metrics;
+  private volatile AuditEmitter emitter;
+  private volatile AuditMetrics metrics;
   private KnownBytes keys;
   private KnownBytes values;
   private EventTimeConfig config;
@@ -94,17 +94,39 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
    */
   @Override
   public ConsumerRecords<K, V> onConsume(ConsumerRecords<K, V> records) {
-    if (emitter == null || records.isEmpty()) {
+    AuditEmitter emitter = this.emitter;
+    if (emitter == null || records == null) {
       return records;
     }
-    long now = System.currentTimeMillis();
-    emitter.submit(() -> consumed(records, now), records.count());
+    try {
+      if (records.isEmpty()) {
+        return records;
+      }
+      long now = System.currentTimeMillis();
+      // The batch is kept until the reporter's thread counts it: its bytes are capped
+      // too (AuditEmitter.MAX_BACKLOG_BYTES); beyond the caps it is dropped, counted.
+      long n = 0;
+      long bytes = 0;
+      for (ConsumerRecord<K, V> r : records) {
+        n++;
+        bytes += Math.max(0, r.serializedKeySize()) + Math.max(0, r.serializedValueSize());
+      }
+      emitter.submit(() -> consumed(records, now), n, bytes);
+    } catch (Throwable t) {
+      metrics.internalErrors.increment();
+    }
     return records;
   }
 
   private void consumed(ConsumerRecords<K, V> records, long now) {
     for (TopicPartition tp : records.partitions()) {
-      EventTimeConfig.Rule rule = rules.computeIfAbsent(tp.topic(), config::ruleFor);
+      EventTimeConfig.Rule rule;
+      try {
+        rule = rules.computeIfAbsent(tp.topic(), config::ruleFor);
+      } catch (Throwable t) {
+        metrics.internalErrors.increment();
+        continue;
+      }
       for (ConsumerRecord<K, V> r : records.records(tp)) {
         try {
           consumed(tp, rule, r, now);
@@ -184,19 +206,27 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
 
   @Override
   public void onCommit(Map<TopicPartition, OffsetAndMetadata> offsets) {
-    if (emitter == null) {
+    AuditEmitter emitter = this.emitter;
+    if (emitter == null || offsets == null) {
       return;
     }
-    Map<TopicPartition, OffsetAndMetadata> committed = new HashMap<>(offsets);
-    emitter.submit(() -> committed(committed));
+    try {
+      Map<TopicPartition, OffsetAndMetadata> committed = new HashMap<>(offsets);
+      if (!emitter.submit(() -> committed(emitter, committed))) {
+        // The reporter's thread that far behind: the partition's next commit counts these.
+        metrics.commitsDropped.increment();
+      }
+    } catch (Throwable t) {
+      metrics.internalErrors.increment();
+    }
   }
 
-  private void committed(Map<TopicPartition, OffsetAndMetadata> offsets) {
+  private void committed(AuditEmitter emitter, Map<TopicPartition, OffsetAndMetadata> offsets) {
     synchronized (uncommitted) {
       synchronized (emitter.lock) {
         Aggregator agg = emitter.aggregator();
         for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
-          if (e.getValue() == null) {
+          if (e.getKey() == null || e.getValue() == null) {
             continue;
           }
           long committed = e.getValue().offset();
@@ -222,11 +252,24 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
 
   @Override
   public void close() {
+    // Bounded by AuditEmitter.CLOSE_TIMEOUT_MS; throws nothing into the client's close.
+    AuditEmitter emitter = this.emitter;
     if (emitter == null) {
       return;
     }
+    try {
+      closeEmitter(emitter);
+    } catch (Throwable t) {
+      metrics.internalErrors.increment();
+    } finally {
+      metrics.unregister();
+      this.emitter = null;
+    }
+  }
+
+  private void closeEmitter(AuditEmitter emitter) {
     // After the commits handed over before (KafkaConsumer.close commits first).
-    emitter.submit(
+    emitter.submitAlways(
         () -> {
           synchronized (uncommitted) {
             // Never committed: whoever reads these next counts them when it commits.
@@ -238,7 +281,5 @@ public final class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor
           }
         });
     emitter.close();
-    metrics.unregister();
-    emitter = null;
   }
 }

@@ -28,11 +28,19 @@ import org.slf4j.LoggerFactory;
  * deduplicates), and until it is acknowledged the counts stay merged in the
  * aggregator's windows (memory grows with windows, not with messages). The
  * application's threads never wait for it, except in {@link #close}, which flushes
- * the last counts for at most {@link #CLOSE_TIMEOUT_MS}.
+ * the last counts for at most {@link #CLOSE_TIMEOUT_MS}. What they hand to the
+ * reporter's thread is capped ({@link #submit(Runnable, long, long)}); the audit
+ * producer is created on that thread, so one that Kafka refuses never fails the client.
  */
 final class AuditEmitter {
   private static final Logger log = LoggerFactory.getLogger(AuditEmitter.class);
   static final long CLOSE_TIMEOUT_MS = 15_000;
+  /** Records handed to the reporter's thread and not counted yet, at most; beyond, dropped and counted. */
+  static final long MAX_BACKLOG_RECORDS = 100_000;
+  /** Bytes (serialized keys and values) of consumed records handed over and not counted yet, at most. */
+  static final long MAX_BACKLOG_BYTES = 64L << 20;
+  /** Tasks waiting for the reporter's thread, at most (commits beyond are dropped and counted). */
+  static final int MAX_QUEUED_TASKS = 10_000;
   /** {@link #CLOSE_TIMEOUT_MS}, shorter in tests. */
   long closeTimeoutMs = CLOSE_TIMEOUT_MS;
 
@@ -40,7 +48,21 @@ final class AuditEmitter {
   private final Aggregator aggregator;
   /** Guards {@link #aggregator}: held by callbacks for one record, by the reporter for a drain. */
   final Object lock = new Object();
-  private final KafkaProducer<byte[], byte[]> producer;
+  /**
+   * Created on the reporter's thread (its first task), never in the application's: a
+   * producer Kafka refuses (a trust store it cannot read, a JAAS configuration it
+   * rejects) is logged, counted and tried again at each report, and the client goes on.
+   * Null until then; set under {@link #producerLock}.
+   */
+  private volatile KafkaProducer<byte[], byte[]> producer;
+  private final Properties producerProperties;
+  private final Object producerLock = new Object();
+  private boolean producerClosed; // guarded by producerLock
+  private final java.util.concurrent.atomic.AtomicInteger queuedTasks = new java.util.concurrent.atomic.AtomicInteger();
+  private final java.util.concurrent.atomic.AtomicLong queuedRecords = new java.util.concurrent.atomic.AtomicLong();
+  private final java.util.concurrent.atomic.AtomicLong queuedBytes = new java.util.concurrent.atomic.AtomicLong();
+  /** Set once close has counted what is left: what is handed over later is dropped. */
+  private volatile boolean finished;
   private final ScheduledExecutorService timer;
   final AuditMetrics metrics;
   /** Reports not acknowledged yet: sent again as they are. */
@@ -74,7 +96,7 @@ final class AuditEmitter {
     p.putIfAbsent(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
     p.putIfAbsent(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
     p.remove(ProducerConfig.INTERCEPTOR_CLASSES_CONFIG);
-    this.producer = new KafkaProducer<>(p);
+    this.producerProperties = p;
     this.timer =
         Executors.newSingleThreadScheduledExecutor(
             r -> {
@@ -82,7 +104,12 @@ final class AuditEmitter {
               t.setDaemon(true);
               return t;
             });
-    timer.execute(this::fetchMetadata);
+    timer.execute(
+        () -> {
+          if (createProducer()) {
+            fetchMetadata();
+          }
+        });
     long every = settings.reportIntervalMs;
     timer.scheduleWithFixedDelay(this::reportQuietly, every, every, TimeUnit.MILLISECONDS);
     timer.scheduleAtFixedRate(() -> coarseNow = System.currentTimeMillis(), 10, 10, TimeUnit.MILLISECONDS);
@@ -142,34 +169,101 @@ final class AuditEmitter {
    * interceptors do the counting the application's threads (and the producer's I/O
    * thread) hand over. A task that throws is counted, never propagated.
    */
-  void submit(Runnable task) {
-    submit(task, 0);
+  boolean submit(Runnable task) {
+    return submit(task, 0, 0);
   }
 
-  /** {@link #submit(Runnable)}, its {@code records} in {@code Backlog} until it has run. */
-  void submit(Runnable task, long records) {
+  /**
+   * {@link #submit(Runnable)}, its {@code records} ({@code bytes} of them) in {@code
+   * Backlog} until it has run. Never waits and never queues without bound: with {@link
+   * #MAX_QUEUED_TASKS} tasks, {@link #MAX_BACKLOG_RECORDS} records or {@link
+   * #MAX_BACKLOG_BYTES} already waiting for the reporter's thread, the task is dropped
+   * (false), its records counted in {@code BacklogOverflow}.
+   */
+  boolean submit(Runnable task, long records, long bytes) {
+    // Not short-circuited: all three are taken, and all three given back if one is over.
+    if (queuedTasks.incrementAndGet() > MAX_QUEUED_TASKS
+        | queuedRecords.addAndGet(records) > MAX_BACKLOG_RECORDS
+        | queuedBytes.addAndGet(bytes) > MAX_BACKLOG_BYTES) {
+      release(records, bytes);
+      metrics.backlogOverflow.add(records);
+      return false;
+    }
+    return enqueue(task, records, bytes);
+  }
+
+  /** {@link #submit(Runnable)} beyond the caps (close's own task). */
+  void submitAlways(Runnable task) {
+    queuedTasks.incrementAndGet();
+    enqueue(task, 0, 0);
+  }
+
+  private void release(long records, long bytes) {
+    queuedTasks.decrementAndGet();
+    queuedRecords.addAndGet(-records);
+    queuedBytes.addAndGet(-bytes);
+  }
+
+  private boolean enqueue(Runnable task, long records, long bytes) {
     metrics.backlog.add(records);
     Runnable counted =
         () -> {
           try {
             task.run();
+          } catch (Throwable t) {
+            metrics.internalErrors.increment();
           } finally {
             metrics.backlog.add(-records);
+            release(records, bytes);
           }
         };
     try {
-      timer.execute(
-          () -> {
-            try {
-              counted.run();
-            } catch (Throwable t) {
-              metrics.internalErrors.increment();
-            }
-          });
+      timer.execute(counted);
+      return true;
     } catch (java.util.concurrent.RejectedExecutionException closed) {
-      // After close began: the closing thread does what is left (see close).
-      counted.run();
+      if (!finished) {
+        // While close runs: counted here, on the caller's thread, and reported by close.
+        counted.run();
+        return true;
+      }
+    } catch (Throwable t) {
+      metrics.internalErrors.increment();
     }
+    metrics.backlog.add(-records);
+    release(records, bytes);
+    metrics.backlogOverflow.add(records);
+    return false;
+  }
+
+  /** Whether there is an audit producer: created now if there was none (false: Kafka refused it). */
+  private boolean createProducer() {
+    if (producer != null) {
+      return true;
+    }
+    KafkaProducer<byte[], byte[]> created;
+    try {
+      created = new KafkaProducer<>(producerProperties);
+    } catch (Throwable t) {
+      metrics.auditProducerFailures.increment();
+      if (metrics.auditProducerFailures.sum() == 1) {
+        log.error(
+            "kafka-audit: Kafka refused to create the audit producer for {}; the counts are kept and it is tried again at each report",
+            settings.auditTopic,
+            t);
+      } else {
+        log.warn("kafka-audit: Kafka refused to create the audit producer for {} again ({})", settings.auditTopic, t.toString());
+      }
+      return false;
+    }
+    synchronized (producerLock) {
+      if (!producerClosed) {
+        producer = created;
+        return true;
+      }
+    }
+    // Closed meanwhile (a close that did not wait for this thread).
+    created.close(java.time.Duration.ZERO);
+    return false;
   }
 
   /** Asks for the audit topic's metadata, without waiting: the first report then finds it. */
@@ -197,6 +291,10 @@ final class AuditEmitter {
   private boolean report() {
     // What was handed over is counted whatever becomes of the sending.
     beforeReport.run();
+    if (!createProducer()) {
+      // No audit producer (Kafka refused it): the counts stay in the aggregator's windows.
+      return true;
+    }
     synchronized (idle) {
       if (inFlight > 0) {
         return true;
@@ -303,8 +401,23 @@ final class AuditEmitter {
     }
   }
 
-  /** The last counts out, then the audit producer closed: bounded by {@link #CLOSE_TIMEOUT_MS}. */
+  /**
+   * The last counts out, then the audit producer closed: bounded by {@link
+   * #CLOSE_TIMEOUT_MS} (plus the audit producer's forced close, milliseconds). Throws
+   * nothing.
+   */
   void close() {
+    try {
+      closeWithin();
+    } catch (Throwable t) {
+      metrics.internalErrors.increment();
+      log.warn("kafka-audit: closing the audit emitter failed", t);
+    } finally {
+      finished = true;
+    }
+  }
+
+  private void closeWithin() {
     long deadline = System.currentTimeMillis() + closeTimeoutMs;
     // Counting handed over before close runs first (shutdown lets queued tasks finish).
     timer.shutdown();
@@ -316,10 +429,12 @@ final class AuditEmitter {
     try {
       // What was handed over since the last report, before anything is judged empty.
       beforeReport.run();
+      // No audit producer by now: Kafka refused it (the reporter's thread tried first).
+      boolean canSend = producer != null;
       // A report in flight first, then what is left (failed ones are sent again). A
       // report refused at once (a client closed before the audit topic's metadata came:
       // the refusal asked for it) is tried again every 100 ms until the deadline.
-      for (int attempt = 0; attempt < 3 && System.currentTimeMillis() < deadline; ) {
+      for (int attempt = 0; canSend && attempt < 3 && System.currentTimeMillis() < deadline; ) {
         awaitIdle(deadline);
         boolean empty;
         synchronized (lock) {
@@ -342,7 +457,19 @@ final class AuditEmitter {
       log.warn("kafka-audit: the last report failed", t);
     }
     long left = Math.max(0, deadline - System.currentTimeMillis());
-    producer.close(java.time.Duration.ofMillis(left));
+    KafkaProducer<byte[], byte[]> p;
+    synchronized (producerLock) {
+      producerClosed = true;
+      p = producer;
+    }
+    if (p != null) {
+      try {
+        p.close(java.time.Duration.ofMillis(left));
+      } catch (Throwable t) {
+        metrics.internalErrors.increment();
+        log.warn("kafka-audit: closing the audit producer failed", t);
+      }
+    }
     int lost = failed.size();
     synchronized (lock) {
       lost += aggregator.drain().size();

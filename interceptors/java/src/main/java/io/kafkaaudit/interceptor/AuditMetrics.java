@@ -18,6 +18,9 @@ final class AuditMetrics implements AuditMetricsMBean {
   final LongAdder auditMessagesLost = new LongAdder();
   final LongAdder internalErrors = new LongAdder();
   final LongAdder backlog = new LongAdder();
+  final LongAdder backlogOverflow = new LongAdder();
+  final LongAdder commitsDropped = new LongAdder();
+  final LongAdder auditProducerFailures = new LongAdder();
   private ObjectName name;
 
   void register(String role, String clientId) {
@@ -99,5 +102,20 @@ final class AuditMetrics implements AuditMetricsMBean {
   @Override
   public long getBacklog() {
     return backlog.sum();
+  }
+
+  @Override
+  public long getBacklogOverflow() {
+    return backlogOverflow.sum();
+  }
+
+  @Override
+  public long getCommitsDropped() {
+    return commitsDropped.sum();
+  }
+
+  @Override
+  public long getAuditProducerFailures() {
+    return auditProducerFailures.sum();
   }
 }

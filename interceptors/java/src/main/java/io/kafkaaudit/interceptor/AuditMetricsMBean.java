@@ -45,4 +45,22 @@ public interface AuditMetricsMBean {
    * short of CPU.
    */
   long getBacklog();
+
+  /**
+   * Records dropped uncounted because the reporter's thread was that far behind: the
+   * backlog is capped at {@code 100 000} records (and, consumer, 64 MiB of records read).
+   */
+  long getBacklogOverflow();
+
+  /**
+   * Consumer: commits not handed to the reporter's thread because 10 000 tasks were
+   * already waiting for it (the next commit of a partition counts what it would have).
+   */
+  long getCommitsDropped();
+
+  /**
+   * Attempts to create the audit producer that Kafka refused (a trust store it cannot
+   * read, a JAAS configuration it rejects, ...): tried again at each report, logged.
+   */
+  long getAuditProducerFailures();
 }

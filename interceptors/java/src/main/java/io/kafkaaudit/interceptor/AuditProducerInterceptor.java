@@ -27,8 +27,8 @@ import org.apache.kafka.common.header.Headers;
  */
 public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V> {
 
-  private AuditEmitter emitter;
-  private AuditMetrics metrics;
+  private volatile AuditEmitter emitter;
+  private volatile AuditMetrics metrics;
   private KnownBytes keys;
   private KnownBytes values;
   private EventTimeConfig config;
@@ -71,7 +71,8 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
 
   @Override
   public ProducerRecord<K, V> onSend(ProducerRecord<K, V> record) {
-    if (emitter == null) {
+    AuditEmitter emitter = this.emitter;
+    if (emitter == null || record == null) {
       return record;
     }
     try {
@@ -96,7 +97,10 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
   @Override
   public void onAcknowledgement(RecordMetadata metadata, Exception exception) {
     // Only a client without KIP-512 calls this one, and configure refuses those.
-    metrics.uncorrelated.increment();
+    AuditMetrics m = metrics;
+    if (m != null) {
+      m.uncorrelated.increment();
+    }
   }
 
   /**
@@ -106,6 +110,7 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
    */
   @Override
   public void onAcknowledgement(RecordMetadata metadata, Exception exception, Headers headers) {
+    AuditEmitter emitter = this.emitter;
     if (emitter == null) {
       return;
     }
@@ -121,7 +126,8 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
       }
       if (full != null) {
         Acks chunk = full;
-        emitter.submit(() -> count(chunk), chunk.n);
+        // Dropped (and counted in BacklogOverflow) if the reporter's thread is that far behind.
+        emitter.submit(() -> count(chunk), chunk.n, 0);
       }
     } catch (Throwable t) {
       metrics.internalErrors.increment();
@@ -142,16 +148,22 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
     final int[] valueSize = new int[CHUNK];
     int n;
 
+    /**
+     * {@code md} is null when Kafka's InterceptorList.onSendError has no partition for
+     * the record (send(null), a failure before partitioning): nothing is known then but
+     * the failure. The slot is taken only once it is filled.
+     */
     void add(Headers h, RecordMetadata md, boolean failed, long at) {
-      int i = n++;
+      int i = n;
       headers[i] = h;
-      partition[i] = md.partition();
-      offset[i] = md.hasOffset() ? md.offset() : -1;
-      timestamp[i] = md.hasTimestamp() ? md.timestamp() : Long.MIN_VALUE;
+      partition[i] = md == null ? -1 : md.partition();
+      offset[i] = md != null && md.hasOffset() ? md.offset() : -1;
+      timestamp[i] = md != null && md.hasTimestamp() ? md.timestamp() : Long.MIN_VALUE;
       this.at[i] = at;
       this.failed[i] = failed;
-      keySize[i] = md.serializedKeySize();
-      valueSize[i] = md.serializedValueSize();
+      keySize[i] = md == null ? -1 : md.serializedKeySize();
+      valueSize[i] = md == null ? -1 : md.serializedValueSize();
+      n = i + 1;
     }
   }
 
@@ -168,16 +180,20 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
   }
 
   private void count(Acks a) {
+    AuditEmitter emitter = this.emitter;
+    if (emitter == null) {
+      return; // closed: nothing reports these any more
+    }
     for (int i = 0; i < a.n; i++) {
       try {
-        acknowledged(a, i);
+        acknowledged(emitter, a, i);
       } catch (Throwable t) {
         metrics.internalErrors.increment();
       }
     }
   }
 
-  private void acknowledged(Acks a, int i) {
+  private void acknowledged(AuditEmitter emitter, Acks a, int i) {
     Object headers = a.headers[i];
     if (!(headers instanceof SentRecord.SentHeaders)) {
       // An interceptor after this one replaced the record (or its headers).
@@ -226,8 +242,16 @@ public final class AuditProducerInterceptor<K, V> implements ProducerInterceptor
 
   @Override
   public void close() {
-    if (emitter != null) {
-      emitter.close();
+    // Bounded by AuditEmitter.CLOSE_TIMEOUT_MS; throws nothing into the client's close.
+    AuditEmitter e = emitter;
+    if (e == null) {
+      return;
+    }
+    try {
+      e.close();
+    } catch (Throwable t) {
+      metrics.internalErrors.increment();
+    } finally {
       metrics.unregister();
       emitter = null;
     }

@@ -12,6 +12,7 @@ import java.util.Set;
 import java.util.TreeMap;
 import org.apache.kafka.clients.CommonClientConfigs;
 import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigException;
 
 /**
@@ -161,13 +162,39 @@ final class AuditSettings {
             "unknown property " + e.getKey() + ": neither a kafka_audit setting (" + String.join(", ", new java.util.TreeSet<>(OWN))
                 + ") nor a Kafka producer property for the audit producer");
       }
-      producer.put(name, render(e.getValue()));
+      String value = render(e.getValue());
+      checkProducerValue(name, value);
+      producer.put(name, value);
     }
     Object cid = configs.get(CommonClientConfigs.CLIENT_ID_CONFIG);
     String clientId = cid == null ? "" : cid.toString();
     String host = host(clientId);
     return new AuditSettings(
         new AuditJson.Identity(tier, datacenter, host), eventTime, auditTopic, interval, producer, clientId);
+  }
+
+  private static final Map<String, ConfigDef.ConfigKey> PRODUCER_KEYS = ProducerConfig.configDef().configKeys();
+
+  /**
+   * A value for the audit producer, checked now as Kafka's definition of the property
+   * checks it (its type, its validator), so that a bad one fails the client's creation
+   * with its {@code kafka_audit.} name: the audit producer itself is only created on the
+   * reporter's thread, where what Kafka refuses then (a trust store it cannot read) is
+   * logged and counted, never thrown into the application.
+   */
+  private static void checkProducerValue(String name, String value) {
+    ConfigDef.ConfigKey key = PRODUCER_KEYS.get(name);
+    if (key == null) {
+      return;
+    }
+    try {
+      Object parsed = ConfigDef.parseType(name, value, key.type);
+      if (key.validator != null) {
+        key.validator.ensureValid(name, parsed);
+      }
+    } catch (RuntimeException e) {
+      throw new ConfigException(PREFIX + name + " (for the audit producer): " + e.getMessage());
+    }
   }
 
   /** A property's value as the client's config holds it (a String, or a parsed value). */

@@ -78,6 +78,8 @@ class InterceptorTest {
     cases.put("kafka_audit.spool.dir=/tmp", "kafka_audit.spool.dir is not supported");
     cases.put("kafka_audit.max.block.ms=5000", "kafka_audit.max.block.ms is not supported");
     cases.put("kafka_audit.tier=a b", "kafka_audit.tier");
+    // A value Kafka's own definition of the property refuses: named as it was set.
+    cases.put("kafka_audit.linger.ms=abc", "kafka_audit.linger.ms");
     for (Map.Entry<String, String> c : cases.entrySet()) {
       Properties p = new Properties();
       p.putAll(config(true));
