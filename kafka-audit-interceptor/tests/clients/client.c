@@ -72,6 +72,8 @@ int rd_kafka_consumer_close(rd_kafka_t *);
 #define ERR_QUEUE_FULL (-184)
 
 static long delivered, failed;
+/* The first delivery report's error (1: delivered), for harm's produce-batch. */
+static int first_err = 0;
 
 /* Prints {"error": "<what>: <why>"} with the text escaped for JSON, and exits. */
 static void fail(const char *what, const char *why) {
@@ -94,14 +96,16 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
                 failed++;
         else
                 delivered++;
+        if (!first_err)
+                first_err = m->err ? m->err : 1;
 }
 
-/* A client of `type` with the properties `props[0..n]` ("name=value", in order),
- * plugin.library.paths replaced by `plugin` when not NULL; bootstrap.servers from the
- * command line. */
+/* The configuration of a client of `type` with the properties `props[0..n]`
+ * ("name=value", in order), plugin.library.paths replaced by `plugin` when not NULL;
+ * bootstrap.servers from the command line. */
 static const char *bootstrap;
 
-static rd_kafka_t *client(int type, char **props, int n, const char *plugin) {
+static rd_kafka_conf_t *configuration(int type, char **props, int n, const char *plugin) {
         char errstr[512];
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
@@ -120,7 +124,14 @@ static rd_kafka_t *client(int type, char **props, int n, const char *plugin) {
                 if (r != 0)
                         fail("config", errstr);
         }
-        rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof(errstr));
+        return conf;
+}
+
+/* A client of that configuration; a failure ends the program with its reason. */
+static rd_kafka_t *client(int type, char **props, int n, const char *plugin) {
+        char errstr[512];
+        rd_kafka_t *rk = rd_kafka_new(type, configuration(type, props, n, plugin), errstr,
+                                      sizeof(errstr));
         if (!rk)
                 fail("create", errstr);
         return rk;
@@ -406,13 +417,6 @@ static char *plugin_stats(const char *plugin) {
  *                  second half produced and the client destroyed with them in flight
  *                  (no flush): {"produced", "delivered", "failed"} as the application
  *                  saw them (reports of messages failed at destroy never reach it) */
-static int first_err = 0;
-static void on_first_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
-        (void)rk;
-        (void)opaque;
-        first_err = m->err ? m->err : 1;
-}
-
 static int harm(int argc, char **argv) {
         const char *what = argv[3];
         char **props = argv + 4;
@@ -421,22 +425,7 @@ static int harm(int argc, char **argv) {
         const char *topic = option(props, n, "kai.topic");
         char errstr[512];
         if (!strcmp(what, "produce-batch")) {
-                rd_kafka_conf_t *conf = rd_kafka_conf_new();
-                rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
-                rd_kafka_conf_set_dr_msg_cb(conf, on_first_delivery);
-                for (int i = 0; i < n; i++) {
-                        char *eq = strchr(props[i], '=');
-                        if (!eq || !strncmp(props[i], "kai.", 4))
-                                continue;
-                        *eq = '\0';
-                        int r = rd_kafka_conf_set(conf, props[i], eq + 1, errstr, sizeof(errstr));
-                        *eq = '=';
-                        if (r != 0)
-                                fail("config", errstr);
-                }
-                rd_kafka_t *rk = rd_kafka_new(PRODUCER, conf, errstr, sizeof(errstr));
-                if (!rk)
-                        fail("create", errstr);
+                rd_kafka_t *rk = client(PRODUCER, props, n, NULL);
                 rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
                 if (rd_kafka_produce(rkt, PARTITION_UA, MSG_F_COPY, "{}", 2, NULL, 0, NULL) == -1)
                         first_err = rd_kafka_last_error();
@@ -471,17 +460,7 @@ static int harm(int argc, char **argv) {
                 printf("], ");
         } else if (!strcmp(what, "failed-new")) {
                 int before = entries("task");
-                rd_kafka_conf_t *conf = rd_kafka_conf_new();
-                for (int i = 0; i < n; i++) {
-                        char *eq = strchr(props[i], '=');
-                        if (!eq || !strncmp(props[i], "kai.", 4))
-                                continue;
-                        *eq = '\0';
-                        int r = rd_kafka_conf_set(conf, props[i], eq + 1, errstr, sizeof(errstr));
-                        *eq = '=';
-                        if (r != 0)
-                                fail("config", errstr);
-                }
+                rd_kafka_conf_t *conf = configuration(PRODUCER, props, n, NULL);
                 rd_kafka_t *rk = rd_kafka_new(PRODUCER, conf, errstr, sizeof(errstr));
                 if (rk) {
                         rd_kafka_destroy(rk);
