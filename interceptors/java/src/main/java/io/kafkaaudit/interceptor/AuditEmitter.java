@@ -235,6 +235,11 @@ final class AuditEmitter {
     return false;
   }
 
+  /** Whether the audit producer was created (tests). */
+  boolean hasProducer() {
+    return producer != null;
+  }
+
   /** Whether there is an audit producer: created now if there was none (false: Kafka refused it). */
   private boolean createProducer() {
     if (producer != null) {

@@ -127,6 +127,31 @@ class DoNoHarmTest {
   }
 
   /**
+   * The application's thread interrupted when it closes its client. Before: the audit
+   * producer's close threw Kafka's InterruptException out of the interceptor's close,
+   * which then left its MBean registered (the next client of that client.id has none).
+   */
+  @Test
+  void an_interrupted_close_throws_nothing_and_keeps_the_interrupt() throws Exception {
+    Map<String, Object> c = config(true, 3_600_000);
+    AuditProducerInterceptor<String, String> p = new AuditProducerInterceptor<>();
+    p.configure(c);
+    p.emitter().closeTimeoutMs = 1_000;
+    InterceptorTest.await(() -> p.emitter().hasProducer(), 5_000, () -> "no audit producer");
+    javax.management.ObjectName name =
+        new javax.management.ObjectName(
+            "io.kafkaaudit:type=producer-interceptor,client-id=" + javax.management.ObjectName.quote((String) c.get("client.id")));
+    assertTrue(java.lang.management.ManagementFactory.getPlatformMBeanServer().isRegistered(name));
+    Thread.currentThread().interrupt();
+    try {
+      p.close();
+    } finally {
+      assertTrue(Thread.interrupted(), "the application's interrupt is kept");
+    }
+    assertTrue(!java.lang.management.ManagementFactory.getPlatformMBeanServer().isRegistered(name), "MBean left registered");
+  }
+
+  /**
    * The reporter's thread held up (as by a CPU-starved JVM): what the application's
    * threads hand it is capped ({@link AuditEmitter#MAX_BACKLOG_RECORDS} records,
    * {@link AuditEmitter#MAX_BACKLOG_BYTES} of consumed records, {@link
