@@ -162,7 +162,10 @@ fn consume(
     let mut dry = false;
     // `CancellationToken::is_cancelled` takes a mutex: ask with the clock, not per message.
     let mut cancelled = shutdown.is_cancelled();
-    let feeder = ctx.lock().counting.feeder();
+    let (feeder, unusable) = {
+        let shell = ctx.lock();
+        (shell.counting.feeder(), shell.consumer_unusable())
+    };
     let mut batch = Batch::with_capacity(BATCH);
     while !cancelled {
         // Reading the clock costs as much as counting a message on some VMs: read it
@@ -173,6 +176,13 @@ fn consume(
             observed_at = now_ms();
             since_clock = 0;
             cancelled = shutdown.is_cancelled();
+            if unusable.load(Ordering::SeqCst) {
+                // A publication (on the publishing thread) was refused for this
+                // consumer's membership: recreate it now, not at a fatal error that
+                // librdkafka may raise minutes later.
+                let shell = ctx.lock();
+                return Ok(recreate_fenced(ctx, &shell));
+            }
             if feeder.windows() >= a.max_windows_per_report {
                 // Memory bound: report now rather than at the interval.
                 next_report = now;
@@ -191,6 +201,12 @@ fn consume(
                 && !shell.auditor.assigned().is_empty()
             {
                 shell.reconcile(consumer, Origin::AmbiguousThisSession);
+            }
+            // A fatal consumer error (a fenced static member) reaches the queues only
+            // with the next error event there, which can take minutes: ask at each
+            // report too.
+            if unusable.load(Ordering::SeqCst) || consumer.client().fatal_error().is_some() {
+                return Ok(recreate_fenced(ctx, &shell));
             }
             if let Err(e) = shell.write_report(Reason::Interval) {
                 health.set_unhealthy(format!("cannot write WAL: {e:#}"));
@@ -319,6 +335,7 @@ fn consume(
         while shell.auditor.unsettled != Some(Origin::EarlierSession)
             && !shell.publish_pending(consumer)
             && Instant::now() < deadline
+            && !unusable.load(Ordering::SeqCst)
         {
             if shell.auditor.unsettled == Some(Origin::AmbiguousThisSession) {
                 shell.reconcile(consumer, Origin::AmbiguousThisSession);
@@ -335,6 +352,24 @@ fn consume(
         ctx.finish();
     }
     Ok(Ended::Shutdown)
+}
+
+/// Ends the loop with this consumer after a publication was refused for its group
+/// membership (`Shell::note_publish_failure`): as after a fatal consumer error, its
+/// uncommitted counts are void (recounted from the committed offsets by the next
+/// consumer, which joins as a new member) and pending WAL entries go through the
+/// restart rule at its assignment. Called with the shell locked, so no publication is
+/// in flight.
+fn recreate_fenced(ctx: &AuditContext, shell: &Shell) -> Ended {
+    shell.metrics.emit(
+        ServiceError::Consume,
+        &"group membership fenced",
+        format_args!(
+            "a publication was refused for this consumer's membership; recreating the consumer"
+        ),
+    );
+    ctx.finish();
+    Ended::ConsumerFailed
 }
 
 /// Handles an error from either queue; true when the consumer failed fatally and must

@@ -61,6 +61,25 @@ impl PublishError {
         }
     }
 
+    /// Whether the group coordinator refused the consumer's membership: its static
+    /// member id was fenced (`FENCED_INSTANCE_ID`, "Static consumer fenced by other
+    /// consumer with same group.instance.id"). After an outage longer than the session
+    /// timeout the coordinator gives the `group.instance.id` a new member id, and every
+    /// publication with the old consumer's group metadata (its offsets in a
+    /// transaction: an abortable error of `send_offsets_to_transaction`; or its
+    /// commit, at-least-once) is refused until the consumer is recreated. No new
+    /// producer or retry helps: the consume loop recreates the consumer
+    /// (`kafka::consume`).
+    pub(crate) fn member_fenced(&self) -> bool {
+        match self {
+            PublishError::Fatal { error, .. } | PublishError::Retriable { error, .. } => {
+                error.rdkafka_error_code() == Some(RDKafkaErrorCode::FencedInstanceId)
+            }
+            PublishError::OffsetsFailed(e) => e.member_fenced(),
+            _ => false,
+        }
+    }
+
     /// Whether the producer must be recreated rather than its transaction aborted.
     fn needs_new_producer(&self) -> bool {
         match self {
@@ -225,7 +244,15 @@ impl Publisher {
                 let full = a.publish_timeout;
                 let quick = full.min(OFFSETS_FIRST_TRY);
                 let mut res = self.publish_transaction(consumer, entry, &tpl, quick);
+                // A fenced member is the consumer's to fix: abort the transaction and
+                // let the caller recreate the consumer; a new producer retrying with
+                // the same group metadata would be refused again.
                 if let Err(e @ PublishError::OffsetsFailed(_)) = &res {
+                    if e.member_fenced() {
+                        let replaced = self.recover_producer(e);
+                        self.replaced |= replaced;
+                        return res;
+                    }
                     let kept = existing_partitions(consumer, &tpl, quick);
                     let retry = if kept.count() < tpl.count() {
                         let replaced = self.recover_producer(e);
@@ -284,9 +311,9 @@ impl Publisher {
     }
 
     fn send_messages(&self, entry: &WalEntry) -> Result<(), PublishError> {
-        let topic = &self.cfg.audit.audit_topic;
         let deadline = Instant::now() + self.cfg.audit.publish_timeout;
         for m in &entry.messages {
+            let topic = crate::replication::destination(&self.cfg.audit, &m.payload);
             let mut record = BaseRecord::to(topic)
                 .key(m.key.as_str())
                 .payload(m.payload.as_str());
@@ -532,5 +559,106 @@ mod tests {
             })
             .collect();
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// Issue 44: how a fenced static member surfaces from a publication, and that it is
+    /// told apart from every other failure. The transactional error is librdkafka's
+    /// own: a mock cluster answers the offsets' TxnOffsetCommit with
+    /// FENCED_INSTANCE_ID, which `send_offsets_to_transaction` reports as an abortable
+    /// (not fatal) transaction error: the producer is fine, the consumer is not.
+    #[test]
+    fn a_fenced_static_member_is_told_apart_from_other_publication_failures() {
+        use rdkafka::config::ClientConfig;
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::RDKafkaApiKey;
+
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("t", 1, 1).unwrap();
+        let bootstrap = mock.bootstrap_servers();
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", "g")
+            .set("group.instance.id", "auditor-0")
+            .create()
+            .unwrap();
+        let (failures, _) = std::sync::mpsc::channel();
+        let producer: AuditProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("transactional.id", "tx")
+            .create_with_context(PublishContext { failures })
+            .unwrap();
+        let timeout = Duration::from_secs(10);
+        producer.init_transactions(timeout).unwrap();
+        producer.begin_transaction().unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::TxnOffsetCommit,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID],
+        );
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("t", 0, Offset::Offset(1)).unwrap();
+        let meta = consumer.group_metadata().expect("group metadata");
+        // As `publish_transaction` wraps it.
+        let fenced = PublishError::OffsetsFailed(Box::new(
+            send_offsets(&Arc::new(producer), &tpl, meta, timeout).unwrap_err(),
+        ));
+        // An abortable transaction error, not a fatal one.
+        let abortable = |e: &PublishError| {
+            matches!(
+                e,
+                PublishError::Retriable {
+                    error: KafkaError::Transaction(_),
+                    ..
+                }
+            )
+        };
+        assert!(
+            matches!(&fenced, PublishError::OffsetsFailed(e) if abortable(e)),
+            "{fenced:?}"
+        );
+        assert!(fenced.member_fenced(), "{fenced}");
+        assert!(!fenced.needs_new_producer(), "{fenced}");
+
+        let table: Vec<(&str, PublishError, bool)> = vec![
+            // reverted (no classification): false
+            ("TxnOffsetCommit refused for the member", fenced, true),
+            (
+                "at-least-once commit refused for the member",
+                PublishError::of(
+                    "commit",
+                    KafkaError::ConsumerCommit(RDKafkaErrorCode::FencedInstanceId),
+                ),
+                true,
+            ),
+            (
+                "commit, another error",
+                PublishError::of(
+                    "commit",
+                    KafkaError::ConsumerCommit(RDKafkaErrorCode::RebalanceInProgress),
+                ),
+                false,
+            ),
+            (
+                "timed out",
+                PublishError::of(
+                    "commit_transaction",
+                    KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut),
+                ),
+                false,
+            ),
+            (
+                "stuck while adding the offsets",
+                PublishError::OffsetsFailed(Box::new(PublishError::Stuck(timeout))),
+                false,
+            ),
+            ("queue full", PublishError::QueueFull(timeout), false),
+        ];
+        let wrong: Vec<String> = table
+            .iter()
+            .filter_map(|(what, e, want)| {
+                let got = e.member_fenced();
+                (got != *want).then(|| format!("{what} ({e}): expected {want}, got {got}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 }

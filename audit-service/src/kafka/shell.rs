@@ -9,6 +9,8 @@
 //! offsets → mark published.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -21,7 +23,7 @@ use crate::auditor::{Auditor, Committed, Dating, Decision, Origin, Reason};
 use crate::config::Config;
 use crate::counting::Counting;
 use crate::kafka::client::{fetch_age_ms, starts_at_log_start};
-use crate::kafka::publisher::{Producing, Publisher};
+use crate::kafka::publisher::{Producing, PublishError, Publisher};
 use crate::metrics::{KindLabel, Metrics, PartitionLabel, ServiceError};
 use crate::offsets_seen::OffsetsSeen;
 use crate::wal::{CommittedRange, Wal, WalMessage};
@@ -38,6 +40,10 @@ pub(crate) struct Shell {
     offsets_seen: OffsetsSeen,
     /// The replicators' progress, read beside the consumption (issue 28).
     replication: crate::replication::Readers,
+    /// Set when a publication found the consumer unusable (its static member fenced,
+    /// or a fatal consumer error): the consume loop, which watches it, recreates the
+    /// consumer at once ([`Shell::consumer_unusable`]).
+    unusable: Arc<AtomicBool>,
 }
 
 impl Shell {
@@ -82,6 +88,7 @@ impl Shell {
             metrics,
             offsets_seen,
             replication,
+            unusable: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -172,6 +179,9 @@ impl Shell {
                     );
                     let sent = self.publisher.publish(consumer, &e);
                     self.note_replaced_producer();
+                    if let Err(err) = &sent {
+                        self.note_publish_failure(consumer, err);
+                    }
                     sent.map(|()| e.messages.len()).map_err(Into::into)
                 });
                 match resent {
@@ -214,6 +224,33 @@ impl Shell {
             self.auditor.unsettled = None;
         }
         self.update_wal_metrics();
+    }
+
+    /// After a failed publication: a consumer whose static member was fenced (or that
+    /// has a fatal error) can never publish again; every further attempt would be
+    /// refused until it is recreated, which the consume loop does once it sees the
+    /// flag (issue 44: up to two minutes of refused resends after a cluster outage,
+    /// until librdkafka's own fatal error came).
+    fn note_publish_failure<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        err: &PublishError,
+    ) {
+        let fatal = consumer.client().fatal_error();
+        if (err.member_fenced() || fatal.is_some()) && !self.unusable.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                error = %err,
+                fatal = ?fatal,
+                "publication refused: this consumer's group membership was fenced; \
+                 recreating the consumer (pending WAL entries go through the restart rule)"
+            );
+        }
+    }
+
+    /// Whether a publication found the consumer unusable (see
+    /// [`Shell::note_publish_failure`]); shared with the consume loop.
+    pub(crate) fn consumer_unusable(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.unusable)
     }
 
     /// A producer replaced during a publication (fenced or broken) may have committed
@@ -299,6 +336,8 @@ impl Shell {
         let gone = self.auditor.consumer_lost(self.wal.pending_count() > 0);
         self.forget(gone);
         self.metrics.paused.set(0);
+        // The next consumer is a new member.
+        self.unusable.store(false, Ordering::SeqCst);
     }
 
     pub(crate) fn on_revoke<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>, lost: bool) {
@@ -315,6 +354,7 @@ impl Shell {
             while !self.publish_pending(consumer)
                 && Instant::now() < deadline
                 && self.auditor.unsettled.is_none()
+                && !self.unusable.load(Ordering::SeqCst)
             {
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -388,6 +428,7 @@ impl Shell {
                         &e,
                         format_args!("cannot publish WAL entry {}; will retry", entry.id),
                     );
+                    self.note_publish_failure(consumer, &e);
                     self.update_wal_metrics();
                     return false;
                 }
