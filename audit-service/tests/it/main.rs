@@ -6,6 +6,7 @@ mod support;
 mod backpressure;
 mod broker_restart;
 mod checks;
+mod cluster_outage;
 mod exactness;
 mod input;
 mod progress;
