@@ -252,6 +252,11 @@ pub trait AlertLedger: Send + Sync {
         now_ms: i64,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Withdraws one window's proof (an operator found its evidence wrong: issue 43);
+    /// whether there was one. `key` is read from a [`ProvenLoss`] (its reason and
+    /// time are not compared).
+    fn withdraw_proven_loss(&self, key: &ProvenLoss) -> impl Future<Output = Result<bool>> + Send;
+
     /// Forgets the proofs of windows starting before `window_start_ms`; how many.
     fn forget_proven_losses(
         &self,

@@ -238,6 +238,9 @@ impl AlertLedger for Store {
     async fn save_proven_loss(&self, proof: &ProvenLoss, now_ms: i64) -> Result<()> {
         dispatch!(self, s => s.save_proven_loss(proof, now_ms).await)
     }
+    async fn withdraw_proven_loss(&self, key: &ProvenLoss) -> Result<bool> {
+        dispatch!(self, s => s.withdraw_proven_loss(key).await)
+    }
     async fn forget_proven_losses(&self, window_start_ms: i64) -> Result<u64> {
         dispatch!(self, s => s.forget_proven_losses(window_start_ms).await)
     }

@@ -184,6 +184,9 @@ pub struct ProvenLoss {
     pub datacenter: String,
     /// The proof, as the verdict's reason said it.
     pub reason: String,
+    /// When it was recorded (epoch ms): as read back, `save_proven_loss`'s `now_ms`
+    /// (ignored on save).
+    pub proven_at_ms: i64,
 }
 
 /// When an emitter (auditor instance) was last heard from.

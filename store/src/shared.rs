@@ -275,7 +275,7 @@ macro_rules! alert_ledger {
         }
 
         async fn proven_losses(&self, from_ms: i64, limit: u32) -> Result<Vec<crate::ProvenLoss>> {
-            let rows: Vec<(i64, String, String, String, String, String)> =
+            let rows: Vec<(i64, String, String, String, String, String, i64)> =
                 sqlx::query_as(crate::sql::PROVEN_LOSSES)
                     .bind(from_ms)
                     .bind(i64::from(limit))
@@ -285,7 +285,7 @@ macro_rules! alert_ledger {
             Ok(rows
                 .into_iter()
                 .map(
-                    |(window_start_ms, topic, upstream, downstream, datacenter, reason)| {
+                    |(window_start_ms, topic, upstream, downstream, datacenter, reason, at)| {
                         crate::ProvenLoss {
                             window_start_ms,
                             topic,
@@ -293,6 +293,7 @@ macro_rules! alert_ledger {
                             downstream,
                             datacenter,
                             reason,
+                            proven_at_ms: at,
                         }
                     },
                 )
@@ -313,6 +314,20 @@ macro_rules! alert_ledger {
                 .await
                 .context("recording a proven loss")
                 .map(drop)
+        }
+
+        async fn withdraw_proven_loss(&self, key: &crate::ProvenLoss) -> Result<bool> {
+            let _writer = self.lock_writer().await;
+            sqlx::query(crate::sql::WITHDRAW_PROVEN_LOSS)
+                .bind(key.window_start_ms)
+                .bind(&key.topic)
+                .bind(&key.upstream)
+                .bind(&key.downstream)
+                .bind(&key.datacenter)
+                .execute(&self.pool)
+                .await
+                .context("withdrawing a proven loss")
+                .map(|r| r.rows_affected() > 0)
         }
 
         async fn forget_proven_losses(&self, window_start_ms: i64) -> Result<u64> {

@@ -214,7 +214,7 @@ pub(crate) const SAVE_OPEN_ALERT: &str =
 
 /// Uses the primary key (window_start_ms first).
 pub(crate) const PROVEN_LOSSES: &str =
-    "SELECT window_start_ms, topic, upstream, downstream, datacenter, reason
+    "SELECT window_start_ms, topic, upstream, downstream, datacenter, reason, proven_at_ms
      FROM web_proven_loss WHERE window_start_ms >= $1
      ORDER BY window_start_ms, topic, upstream, downstream, datacenter LIMIT $2";
 
@@ -222,6 +222,11 @@ pub(crate) const SAVE_PROVEN_LOSS: &str = "INSERT INTO web_proven_loss
        (window_start_ms, topic, upstream, downstream, datacenter, reason, proven_at_ms)
      VALUES ($1, $2, $3, $4, $5, $6, $7)
      ON CONFLICT (window_start_ms, topic, upstream, downstream, datacenter) DO NOTHING";
+
+/// One row by its primary key.
+pub(crate) const WITHDRAW_PROVEN_LOSS: &str = "DELETE FROM web_proven_loss
+     WHERE window_start_ms = $1 AND topic = $2 AND upstream = $3 AND downstream = $4
+       AND datacenter = $5";
 
 pub(crate) const FORGET_PROVEN_LOSSES: &str =
     "DELETE FROM web_proven_loss WHERE window_start_ms < $1";

@@ -24,7 +24,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use store::{Deployment, Store};
 use tokio_util::sync::CancellationToken;
@@ -35,12 +35,23 @@ use config::Scope;
 use error::AppError;
 use metrics::{HttpLabels, RouteLabels};
 
-/// Bearer token check: `Ok` when auth is off or a configured token with `scope`
+/// Who made a request, as the auth layer knows it: the configured name of the token
+/// presented (never the token), or that auth is off. Admin routes find it in the
+/// request's extensions, to say in the log who did what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub String);
+
+impl Caller {
+    /// The caller of every request while `[auth]` has no tokens.
+    pub const OPEN: &str = "anyone (no [auth] tokens: the API is open)";
+}
+
+/// Bearer token check: the caller when auth is off or a configured token with `scope`
 /// (admin implies read) is presented. Matching is `common::auth`'s (SHA-256 digests
 /// compared in constant time, `Bearer` case-insensitive).
-fn authorize(state: &AppState, req: &Request, scope: Scope) -> Result<(), AppError> {
+fn authorize(state: &AppState, req: &Request, scope: Scope) -> Result<Caller, AppError> {
     if state.tokens.is_empty() {
-        return Ok(());
+        return Ok(Caller(Caller::OPEN.to_string()));
     }
     match state.tokens.authenticate(req.headers()) {
         Err(common::auth::AuthError::Missing) => Err(AppError::new(
@@ -51,7 +62,7 @@ fn authorize(state: &AppState, req: &Request, scope: Scope) -> Result<(), AppErr
             StatusCode::UNAUTHORIZED,
             "unknown bearer token",
         )),
-        Ok(holder) if holder.has(scope) => Ok(()),
+        Ok(holder) if holder.has(scope) => Ok(Caller(format!("token {:?}", holder.name))),
         Ok(holder) => Err(AppError::new(
             StatusCode::FORBIDDEN,
             format!("token {:?} lacks the {scope:?} scope", holder.name).to_lowercase(),
@@ -61,14 +72,17 @@ fn authorize(state: &AppState, req: &Request, scope: Scope) -> Result<(), AppErr
 
 async fn require_read(State(state): State<AppState>, req: Request, next: Next) -> Response {
     match authorize(&state, &req, Scope::Read) {
-        Ok(()) => next.run(req).await,
+        Ok(_) => next.run(req).await,
         Err(e) => e.into_response(),
     }
 }
 
-async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
+async fn require_admin(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     match authorize(&state, &req, Scope::Admin) {
-        Ok(()) => next.run(req).await,
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -149,6 +163,7 @@ async fn record_http(State(state): State<AppState>, req: Request, next: Next) ->
         "GET" => "GET",
         "HEAD" => "HEAD",
         "POST" => "POST",
+        "DELETE" => "DELETE",
         "OPTIONS" => "OPTIONS",
         _ => "other",
     };
@@ -229,6 +244,10 @@ pub fn app(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_read));
     let admin_api = Router::new()
         .route("/api/v1/evaluate", post(api::evaluate::evaluate))
+        .route(
+            "/api/v1/topics/{topic}/windows/{window_start}/proof",
+            delete(api::proofs::withdraw),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
         .route_layer(middleware::from_fn(same_origin));
     // One semaphore for every API route: slow reads wait for a slot (within

@@ -91,6 +91,7 @@ pub struct Metrics {
     pub evaluation_duration: Histogram,
     pub evaluated_windows: Counter,
     pub proofs_refused: Counter,
+    pub proofs_withdrawn: Counter,
     pub last_evaluation: Gauge,
     pub alerts_sent: Family<AlertLabels, Counter>,
     pub alert_failures: Family<ChannelLabels, Counter>,
@@ -203,6 +204,12 @@ impl Metrics {
             "Losses proven before their window was final that were neither kept nor recorded: serve.max_verdicts proofs are held already (counted at every cycle that finds one)",
             proofs_refused.clone(),
         );
+        let proofs_withdrawn = Counter::default();
+        registry.register(
+            "proofs_withdrawn",
+            "Proofs of a loss withdrawn through DELETE /api/v1/topics/{topic}/windows/{window_start}/proof (admin scope): each is logged at warn with who withdrew it and why",
+            proofs_withdrawn.clone(),
+        );
         let last_evaluation = Gauge::default();
         registry.register(
             "last_evaluation_timestamp_ms",
@@ -263,6 +270,7 @@ impl Metrics {
             evaluation_duration,
             evaluated_windows,
             proofs_refused,
+            proofs_withdrawn,
             last_evaluation,
             alerts_sent,
             alert_failures,

@@ -33,6 +33,7 @@ use crate::api;
         api::topics::anomalies,
         api::offsets::offsets,
         api::evaluate::evaluate,
+        api::proofs::withdraw,
         api::health::healthz,
         api::health::readyz,
         api::health::metrics_text,

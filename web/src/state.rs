@@ -157,6 +157,7 @@ impl AppState {
                 horizon_start: index.horizon_start,
                 auditors: Some(alert::known_auditors(&index)),
                 auditors_capped: index.auditors_capped,
+                withdrawn: alert::withdrawn(&index),
             }
         };
         // Channels are woken when the publication changes: new alerts, or a load step's

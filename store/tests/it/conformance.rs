@@ -1812,6 +1812,8 @@ async fn proven_losses_keep_the_first_proof_and_are_forgotten_by_window(store: &
         downstream: "aggregate".into(),
         datacenter: dc.into(),
         reason: reason.into(),
+        // As read back: the time of the first save.
+        proven_at_ms: T0 + 1,
     };
     assert!(store.proven_losses(0, 10).await.unwrap().is_empty());
     let w1 = T0 + W;
@@ -1848,6 +1850,12 @@ async fn proven_losses_keep_the_first_proof_and_are_forgotten_by_window(store: &
     assert_eq!(store.forget_proven_losses(w1).await.unwrap(), 1);
     assert_eq!(store.proven_losses(0, 10).await.unwrap(), all[1..].to_vec());
     assert_eq!(store.forget_proven_losses(w1).await.unwrap(), 0);
+    // Withdrawn by its key alone (issue 43): once.
+    let mut key = all[1].clone();
+    key.reason = "not compared".into();
+    assert!(store.withdraw_proven_loss(&key).await.unwrap());
+    assert!(!store.withdraw_proven_loss(&key).await.unwrap());
+    assert_eq!(store.proven_losses(0, 10).await.unwrap(), all[2..].to_vec());
 }
 
 /// serve learns the deployment's window size from the store: the length of the window

@@ -50,10 +50,24 @@ pub fn auditor_key(topic: &str, tier: &str, datacenter: &str) -> String {
 }
 
 pub fn dedup_key(e: &EdgeWindow) -> String {
+    window_key(&crate::eval::key_of(e))
+}
+
+/// The dedup key of the alert on the window of `k`.
+pub fn window_key(k: &crate::eval::VerdictKey) -> String {
     format!(
         "kafka-audit:{}:{}->{}:{}:{}",
-        e.topic, e.upstream, e.downstream, e.datacenter, e.window_start
+        k.topic, k.upstream, k.downstream, k.datacenter, k.window_start
     )
+}
+
+/// By dedup key, who withdrew the proof of a window and why ([`Published::withdrawn`]).
+pub fn withdrawn(index: &VerdictIndex) -> BTreeMap<String, String> {
+    index
+        .withdrawn
+        .iter()
+        .map(|(k, note)| (window_key(k), note.clone()))
+        .collect()
 }
 
 pub(super) fn rfc3339(ms: i64) -> String {
@@ -239,6 +253,9 @@ pub struct Published {
     /// auditor alert whose auditor is not in `auditors` was not judged at all, and is
     /// neither resolved nor expired.
     pub auditors_capped: bool,
+    /// Windows whose proof of a loss an operator withdrew (issue 43), by dedup key:
+    /// who and why. An alert open on one resolves with that as its reason.
+    pub withdrawn: BTreeMap<String, String>,
 }
 
 impl std::ops::Deref for Published {

@@ -54,7 +54,14 @@ pub fn plan(
         .filter(|(k, _)| !desired.contains_key(*k) && !judged.unsettled.contains(*k))
         .filter(|(_, a)| judged.judged_from.is_none_or(|from| a.judged_from(from)))
         .filter(|(_, a)| !a.expired(judged) && !a.left_out(judged))
-        .map(|(_, a)| a.clone())
+        .map(|(k, a)| {
+            let mut a = a.clone();
+            // Resolved because its proof was withdrawn: say who withdrew it and why.
+            if let Some(note) = judged.withdrawn.get(k) {
+                a.reason = note.clone();
+            }
+            a
+        })
         .collect();
     // New pages before resolves: a resolve that waits costs a stale open alert,
     // a page that waits costs the on-call's time.

@@ -10,6 +10,7 @@ pub mod evaluate;
 pub mod health;
 pub mod offsets;
 pub mod params;
+pub mod proofs;
 pub mod topics;
 pub mod topology;
 pub mod windows;

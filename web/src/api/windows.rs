@@ -141,6 +141,25 @@ pub struct CompareResponse {
     pub to: i64,
     pub now: i64,
     pub edges: Vec<EdgeWindow>,
+    /// The proofs of a loss that hold windows of the range as `loss` (docs/web.md,
+    /// rule 0), as the evaluator holds them (read from the ledger, `web_proven_loss`,
+    /// at a start), by window and edge: what each rests on. An admin withdraws a wrong
+    /// one with `DELETE .../windows/{window_start}/proof`.
+    pub proofs: Vec<ProofView>,
+}
+
+/// A proof of a loss: what it rests on, as far as the ledger records it.
+#[derive(Serialize, ToSchema)]
+pub struct ProofView {
+    pub window_start: i64,
+    pub upstream: String,
+    pub downstream: String,
+    pub datacenter: String,
+    /// When it was proven (epoch ms).
+    pub proven_at: i64,
+    /// The verdict's reason when it was proven: the shortfall ("at least N of the M
+    /// messages … are missing"), the replicator's position and when it was read.
+    pub proof: String,
 }
 
 /// Per edge, downstream datacenter and window: counts, difference, completeness, verdict, latency
@@ -195,12 +214,37 @@ pub async fn compare(
         unread.hold(&topo, &mut edges);
         edges.sort_by_key(|e| e.window_start);
     }
-    crate::eval::hold_proven_losses(&state.index.read().expect("verdict index lock"), &mut edges);
+    let mut proofs: Vec<ProofView> = {
+        let index = state.index.read().expect("verdict index lock");
+        crate::eval::hold_proven_losses(&index, &mut edges);
+        index
+            .proven
+            .iter()
+            .filter(|(k, _)| k.topic == topic && k.window_start >= first && k.window_start < to)
+            .map(|(k, p)| ProofView {
+                window_start: k.window_start,
+                upstream: k.upstream.clone(),
+                downstream: k.downstream.clone(),
+                datacenter: k.datacenter.clone(),
+                proven_at: p.proven_at,
+                proof: p.reason.clone(),
+            })
+            .collect()
+    };
+    proofs.sort_by(|a, b| {
+        (a.window_start, &a.upstream, &a.downstream, &a.datacenter).cmp(&(
+            b.window_start,
+            &b.upstream,
+            &b.downstream,
+            &b.datacenter,
+        ))
+    });
     Ok(Json(CompareResponse {
         topic,
         from,
         to,
         now,
         edges,
+        proofs,
     }))
 }

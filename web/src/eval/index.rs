@@ -38,6 +38,21 @@ pub fn key_of(e: &EdgeWindow) -> VerdictKey {
     }
 }
 
+/// A loss proven before its window was final, as the index holds it: the proof (the
+/// verdict's reason when it was proven: the shortfall, the replicator's position and
+/// when it was read) and when it was proven (epoch ms; the ledger's `proven_at_ms`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proof {
+    pub reason: String,
+    pub proven_at: i64,
+}
+
+impl std::fmt::Display for Proof {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// Stored windows of one tier and datacenter whose length is not the topology's
 /// window: that tier's auditors count in another window size than web judges in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +99,16 @@ pub struct VerdictIndex {
     /// the proof's reason: a proven loss stays the verdict whatever the counts do later
     /// (issue 28; [`super::hold_proven_loss`]). Windows of the horizon, as many as
     /// `max_entries` at most.
-    pub proven: HashMap<VerdictKey, String>,
+    pub proven: HashMap<VerdictKey, Proof>,
+    /// Proofs an operator withdrew (`DELETE .../proof`, issue 43), with who and why:
+    /// an open alert of such a window resolves with it, and a proof of it read from the
+    /// ledger by a cold start that raced the withdrawal is not kept. Windows of the
+    /// horizon; a new proof of the window replaces it.
+    pub withdrawn: HashMap<VerdictKey, String>,
+    /// (topic, window start) of the windows the next cycle judges again whatever their
+    /// lifecycle (a proof of them was withdrawn): final windows are otherwise judged
+    /// again only when increments arrive.
+    pub rejudge: BTreeSet<(String, i64)>,
 }
 
 /// What a cold start has judged so far; `/readyz` shows it.
@@ -129,6 +153,10 @@ pub(crate) struct IndexPlan {
     pub(super) loading: Option<Option<Loading>>,
     /// Losses proven for the first time.
     pub(super) proven: Vec<(VerdictKey, String)>,
+    /// When they were proven (the cycle's time).
+    pub(super) proven_at: i64,
+    /// The windows of [`VerdictIndex::rejudge`] this cycle judged again.
+    pub(super) rejudged: BTreeSet<(String, i64)>,
 }
 
 impl VerdictIndex {
@@ -154,10 +182,17 @@ impl VerdictIndex {
         for topic in &plan.topics_gone {
             self.topics.remove(topic);
         }
-        for (key, proof) in plan.proven {
+        for (key, reason) in plan.proven {
             if self.max_entries == 0 || self.proven.len() < self.max_entries {
-                self.proven.entry(key).or_insert(proof);
+                self.withdrawn.remove(&key);
+                self.proven.entry(key).or_insert(Proof {
+                    reason,
+                    proven_at: plan.proven_at,
+                });
             }
+        }
+        for w in &plan.rejudged {
+            self.rejudge.remove(w);
         }
         if let Some(m) = plan.window_mismatches {
             self.window_mismatches = m;
@@ -168,6 +203,16 @@ impl VerdictIndex {
         if let Some(loading) = plan.loading {
             self.loading = loading;
         }
+    }
+
+    /// Withdraws the proof of `key` (issue 43): the window is judged again by the next
+    /// cycle, and an alert open on it resolves with `note` (who withdrew it and why)
+    /// when the counts no longer say loss. The proof it held, if any.
+    pub fn withdraw(&mut self, key: &VerdictKey, note: String) -> Option<Proof> {
+        let proof = self.proven.remove(key);
+        self.rejudge.insert((key.topic.clone(), key.window_start));
+        self.withdrawn.insert(key.clone(), note);
+        proof
     }
 
     /// Replaces every verdict of `topic`'s window `window_start`.
@@ -206,6 +251,8 @@ impl VerdictIndex {
         let keep = self.entries.split_off(&VerdictKey::first_of(start, None));
         self.entries = keep;
         self.proven.retain(|k, _| k.window_start >= start);
+        self.withdrawn.retain(|k, _| k.window_start >= start);
+        self.rejudge.retain(|(_, w)| *w >= start);
         self.dropped = match self.dropped {
             Some((_, hi)) if hi < start => None,
             Some((lo, hi)) => Some((lo.max(start), hi)),

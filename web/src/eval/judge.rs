@@ -53,9 +53,11 @@ impl Evaluator {
             return Ok(None);
         }
         // Windows waiting for an auditor, or for the downstream's evidence (pending,
-        // stalled, or delayed while settling: issue 24).
+        // stalled, or delayed while settling: issue 24), and those whose proof was
+        // withdrawn (issue 43).
         {
             let index = self.index.read().expect("verdict index lock");
+            keys.extend(index.rejudge.iter().cloned());
             keys.extend(
                 index
                     .entries
@@ -349,8 +351,8 @@ impl Evaluator {
 /// proof cannot undo it: they are copies made again, or the proof's evidence was wrong
 /// (docs/web.md, "Replication evidence"). Returns the proof `v` makes, when it is a
 /// window's first.
-pub fn hold_proven_loss(
-    proven: &HashMap<VerdictKey, String>,
+pub fn hold_proven_loss<P: std::fmt::Display>(
+    proven: &HashMap<VerdictKey, P>,
     v: &mut EdgeWindow,
 ) -> Option<(VerdictKey, String)> {
     let proof_now = v.so_far == Some(engine::SoFar::Loss);

@@ -37,7 +37,7 @@ mod index;
 mod judge;
 
 use index::IndexPlan;
-pub use index::{key_of, Loading, VerdictIndex, VerdictKey, WindowMismatch};
+pub use index::{key_of, Loading, Proof, VerdictIndex, VerdictKey, WindowMismatch};
 pub use judge::{hold_proven_loss, hold_proven_losses};
 
 /// Upper bound of the keys of windows with late increments read per cycle, as every
@@ -192,7 +192,10 @@ impl Evaluator {
             plan.window_mismatches = None;
             plan.evaluated_at = None;
             plan.loading = None;
+            // Judged again by the next cycle.
+            plan.rejudged.clear();
         }
+        plan.proven_at = now;
         self.save_proofs(&plan.proven, now).await;
         self.publish(plan);
         // The anomaly gauges from the index just published (none before a topology).
@@ -389,6 +392,14 @@ impl Evaluator {
                 .await?;
                 // Older windows with late increments or waiting for an auditor: per topic;
                 // when their read was capped, all of them (see `incremental_work`).
+                // Those whose proof was withdrawn are among them: judged by this cycle,
+                // they leave `rejudge` when it is published.
+                plan.rejudged = self
+                    .index
+                    .read()
+                    .expect("verdict index lock")
+                    .rejudge
+                    .clone();
                 let work = match self.incremental_work(last, from_window, span_from).await? {
                     Some(work) => work,
                     None => {
@@ -482,6 +493,7 @@ impl Evaluator {
                 downstream: k.downstream.clone(),
                 datacenter: k.datacenter.clone(),
                 reason: reason.clone(),
+                proven_at_ms: now,
             };
             if let Err(e) = self.ledger.save_proven_loss(&proof, now).await {
                 self.metrics.evaluation_errors.inc();
@@ -514,7 +526,14 @@ impl Evaluator {
                     downstream: p.downstream,
                     datacenter: p.datacenter,
                 };
-                index.proven.entry(key).or_insert(p.reason);
+                // Withdrawn while this read was under way: not kept.
+                if index.withdrawn.contains_key(&key) {
+                    continue;
+                }
+                index.proven.entry(key).or_insert(Proof {
+                    reason: p.reason,
+                    proven_at: p.proven_at_ms,
+                });
             }
             self.proofs_loaded = true;
         }
@@ -579,6 +598,7 @@ impl Evaluator {
             self.windows_loaded += stats.windows as u64;
             plan.loading = Some(self.loading_of(horizon_start));
         }
+        plan.proven_at = now;
         self.save_proofs(&plan.proven, now).await;
         self.publish(plan);
         result?;

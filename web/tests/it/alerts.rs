@@ -19,7 +19,7 @@ use web::metrics::ChannelLabels;
 use web::AppState;
 
 #[derive(Clone, Default)]
-struct Receiver {
+pub(crate) struct Receiver {
     /// (path, body) of every request answered with success.
     got: Arc<Mutex<Vec<(String, Value)>>>,
     /// Requests of any outcome, per path.
@@ -27,7 +27,7 @@ struct Receiver {
 }
 
 impl Receiver {
-    fn got(&self) -> Vec<(String, Value)> {
+    pub(crate) fn got(&self) -> Vec<(String, Value)> {
         self.got.lock().unwrap().clone()
     }
     fn attempts(&self, path: &str) -> usize {
@@ -43,7 +43,7 @@ impl Receiver {
 /// `/ok/{name}` accepts; `/flaky/{name}` answers 503 twice, then accepts;
 /// `/reject/{name}` answers 400; `/echo/{name}` answers 400 with the body it got;
 /// `/redirect/{name}` answers 307 to `/ok/{name}`.
-async fn start_receiver() -> (Receiver, String) {
+pub(crate) async fn start_receiver() -> (Receiver, String) {
     async fn handle(
         State(r): State<Receiver>,
         Path((mode, name)): Path<(String, String)>,
@@ -84,7 +84,7 @@ async fn start_receiver() -> (Receiver, String) {
     (receiver, base)
 }
 
-async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let ok = testkit::wait_until_async(Duration::from_secs(20), || {
         let v = cond();
         async move { v }

@@ -32,6 +32,7 @@ on_both_backends!(
     a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart,
     a_full_index_keeps_and_records_no_more_proofs,
     one_cycle_records_no_more_proofs_than_there_is_room_for,
+    a_proof_withdrawn_through_the_api_resolves_its_page_with_the_reason,
 );
 
 fn one_cluster() -> web::Config {
@@ -42,6 +43,11 @@ fn one_cluster() -> web::Config {
 /// at w + 4 min; the regional tier 63; its auditor read partition 0 to the end at
 /// w + 4.5 min, after that. Evaluated at w + 5 min: 37 proven missing.
 async fn seed_proven(store: &store::Store, w: i64) {
+    seed_proven_received(store, w, now_ms()).await;
+}
+
+/// [`seed_proven`], received by the collector at `received_at`.
+async fn seed_proven_received(store: &store::Store, w: i64, received_at: i64) {
     let mut produced = increment("orders", "producer", "dc1", w, 100, 1000);
     if let AuditBody::Increment(i) = &mut produced.body {
         i.stats.max_observed_at = Some(w + 4 * MIN);
@@ -58,15 +64,26 @@ async fn seed_proven(store: &store::Store, w: i64) {
         Some(read_at - 1000),
         Some(0),
     );
-    write(
+    write_received(
         store,
         vec![
             produced,
             increment("orders", "regional", "dc1", w, 63, 630),
             read,
         ],
+        received_at,
     )
     .await;
+}
+
+async fn write_received(store: &store::Store, messages: Vec<Message>, received_at_ms: i64) {
+    use store::Ingest;
+    let batch = store::Batch {
+        messages,
+        rejects: vec![],
+        received_at_ms,
+    };
+    store.write_batch(&batch).await.expect("seed batch");
 }
 
 async fn a_proven_loss_stays_a_loss_after_the_counts_catch_up_and_a_restart(backend: Backend) {
@@ -191,4 +208,184 @@ async fn one_cycle_records_no_more_proofs_than_there_is_room_for(backend: Backen
         m.contains("kafka_audit_proofs_refused_total 1"),
         "{backend:?}: {m}"
     );
+}
+
+/// Issue 43: an admin withdraws a proof whose evidence was wrong. The page resolves
+/// with who withdrew it and why, `/compare` and `/completeness` follow the counts, the
+/// ledger row is gone, the withdrawal is counted and logged with the token's name. A
+/// read token is refused, and an unknown proof is 404. The window is final and no
+/// increment of it arrives after the withdrawal (every batch was received 10 minutes
+/// ago): only the withdrawal makes the next cycle judge it again.
+async fn a_proof_withdrawn_through_the_api_resolves_its_page_with_the_reason(backend: Backend) {
+    use crate::alerts::{start_receiver, wait_for};
+    use store::AlertLedger;
+    const READ: &str = "read-token-0123456789abcdef";
+    const ADMIN: &str = "admin-token-0123456789abcdef";
+    let (receiver, base) = start_receiver().await;
+    let cfg = support::config(&format!(
+        r#"{ON_ONE_CLUSTER}
+[alerting]
+initial_backoff = "10ms"
+max_backoff = "50ms"
+[[alerting.channels]]
+name = "hook"
+kind = "webhook"
+url = "{base}/ok/webhook"
+[[auth.tokens]]
+name = "dashboard"
+token = "{READ}"
+scopes = ["read"]
+[[auth.tokens]]
+name = "ops"
+token = "{ADMIN}"
+scopes = ["admin"]
+"#
+    ));
+    let (store, _db) = support::store(backend).await;
+    let w = settled_window();
+    let received = now_ms() - 10 * MIN;
+    seed_proven_received(&store, w, received).await;
+    let state = AppState::new(cfg, store.clone()).expect("state");
+    state.evaluate(w + 5 * MIN).await.unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _jobs = state.spawn_jobs(&shutdown);
+    wait_for("the loss page", || receiver.got().len() == 1).await;
+    assert_eq!(receiver.got()[0].1["action"], "trigger");
+    assert_eq!(receiver.got()[0].1["verdict"], "loss");
+
+    // The records arrive after all (received 10 minutes ago), the regional auditor
+    // reads past the window: the proof holds the final window as loss.
+    write_received(
+        &store,
+        vec![increment("orders", "regional", "dc1", w, 37, 370)],
+        received,
+    )
+    .await;
+    write(&store, vec![caught_up("orders", "regional", "dc1")]).await;
+    state.evaluate(now_ms()).await.unwrap();
+    let (verdict, lifecycle, _, reason) = judged(&state, w).expect("a verdict");
+    assert_eq!(
+        (verdict, lifecycle),
+        (Verdict::Loss, Lifecycle::Final),
+        "{reason}"
+    );
+    // `/compare` shows what holds it: when it was proven, and the shortfall.
+    let range = format!("from={w}&to={}", w + WINDOW);
+    let compare = format!("/api/v1/topics/orders/compare?{range}");
+    let r = support::request(&state, "GET", &compare, Some(READ)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let proofs = r.body["proofs"].as_array().expect("proofs").clone();
+    assert_eq!(proofs.len(), 1, "{}", r.body);
+    assert_eq!(
+        (
+            &proofs[0]["window_start"],
+            &proofs[0]["upstream"],
+            &proofs[0]["downstream"],
+            &proofs[0]["datacenter"],
+            &proofs[0]["proven_at"]
+        ),
+        (
+            &serde_json::json!(w),
+            &serde_json::json!("producer"),
+            &serde_json::json!("regional"),
+            &serde_json::json!("dc1"),
+            &serde_json::json!(w + 5 * MIN)
+        ),
+        "{}",
+        r.body
+    );
+    let proof = proofs[0]["proof"].as_str().unwrap().to_string();
+    assert!(proof.contains("at least 37 "), "{proof}");
+
+    let withdraw = |window: i64| {
+        format!(
+            "/api/v1/topics/orders/windows/{window}/proof?upstream=producer&downstream=regional&datacenter=dc1&reason=forged%20evidence%20(incident%2042)"
+        )
+    };
+    // A read token may not; no reason, or an unknown proof: refused, nothing changes.
+    let r = support::request(&state, "DELETE", &withdraw(w), Some(READ)).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = support::request(
+        &state,
+        "DELETE",
+        &format!("/api/v1/topics/orders/windows/{w}/proof?upstream=producer&downstream=regional&datacenter=dc1"),
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let r = support::request(&state, "DELETE", &withdraw(w + WINDOW), Some(ADMIN)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(r.body["error"]["status"], 404, "{}", r.body);
+    assert_eq!(store.proven_losses(0, 10).await.unwrap().len(), 1);
+
+    let (logs, guard) = Logs::capture();
+    let r = support::request(&state, "DELETE", &withdraw(w), Some(ADMIN)).await;
+    drop(guard);
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        (
+            &r.body["withdrawn_by"],
+            &r.body["reason"],
+            &r.body["proof"],
+            &r.body["proven_at"]
+        ),
+        (
+            &serde_json::json!("token \"ops\""),
+            &serde_json::json!("forged evidence (incident 42)"),
+            &serde_json::json!(proof),
+            &serde_json::json!(w + 5 * MIN)
+        ),
+        "{}",
+        r.body
+    );
+    let log = logs.text();
+    assert!(
+        log.contains("WARN")
+            && log.contains("a proof of a loss was withdrawn")
+            && log.contains(r#"withdrawn_by=token "ops""#)
+            && log.contains("forged evidence (incident 42)")
+            && !log.contains(ADMIN),
+        "{log}"
+    );
+    assert!(store.proven_losses(0, 10).await.unwrap().is_empty());
+    let m = state.metrics.encode();
+    assert!(m.contains("kafka_audit_proofs_withdrawn_total 1"), "{m}");
+    // Withdrawn once: a second time there is nothing to withdraw.
+    let r = support::request(&state, "DELETE", &withdraw(w), Some(ADMIN)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+
+    // The next cycle judges the window again by its counts: ok, and the page resolves
+    // with who withdrew the proof and why.
+    state.evaluate(now_ms()).await.unwrap();
+    assert_eq!(judged(&state, w), None);
+    wait_for("the resolve", || receiver.got().len() == 2).await;
+    let resolve = &receiver.got()[1].1;
+    assert_eq!(
+        (&resolve["action"], &resolve["verdict"], &resolve["reason"]),
+        (
+            &serde_json::json!("resolve"),
+            &serde_json::json!("loss"),
+            &serde_json::json!(
+                "the proof of a loss was withdrawn by token \"ops\": forged evidence (incident 42)"
+            )
+        ),
+        "{resolve}"
+    );
+    let r = support::request(&state, "GET", &compare, Some(READ)).await;
+    assert_eq!(r.body["edges"][0]["verdict"], "ok", "{}", r.body);
+    assert_eq!(r.body["proofs"], serde_json::json!([]), "{}", r.body);
+    let r = support::request(
+        &state,
+        "GET",
+        &format!("/api/v1/topics/orders/completeness?tier=regional&datacenter=dc1&{range}"),
+        Some(READ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["status"], "complete", "{}", r.body);
+    // A restart reads no proof back: still ok.
+    shutdown.cancel();
+    let restarted = AppState::new(state.config.as_ref().clone(), store.clone()).unwrap();
+    restarted.evaluate(now_ms()).await.unwrap();
+    assert_eq!(judged(&restarted, w), None);
 }
