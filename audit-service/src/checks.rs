@@ -1,7 +1,7 @@
 //! Start-up checks (issue #4 item 6): the audit topic exists (created when configured
-//! to) and the durability settings of the audit topic and, as a report, of the audited
-//! topics: replication factor >= 3, `min.insync.replicas` >= 2, no unclean leader
-//! election. Findings are warnings unless `strict_checks` is set.
+//! to), and with replicators the evidence topic (issue 43); the durability settings of
+//! those and, as a report, of the audited topics: replication factor >= 3,
+//! `min.insync.replicas` >= 2, no unclean leader election. Findings are warnings unless `strict_checks` is set.
 
 use std::time::Duration;
 
@@ -34,70 +34,36 @@ fn admin(cfg: &Config) -> anyhow::Result<AdminClient<DefaultClientContext>> {
         .context("cannot create Kafka admin client")
 }
 
-/// Makes sure the audit topic exists; returns the durability findings about it and
-/// about `audited` topics.
+/// Makes sure the audit topic exists, and with replicators the evidence topic
+/// (issue 43); returns the durability findings about them and about `audited` topics.
 pub async fn run_checks(cfg: &Config, audited: &[String]) -> anyhow::Result<Vec<Finding>> {
     let admin = admin(cfg)?;
     let a = &cfg.audit;
-    let md = admin
-        .inner()
-        .fetch_metadata(Some(&a.audit_topic), TIMEOUT)
-        .with_context(|| format!("cannot fetch metadata of audit topic {}", a.audit_topic))?;
-    let exists: bool = md
-        .topics()
-        .first()
-        .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty());
-    if !exists {
-        anyhow::ensure!(
-            a.create_audit_topic,
-            "audit topic {} does not exist and audit.create_audit_topic is false",
-            a.audit_topic
-        );
-        let topic = NewTopic::new(
-            &a.audit_topic,
-            a.audit_topic_partitions,
-            TopicReplication::Fixed(a.audit_topic_replication),
-        )
-        .set(
-            "min.insync.replicas",
-            if a.audit_topic_replication >= 3 {
-                "2"
-            } else {
-                "1"
-            },
-        );
-        let res = admin
-            .create_topics(
-                [&topic],
-                &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
-            )
-            .await
-            .with_context(|| format!("cannot create audit topic {}", a.audit_topic))?;
-        for r in res {
-            match r {
-                Ok(_) => {
-                    tracing::info!(topic = %a.audit_topic, partitions = a.audit_topic_partitions, replication = a.audit_topic_replication, "created audit topic")
-                }
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((t, e)) => anyhow::bail!("cannot create audit topic {t}: {e}"),
-            }
-        }
+    let mut own = vec![(a.audit_topic.as_str(), "audit topic")];
+    if !a.replicators.is_empty() {
+        own.push((a.evidence_topic.as_str(), "evidence topic"));
+    }
+    let mut created = Vec::new();
+    for &(topic, what) in &own {
+        created.push(ensure_topic(&admin, cfg, topic, what).await?);
     }
     if !a.durability_checks {
         tracing::info!("durability checks skipped (audit.durability_checks = false)");
         return Ok(Vec::new());
     }
-    // Created just now, or existing: either way judged on settled metadata only.
-    let expected = (!exists).then_some(a.audit_topic_partitions.max(1) as usize);
-    let mut findings = match describe(&admin, &a.audit_topic, expected, SETTLE).await {
-        Ok(f) => f,
-        // A check that cannot run is not a finding; only strict mode makes it fatal.
-        Err(e) if !a.strict_checks => {
-            tracing::warn!(topic = %a.audit_topic, error = %format!("{e:#}"), "cannot check the audit topic's durability settings");
-            Vec::new()
+    let mut findings = Vec::new();
+    for (&(topic, what), created) in own.iter().zip(created) {
+        // Created just now, or existing: either way judged on settled metadata only.
+        let expected = created.then_some(a.audit_topic_partitions.max(1) as usize);
+        match describe(&admin, topic, expected, SETTLE).await {
+            Ok(f) => findings.extend(f),
+            // A check that cannot run is not a finding; only strict mode makes it fatal.
+            Err(e) if !a.strict_checks => {
+                tracing::warn!(topic = %topic, error = %format!("{e:#}"), "cannot check the {what}'s durability settings");
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => return Err(e),
-    };
+    }
     // Audited topics only as a report: a bounded sample keeps start-up fast with
     // thousands of topics.
     let audited_deadline = tokio::time::Instant::now() + SETTLE_AUDITED;
@@ -113,13 +79,75 @@ pub async fn run_checks(cfg: &Config, audited: &[String]) -> anyhow::Result<Vec<
     for f in &findings {
         tracing::warn!(topic = %f.topic, problem = %f.problem, "durability check");
     }
-    if a.strict_checks && findings.iter().any(|f| f.topic == a.audit_topic) {
-        anyhow::bail!(
-            "durability checks of audit topic {} failed (audit.strict_checks)",
-            a.audit_topic
-        );
+    if let Some(&(topic, what)) = own
+        .iter()
+        .find(|(t, _)| a.strict_checks && findings.iter().any(|f| f.topic == *t))
+    {
+        anyhow::bail!("durability checks of {what} {topic} failed (audit.strict_checks)");
     }
     Ok(findings)
+}
+
+/// Makes sure `topic`, the auditor's own (`what`: audit or evidence topic), exists,
+/// creating it when `create_audit_topic` says so with the audit topic's partitions
+/// and replication. Whether it was created.
+async fn ensure_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    cfg: &Config,
+    topic: &str,
+    what: &str,
+) -> anyhow::Result<bool> {
+    let a = &cfg.audit;
+    let md = admin
+        .inner()
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .with_context(|| format!("cannot fetch metadata of {what} {topic}"))?;
+    let exists: bool = md
+        .topics()
+        .first()
+        .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty());
+    if exists {
+        return Ok(false);
+    }
+    anyhow::ensure!(
+        a.create_audit_topic,
+        "{what} {topic} does not exist and audit.create_audit_topic is false"
+    );
+    let new = NewTopic::new(
+        topic,
+        a.audit_topic_partitions,
+        TopicReplication::Fixed(a.audit_topic_replication),
+    )
+    .set(
+        "min.insync.replicas",
+        if a.audit_topic_replication >= 3 {
+            "2"
+        } else {
+            "1"
+        },
+    );
+    let res = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .with_context(|| format!("cannot create {what} {topic}"))?;
+    for r in res {
+        match r {
+            Ok(_) => {
+                tracing::info!(
+                    topic,
+                    partitions = a.audit_topic_partitions,
+                    replication = a.audit_topic_replication,
+                    "created {what}"
+                )
+            }
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => anyhow::bail!("cannot create {what} {t}: {e}"),
+        }
+    }
+    Ok(true)
 }
 
 /// Durability findings about one topic, judged once its metadata has settled (waits

@@ -14,6 +14,7 @@
 //! topic_regex = ["^app\\..*"]     # and/or regular expressions
 //! exclude_regex = ["^tmp\\."]
 //! audit_topic = "_kafka_audit"
+//! evidence_topic = "_kafka_audit_evidence"   # replicators' evidence: auditors alone write it
 //! mode = "exactly-once"           # or "at-least-once" (no transactions; may count
 //!                                 # twice when partitions change owner)
 //! report_interval = "10s"
@@ -136,6 +137,15 @@ impl Config {
             a.publish_timeout
         );
         anyhow::ensure!(!a.audit_topic.is_empty(), "audit.audit_topic is required");
+        if !a.replicators.is_empty() {
+            anyhow::ensure!(
+                !a.evidence_topic.is_empty() && a.evidence_topic != a.audit_topic,
+                "audit.evidence_topic must name a topic of its own, not audit.audit_topic \
+                 ({:?}): every audited application may write the audit topic, so the collector \
+                 accepts replication evidence only from a topic that auditors alone may write",
+                a.audit_topic
+            );
+        }
         anyhow::ensure!(
             !a.topics.is_empty() || !a.topic_regex.is_empty(),
             "nothing to audit: set audit.topics and/or audit.topic_regex"
@@ -185,6 +195,14 @@ pub struct AuditConfig {
     #[serde(with = "humantime_serde")]
     pub topic_refresh: Duration,
     pub audit_topic: String,
+    /// Where the replication evidence of `replicators` is published, in the same
+    /// transaction as the report (issue 43): a topic only auditor principals may write
+    /// (Kafka ACLs), named in the collector source's `evidence_topics`, which accepts
+    /// evidence from nowhere else. The audit topic cannot carry it: every application
+    /// with the plugin or the interceptors writes that one with its own principal.
+    /// Created like the audit topic (when `create_audit_topic`) if there are
+    /// replicators; unused without.
+    pub evidence_topic: String,
     pub create_audit_topic: bool,
     pub audit_topic_partitions: i32,
     pub audit_topic_replication: i32,
@@ -250,6 +268,7 @@ impl Default for AuditConfig {
             exclude_regex: Vec::new(),
             topic_refresh: Duration::from_secs(30),
             audit_topic: "_kafka_audit".into(),
+            evidence_topic: "_kafka_audit_evidence".into(),
             create_audit_topic: true,
             audit_topic_partitions: 12,
             audit_topic_replication: 3,
@@ -332,6 +351,7 @@ mod tests {
             .collect();
         assert_eq!(tiers, ["replicator:mm2/agg", "replicator:group/mm1"]);
         assert_eq!(cfg.audit.replication_evidence_age, Duration::from_secs(3));
+        assert_eq!(cfg.audit.evidence_topic, "_kafka_audit_evidence");
         for (bad, why) in [
             (
                 "replicators = [{ consumer_group = \"a b\" }]\n",
@@ -348,6 +368,10 @@ mod tests {
             (
                 "replicators = [\"same_cluster\"]\n",
                 "names no replicator to read",
+            ),
+            (
+                "replicators = [{ consumer_group = \"mm1\" }]\nevidence_topic = \"_kafka_audit\"\n",
+                "evidence_topic must name a topic of its own",
             ),
         ] {
             let err = format!("{:#}", parse(bad).unwrap_err());

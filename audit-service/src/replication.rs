@@ -354,6 +354,27 @@ fn read_syncs(
     }
 }
 
+/// The topic a published audit message goes to (issue 43): replication evidence (a
+/// progress report of a `replicator:` tier) to `[audit] evidence_topic`, which only
+/// auditors may write and the collector takes evidence from alone; everything else to
+/// the audit topic. Both in the report's one transaction. Only an auditor with
+/// replicators publishes evidence, so without any nothing is parsed here.
+pub(crate) fn destination<'a>(audit: &'a crate::config::AuditConfig, payload: &str) -> &'a str {
+    #[derive(serde::Deserialize)]
+    struct Tier<'p> {
+        #[serde(borrow)]
+        tier: std::borrow::Cow<'p, str>,
+    }
+    let evidence = !audit.replicators.is_empty()
+        && serde_json::from_str::<Tier>(payload)
+            .is_ok_and(|t| common::replication::is_evidence_tier(&t.tier));
+    if evidence {
+        &audit.evidence_topic
+    } else {
+        &audit.audit_topic
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,5 +398,39 @@ mod tests {
             e.record(0, tp.clone(), x, 400 + x);
         }
         assert_eq!(e.copied[0].lock().unwrap()[&tp].len(), MAX_READINGS);
+    }
+
+    /// Issue 43: the evidence of the replicators goes to the evidence topic, the
+    /// auditor's own counts and progress to the audit topic.
+    #[test]
+    fn evidence_is_published_to_the_evidence_topic_only() {
+        use audit_lib::{AuditMessage, Identity, PartitionProgress};
+        let progress = |tier: &str| {
+            AuditMessage::progress(
+                &Identity::new(tier, "dc1", "h"),
+                "orders",
+                vec![PartitionProgress {
+                    partition: 0,
+                    next_offset: 5,
+                    record_time: None,
+                    lag: Some(0),
+                    max_record_time: None,
+                    log_append_time: false,
+                }],
+                1,
+            )
+            .to_json()
+        };
+        let mut audit = crate::config::AuditConfig::default();
+        let evidence = progress("replicator:group/mirror");
+        assert_eq!(
+            destination(&audit, &evidence),
+            "_kafka_audit",
+            "no replicators"
+        );
+        audit.replicators = vec![Replicator::ConsumerGroup("mirror".into())];
+        assert_eq!(destination(&audit, &evidence), "_kafka_audit_evidence");
+        assert_eq!(destination(&audit, &progress("regional")), "_kafka_audit");
+        assert_eq!(destination(&audit, "not json"), "_kafka_audit");
     }
 }

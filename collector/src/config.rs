@@ -7,6 +7,7 @@
 //! [[sources]]                 # one per Kafka cluster whose audit topic is collected
 //! name = "regional"
 //! topics = ["_kafka_audit"]
+//! evidence_topics = ["_kafka_audit_evidence"]   # written by auditors alone (ACL)
 //! group_id = "kafka-audit-collector"
 //! [sources.kafka]             # common::KafkaConfig: bootstrap + librdkafka passthrough
 //! bootstrap_servers = "broker-a:9092"
@@ -162,9 +163,48 @@ impl Default for StoreConfig {
 pub struct KafkaSourceConfig {
     /// Names the cluster in logs, metrics and reject sources.
     pub name: String,
+    /// Audit topics: counts and progress of any tier but replication evidence. Every
+    /// audited application may write them (the plugin and the interceptors publish
+    /// with the application's own principal).
     pub topics: Vec<String>,
+    /// Topics that only auditor principals may write (Kafka ACLs: WRITE granted to
+    /// the auditors' principals alone; audit-service's `[audit] evidence_topic`,
+    /// `_kafka_audit_evidence` by default), consumed with `topics`. Replication
+    /// evidence (`replicator:` tiers) is accepted only from these: a loss it proves
+    /// pages at once, so anyone able to write it could forge one (issue 43). Evidence
+    /// on any other topic is rejected with its reason and counted
+    /// (`kafka_audit_collector_evidence_rejects`).
+    pub evidence_topics: Vec<String>,
     pub group_id: String,
     pub kafka: KafkaConfig,
+}
+
+impl KafkaSourceConfig {
+    /// What the source subscribes to: `topics`, then the `evidence_topics` not among them.
+    pub fn subscription(&self) -> Vec<&str> {
+        let mut all: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        for t in &self.evidence_topics {
+            if !all.contains(&t.as_str()) {
+                all.push(t);
+            }
+        }
+        all
+    }
+
+    /// Why a message of `tier` read from `topic` is refused: replication evidence
+    /// from a topic not in `evidence_topics`. `None` when it is accepted.
+    pub fn evidence_refused(&self, topic: &str, tier: &str) -> Option<String> {
+        (common::replication::is_evidence_tier(tier)
+            && !self.evidence_topics.iter().any(|t| t == topic))
+        .then(|| {
+            format!(
+                "tier {tier:?} is replication evidence, accepted only from the source's \
+                 evidence_topics (writable by auditors alone), and topic {topic:?} is not one \
+                 of them ({:?})",
+                self.evidence_topics
+            )
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -348,8 +388,11 @@ impl CollectConfig {
             if s.name.is_empty() {
                 anyhow::bail!("sources[{i}].name is empty");
             }
-            if s.topics.is_empty() {
-                anyhow::bail!("source {:?}: topics is empty", s.name);
+            if s.topics.is_empty() && s.evidence_topics.is_empty() {
+                anyhow::bail!("source {:?}: topics and evidence_topics are empty", s.name);
+            }
+            if s.evidence_topics.iter().any(String::is_empty) {
+                anyhow::bail!("source {:?}: an evidence_topics entry is empty", s.name);
             }
             if s.group_id.is_empty() {
                 anyhow::bail!("source {:?}: group_id is empty", s.name);
@@ -403,6 +446,47 @@ impl CollectConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43: replication evidence is taken only from a source's evidence topics;
+    /// every other tier from any of its topics.
+    #[test]
+    fn evidence_is_accepted_only_from_evidence_topics() {
+        let source: KafkaSourceConfig = toml::from_str(
+            r#"
+name = "a"
+topics = ["_kafka_audit"]
+evidence_topics = ["_kafka_audit_evidence"]
+group_id = "g"
+[kafka]
+bootstrap_servers = "b:1"
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            source.subscription(),
+            ["_kafka_audit", "_kafka_audit_evidence"]
+        );
+        let refused = source
+            .evidence_refused("_kafka_audit", "replicator:group/mirror")
+            .expect("evidence on the applications' audit topic");
+        assert!(refused.contains("evidence_topics"), "{refused}");
+        assert_eq!(
+            source.evidence_refused("_kafka_audit_evidence", "replicator:mm2/agg"),
+            None
+        );
+        assert_eq!(source.evidence_refused("_kafka_audit", "regional"), None);
+        assert_eq!(
+            source.evidence_refused("_kafka_audit_evidence", "regional"),
+            None
+        );
+        let bare = KafkaSourceConfig {
+            evidence_topics: Vec::new(),
+            ..source
+        };
+        assert!(bare
+            .evidence_refused("_kafka_audit", "replicator:group/mirror")
+            .is_some());
+    }
 
     /// `{config:?}` in a log line must not publish the database password.
     #[test]

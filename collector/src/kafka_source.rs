@@ -5,7 +5,10 @@
 //! crash between the two replays the batch, which the store's UUID deduplication makes
 //! harmless. While the store is down the loop stays in [`Sink::write`] and reads
 //! nothing more. A record that is not a valid audit message becomes a reject (stored
-//! with its reason, counted) and its offset is committed like any other.
+//! with its reason, counted) and its offset is committed like any other. So does a
+//! record of replication evidence (a `replicator:` tier) read from a topic that is not
+//! one of the source's `evidence_topics`, the topics only auditors may write (issue
+//! 43): any application with the plugin can write the audit topic.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,7 +56,7 @@ impl KafkaSource {
                 self.config.name
             )
         })?;
-        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        let topics = self.config.subscription();
         consumer.subscribe(&topics).map_err(|e| {
             anyhow::anyhow!(
                 "source {}: cannot subscribe to {topics:?}: {e}",
@@ -65,7 +68,7 @@ impl KafkaSource {
 
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let consumer = Arc::new(self.consumer()?);
-        tracing::info!(source = %self.label, topics = ?self.config.topics, group = %self.config.group_id, "consuming");
+        tracing::info!(source = %self.label, topics = ?self.config.topics, evidence_topics = ?self.config.evidence_topics, group = %self.config.group_id, "consuming");
         loop {
             let Some(records) = self.gather(&consumer, &shutdown).await else {
                 break;
@@ -186,6 +189,15 @@ impl KafkaSource {
         } else {
             convert::parse(payload, received)
                 .and_then(|m| self.sink.bounds.check(&m, received).map(|()| m))
+                .and_then(|m| match self.config.evidence_refused(topic, &m.tier) {
+                    None => Ok(m),
+                    Some(why) => {
+                        self.sink
+                            .metrics
+                            .source(&self.sink.metrics.evidence_rejects, &self.label);
+                        Err(why)
+                    }
+                })
         };
         match parsed {
             Ok(message) => {

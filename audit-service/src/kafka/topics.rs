@@ -38,7 +38,10 @@ pub(crate) fn resolve_topics<C: ConsumerContext>(
         }
     }
     topics.retain(|t| {
-        !t.starts_with("__") && *t != a.audit_topic && !exclude.iter().any(|r| r.is_match(t))
+        !t.starts_with("__")
+            && *t != a.audit_topic
+            && *t != a.evidence_topic
+            && !exclude.iter().any(|r| r.is_match(t))
     });
     topics.sort();
     topics.dedup();

@@ -252,3 +252,86 @@ async fn kafka_batches_are_bounded_in_bytes() {
     );
     stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
+
+/// Issue 43 (review 3, H3): any application with the plugin can write the audit topic
+/// with its own principal, so replication evidence read there is a forgery as far as
+/// the collector can tell: it is rejected alone, with its reason, counted, and its
+/// batch commits. The same evidence on the source's evidence topic (which only
+/// auditors may write) is stored, and so is the honest increment beside the forgery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_is_taken_only_from_the_sources_evidence_topics() {
+    let (bootstrap, db, audit_topic, group) = kafka_rig("evidence-topic", 1).await;
+    let evidence_topic = testkit::create_unique_topic(&bootstrap, "audit-evidence", 1).await;
+    // The auditor's own report is the older one: before the fix, the forgery won.
+    let evidence = |host: &str, next_offset: i64, age: i64| {
+        let m = audit_lib::AuditMessage::progress(
+            &audit_lib::Identity::new("replicator:group/mirror", "dc1", host),
+            "orders",
+            vec![audit_lib::PartitionProgress {
+                partition: 0,
+                next_offset,
+                record_time: None,
+                lag: Some(0),
+                max_record_time: None,
+                log_append_time: false,
+            }],
+            common::now_ms() - age,
+        );
+        keyed(&m)
+    };
+    let producer = producer(&bootstrap);
+    produce(
+        &producer,
+        &audit_topic,
+        &[
+            evidence("forger", 1 << 62, 0),
+            keyed(&increment("orders", 0, 5, 50)),
+        ],
+    )
+    .await;
+    produce(
+        &producer,
+        &evidence_topic,
+        &[evidence("auditor", 42, 60_000)],
+    )
+    .await;
+
+    let mut cfg = config(db.url(), &bootstrap, &audit_topic, &group);
+    cfg.sources[0].evidence_topics = vec![evidence_topic.clone()];
+    let (collector, shutdown) = start_collector(cfg).await;
+    assert!(
+        wait_committed(&bootstrap, &group, &audit_topic, 1, 2)
+            && wait_committed(&bootstrap, &group, &evidence_topic, 1, 1),
+        "both topics consumed and committed"
+    );
+    let store = Store::connect(db.url()).await.unwrap();
+    assert!(
+        wait_for_count(&store, "orders", 5).await,
+        "the honest increment"
+    );
+    let evidence_rows: Vec<i64> = store
+        .progress(Some("orders"))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.tier == "replicator:group/mirror")
+        .map(|r| r.next_offset)
+        .collect();
+    assert_eq!(
+        evidence_rows,
+        [42],
+        "only the evidence topic's evidence is stored"
+    );
+    let rejects = store.rejects(10).await.unwrap();
+    assert_eq!(rejects.len(), 1, "{rejects:?}");
+    assert!(
+        rejects[0].source.contains(&audit_topic) && rejects[0].reason.contains("evidence_topics"),
+        "{rejects:?}"
+    );
+    let (_, metrics) = http_get(collector.http_addr.unwrap(), "/metrics").await;
+    assert!(
+        metrics.contains("kafka_audit_collector_evidence_rejects_total{source=\"kafka:a\"} 1"),
+        "{metrics}"
+    );
+    stop(&shutdown, collector, Duration::from_secs(30)).await;
+}

@@ -150,6 +150,7 @@ pub fn config(store_url: &str, bootstrap: &str, audit_topic: &str, group: &str) 
         sources: vec![KafkaSourceConfig {
             name: "a".into(),
             topics: vec![audit_topic.into()],
+            evidence_topics: Vec::new(),
             group_id: group.into(),
             kafka,
         }],

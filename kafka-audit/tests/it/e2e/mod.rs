@@ -38,7 +38,15 @@ pub fn tier_config(
     );
     cfg.audit.tier = tier.into();
     cfg.audit.datacenter = dc.into();
+    cfg.audit.evidence_topic = evidence_topic(audit_topic);
     cfg
+}
+
+/// The evidence topic beside `audit_topic` (issue 43): where an auditor with
+/// replicators publishes their evidence, and the only topic the rig's collector takes
+/// evidence from.
+pub fn evidence_topic(audit_topic: &str) -> String {
+    format!("{audit_topic}.evidence")
 }
 
 /// A collector config reading each `(name, bootstrap, audit topic)` into `db_url`,
@@ -627,6 +635,9 @@ impl TwoTiers {
         let (a, b) = (testkit::kafka_a(), testkit::kafka_b());
         let audit_a = testkit::create_unique_topic(&a, &format!("{name}-audit"), 3).await;
         let audit_b = testkit::create_unique_topic(&b, &format!("{name}-audit"), 3).await;
+        // The collector subscribes to them whether or not an auditor has replicators.
+        testkit::create_topic(&a, &evidence_topic(&audit_a), 1).await;
+        testkit::create_topic(&b, &evidence_topic(&audit_b), 1).await;
         let (pages, hook) = start_receiver().await;
         let stop = tokio_util::sync::CancellationToken::new();
         TwoTiers {
@@ -737,9 +748,19 @@ impl TwoTiers {
     }
 
     /// A collector config for both sources into the rig's database: `max_messages` per
-    /// batch, librdkafka `consumer` properties (TOML lines, may be empty).
+    /// batch, librdkafka `consumer` properties (TOML lines, may be empty). Each source
+    /// takes replication evidence from its audit topic's [`evidence_topic`] only.
     pub fn collect(&self, max_messages: usize, consumer: &str) -> collector::CollectConfig {
-        collect_config_with(&self.store_url, &self.sources(), max_messages, consumer)
+        let mut config =
+            collect_config_with(&self.store_url, &self.sources(), max_messages, consumer);
+        for (source, audit) in config
+            .sources
+            .iter_mut()
+            .zip([&self.audit_a, &self.audit_b])
+        {
+            source.evidence_topics = vec![evidence_topic(audit)];
+        }
+        config
     }
 
     /// Runs a collector until `until` is cancelled.
