@@ -89,6 +89,28 @@ fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
     )
     .unwrap();
     check_one_deployment(&ex.audits, &ex.collect, &ex.serve, "deploy/config");
+    // Issue 43: uncommenting the regional auditors' `replicators` needs nothing else:
+    // the collector already reads their evidence topic as one of its evidence_topics
+    // (evidence anywhere else is rejected).
+    let mut with_replicators = ex.audits.clone();
+    for a in with_replicators
+        .iter_mut()
+        .filter(|a| a.audit.tier == "regional")
+    {
+        a.audit.replicators = vec![common::replication::Replicator::MirrorMaker2(
+            common::replication::MirrorMaker2 {
+                source: None,
+                target: "agg".into(),
+            },
+        )];
+        a.validate().unwrap();
+    }
+    check_one_deployment(
+        &with_replicators,
+        &ex.collect,
+        &ex.serve,
+        "deploy/config with the replicators uncommented",
+    );
     // The many-to-one edge sends both regions to the aggregate auditor's datacenter.
     let agg = ex
         .audits

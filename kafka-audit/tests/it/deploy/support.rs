@@ -134,6 +134,18 @@ pub fn check_one_deployment(
             "{id}: no collector source reads {} from {bootstrap}",
             a.audit.audit_topic
         );
+        // Issue 43: the collector takes replication evidence from a source's
+        // evidence_topics alone; evidence published elsewhere would be rejected.
+        assert!(
+            a.audit.replicators.is_empty()
+                || collect.sources.iter().any(|s| {
+                    s.kafka.bootstrap().as_deref() == Some(bootstrap.as_str())
+                        && s.evidence_topics.contains(&a.audit.evidence_topic)
+                }),
+            "{id}: has replicators, but no collector source reads its evidence topic {} \
+             from {bootstrap} as one of its evidence_topics",
+            a.audit.evidence_topic
+        );
         assert_eq!(
             audits
                 .iter()
