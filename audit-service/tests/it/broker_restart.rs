@@ -20,18 +20,13 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
     init_tracing();
     let kafka = tokio::task::block_in_place(PrivateKafka::start);
     let bootstrap = kafka.bootstrap();
-    let topic = testkit::create_unique_topic(&bootstrap, "brk", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "brk-audit", 3).await;
-    let group = testkit::unique("brk-group");
-    let wal = tempfile::tempdir().unwrap();
-    let mut cfg = audit_config(
-        &bootstrap,
-        std::slice::from_ref(&topic),
-        &audit_topic,
-        &group,
-        &testkit::unique("b"),
-        wal.path(),
-    );
+    let OneTopic {
+        topic,
+        audit_topic,
+        group: _,
+        wal: _wal,
+        mut cfg,
+    } = one_topic(&bootstrap, "brk", PARTITIONS).await;
     cfg.audit.publish_timeout = Duration::from_secs(10);
 
     // On a failed assertion the service and the writer must stop too, or the test

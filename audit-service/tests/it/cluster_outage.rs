@@ -47,18 +47,13 @@ async fn counting_resumes_within_the_session_timeout_after_a_cluster_outage() {
     init_tracing();
     let kafka = tokio::task::block_in_place(PrivateKafka::start);
     let bootstrap = kafka.bootstrap();
-    let topic = testkit::create_unique_topic(&bootstrap, "outage", PARTITIONS).await;
-    let audit_topic = testkit::create_unique_topic(&bootstrap, "outage-audit", 3).await;
-    let group = testkit::unique("outage-group");
-    let wal = tempfile::tempdir().unwrap();
-    let mut cfg = audit_config(
-        &bootstrap,
-        std::slice::from_ref(&topic),
-        &audit_topic,
-        &group,
-        &testkit::unique("o"),
-        wal.path(),
-    );
+    let OneTopic {
+        topic,
+        audit_topic,
+        group,
+        wal: _wal,
+        mut cfg,
+    } = one_topic(&bootstrap, "outage", PARTITIONS).await;
     assert!(cfg.audit.static_membership, "the default: a static member");
     cfg.audit.publish_timeout = Duration::from_secs(5);
     let k = &mut cfg.kafka;

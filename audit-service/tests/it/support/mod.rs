@@ -45,6 +45,40 @@ impl WindowTotals {
 
 pub type Totals = BTreeMap<(String, i64), WindowTotals>;
 
+/// One audited topic of `partitions` on `bootstrap` and its audit topic (3 partitions),
+/// a fresh group, instance and WAL directory, and the configuration of one auditor of
+/// them; `name` prefixes every name.
+pub struct OneTopic {
+    pub topic: String,
+    pub audit_topic: String,
+    pub group: String,
+    /// Kept for the WAL's lifetime.
+    pub wal: tempfile::TempDir,
+    pub cfg: audit_service::Config,
+}
+
+pub async fn one_topic(bootstrap: &str, name: &str, partitions: i32) -> OneTopic {
+    let topic = testkit::create_unique_topic(bootstrap, name, partitions).await;
+    let audit_topic = testkit::create_unique_topic(bootstrap, &format!("{name}-audit"), 3).await;
+    let group = testkit::unique(&format!("{name}-group"));
+    let wal = tempfile::tempdir().unwrap();
+    let cfg = audit_config(
+        bootstrap,
+        std::slice::from_ref(&topic),
+        &audit_topic,
+        &group,
+        &testkit::unique(name),
+        wal.path(),
+    );
+    OneTopic {
+        topic,
+        audit_topic,
+        group,
+        wal,
+        cfg,
+    }
+}
+
 /// An audit config for one instance against `bootstrap`.
 pub fn audit_config(
     bootstrap: &str,
