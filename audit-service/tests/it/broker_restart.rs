@@ -20,13 +20,13 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
     init_tracing();
     let kafka = tokio::task::block_in_place(PrivateKafka::start);
     let bootstrap = kafka.bootstrap();
-    let OneTopic {
+    let AuditedTopic {
         topic,
         audit_topic,
         group: _,
         wal: _wal,
         mut cfg,
-    } = one_topic(&bootstrap, "brk", PARTITIONS).await;
+    } = audited_topic(&bootstrap, "brk", PARTITIONS).await;
     cfg.audit.publish_timeout = Duration::from_secs(10);
 
     // On a failed assertion the service and the writer must stop too, or the test

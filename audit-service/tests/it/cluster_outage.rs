@@ -47,13 +47,13 @@ async fn counting_resumes_within_the_session_timeout_after_a_cluster_outage() {
     init_tracing();
     let kafka = tokio::task::block_in_place(PrivateKafka::start);
     let bootstrap = kafka.bootstrap();
-    let OneTopic {
+    let AuditedTopic {
         topic,
         audit_topic,
         group,
         wal: _wal,
         mut cfg,
-    } = one_topic(&bootstrap, "outage", PARTITIONS).await;
+    } = audited_topic(&bootstrap, "outage", PARTITIONS).await;
     assert!(cfg.audit.static_membership, "the default: a static member");
     cfg.audit.publish_timeout = Duration::from_secs(5);
     let k = &mut cfg.kafka;

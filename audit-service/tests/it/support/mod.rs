@@ -48,7 +48,7 @@ pub type Totals = BTreeMap<(String, i64), WindowTotals>;
 /// One audited topic of `partitions` on `bootstrap` and its audit topic (3 partitions),
 /// a fresh group, instance and WAL directory, and the configuration of one auditor of
 /// them; `name` prefixes every name.
-pub struct OneTopic {
+pub struct AuditedTopic {
     pub topic: String,
     pub audit_topic: String,
     pub group: String,
@@ -57,7 +57,7 @@ pub struct OneTopic {
     pub cfg: audit_service::Config,
 }
 
-pub async fn one_topic(bootstrap: &str, name: &str, partitions: i32) -> OneTopic {
+pub async fn audited_topic(bootstrap: &str, name: &str, partitions: i32) -> AuditedTopic {
     let topic = testkit::create_unique_topic(bootstrap, name, partitions).await;
     let audit_topic = testkit::create_unique_topic(bootstrap, &format!("{name}-audit"), 3).await;
     let group = testkit::unique(&format!("{name}-group"));
@@ -70,7 +70,7 @@ pub async fn one_topic(bootstrap: &str, name: &str, partitions: i32) -> OneTopic
         &testkit::unique(name),
         wal.path(),
     );
-    OneTopic {
+    AuditedTopic {
         topic,
         audit_topic,
         group,
