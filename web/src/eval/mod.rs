@@ -26,7 +26,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use audit_lib::WindowSize;
-use store::{AlertLedger, Deployment, Store, StoreError, TimeRange, VerdictReads};
+use store::{Deployment, Store, StoreError, TimeRange, VerdictReads};
 
 use crate::engine::topology::TopologyCell;
 use crate::engine::{self, ProgressRow, Topology};
@@ -35,6 +35,7 @@ use crate::metrics::{AuditorLabels, EdgeLabels, Metrics, TierLabels};
 mod gauges;
 mod index;
 mod judge;
+mod proofs;
 
 use index::IndexPlan;
 pub use index::{key_of, Loading, Proof, VerdictIndex, VerdictKey, WindowMismatch};
@@ -125,9 +126,6 @@ type RefusedEvidence = (String, String, String, i32, i64, i64, i64);
 /// Most pieces of refused evidence remembered (so as to count each once): past it
 /// they are forgotten, and counted again if still refused.
 const REFUSED_EVIDENCE_LIMIT: usize = 100_000;
-
-/// Most proven losses read at a cold start.
-const PROOF_LIMIT: u32 = store::MAX_READ_ROWS as u32;
 
 /// Most auditors (topic × tier × datacenter) read per cycle.
 const AUDITOR_LIMIT: u32 = store::MAX_READ_ROWS as u32;
@@ -479,73 +477,6 @@ impl Evaluator {
     /// Publishes what a cycle or load step planned (see [`IndexPlan`]).
     fn publish(&self, plan: IndexPlan) {
         self.index.write().expect("verdict index lock").apply(plan);
-    }
-
-    /// Records the losses proven for the first time in the ledger, so that a restarted
-    /// serve keeps judging them lost. A proof that cannot be written stays in this
-    /// process's index (warned and counted as an evaluation error).
-    async fn save_proofs(&self, proofs: &[(VerdictKey, String)], now: i64) {
-        for (k, reason) in proofs {
-            let proof = store::ProvenLoss {
-                window_start_ms: k.window_start,
-                topic: k.topic.clone(),
-                upstream: k.upstream.clone(),
-                downstream: k.downstream.clone(),
-                datacenter: k.datacenter.clone(),
-                reason: reason.clone(),
-                proven_at_ms: now,
-            };
-            if let Err(e) = self.ledger.save_proven_loss(&proof, now).await {
-                self.metrics.evaluation_errors.inc();
-                tracing::warn!(error = %e, topic = %k.topic, window_start = k.window_start,
-                    "a proven loss was not recorded: a restart would judge its window by the counts alone");
-            }
-        }
-    }
-
-    /// Before the first cycle judges anything: the proofs a previous process recorded,
-    /// into the index. Then, whenever the horizon moves on, forgets the older ones.
-    async fn keep_proofs(&mut self, horizon_start: i64) -> Result<(), StoreError> {
-        if !self.proofs_loaded {
-            let proofs = self
-                .ledger
-                .proven_losses(horizon_start, PROOF_LIMIT)
-                .await?;
-            if proofs.len() >= PROOF_LIMIT as usize {
-                tracing::warn!(
-                    limit = PROOF_LIMIT,
-                    "more proven losses in the horizon than one read holds: the newest are judged by their counts alone"
-                );
-            }
-            let mut index = self.index.write().expect("verdict index lock");
-            for p in proofs {
-                let key = VerdictKey {
-                    window_start: p.window_start_ms,
-                    topic: p.topic,
-                    upstream: p.upstream,
-                    downstream: p.downstream,
-                    datacenter: p.datacenter,
-                };
-                // Withdrawn while this read was under way: not kept.
-                if index.withdrawn.contains_key(&key) {
-                    continue;
-                }
-                index.proven.entry(key).or_insert(Proof {
-                    reason: p.reason,
-                    proven_at: p.proven_at_ms,
-                });
-            }
-            self.proofs_loaded = true;
-        }
-        if horizon_start > self.proofs_forgotten_before {
-            match self.ledger.forget_proven_losses(horizon_start).await {
-                Ok(_) => self.proofs_forgotten_before = horizon_start,
-                Err(e) => {
-                    tracing::warn!(error = %e, "proven losses older than the horizon not forgotten; trying again at the next cycle")
-                }
-            }
-        }
-        Ok(())
     }
 
     /// One step of the cold start: judges the next older part of the horizon not judged
