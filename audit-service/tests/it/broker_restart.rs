@@ -7,8 +7,7 @@
 
 use crate::support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use support::*;
@@ -34,70 +33,9 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
     let svc = spawn_service(cfg);
     let mut reader = AuditReader::new(&bootstrap, &audit_topic, 3);
 
-    // A producer writes until told to stop. Ground truth is the topic's log read back
-    // at the end, not what was sent: the writer is not idempotent (acks=all, retries),
-    // so whatever a restart makes it write twice is in the log and must be counted
-    // twice. An idempotent writer stalled past 240 s after a restart in a fresh-clone
-    // run (each flush "Local: Timed out") while the auditor had nothing new to count;
-    // the product's own clients are what this test exercises, not the writer's PID
-    // recovery.
-    let stop = Arc::new(AtomicBool::new(false));
-    let delivered = Arc::new(AtomicU64::new(0));
-    struct StopOnDrop(Arc<AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    struct Deliveries(Arc<AtomicU64>);
-    impl rdkafka::ClientContext for Deliveries {}
-    impl rdkafka::producer::ProducerContext for Deliveries {
-        type DeliveryOpaque = ();
-        fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-            if result.is_ok() {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    let _stop_writer = StopOnDrop(stop.clone());
+    // 2 000 records/s until stopped (see SteadyWriter for why not idempotent).
     let base = base_time();
-    let writer = {
-        let (stop, delivered, bootstrap, topic) = (
-            stop.clone(),
-            delivered.clone(),
-            bootstrap.clone(),
-            topic.clone(),
-        );
-        std::thread::spawn(move || {
-            let p: rdkafka::producer::ThreadedProducer<Deliveries> =
-                testkit::client_config(&bootstrap)
-                    .set("enable.idempotence", "false")
-                    .set("acks", "all")
-                    .set("linger.ms", "5")
-                    .set("message.timeout.ms", "300000")
-                    .create_with_context(Deliveries(delivered))
-                    .unwrap();
-            let mut seq = 0;
-            while !stop.load(Ordering::Relaxed) {
-                for i in seq..seq + 100 {
-                    let (key, value, _) = known_message(i, base, 4);
-                    send_queued(
-                        &p,
-                        rdkafka::producer::BaseRecord::to(&topic)
-                            .key(&key)
-                            .payload(&value)
-                            .partition((i % PARTITIONS as u64) as i32),
-                    );
-                }
-                seq += 100;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            use rdkafka::producer::Producer;
-            if let Err(e) = p.flush(Duration::from_secs(120)) {
-                eprintln!("writer: flush at the end: {e} (what is undelivered is not in the log)");
-            }
-        })
-    };
+    let writer = SteadyWriter::start(&bootstrap, &topic, PARTITIONS, base, 100, &[]);
     tokio::task::block_in_place(|| {
         assert!(
             reader.wait_for_count(&topic, 1_000, Duration::from_secs(60)),
@@ -106,7 +44,7 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
         kafka.run("restart");
         let (after, delivered_at_restart) = (
             reader.total_count(&topic),
-            delivered.load(Ordering::Relaxed),
+            writer.delivered.load(Ordering::Relaxed),
         );
         // Bounded by the writer's own delivery timeout (message.timeout.ms, 300 s): on a
         // loaded 2-core machine a restarted broker answered metadata but took over 120 s
@@ -116,10 +54,9 @@ async fn counts_stay_exact_across_a_broker_restart_mid_run() {
             "counting did not resume after the broker restart: {} counted, {after} at the \
              restart; the writer had {} deliveries since the restart",
             reader.total_count(&topic),
-            delivered.load(Ordering::Relaxed) - delivered_at_restart
+            writer.delivered.load(Ordering::Relaxed) - delivered_at_restart
         );
-        stop.store(true, Ordering::Relaxed);
-        writer.join().unwrap();
+        writer.finish();
     });
     let log = tokio::task::block_in_place(|| testkit::read_log(&bootstrap, &topic, PARTITIONS));
     let mut truth = Totals::new();

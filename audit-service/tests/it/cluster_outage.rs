@@ -13,8 +13,6 @@
 
 use crate::support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -69,50 +67,17 @@ async fn counting_resumes_within_the_session_timeout_after_a_cluster_outage() {
 
     let svc = spawn_service(cfg);
 
-    // 200 records/s until told to stop (as in the issue). Not idempotent (see
-    // `broker_restart`): ground truth is the log read back at the end.
-    let stop = Arc::new(AtomicBool::new(false));
-    struct StopOnDrop(Arc<AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let _stop_writer = StopOnDrop(stop.clone());
+    // 200 records/s until stopped (as in the issue; see SteadyWriter for why not
+    // idempotent): ground truth is the log read back at the end.
     let base = base_time();
-    let writer = {
-        let (stop, bootstrap, topic) = (stop.clone(), bootstrap.clone(), topic.clone());
-        std::thread::spawn(move || {
-            let p: rdkafka::producer::ThreadedProducer<_> = testkit::client_config(&bootstrap)
-                .set("enable.idempotence", "false")
-                .set("acks", "all")
-                .set("linger.ms", "5")
-                .set("reconnect.backoff.max.ms", "1000")
-                .set("message.timeout.ms", "300000")
-                .create()
-                .unwrap();
-            let mut seq = 0;
-            while !stop.load(Ordering::Relaxed) {
-                for i in seq..seq + 10 {
-                    let (key, value, _) = known_message(i, base, 4);
-                    send_queued(
-                        &p,
-                        rdkafka::producer::BaseRecord::<String, String>::to(&topic)
-                            .key(&key)
-                            .payload(&value)
-                            .partition((i % PARTITIONS as u64) as i32),
-                    );
-                }
-                seq += 10;
-                // The rate, not a wait for a condition.
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            use rdkafka::producer::Producer;
-            if let Err(e) = p.flush(Duration::from_secs(60)) {
-                eprintln!("writer: flush at the end: {e} (what is undelivered is not in the log)");
-            }
-        })
-    };
+    let writer = SteadyWriter::start(
+        &bootstrap,
+        &topic,
+        PARTITIONS,
+        base,
+        10,
+        &[("reconnect.backoff.max.ms", "1000")],
+    );
     // One client for every read of the group's committed offsets (a new one per read,
     // every 20 ms, would load the machine the auditor runs on).
     let offsets: BaseConsumer = testkit::client_config(&bootstrap)
@@ -170,8 +135,7 @@ async fn counting_resumes_within_the_session_timeout_after_a_cluster_outage() {
             "counting resumed {took:?} after the cluster's return, past the session timeout \
              {SESSION:?} plus {MARGIN:?}"
         );
-        stop.store(true, Ordering::Relaxed);
-        writer.join().unwrap();
+        writer.finish();
     });
     let log = tokio::task::block_in_place(|| testkit::read_log(&bootstrap, &topic, PARTITIONS));
     let mut truth = Totals::new();

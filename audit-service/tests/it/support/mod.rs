@@ -657,3 +657,99 @@ impl Drop for PrivateKafka {
             .output();
     }
 }
+
+/// A producer writing `known_message`s (event times from `base`) to `topic`'s
+/// `partitions` round-robin, `per_tick` every 50 ms, until stopped or dropped (a failed
+/// assertion must not leave it running). Not idempotent (acks=all, retries): whatever a
+/// broker restart makes it write twice is in the log, so ground truth is the log read
+/// back at the end, not what was sent. An idempotent writer stalled past 240 s after a
+/// restart in a fresh-clone run while the auditor had nothing new to count; the
+/// product's own clients are what the outage tests exercise, not the writer's PID
+/// recovery.
+pub struct SteadyWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Records the cluster acknowledged so far.
+    pub delivered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Deliveries(std::sync::Arc<std::sync::atomic::AtomicU64>);
+impl rdkafka::ClientContext for Deliveries {}
+impl rdkafka::producer::ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if result.is_ok() {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl SteadyWriter {
+    /// `properties`: the writer's own client settings beyond the defaults above.
+    pub fn start(
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        base: i64,
+        per_tick: u64,
+        properties: &[(&str, &str)],
+    ) -> SteadyWriter {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let delivered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut config = testkit::client_config(bootstrap);
+        config
+            .set("enable.idempotence", "false")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "300000");
+        for (k, v) in properties {
+            config.set(*k, *v);
+        }
+        let p: rdkafka::producer::ThreadedProducer<Deliveries> = config
+            .create_with_context(Deliveries(delivered.clone()))
+            .unwrap();
+        let (topic, stopped) = (topic.to_string(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut seq = 0;
+            while !stopped.load(Ordering::Relaxed) {
+                for i in seq..seq + per_tick {
+                    let (key, value, _) = known_message(i, base, 4);
+                    send_queued(
+                        &p,
+                        rdkafka::producer::BaseRecord::to(&topic)
+                            .key(&key)
+                            .payload(&value)
+                            .partition((i % partitions as u64) as i32),
+                    );
+                }
+                seq += per_tick;
+                // The rate, not a wait for a condition.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            use rdkafka::producer::Producer;
+            if let Err(e) = p.flush(Duration::from_secs(120)) {
+                eprintln!("writer: flush at the end: {e} (what is undelivered is not in the log)");
+            }
+        });
+        SteadyWriter {
+            stop,
+            delivered,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops writing and waits for the last deliveries.
+    pub fn finish(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for SteadyWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
