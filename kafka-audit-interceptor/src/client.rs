@@ -231,9 +231,11 @@ impl Client {
                 } = plan;
                 // The slot's lock is held while the emitter runs, and released when it
                 // has made its last report (the next client of the process takes it).
-                let slot = spool.map(|(dir, max)| (slot_dir(&dir, &me.identity), max));
-                let (spool, _slot_lock) = match slot {
-                    Some(((dir, lock), max)) => (Some((dir, max)), lock),
+                let (spool, _slot_lock) = match spool {
+                    Some((dir, max)) => {
+                        let (slot, lock) = slot_dir(&dir, &me.identity);
+                        (Some((slot, max)), lock)
+                    }
                     None => (None, None),
                 };
                 let outbox = Outbox::new(
