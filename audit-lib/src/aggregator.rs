@@ -121,15 +121,28 @@ pub struct Aggregator {
 }
 
 impl Aggregator {
+    /// An aggregator counting as `identity`: what an application embedding audit-lib
+    /// configures. Refuses an event-time config that does not compile and a tier
+    /// reserved for a replicator's evidence ([`ConfigError::ReservedTier`], issue 43).
     pub fn new(
         identity: Identity,
         config: EventTimeConfig,
         limits: Limits,
     ) -> Result<Self, ConfigError> {
+        identity.check_counting_tier()?;
         Ok(Self::with_compiled(identity, config.compile()?, limits))
     }
 
+    /// An aggregator of a config compiled already, for a caller that has checked the
+    /// identity with [`Identity::check_counting_tier`] when it was configured (the
+    /// librdkafka plugin refuses a reserved `kafka_audit.tier` when it is set); checked
+    /// again in debug builds only.
     pub fn with_compiled(identity: Identity, config: CompiledConfig, limits: Limits) -> Self {
+        debug_assert!(
+            identity.check_counting_tier().is_ok(),
+            "Aggregator::with_compiled: tier {:?} is reserved for replication evidence",
+            identity.tier
+        );
         Aggregator {
             identity,
             window_size: config.window_size,

@@ -162,6 +162,20 @@ pub struct EventTimeConfig {
     pub default: TimeRule,
 }
 
+/// Tiers under this prefix carry a replicator's evidence (docs/audit-message-v1.md,
+/// Replication evidence; common's `EVIDENCE_TIER_PREFIX`, spelled here because
+/// audit-lib knows nothing of common), which only the auditors of a replicated edge
+/// publish. An application counting what it sends or reads never may: see
+/// `Identity::check_counting_tier`.
+pub const RESERVED_TIER_PREFIX: &str = "replicator:";
+
+/// Whether `tier` starts with [`RESERVED_TIER_PREFIX`], in any case (`Replicator:` is
+/// as reserved as `replicator:`).
+pub fn is_reserved_tier(tier: &str) -> bool {
+    tier.get(..RESERVED_TIER_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_TIER_PREFIX))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("event-time rule {index}: give exactly one of `topic` (glob) or `topic_regex`")]
@@ -184,6 +198,13 @@ pub enum ConfigError {
     Bound { rule: String, what: &'static str },
     #[error("event-time config is not valid TOML: {0}")]
     Parse(String),
+    /// An identity that counts under a replicator's evidence tier (the check of
+    /// `Identity::check_counting_tier`, which `Aggregator::new` makes).
+    #[error(
+        "tier {tier:?}: tiers starting with {prefix:?} are reserved: replication evidence comes only from the replicator's auditors, never from an application's counts",
+        prefix = RESERVED_TIER_PREFIX
+    )]
+    ReservedTier { tier: String },
 }
 
 /// A rule ready for the hot path: paths split, bounds in ms.

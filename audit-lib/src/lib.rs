@@ -25,7 +25,8 @@ pub mod window;
 pub use aggregator::{Aggregator, Limits};
 pub use checksum::{message_hash, Checksum};
 pub use config::{
-    CompiledConfig, CompiledRule, ConfigError, EventTimeConfig, TimeRule, TopicRule, Unit,
+    is_reserved_tier, CompiledConfig, CompiledRule, ConfigError, EventTimeConfig, TimeRule,
+    TopicRule, Unit, RESERVED_TIER_PREFIX,
 };
 pub use extract::{classify, Classification, Fallback, MalformedReason, TimeSource};
 pub use histogram::{InvalidHistogram, LatencyHistogram};

@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use uuid::Uuid;
 
 use crate::checksum::Checksum;
+use crate::config::{is_reserved_tier, ConfigError};
 use crate::histogram::LatencyHistogram;
 use crate::stats::{OffsetSpan, WindowStats};
 use crate::window::Window;
@@ -25,6 +26,14 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Any identity, as a value: what a message read from the wire says, or the
+    /// identity of a message built by hand (audit-service builds its replication
+    /// evidence, of a [`RESERVED_TIER_PREFIX`] tier, with it). It checks nothing; an
+    /// identity an application counts under is checked by [`Aggregator::new`]
+    /// ([`Identity::check_counting_tier`]).
+    ///
+    /// [`RESERVED_TIER_PREFIX`]: crate::config::RESERVED_TIER_PREFIX
+    /// [`Aggregator::new`]: crate::Aggregator::new
     pub fn new(
         tier: impl Into<String>,
         datacenter: impl Into<String>,
@@ -35,6 +44,19 @@ impl Identity {
             datacenter: datacenter.into(),
             host: host.into(),
         }
+    }
+
+    /// That this identity may count (an application's producer or consumer, an
+    /// auditor): its tier is not a replicator's evidence tier (issue 43). Evidence
+    /// comes only from the replicator's auditors, so a reserved tier here is a
+    /// configuration error, [`ConfigError::ReservedTier`].
+    pub fn check_counting_tier(&self) -> Result<(), ConfigError> {
+        if is_reserved_tier(&self.tier) {
+            return Err(ConfigError::ReservedTier {
+                tier: self.tier.clone(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -525,6 +547,48 @@ mod tests {
         let json = old.to_json();
         assert!(!json.contains("max_observed_at") && !json.contains("max_record_time"));
         assert_eq!(AuditMessage::from_json(json.as_bytes()).unwrap(), old);
+    }
+
+    /// Issue 43: `replicator:` tiers, in any case, are the auditors' evidence; a tier
+    /// that only looks like one is an ordinary tier.
+    #[test]
+    fn a_reserved_tier_may_not_count() {
+        for reserved in [
+            "replicator:group/mirror",
+            "Replicator:mm2/agg",
+            "REPLICATOR:",
+        ] {
+            assert!(is_reserved_tier(reserved), "{reserved}");
+            let e = Identity::new(reserved, "dc1", "app-1")
+                .check_counting_tier()
+                .unwrap_err();
+            assert!(matches!(&e, ConfigError::ReservedTier { tier } if tier == reserved));
+            let e = e.to_string();
+            assert!(e.contains(reserved), "{e}");
+            assert!(e.contains("\"replicator:\" are reserved"), "{e}");
+            assert!(e.contains("only from the replicator's auditors"), "{e}");
+        }
+        for ordinary in [
+            "producer",
+            "replicator",
+            "replicator-edge",
+            "my-replicator:x",
+            "r\u{e9}plicator:x",
+            "",
+        ] {
+            assert!(!is_reserved_tier(ordinary), "{ordinary}");
+            Identity::new(ordinary, "dc1", "app-1")
+                .check_counting_tier()
+                .unwrap();
+        }
+        // The evidence itself is still built as a value (audit-service does).
+        let m = AuditMessage::progress(
+            &Identity::new("replicator:group/mirror", "dc1", "auditor-0"),
+            "orders",
+            vec![],
+            1,
+        );
+        assert_eq!(m.tier, "replicator:group/mirror");
     }
 
     #[test]

@@ -429,3 +429,34 @@ fn topics_get_their_own_rules() {
     ));
     assert_eq!(c, Classification::NoTime(Fallback::Observed));
 }
+
+/// Issue 43: an application counting under a replicator's evidence tier is a
+/// configuration error, named as such, in any case; the librdkafka plugin and the
+/// Java interceptors refuse the same tiers.
+#[test]
+fn an_application_may_not_count_under_a_replicators_evidence_tier() {
+    for tier in ["replicator:group/mirror", "Replicator:MM2/agg"] {
+        let e = Aggregator::new(
+            Identity::new(tier, "dc1", "app-1"),
+            config("10m"),
+            Limits::default(),
+        )
+        .err()
+        .expect("a reserved tier is refused");
+        assert!(
+            matches!(&e, audit_lib::ConfigError::ReservedTier { tier: t } if t == tier),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(
+            e.contains(audit_lib::RESERVED_TIER_PREFIX) && e.contains("replicator's auditors"),
+            "{e}"
+        );
+    }
+    Aggregator::new(
+        Identity::new("replicator-edge", "dc1", "app-1"),
+        config("10m"),
+        Limits::default(),
+    )
+    .expect("an ordinary tier");
+}
