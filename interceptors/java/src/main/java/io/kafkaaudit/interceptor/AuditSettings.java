@@ -23,7 +23,7 @@ import org.apache.kafka.common.config.ConfigException;
  * <table>
  *   <caption>Properties</caption>
  *   <tr><td>{@code kafka_audit.datacenter}</td><td>required</td></tr>
- *   <tr><td>{@code kafka_audit.tier}</td><td>default {@code producer} / {@code consumer}</td></tr>
+ *   <tr><td>{@code kafka_audit.tier}</td><td>default {@code producer} / {@code consumer}; none starting with {@code replicator:}</td></tr>
  *   <tr><td>{@code kafka_audit.event_time.config}</td><td>a TOML file: window_size, rules, default</td></tr>
  *   <tr><td>{@code kafka_audit.audit_topic}</td><td>default {@code _kafka_audit}</td></tr>
  *   <tr><td>{@code kafka_audit.bootstrap.servers}</td><td>default the client's own, with its security settings</td></tr>
@@ -93,6 +93,7 @@ final class AuditSettings {
       tier = defaultTier;
     }
     checkName("tier", tier);
+    checkNotReserved(tier);
     String auditTopic = string(configs, "audit_topic");
     if (auditTopic == null) {
       auditTopic = DEFAULT_AUDIT_TOPIC;
@@ -227,6 +228,24 @@ final class AuditSettings {
   static void checkName(String what, String v) {
     if (v.isEmpty() || v.length() > 255 || !v.chars().allMatch(AuditSettings::nameChar)) {
       throw new ConfigException(PREFIX + what, v, "must be 1-255 characters of A-Z a-z 0-9 . _ - : /");
+    }
+  }
+
+  /**
+   * Tiers under this prefix carry a replicator's evidence (common's
+   * {@code EVIDENCE_TIER_PREFIX}, the librdkafka plugin's {@code RESERVED_TIER_PREFIX}),
+   * which only the auditors of a replicated edge publish: a producer's or consumer's
+   * interceptor never may (issue 43).
+   */
+  static final String RESERVED_TIER_PREFIX = "replicator:";
+
+  /** A tier under {@link #RESERVED_TIER_PREFIX}, in any case, is refused. */
+  static void checkNotReserved(String tier) {
+    if (tier.regionMatches(true, 0, RESERVED_TIER_PREFIX, 0, RESERVED_TIER_PREFIX.length())) {
+      throw new ConfigException(
+          PREFIX + "tier",
+          tier,
+          "tiers starting with \"" + RESERVED_TIER_PREFIX + "\" are reserved: replication evidence comes only from the replicator's auditors");
     }
   }
 

@@ -78,6 +78,7 @@ class InterceptorTest {
     cases.put("kafka_audit.spool.dir=/tmp", "kafka_audit.spool.dir is not supported");
     cases.put("kafka_audit.max.block.ms=5000", "kafka_audit.max.block.ms is not supported");
     cases.put("kafka_audit.tier=a b", "kafka_audit.tier");
+    cases.put("kafka_audit.tier=Replicator:group/mirror", "are reserved: replication evidence comes only from the replicator's auditors");
     // A value Kafka's own definition of the property refuses: named as it was set.
     cases.put("kafka_audit.linger.ms=abc", "kafka_audit.linger.ms");
     for (Map.Entry<String, String> c : cases.entrySet()) {
@@ -100,6 +101,42 @@ class InterceptorTest {
     p.put("interceptor.classes", AuditConsumerInterceptor.class.getName());
     KafkaException e = assertThrows(KafkaException.class, () -> new KafkaConsumer<String, String>(p).close());
     assertTrue(root(e).getMessage().contains("kafka_audit.datacenter is required"), root(e).getMessage());
+  }
+
+  /**
+   * Issue 43: a replicator's evidence (tiers starting with {@code replicator:}) is the
+   * auditors' alone, so configure() refuses such a tier, in any case, for either
+   * interceptor; a tier that merely starts with "replicator" is an ordinary one.
+   */
+  @Test
+  void a_reserved_evidence_tier_fails_configure() throws Exception {
+    for (String reserved : List.of("replicator:group/mirror", "Replicator:mm2/agg", "REPLICATOR:")) {
+      for (boolean producer : List.of(true, false)) {
+        Map<String, Object> c = config(producer);
+        c.put("kafka_audit.tier", reserved);
+        org.apache.kafka.common.config.ConfigException e =
+            assertThrows(
+                org.apache.kafka.common.config.ConfigException.class,
+                () -> {
+                  if (producer) {
+                    new AuditProducerInterceptor<String, String>().configure(c);
+                  } else {
+                    new AuditConsumerInterceptor<String, String>().configure(c);
+                  }
+                },
+                reserved);
+        String why = e.getMessage();
+        assertTrue(why.contains("kafka_audit.tier"), why);
+        assertTrue(why.contains("reserved"), why);
+        assertTrue(why.contains("\"replicator:\""), why);
+        assertTrue(why.contains("only from the replicator's auditors"), why);
+      }
+    }
+    Map<String, Object> c = config(true);
+    c.put("kafka_audit.tier", "replicator-edge");
+    AuditProducerInterceptor<String, String> p = new AuditProducerInterceptor<>();
+    p.configure(c);
+    p.close();
   }
 
   /** What audit-lib's algorithm gives for the same records seen whole (one classify per record). */
