@@ -296,10 +296,16 @@ impl UpstreamEvidence {
             .iter()
             .filter(|r| r.tier == edge.upstream && up_dcs.contains(&r.datacenter) && r.count > 0)
         {
+            // Nothing the row counted is later than when the collector received it
+            // (its clock, not the sender's): a record time ahead of that (validation
+            // lets an hour through) holds the window for `grace` after the increment
+            // arrived at most, then rule 4 asks no more (issue 43, the stated bound).
+            let until = r.last_received_at_ms;
             if r.record_times.is_empty() {
-                e.anywhere = e.anywhere.max(r.max_observed_at_ms);
+                e.anywhere = e.anywhere.max(r.max_observed_at_ms.map(|t| t.min(until)));
             }
             for &(p, t) in &r.record_times {
+                let t = t.min(until);
                 let x = e.partitions.entry(p).or_insert(t);
                 *x = (*x).max(t);
             }

@@ -40,6 +40,8 @@ fn counted(tier: &str, dc: &str, count: u64, times: &[(i32, i64)]) -> WindowRow 
     WindowRow {
         record_times: times.to_vec(),
         max_observed_at_ms: times.iter().map(|t| t.1 + 5).max(),
+        // Received when counted.
+        last_received_at_ms: times.iter().map(|t| t.1 + 5).max().unwrap_or_default(),
         ..row(tier, dc, count, count)
     }
 }
@@ -348,6 +350,7 @@ fn the_downstream_must_have_read_what_the_upstream_counted() {
             rows: vec![
                 WindowRow {
                     max_observed_at_ms: Some(R),
+                    last_received_at_ms: R + 5,
                     ..row("producer", "dc1", 100, 7)
                 },
                 row("regional", "dc1", 0, 0),
@@ -500,4 +503,36 @@ fn count_zero_increments_ask_the_downstream_for_nothing() {
         "{}",
         v.reason
     );
+}
+
+/// Issue 43, the stated bound of rule 4: nothing a row counted is later than when the
+/// collector received it. A datacenter's token posting an increment of count 1 with a
+/// record time an hour ahead holds the window for `grace` after it arrived at most:
+/// once the downstream has read past that (its live traffic), the real loss is final.
+/// Before the bound it was in flight (pending) until an hour + grace later, and the
+/// next such post re-armed it.
+#[test]
+fn a_record_time_ahead_of_its_receipt_holds_a_loss_for_grace_at_most() {
+    let t = topology_with(true);
+    let now = R + MIN;
+    let forged = WindowRow {
+        last_received_at_ms: now,
+        ..counted("regional", "dc2", 1, &[(0, now + 59 * MIN)])
+    };
+    let rows = [replayed(90), vec![forged]].concat();
+    let later = now + GRACE + MIN;
+    let down = vec![
+        read(0, later - 2_000, Some(0), later),
+        read(1, later - 2_000, Some(0), later),
+    ];
+    let progress = [regionals(later), down].concat();
+    let out = t.evaluate_topic("orders", &[W], &rows, &progress, later);
+    let v = find(&out, "regional", "agg");
+    assert_eq!(
+        (v.verdict, v.lifecycle),
+        (Verdict::Loss, Lifecycle::Final),
+        "{}",
+        v.reason
+    );
+    assert_eq!((v.expected, v.observed), (101, 90), "{}", v.reason);
 }
