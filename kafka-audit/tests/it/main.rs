@@ -40,6 +40,7 @@ mod demo;
 mod deploy;
 mod early_loss;
 mod evidence;
+mod evidence_stale;
 mod flood;
 mod inspect;
 mod integrity;

@@ -32,8 +32,8 @@ pub mod plan;
 pub mod worker;
 
 pub use model::{
-    auditor_key, dedup_key, desired, known_auditors, unsettled, window_key, withdrawn, Action,
-    Alert, Desired, Published, Subject,
+    auditor_key, dedup_key, desired, evidence_key, known_auditors, unsettled, window_key,
+    withdrawn, Action, Alert, Desired, Published, Subject,
 };
 pub use payload::{payload, slack_escape};
 pub use plan::{plan, RateLimit, Work};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::config::AlertingConfig;
-use crate::engine::{AuditorStatus, EdgeWindow, Lifecycle, SoFar, Verdict};
+use crate::engine::{AuditorStatus, EdgeWindow, EvidenceStatus, Lifecycle, SoFar, Verdict};
 use crate::eval::VerdictIndex;
 
 /// What a notification is about.
@@ -21,7 +21,8 @@ pub struct Alert {
     pub reason: String,
 }
 
-/// A window of an edge, or an auditor that stopped reporting.
+/// A window of an edge, an auditor that stopped reporting, or a replicator whose
+/// evidence stopped (issue 43: one alert per replicator and datacenter, not per topic).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Subject {
@@ -42,11 +43,27 @@ pub enum Subject {
         /// When it last reported progress (epoch ms, the collector's clock).
         last_report: i64,
     },
+    Evidence {
+        /// The evidence's tier (`replicator:group/<g>`, `replicator:mm2/<target>`).
+        evidence_tier: String,
+        /// The upstream datacenter whose auditors publish it.
+        datacenter: String,
+        /// When the newest evidence of any topic was received (epoch ms, the
+        /// collector's clock).
+        last_report: i64,
+        /// Its age when the alert was raised.
+        age_seconds: i64,
+    },
 }
 
 /// The dedup key of the alert on the auditor of `topic` at `tier` in `datacenter`.
 pub fn auditor_key(topic: &str, tier: &str, datacenter: &str) -> String {
     format!("kafka-audit:{topic}:auditor:{tier}:{datacenter}")
+}
+
+/// The dedup key of the alert on the replication evidence of `tier` from `datacenter`.
+pub fn evidence_key(tier: &str, datacenter: &str) -> String {
+    format!("kafka-audit:evidence:{tier}:{datacenter}")
 }
 
 pub fn dedup_key(e: &EdgeWindow) -> String {
@@ -114,6 +131,31 @@ impl Alert {
         }
     }
 
+    fn from_evidence(
+        (tier, datacenter): &(String, String),
+        e: &EvidenceStatus,
+        stall_after_ms: i64,
+    ) -> Self {
+        Self {
+            dedup_key: evidence_key(tier, datacenter),
+            verdict: Verdict::Stalled,
+            topic: String::new(),
+            subject: Subject::Evidence {
+                evidence_tier: tier.clone(),
+                datacenter: datacenter.clone(),
+                last_report: e.last_report,
+                age_seconds: e.age_ms / 1000,
+            },
+            reason: format!(
+                "no replication evidence received for {} s (stall_after {} s): no loss is \
+                 proven before its window is final until it resumes; windows are still \
+                 judged when final",
+                e.age_ms / 1000,
+                stall_after_ms / 1000
+            ),
+        }
+    }
+
     /// What it is about, without the verdict: for titles and resolve messages.
     pub(super) fn what(&self) -> String {
         match &self.subject {
@@ -131,6 +173,11 @@ impl Alert {
             Subject::Auditor {
                 tier, datacenter, ..
             } => format!("{} auditor {tier}/{datacenter}", self.topic),
+            Subject::Evidence {
+                evidence_tier,
+                datacenter,
+                ..
+            } => format!("replication evidence {evidence_tier}/{datacenter}"),
         }
     }
 
@@ -158,6 +205,12 @@ impl Alert {
                 rfc3339(*last_report),
                 self.reason
             ),
+            Subject::Evidence { last_report, .. } => format!(
+                "evidence stale: {}, last received {}: {}",
+                self.what(),
+                rfc3339(*last_report),
+                self.reason
+            ),
         }
     }
 
@@ -166,15 +219,17 @@ impl Alert {
     pub(super) fn judged_from(&self, from: i64) -> bool {
         match &self.subject {
             Subject::Window { window_start, .. } => *window_start >= from,
-            Subject::Auditor { .. } => true,
+            Subject::Auditor { .. } | Subject::Evidence { .. } => true,
         }
     }
 
     /// Whether `published` came from a capped read of auditors that did not reach this
     /// alert's auditor ([`Published::auditors_capped`]).
     pub(super) fn left_out(&self, published: &Published) -> bool {
-        matches!(self.subject, Subject::Auditor { .. })
-            && published.auditors_capped
+        matches!(
+            self.subject,
+            Subject::Auditor { .. } | Subject::Evidence { .. }
+        ) && published.auditors_capped
             && published
                 .auditors
                 .as_ref()
@@ -189,7 +244,7 @@ impl Alert {
         match &self.subject {
             Subject::Window { window_start, .. } => *window_start < published.horizon_start,
             // (Not after a capped read: an auditor it left out is not judged at all.)
-            Subject::Auditor { .. } => {
+            Subject::Auditor { .. } | Subject::Evidence { .. } => {
                 !published.auditors_capped
                     && published
                         .auditors
@@ -203,7 +258,7 @@ impl Alert {
     pub(super) fn recent_enough(&self, cutoff_ms: i64) -> bool {
         match &self.subject {
             Subject::Window { window_end, .. } => *window_end >= cutoff_ms,
-            Subject::Auditor { .. } => true,
+            Subject::Auditor { .. } | Subject::Evidence { .. } => true,
         }
     }
 }
@@ -276,12 +331,19 @@ pub fn unsettled(index: &VerdictIndex) -> BTreeSet<String> {
         .collect()
 }
 
-/// Dedup keys of the auditor alerts of every auditor in `index` ([`Published::auditors`]).
+/// Dedup keys of the auditor alerts of every auditor in `index`, and of the evidence
+/// alerts of every replicator's evidence in it ([`Published::auditors`]).
 pub fn known_auditors(index: &VerdictIndex) -> BTreeSet<String> {
     index
         .auditors
         .keys()
         .map(|(topic, tier, datacenter)| auditor_key(topic, tier, datacenter))
+        .chain(
+            index
+                .evidence
+                .keys()
+                .map(|(tier, datacenter)| evidence_key(tier, datacenter)),
+        )
         .collect()
 }
 
@@ -290,7 +352,8 @@ pub fn known_auditors(index: &VerdictIndex) -> BTreeSet<String> {
 /// the upstream's time + grace, without the upstream's records of the window: issue
 /// 24, or a replicator holding counted records back past its objective: issue 28),
 /// losses proven by replication evidence while the window is open (issue 28), and one
-/// alert per stalled auditor ("tier X audit stalled"). Windows judged
+/// alert per stalled auditor ("tier X audit stalled") and one per replicator whose
+/// evidence stopped, whatever the number of its topics. Windows judged
 /// `stalled` are listed by the API but not alerted one by one: the auditor's alert
 /// covers them all.
 pub fn desired(
@@ -312,6 +375,10 @@ pub fn desired(
     if config.kinds.contains(&Verdict::Stalled) {
         for ((topic, _, _), a) in index.auditors.iter().filter(|(_, a)| a.stalled) {
             let alert = Alert::from_auditor(topic, a, stall_after_ms);
+            out.insert(alert.dedup_key.clone(), alert);
+        }
+        for (key, e) in index.evidence.iter().filter(|(_, e)| e.stale) {
+            let alert = Alert::from_evidence(key, e, stall_after_ms);
             out.insert(alert.dedup_key.clone(), alert);
         }
     }

@@ -51,6 +51,7 @@ pub fn payload(channel: &ChannelConfig, action: Action, alert: &Alert) -> Value 
                     ..
                 } => format!("{upstream}->{downstream}"),
                 Subject::Auditor { tier, .. } => tier.clone(),
+                Subject::Evidence { evidence_tier, .. } => evidence_tier.clone(),
             };
             json!({
                 "routing_key": key,
@@ -115,6 +116,11 @@ impl Alert {
             }
             Subject::Auditor {
                 tier, datacenter, ..
+            }
+            | Subject::Evidence {
+                evidence_tier: tier,
+                datacenter,
+                ..
             } => {
                 for s in [tier, datacenter] {
                     *s = slack_escape(s);

@@ -87,7 +87,7 @@ fn prioritise(alerts: Vec<Alert>) -> Vec<Alert> {
     // An auditor alert is about now: newest.
     let time = |a: &Alert| match &a.subject {
         Subject::Window { window_start, .. } => *window_start,
-        Subject::Auditor { .. } => i64::MAX,
+        Subject::Auditor { .. } | Subject::Evidence { .. } => i64::MAX,
     };
     let mut by_topic: BTreeMap<(Reverse<Urgency>, &str), Vec<&Alert>> = BTreeMap::new();
     for a in &alerts {

@@ -2,7 +2,7 @@
 //! datacenter and window ([`EdgeWindow`]), the status of each auditor, and the rows it
 //! judges from (the store's).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use audit_lib::LatencyHistogram;
 use serde::{Deserialize, Serialize};
@@ -218,6 +218,41 @@ pub struct EdgeWindow {
     /// failed (a producer tier's known loss, kept out of `expected`). A `loss` verdict
     /// is the silent loss, which no producer was told about.
     pub upstream_delivery_failed_count: u64,
+}
+
+/// State of one replicator's evidence from one upstream datacenter, all topics
+/// together (issue 43): evidence is not an auditor, so it stops as one thing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvidenceStatus {
+    /// When the newest evidence of any topic was received (epoch ms).
+    pub last_report: i64,
+    /// How long ago that was at the cycle's time.
+    pub age_ms: i64,
+    /// Older than `stall_after`.
+    pub stale: bool,
+}
+
+/// The status of each replicator's evidence from when it was last received, at `now`.
+pub fn evidence_status(
+    newest: BTreeMap<(String, String), i64>,
+    now: i64,
+    stall_after_ms: i64,
+) -> BTreeMap<(String, String), EvidenceStatus> {
+    newest
+        .into_iter()
+        .map(|(key, last_report)| {
+            let age_ms = now.saturating_sub(last_report).max(0);
+            let stale = age_ms > stall_after_ms;
+            (
+                key,
+                EvidenceStatus {
+                    last_report,
+                    age_ms,
+                    stale,
+                },
+            )
+        })
+        .collect()
 }
 
 /// State of the auditor of one tier in one datacenter for one topic.

@@ -75,6 +75,9 @@ pub struct VerdictIndex {
     /// The read of auditors was capped (more than `AUDITOR_LIMIT`): `auditors` lacks
     /// some, whose alerts are then neither resolved nor expired.
     pub auditors_capped: bool,
+    /// Replication evidence by (evidence tier, upstream datacenter), for the tiers an
+    /// edge names (issue 43): one entry per replicator, whatever its topics.
+    pub evidence: BTreeMap<(String, String), engine::EvidenceStatus>,
     /// Windows starting before this are not judged.
     pub horizon_start: i64,
     /// When the last successful cycle ran (epoch ms); `None` before the first.
@@ -141,6 +144,8 @@ pub(crate) struct IndexPlan {
     pub(super) waiting_for: Option<Option<String>>,
     /// Every auditor and whether their read was capped.
     pub(super) auditors: Option<(BTreeMap<AuditorKey, engine::AuditorStatus>, bool)>,
+    /// Every replicator's evidence (read with the auditors).
+    pub(super) evidence: Option<BTreeMap<(String, String), engine::EvidenceStatus>>,
     /// The new horizon: verdicts of windows before it are dropped.
     pub(super) horizon_start: Option<i64>,
     /// Per topic judged, the verdicts other than `ok` of every window judged (an empty
@@ -168,6 +173,9 @@ impl VerdictIndex {
         if let Some((auditors, capped)) = plan.auditors {
             self.auditors = auditors;
             self.auditors_capped = capped;
+        }
+        if let Some(evidence) = plan.evidence {
+            self.evidence = evidence;
         }
         if let Some(start) = plan.horizon_start {
             self.horizon_start = start;

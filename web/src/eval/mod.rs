@@ -353,6 +353,7 @@ impl Evaluator {
         }
         self.update_auditor_metrics(&auditors, auditors_capped);
         self.update_evidence_age_metrics(&evidence, now, auditors_capped);
+        plan.evidence = Some(engine::evidence_status(evidence, now, topo.stall_after_ms));
         plan.auditors = Some((auditors, auditors_capped));
         let progress = Arc::new(progress);
         self.progress = progress.clone();

@@ -116,7 +116,7 @@ async fn cold_start_loads_recent_windows_first_then_equals_a_full_evaluation(bac
             .iter()
             .filter(|(_, a)| match &a.subject {
                 web::alert::Subject::Window { window_start, .. } => *window_start >= from,
-                web::alert::Subject::Auditor { .. } => true,
+                web::alert::Subject::Auditor { .. } | web::alert::Subject::Evidence { .. } => true,
             })
             .map(|(k, _)| k.clone())
             .collect()

@@ -1,6 +1,6 @@
 //! Replication evidence (issue 28) as the evaluator reads it from a real store: it is
-//! not an auditor (issue 43) — evidence that stops is one signal of its age, never a
-//! stalled auditor per topic.
+//! not an auditor (issue 43) — evidence that stops is one signal of its age and one
+//! alert, never a stalled auditor per topic.
 
 use crate::support;
 
@@ -116,6 +116,21 @@ async fn evidence_that_stops_is_one_signal_not_a_stalled_auditor_per_topic(backe
     );
     let value: f64 = value.parse().unwrap();
     assert!((3600.0..3700.0).contains(&value), "{backend:?}: {value}");
+    // One alert: the evidence is stale, with its age; no auditor alert.
+    let published = state.published_alerts().expect("published");
+    let keys: Vec<&String> = published.keys().collect();
+    assert_eq!(
+        keys,
+        [&web::alert::evidence_key(EVIDENCE, "dc1")],
+        "{backend:?}"
+    );
+    let alert = published.values().next().unwrap();
+    match &alert.subject {
+        web::alert::Subject::Evidence { age_seconds, .. } => {
+            assert!((3600..3700).contains(age_seconds), "{backend:?}: {alert:?}")
+        }
+        other => panic!("{backend:?}: {other:?}"),
+    }
 }
 
 /// The open window of three topics: regional/dc1 counted 100 records (offsets 1000 to
