@@ -98,6 +98,9 @@ fn refusal(
     None
 }
 
+/// How many partitions' evidence a proof's reason names (then how many more).
+const REST_ON_SHOWN: usize = 4;
+
 /// What the replication evidence shows of one window on one edge and downstream
 /// datacenter.
 #[derive(Debug)]
@@ -111,6 +114,9 @@ pub(super) enum Early {
         in_flight: u64,
         read: Result<i64, String>,
         behind: Option<Behind>,
+        /// What a proof rests on, for people and the proof ledger: each partition's
+        /// evidence (position, who sent it, when); empty on one cluster.
+        rests_on: String,
     },
     /// Nothing to conclude, and why (no evidence, increments not added up, …).
     Unknown(String),
@@ -186,6 +192,7 @@ impl Topology {
         let mut in_flight = 0u64;
         let mut behind: Option<Behind> = None;
         let mut waited = None;
+        let mut rests_on = Vec::new();
         let evidence_tier = match (replicator, edge.evidence_tier.as_deref()) {
             (_, Some(tier)) => Some(tier),
             // One cluster: what the upstream counted is in the log as soon as it is
@@ -231,6 +238,17 @@ impl Topology {
                     )));
                 }
                 copied_at = copied_at.max(e.copied_as_of());
+                if rests_on.len() < REST_ON_SHOWN {
+                    rests_on.push(format!(
+                        "{u} partition {p} copied to offset {} (sent by {}, emitted {}, received {})",
+                        e.next_offset,
+                        e.host,
+                        at(e.emitted_at),
+                        at(e.reported_at)
+                    ));
+                } else if rests_on.len() == REST_ON_SHOWN {
+                    rests_on.push(format!("{} more partitions", counted.len() - REST_ON_SHOWN));
+                }
                 let held = m.saturating_add(1).saturating_sub(e.next_offset).max(0);
                 in_flight = in_flight.saturating_add(held as u64);
                 if held > 0 {
@@ -281,10 +299,17 @@ impl Topology {
                 }
             }
         };
+        let rests_on = match evidence_tier {
+            Some(tier) if !rests_on.is_empty() => {
+                format!("the evidence of {tier}: {}", rests_on.join(", "))
+            }
+            _ => String::new(),
+        };
         Some(Early::Evidence {
             in_flight,
             read,
             behind,
+            rests_on,
         })
     }
 }
@@ -374,7 +399,7 @@ impl Early {
         policy: &Policy,
         (verdict, reason): (Verdict, String),
     ) -> (Option<SoFar>, Verdict, String) {
-        let (in_flight, read, behind) = match self {
+        let (in_flight, read, behind, rests_on) = match self {
             Early::Unknown(why) => {
                 return match verdict {
                     Verdict::Pending => (None, verdict, format!("{reason}; {why}")),
@@ -385,7 +410,8 @@ impl Early {
                 in_flight,
                 read,
                 behind,
-            } => (in_flight, read, behind),
+                rests_on,
+            } => (in_flight, read, behind, rests_on),
         };
         // Proven missing: what the downstream lacks beyond all that may be in flight.
         let proven = expected.saturating_sub(observed).saturating_sub(in_flight);
@@ -399,11 +425,15 @@ impl Early {
                     Some(common::replication::Replicator::SameCluster) => "they were in the log",
                     _ => "the replicator had copied past them",
                 };
+                let rests_on = match rests_on.is_empty() {
+                    true => String::new(),
+                    false => format!(" ({rests_on})"),
+                };
                 return (
                     Some(SoFar::Loss),
                     Verdict::Loss,
                     format!(
-                        "proven before the window is final: at least {proven} of the {expected} messages counted upstream so far are missing downstream{more}; {copied} as of {} and the downstream has read its whole log since",
+                        "proven before the window is final: at least {proven} of the {expected} messages counted upstream so far are missing downstream{more}; {copied} as of {}{rests_on} and the downstream has read its whole log since",
                         at(copied_at)
                     ),
                 );

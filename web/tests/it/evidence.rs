@@ -212,6 +212,14 @@ async fn implausible_evidence_proves_nothing_and_is_counted_once(backend: Backen
     let index = state.index.read().unwrap();
     let proven: Vec<&str> = index.proven.keys().map(|k| k.topic.as_str()).collect();
     assert_eq!(proven, vec!["honest"], "{backend:?}");
+    // The proof says what it rests on: the position, who sent it, when.
+    let reason = &index.proven.values().next().unwrap().reason;
+    assert!(
+        reason.contains(&format!(
+            "the evidence of {EVIDENCE}: dc1 partition 0 copied to offset 1100 (sent by regional-dc1-0, emitted "
+        )),
+        "{backend:?}: {reason}"
+    );
     drop(index);
     let m = state.metrics.encode();
     for line in [
