@@ -19,6 +19,11 @@ pub struct PartitionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RestartLabel {
     /// `earlier_session` or `ambiguous_this_session`.
     pub origin: String,
@@ -60,6 +65,9 @@ pub struct Metrics {
     /// Records of a MirrorMaker 2 offset-syncs topic that are not offset syncs (issue
     /// 28): left out, never evidence.
     pub replication_evidence_rejected: Counter,
+    /// Replication evidence dropped or refused, by reason (issue 43, review
+    /// security-3 M3; `replication::DropReason`).
+    pub replication_evidence_dropped: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -89,6 +97,7 @@ impl Metrics {
             unreadable_headers: Counter::default(),
             watermark_ignored_times: Counter::default(),
             replication_evidence_rejected: Counter::default(),
+            replication_evidence_dropped: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("kafka_audit");
         r.register(
@@ -192,7 +201,25 @@ impl Metrics {
             "Records of a MirrorMaker 2 offset-syncs topic that are not offset syncs, left out of the replication evidence",
             m.replication_evidence_rejected.clone(),
         );
+        r.register(
+            "replication_evidence_dropped",
+            "Replication evidence dropped by the auditor, by reason: position_backwards (a lower position replaced the ones before it: the replicator started again), past_log_end (past the log end measured after it was read), log_start_backwards (the topic was recreated: its evidence dropped), topic_name_too_long, not_audited, over_limit (memory bound)",
+            m.replication_evidence_dropped.clone(),
+        );
         m
+    }
+
+    /// Counts replication evidence dropped for `reason` (a
+    /// `replication::DropReason` label). Some(held_back): log it now — at most one
+    /// line per reason and second (a flood of made-up syncs logs its first; the next
+    /// line says how many were held back).
+    pub(crate) fn evidence_dropped(&self, reason: &'static str) -> Option<u64> {
+        self.replication_evidence_dropped
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc();
+        self.log_every.check(reason)
     }
 
     pub(crate) fn restart_decision(

@@ -353,6 +353,18 @@ impl Auditor {
             .collect()
     }
 
+    /// The log ends of an owned partition as the consumer last saw them, and a time by
+    /// which its high watermark was at most that end (the replication evidence is
+    /// checked against them, issue 43). None before its first statistics.
+    pub(crate) fn measured(&self, tp: &TopicPartition) -> Option<(LogEnds, i64)> {
+        let ends = self
+            .parts
+            .get(tp.topic.as_str())?
+            .get(&tp.partition)?
+            .ends?;
+        Some((ends, self.dating.ends_at()?))
+    }
+
     /// The draft's WAL entry is written: every partition's range starts at the
     /// entry's end, and its latest record times are reported.
     pub(crate) fn written(&mut self, draft: &ReportDraft) {

@@ -62,8 +62,8 @@ impl Dating {
         }
     }
 
-    /// When the ends in use were measured (None: no statistics taken yet).
-    #[cfg(test)]
+    /// When the ends in use were measured (None: no statistics taken yet): for each
+    /// partition's ends, a time by which its high watermark was at most its end.
     pub(crate) fn ends_at(&self) -> Option<i64> {
         self.ends_at
     }

@@ -459,23 +459,10 @@ impl Shell {
         let now = now_ms();
         let (mut messages, positions) = self.counting.drain(now);
         if !self.cfg.audit.replicators.is_empty() {
-            let assigned: Vec<TopicPartition> = self.auditor.assigned().iter().cloned().collect();
-            for (i, tier) in self
-                .cfg
-                .audit
-                .replicators
-                .iter()
-                .enumerate()
-                .filter_map(|(i, r)| Some((i, r.evidence_tier()?)))
-            {
-                let until = now.saturating_sub(
-                    i64::try_from(self.cfg.audit.replication_evidence_age.as_millis())
-                        .unwrap_or(i64::MAX),
-                );
-                let copied = self.replication.evidence.of(i, assigned.iter(), until);
-                messages.extend(self.auditor.evidence(&tier, copied));
-            }
-            self.replication.evidence.want(assigned);
+            messages.extend(
+                self.replication
+                    .report(&self.cfg, &self.auditor, now, &self.metrics),
+            );
         }
         let stuck = self.wal.pending_count() > 0;
         let draft = self.auditor.draft(messages, positions, now, reason, stuck);

@@ -11,5 +11,6 @@ mod exactness;
 mod input;
 mod progress;
 mod rebalance;
+mod replication;
 mod topics;
 mod wal_faults;

@@ -18,114 +18,36 @@
 //! holds the consumption back; a report takes the latest of what they read. Evidence
 //! is dated by when it was read (after the offsets were committed or the sync
 //! written), never earlier.
+//!
+//! A position is the latest one read, not the largest, and one the auditor's own
+//! measurement of the log contradicts is dropped (issue 43; `evidence.rs`).
 
-use std::collections::{HashMap, VecDeque};
+mod evidence;
+
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use audit_lib::TopicPartition;
+use audit_lib::{AuditMessage, TopicPartition};
 use common::now_ms;
 use common::replication::Replicator;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::config::Config;
+use crate::auditor::Auditor;
+use crate::config::{AuditConfig, Config};
 use crate::metrics::{Metrics, ServiceError};
 
-/// Most partitions one reader keeps evidence for: an offset-syncs topic is writable
-/// by others, and a flood of syncs for made-up partitions must not grow without
-/// bound (past it, syncs for new partitions are counted as rejected).
-const MAX_PARTITIONS: usize = 1_000_000;
-
-/// Readings kept per partition while they wait to be published (a reader reads every
-/// 250 ms or more: 64 cover the default evidence age many times over).
-const MAX_READINGS: usize = 64;
-
-/// What one replicator has copied: per partition, each next offset to copy read
-/// lately with when it was first read (epoch ms), oldest first.
-type Copied = HashMap<TopicPartition, VecDeque<(i64, i64)>>;
-
-/// The replication evidence of every configured replicator, shared between the
-/// readers (writers) and the reports (readers).
-#[derive(Clone, Default)]
-pub(crate) struct Evidence {
-    /// One slot per `[[audit.replicators]]` entry, in order.
-    copied: Arc<Vec<Mutex<Copied>>>,
-    /// The partitions this instance audits now: the consumer-group readers ask for
-    /// these.
-    wanted: Arc<Mutex<Vec<TopicPartition>>>,
-}
-
-impl Evidence {
-    fn new(replicators: usize) -> Evidence {
-        Evidence {
-            copied: Arc::new((0..replicators).map(|_| Mutex::default()).collect()),
-            wanted: Arc::default(),
-        }
-    }
-
-    /// The partitions audited now (set at every report).
-    pub(crate) fn want(&self, partitions: Vec<TopicPartition>) {
-        *self.wanted.lock().unwrap_or_else(|e| e.into_inner()) = partitions;
-    }
-
-    /// What replicator `i` had copied of `partitions` as of `until` (epoch ms): per
-    /// partition the furthest position read at or before it, and when it was first
-    /// read — (partition, next offset to copy, read at). Older readings are let go.
-    ///
-    /// Evidence is published `[audit] replication_evidence_age` late on purpose: the
-    /// downstream auditor's "read everything" is dated by its statistics, seconds
-    /// behind its reports, and can only prove a loss with evidence older than that.
-    pub(crate) fn of<'a>(
-        &self,
-        i: usize,
-        partitions: impl Iterator<Item = &'a TopicPartition>,
-        until: i64,
-    ) -> Vec<(TopicPartition, i64, i64)> {
-        let Some(slot) = self.copied.get(i) else {
-            return Vec::new();
-        };
-        let mut copied = slot.lock().unwrap_or_else(|e| e.into_inner());
-        partitions
-            .filter_map(|tp| {
-                let readings = copied.get_mut(tp)?;
-                let n = readings.iter().take_while(|&&(_, at)| at <= until).count();
-                // Keep the one in use: the next ones become due after it.
-                readings.drain(..n.saturating_sub(1));
-                let &(o, at) = readings.front().filter(|&&(_, at)| at <= until)?;
-                Some((tp.clone(), o, at))
-            })
-            .collect()
-    }
-
-    fn record(&self, i: usize, tp: TopicPartition, next: i64, at: i64) -> bool {
-        let mut copied = self.copied[i].lock().unwrap_or_else(|e| e.into_inner());
-        if copied.len() >= MAX_PARTITIONS && !copied.contains_key(&tp) {
-            return false;
-        }
-        let readings = copied.entry(tp).or_default();
-        // The same position read again keeps the time it was first read (copied by
-        // then: the tighter evidence). Copies do not disappear by the replicator's
-        // doing: a lower offset (a replicator that restarted from an older commit and
-        // copies again) does not take back what was copied before.
-        if readings.back().is_none_or(|&(o, _)| next > o) {
-            if readings.len() >= MAX_READINGS {
-                readings.pop_front();
-            }
-            readings.push_back((next, at));
-        }
-        true
-    }
-}
+pub(crate) use evidence::DropReason;
+use evidence::{Evidence, Measured};
 
 /// The reader threads; dropping this stops and joins them.
 pub(crate) struct Readers {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    pub(crate) evidence: Evidence,
+    evidence: Evidence,
 }
 
 impl Drop for Readers {
@@ -134,6 +56,132 @@ impl Drop for Readers {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+impl Readers {
+    /// The evidence messages of a report made at `now`: per replicator, what it had
+    /// copied of the partitions `auditor` owns, `[audit] replication_evidence_age`
+    /// before `now`, checked against the log ends the auditor measured. What the check
+    /// drops is counted. The owned partitions are what the consumer-group readers read
+    /// next.
+    pub(crate) fn report(
+        &self,
+        cfg: &Config,
+        auditor: &Auditor,
+        now: i64,
+        metrics: &Metrics,
+    ) -> Vec<AuditMessage> {
+        let assigned: Vec<(TopicPartition, Option<Measured>)> = auditor
+            .assigned()
+            .iter()
+            .map(|tp| {
+                let m = auditor.measured(tp).map(|(e, at)| Measured {
+                    low: e.low,
+                    end: e.end,
+                    at,
+                });
+                (tp.clone(), m)
+            })
+            .collect();
+        let until = now.saturating_sub(
+            i64::try_from(cfg.audit.replication_evidence_age.as_millis()).unwrap_or(i64::MAX),
+        );
+        let mut messages = Vec::new();
+        for (i, r) in cfg.audit.replicators.iter().enumerate() {
+            let Some(tier) = r.evidence_tier() else {
+                continue;
+            };
+            let (copied, dropped) = self.evidence.of(i, &assigned, until);
+            for d in dropped {
+                count_dropped(metrics, d.reason, &tier, &d.partition, d.position);
+            }
+            messages.extend(auditor.evidence(&tier, copied));
+        }
+        self.evidence
+            .want(assigned.into_iter().map(|(tp, _)| tp).collect());
+        messages
+    }
+}
+
+/// Counts replication evidence of `tier` for `tp` at `position` dropped for `reason`
+/// and logs it (`Metrics::evidence_dropped` says when).
+fn count_dropped(
+    metrics: &Metrics,
+    reason: DropReason,
+    tier: &str,
+    tp: &TopicPartition,
+    position: i64,
+) {
+    let held_back = metrics.evidence_dropped(reason.as_str());
+    let (topic, partition) = (tp.topic.as_str(), tp.partition);
+    let what = match reason {
+        DropReason::NotAudited => {
+            // MirrorMaker 2 may copy many more topics than this auditor audits.
+            tracing::debug!(
+                tier,
+                topic,
+                partition,
+                "offset sync of a topic not audited here: left out"
+            );
+            return;
+        }
+        DropReason::PositionBackwards => {
+            "the replicator's position went backwards: it started again (a recreated topic, \
+             a reset group); the lower position replaces the evidence before it"
+        }
+        DropReason::PastLogEnd => {
+            "the replicator's position is past the log end this auditor measured after \
+             reading it: the log went back (unclean leader election, a recreated topic) or \
+             the position is made up; the partition's evidence read by then is dropped"
+        }
+        DropReason::LogStartBackwards => {
+            "the partition's log start moved backwards: the topic was recreated; the \
+             evidence of all its partitions is dropped"
+        }
+        DropReason::TopicNameTooLong => "a topic name longer than Kafka's 249 bytes: not evidence",
+        DropReason::OverLimit => {
+            "the replicator's evidence holds as many partitions or bytes as it may: a new \
+             partition is left out"
+        }
+    };
+    if let Some(held_back) = held_back {
+        let reason = reason.as_str();
+        tracing::warn!(tier, topic, partition, position, reason, held_back, "{what}");
+    }
+}
+
+/// The topics this auditor audits, as `kafka::topics::resolve_topics` selects them
+/// (configured names and regex matches, minus exclusions, internal topics and its own
+/// topics): offset syncs of other topics are not kept.
+struct AuditedTopics {
+    names: std::collections::HashSet<String>,
+    include: Vec<regex::Regex>,
+    exclude: Vec<regex::Regex>,
+    own: [String; 2],
+}
+
+impl AuditedTopics {
+    fn new(a: &AuditConfig) -> anyhow::Result<AuditedTopics> {
+        let compile = |rs: &[String]| -> anyhow::Result<Vec<regex::Regex>> {
+            Ok(rs
+                .iter()
+                .map(|r| regex::Regex::new(r))
+                .collect::<Result<_, _>>()?)
+        };
+        Ok(AuditedTopics {
+            names: a.topics.iter().cloned().collect(),
+            include: compile(&a.topic_regex)?,
+            exclude: compile(&a.exclude_regex)?,
+            own: [a.audit_topic.clone(), a.evidence_topic.clone()],
+        })
+    }
+
+    fn contains(&self, topic: &str) -> bool {
+        (self.names.contains(topic) || self.include.iter().any(|r| r.is_match(topic)))
+            && !topic.starts_with("__")
+            && !self.own.iter().any(|t| t == topic)
+            && !self.exclude.iter().any(|r| r.is_match(topic))
     }
 }
 
@@ -158,9 +206,19 @@ pub(crate) fn start(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Readers> 
             Replicator::MirrorMaker2(_) => {
                 let topic = r.offset_syncs_topic().expect("MirrorMaker 2");
                 let consumer = syncs_reader(&cfg)?;
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || read_syncs(&consumer, &topic, i, &evidence, &stop, &metrics))?
+                let audited = AuditedTopics::new(&cfg.audit)?;
+                let tier = r.evidence_tier().unwrap_or_default();
+                std::thread::Builder::new().name(name).spawn(move || {
+                    let syncs = Syncs {
+                        topic: &topic,
+                        tier,
+                        audited: &audited,
+                        i,
+                        evidence: &evidence,
+                        metrics: &metrics,
+                    };
+                    read_syncs(&consumer, &syncs, &stop)
+                })?
             }
         };
         threads.push(thread);
@@ -236,12 +294,9 @@ fn read_committed(
         .audit
         .publish_timeout
         .min(every.max(Duration::from_secs(5)));
+    let tier = cfg.audit.replicators[i].evidence_tier().unwrap_or_default();
     while pause(stop, every) {
-        let wanted = evidence
-            .wanted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let wanted = evidence.wanted();
         if wanted.is_empty() {
             continue;
         }
@@ -255,7 +310,10 @@ fn read_committed(
                 let at = now_ms();
                 for el in c.elements() {
                     if let (Ok(()), Offset::Offset(o)) = (el.error(), el.offset()) {
-                        evidence.record(i, TopicPartition::new(el.topic(), el.partition()), o, at);
+                        let tp = TopicPartition::new(el.topic(), el.partition());
+                        if let Some(why) = evidence.record(i, tp.clone(), o, at) {
+                            count_dropped(metrics, why, &tier, &tp, o);
+                        }
                     }
                 }
             }
@@ -268,14 +326,47 @@ fn read_committed(
     }
 }
 
-fn read_syncs(
-    consumer: &BaseConsumer,
-    topic: &str,
+/// What the offset-syncs reader of replicator `i` reads from and writes to.
+struct Syncs<'a> {
+    topic: &'a str,
+    /// Its evidence tier (for the log).
+    tier: String,
+    audited: &'a AuditedTopics,
     i: usize,
-    evidence: &Evidence,
-    stop: &AtomicBool,
-    metrics: &Metrics,
-) {
+    evidence: &'a Evidence,
+    metrics: &'a Metrics,
+}
+
+impl Syncs<'_> {
+    /// One record of the offset-syncs topic, read at `at`, in log order: the latest
+    /// sync of a partition is its evidence. False: not an offset sync.
+    fn take(&self, key: &[u8], value: &[u8], at: i64) -> bool {
+        let Some((topic, partition, upstream)) = common::replication::parse_offset_sync(key, value)
+        else {
+            return false;
+        };
+        let tp = TopicPartition::new(topic, partition);
+        let next = upstream.saturating_add(1);
+        let why = if topic.len() > evidence::MAX_TOPIC_NAME || self.audited.contains(topic) {
+            self.evidence.record(self.i, tp.clone(), next, at)
+        } else {
+            Some(DropReason::NotAudited)
+        };
+        if let Some(why) = why {
+            // A shortened name in the log: a made-up one may be 64 KiB.
+            let name: String = tp.topic.chars().take(MAX_LOGGED_NAME).collect();
+            let tp = TopicPartition::new(name, partition);
+            count_dropped(self.metrics, why, &self.tier, &tp, next);
+        }
+        true
+    }
+}
+
+/// The longest topic name a log line shows.
+const MAX_LOGGED_NAME: usize = 300;
+
+fn read_syncs(consumer: &BaseConsumer, syncs: &Syncs<'_>, stop: &AtomicBool) {
+    let (topic, metrics) = (syncs.topic, syncs.metrics);
     // Assign every partition of the syncs topic from its start, once it exists.
     loop {
         match consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) {
@@ -322,22 +413,14 @@ fn read_syncs(
             Some(Ok(m)) => {
                 let at = now_ms();
                 let key = m.key().unwrap_or_default();
-                match common::replication::parse_offset_sync(key, m.payload().unwrap_or_default()) {
-                    Some((topic, partition, upstream)) => {
-                        let tp = TopicPartition::new(topic, partition);
-                        if !evidence.record(i, tp, upstream.saturating_add(1), at) {
-                            metrics.replication_evidence_rejected.inc();
-                        }
-                    }
-                    None => {
-                        metrics.replication_evidence_rejected.inc();
-                        tracing::debug!(
-                            topic,
-                            partition = m.partition(),
-                            offset = m.offset(),
-                            "not an offset sync: left out"
-                        );
-                    }
+                if !syncs.take(key, m.payload().unwrap_or_default(), at) {
+                    metrics.replication_evidence_rejected.inc();
+                    tracing::debug!(
+                        topic,
+                        partition = m.partition(),
+                        offset = m.offset(),
+                        "not an offset sync: left out"
+                    );
                 }
             }
             Some(Err(e)) => {
@@ -379,25 +462,29 @@ pub(crate) fn destination<'a>(audit: &'a crate::config::AuditConfig, payload: &s
 mod tests {
     use super::*;
 
+    /// Offset syncs are kept for the topics the auditor audits alone (review
+    /// security-3 M3: others only take memory).
     #[test]
-    fn evidence_is_the_furthest_copy_read_by_then_dated_by_its_first_reading() {
-        let e = Evidence::new(1);
-        let tp = TopicPartition::new("t", 0);
-        let of = |until| e.of(0, [tp.clone()].iter(), until);
-        assert!(e.record(0, tp.clone(), 10, 100));
-        assert!(e.record(0, tp.clone(), 10, 150), "same position read again");
-        assert!(e.record(0, tp.clone(), 5, 200), "a lower position");
-        assert!(e.record(0, tp.clone(), 12, 300));
-        assert_eq!(of(99), vec![], "nothing read by then");
-        assert_eq!(of(250), vec![(tp.clone(), 10, 100)]);
-        assert_eq!(of(300), vec![(tp.clone(), 12, 300)]);
-        // Older readings are gone once a later one is due.
-        assert_eq!(of(250), vec![]);
-        assert!(e.of(1, std::iter::empty(), 0).is_empty());
-        for x in 13..13 + MAX_READINGS as i64 + 10 {
-            e.record(0, tp.clone(), x, 400 + x);
+    fn offset_syncs_are_kept_for_audited_topics_only() {
+        let mut a = AuditConfig {
+            topics: vec!["orders".into(), "_kafka_audit".into()],
+            topic_regex: vec!["^pay\\.".into()],
+            exclude_regex: vec!["\\.tmp$".into()],
+            ..AuditConfig::default()
+        };
+        let audited = AuditedTopics::new(&a).unwrap();
+        for (topic, kept) in [
+            ("orders", true),
+            ("pay.eu", true),
+            ("pay.eu.tmp", false),
+            ("payments", false),
+            ("_kafka_audit", false),
+            ("other", false),
+        ] {
+            assert_eq!(audited.contains(topic), kept, "{topic}");
         }
-        assert_eq!(e.copied[0].lock().unwrap()[&tp].len(), MAX_READINGS);
+        a.topic_regex = vec!["(".into()];
+        assert!(AuditedTopics::new(&a).is_err());
     }
 
     /// Issue 43: the evidence of the replicators goes to the evidence topic, the
