@@ -42,6 +42,7 @@ mod early_loss;
 mod evidence;
 mod evidence_stale;
 mod flood;
+mod forgery;
 mod inspect;
 mod integrity;
 mod java_interceptors;
