@@ -324,7 +324,7 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
 
     // 1. Evidence from a token bound to no tier: refused per item.
     let forged = report("payments", EVIDENCE, "dc1", FORGED, 0, common::now_ms());
-    let json = post(addr, UNBOUND, &[forged.clone()]).await;
+    let json = post(addr, UNBOUND, std::slice::from_ref(&forged)).await;
     assert_eq!(
         (&json["accepted"], &json["results"][0]["status"]),
         (&Value::from(0), &Value::from("forbidden")),
