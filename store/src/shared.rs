@@ -8,7 +8,10 @@
 /// The methods whose body is the same on both backends, one macro per part of the
 /// contract (expanded in that part's impl in pg/ and sqlite.rs), for a store with a
 /// `pool` field, a `lock_writer` method (SQLite's one writer at a time; nothing on
-/// PostgreSQL), the backend's `*_capped` window reads and its
+/// PostgreSQL), `read_turn` / `end_read` around the reads a verdict rests on (on
+/// PostgreSQL a transaction holding the partition turn, pg/partitions.rs; a pooled
+/// connection on SQLite) and a `ReadConn` type (the connection `read_turn` derefs to),
+/// the backend's `*_capped` window reads and its
 /// `TOPIC_BUCKETS` / `window_offsets_sql()` (the bucket and offset tables differ). The
 /// SQL is in sql.rs; the database row types in db_rows.rs.
 macro_rules! shared_deployment {
@@ -75,14 +78,16 @@ macro_rules! shared_verdict_reads {
         }
 
         async fn window_offsets(&self, key: &WindowKey) -> Result<Vec<OffsetSpan>> {
+            let mut read = self.read_turn().await?;
             let rows: Vec<crate::db_rows::OffsetDb> = sqlx::query_as(Self::window_offsets_sql())
                 .bind(&key.topic)
                 .bind(&key.tier)
                 .bind(&key.datacenter)
                 .bind(key.window_start_ms)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *read)
                 .await
                 .context("reading offset ranges of a window")?;
+            Self::end_read(read).await?;
             Ok(rows.into_iter().map(Into::into).collect())
         }
 
@@ -92,14 +97,16 @@ macro_rules! shared_verdict_reads {
             window_start_ms: i64,
             limit: u32,
         ) -> Result<Vec<(String, String, OffsetSpan)>> {
+            let mut read = self.read_turn().await?;
             let rows: Vec<(String, String, i32, i64, i64, Option<i64>)> =
                 sqlx::query_as(Self::window_all_offsets_sql())
                     .bind(topic)
                     .bind(window_start_ms)
                     .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *read)
                     .await
                     .context("reading offset ranges of a window")?;
+            Self::end_read(read).await?;
             Ok(rows
                 .into_iter()
                 .map(|(tier, datacenter, partition, min, max, max_record_time)| {
@@ -123,13 +130,16 @@ macro_rules! shared_verdict_reads {
             from_window_ms: i64,
             limit: u32,
         ) -> Result<Vec<(String, i64)>> {
-            sqlx::query_as(crate::sql::CHANGED_WINDOWS)
+            let mut read = self.read_turn().await?;
+            let changed = sqlx::query_as(crate::sql::CHANGED_WINDOWS)
                 .bind(since_ms)
                 .bind(from_window_ms)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *read)
                 .await
-                .context("listing windows with late increments")
+                .context("listing windows with late increments")?;
+            Self::end_read(read).await?;
+            Ok(changed)
         }
 
         async fn progress(&self, topic: Option<&str>) -> Result<Vec<ProgressRow>> {
@@ -415,39 +425,36 @@ macro_rules! shared_window_reads {
             range: TimeRange,
             max_bucket_rows: usize,
         ) -> Result<Vec<WindowRow>> {
+            // The window rows, their buckets and record times under one turn of the
+            // partitions ([`Self::read_turn`]).
+            let mut read = self.read_turn().await?;
             let rows: Vec<crate::db_rows::WindowDb> = sqlx::query_as(&crate::sql::TOPIC_WINDOWS)
                 .bind(topic)
                 .bind(range.start_ms)
                 .bind(range.end_ms)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *read)
                 .await
                 .context("reading windows of a topic")?;
             // (window id, key, value) rows of the topic's windows; one row past the cap
             // shows whether it was hit.
-            let per_window = |sql: &str, what: &'static str| {
-                let sql = format!("{sql} LIMIT {}", crate::db_rows::bucket_limit(max_bucket_rows));
-                async move {
-                    sqlx::query_as::<_, (i64, i32, i64)>(&sql)
-                        .bind(topic)
-                        .bind(range.start_ms)
-                        .bind(range.end_ms)
-                        .fetch_all(&self.pool)
-                        .await
-                        .context(what)
-                }
-            };
-            let buckets = per_window(Self::TOPIC_BUCKETS, "reading latency buckets").await?;
-            let record_times: Vec<(i64, i32, Option<i64>, i64)> = sqlx::query_as(&format!(
-                "{} LIMIT {}",
-                Self::TOPIC_RECORD_TIMES,
-                crate::db_rows::bucket_limit(max_bucket_rows)
-            ))
-            .bind(topic)
-            .bind(range.start_ms)
-            .bind(range.end_ms)
-            .fetch_all(&self.pool)
-            .await
-            .context("reading record times of windows")?;
+            let limit = crate::db_rows::bucket_limit(max_bucket_rows);
+            let buckets: Vec<(i64, i32, i64)> =
+                sqlx::query_as(&format!("{} LIMIT {limit}", Self::TOPIC_BUCKETS))
+                    .bind(topic)
+                    .bind(range.start_ms)
+                    .bind(range.end_ms)
+                    .fetch_all(&mut *read)
+                    .await
+                    .context("reading latency buckets")?;
+            let record_times: Vec<(i64, i32, Option<i64>, i64)> =
+                sqlx::query_as(&format!("{} LIMIT {limit}", Self::TOPIC_RECORD_TIMES))
+                    .bind(topic)
+                    .bind(range.start_ms)
+                    .bind(range.end_ms)
+                    .fetch_all(&mut *read)
+                    .await
+                    .context("reading record times of windows")?;
+            Self::end_read(read).await?;
             let record_times = crate::db_rows::partition_maxima(record_times);
             Ok(crate::db_rows::join_buckets_capped(
                 rows,
@@ -460,9 +467,10 @@ macro_rules! shared_window_reads {
         }
 
         /// The page of topics a [`VerdictReads::windows_in_range`] call reads, and the
-        /// topic to continue after (`None`: last page).
+        /// topic to continue after (`None`: last page), on `read` (`ReadConn`: the
+        /// backend's connection, as its `read_turn` gives it).
         async fn range_topics(
-            &self,
+            read: &mut ReadConn,
             range: TimeRange,
             after_topic: Option<&str>,
             topic_limit: u32,
@@ -472,7 +480,7 @@ macro_rules! shared_window_reads {
                 .bind(range.end_ms)
                 .bind(after_topic)
                 .bind(i64::from(topic_limit.max(1)) + 1)
-                .fetch_all(&self.pool)
+                .fetch_all(read)
                 .await
                 .context("listing topics of a range")?;
             Ok(crate::db_rows::page(topics, topic_limit))

@@ -454,8 +454,21 @@ impl Upkeep for SqliteStore {
     crate::shared::shared_forgetting!();
 }
 
+/// The connection the shared window reads run on ([`SqliteStore::read_turn`]).
+type ReadConn = sqlx::SqliteConnection;
+
 impl SqliteStore {
     crate::shared::shared_window_reads!();
+
+    /// A connection for the reads a verdict rests on: SQLite has no partitions, so no
+    /// turn to take (PostgreSQL's, pg/partitions.rs).
+    async fn read_turn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>> {
+        self.pool.acquire().await.context("acquiring a connection")
+    }
+
+    async fn end_read(_read: sqlx::pool::PoolConnection<sqlx::Sqlite>) -> Result<()> {
+        Ok(())
+    }
 
     const TOPIC_BUCKETS: &'static str = crate::sql::TOPIC_BUCKETS;
     const TOPIC_RECORD_TIMES: &'static str = crate::sql::TOPIC_RECORD_TIMES;
@@ -477,7 +490,13 @@ impl SqliteStore {
         topic_limit: u32,
         max_bucket_rows: usize,
     ) -> Result<WindowPage> {
-        let (topics, next_after_topic) = self.range_topics(range, after_topic, topic_limit).await?;
+        let (topics, next_after_topic) = Self::range_topics(
+            &mut *self.read_turn().await?,
+            range,
+            after_topic,
+            topic_limit,
+        )
+        .await?;
         let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
             return Ok(WindowPage {
                 rows: Vec::new(),

@@ -57,11 +57,36 @@ impl PgStore {
     /// aborted the writer after its deadlock_timeout). Writers share the turn with
     /// each other; a day's creation waits for the writers in hand, and they for it.
     pub(super) async fn writing_transaction(&self) -> Result<Transaction<'static, Postgres>> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .context("beginning a write transaction")?;
+        self.shared_turn("beginning a write transaction").await
+    }
+
+    /// A transaction of the reads a verdict rests on (serve's staged windows, window
+    /// rows, their offsets and record times), with the turn taken shared as writers
+    /// take it (security review 3, M1). A statement planned while a day's creation
+    /// holds the default partitions (its `ATTACH`) waits for them with the partitions
+    /// it knew before, then runs with a snapshot taken after the creation committed:
+    /// the day's rows have left the default partition for a table the plan does not
+    /// scan, and the read finds none of them (a staged increment read as absent, a
+    /// window without its count). Under the turn every statement of the read is
+    /// planned and run entirely before or entirely after a day's creation. On Citus the
+    /// turn is the coordinator's (where the reads are planned), as for the writers.
+    /// Ended by [`PgStore::end_read`]. The cost: three short round trips (BEGIN, the
+    /// turn, COMMIT) and, while a day is created, the wait for it (a read waited for
+    /// the default partition's lock before, and then missed the day's rows); a
+    /// creation waits for the reads in hand, each bounded by the read caps.
+    pub(super) async fn read_turn(&self) -> Result<Transaction<'static, Postgres>> {
+        self.shared_turn("beginning a read").await
+    }
+
+    /// Ends a read begun by [`PgStore::read_turn`] (commits: it wrote nothing), letting
+    /// a waiting day's creation go.
+    pub(super) async fn end_read(tx: Transaction<'static, Postgres>) -> Result<()> {
+        tx.commit().await.context("ending a read")
+    }
+
+    /// A transaction that has taken the partition turn shared.
+    async fn shared_turn(&self, beginning: &'static str) -> Result<Transaction<'static, Postgres>> {
+        let mut tx = self.pool.begin().await.context(beginning)?;
         sqlx::query(concat!(
             "SELECT pg_advisory_xact_lock_shared(",
             partition_turn!(),

@@ -5,9 +5,13 @@
 use crate::contract::*;
 use crate::db_rows::WindowDb;
 use crate::domain::*;
-use crate::error::{Context, Result, StoreError};
+use crate::error::{Context, Result};
 
 use super::connect::PgStore;
+
+/// The connection the shared window reads run on: a transaction's, which holds the
+/// partition turn ([`PgStore::read_turn`]).
+type ReadConn = sqlx::PgConnection;
 
 impl VerdictReads for PgStore {
     async fn staged_windows(
@@ -15,12 +19,17 @@ impl VerdictReads for PgStore {
         topic: Option<&str>,
         from_window_ms: i64,
     ) -> Result<Vec<(String, String, String, i64)>> {
-        sqlx::query_as(self.message_reads().staged_windows())
+        // Under the turn: a staged message read while its day is created would be
+        // missed, and its window judged without the increment (rule 5 bypassed).
+        let mut read = self.read_turn().await?;
+        let staged = sqlx::query_as(self.message_reads().staged_windows())
             .bind(topic)
             .bind(from_window_ms)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *read)
             .await
-            .context("reading staged increments")
+            .context("reading staged increments")?;
+        Self::end_read(read).await?;
+        Ok(staged)
     }
 
     crate::shared::shared_verdict_reads!();
@@ -62,8 +71,13 @@ impl PgStore {
         topic_limit: u32,
         max_bucket_rows: usize,
     ) -> Result<WindowPage> {
-        let (topics, next_after_topic) = self.range_topics(range, after_topic, topic_limit).await?;
+        // The topics, windows, buckets and record times under one turn of the
+        // partitions ([`PgStore::read_turn`]).
+        let mut read = self.read_turn().await?;
+        let (topics, next_after_topic) =
+            Self::range_topics(&mut read, range, after_topic, topic_limit).await?;
         let (Some(first), Some(last)) = (topics.first(), topics.last()) else {
+            Self::end_read(read).await?;
             return Ok(WindowPage {
                 rows: Vec::new(),
                 next_after_topic,
@@ -87,23 +101,22 @@ impl PgStore {
                 crate::sql::WINDOW_COLUMNS
             )
         };
-        let read = |order: &str| {
-            let sql = sql(order);
-            async move {
-                sqlx::query_as::<_, WindowDb>(&sql)
-                    .bind(first)
-                    .bind(last)
-                    .bind(range.start_ms)
-                    .bind(range.end_ms)
-                    .fetch_all(&self.pool)
-                    .await
-                    .context("reading windows of a range")
+        let read_ordered = "ORDER BY topic, window_start_ms, tier, datacenter";
+        let mut rows = Vec::new();
+        for order in ["", read_ordered] {
+            rows = sqlx::query_as::<_, WindowDb>(&sql(order))
+                .bind(first)
+                .bind(last)
+                .bind(range.start_ms)
+                .bind(range.end_ms)
+                .fetch_all(&mut *read)
+                .await
+                .context("reading windows of a range")?;
+            if rows.len() < MAX_READ_ROWS {
+                break;
             }
-        };
-        let mut rows = read("").await?;
-        if rows.len() >= MAX_READ_ROWS {
-            rows = read("ORDER BY topic, window_start_ms, tier, datacenter").await?;
-        } else {
+        }
+        if rows.len() < MAX_READ_ROWS {
             rows.sort_unstable_by(|a, b| {
                 (&a.topic, a.window_start_ms, &a.tier, &a.datacenter).cmp(&(
                     &b.topic,
@@ -126,46 +139,31 @@ impl PgStore {
         // they do not (the cap's cut needs them by window).
         let mut read_topics: Vec<&str> = rows.iter().map(|r| r.topic.as_str()).collect();
         read_topics.dedup();
-        // The rows (window id, key, value) of `table` for those windows, as above.
-        let per_window =
-            |table: &'static str, key: &'static str, value: &'static str, what: &'static str| {
-                let sql = format!(
-                "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg({key}), '{{}}'),
-                        coalesce(array_agg({value}), '{{}}')
-                 FROM (SELECT window_id, {key}, {value} FROM {table}
-                       WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
-                         AND {value} IS NOT NULL
-                       ORDER BY window_id, {key} LIMIT {}) x",
-                crate::db_rows::bucket_limit(max_bucket_rows)
-            );
-                let read_topics = &read_topics;
-                async move {
-                    let (ids, keys, values): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&sql)
-                        .bind(read_topics)
-                        .bind(range.start_ms)
-                        .bind(range.end_ms)
-                        .fetch_one(&self.pool)
-                        .await
-                        .context(what)?;
-                    let mut triples: Vec<(i64, i32, i64)> = ids
-                        .into_iter()
-                        .zip(keys)
-                        .zip(values)
-                        .map(|((id, k), v)| (id, k, v))
-                        .collect();
-                    if !triples.is_sorted_by_key(|b| (b.0, b.1)) {
-                        triples.sort_unstable_by_key(|b| (b.0, b.1));
-                    }
-                    Ok::<_, StoreError>(triples)
-                }
-            };
-        let buckets = per_window(
-            "audit_window_bucket",
-            "bucket",
-            "count",
-            "reading latency buckets",
-        )
-        .await?;
+        let sql = format!(
+            "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg(bucket), '{{}}'),
+                    coalesce(array_agg(count), '{{}}')
+             FROM (SELECT window_id, bucket, count FROM audit_window_bucket
+                   WHERE topic = ANY($1) AND window_start_ms >= $2 AND window_start_ms < $3
+                     AND count IS NOT NULL
+                   ORDER BY window_id, bucket LIMIT {}) x",
+            crate::db_rows::bucket_limit(max_bucket_rows)
+        );
+        let (ids, keys, values): (Vec<i64>, Vec<i32>, Vec<i64>) = sqlx::query_as(&sql)
+            .bind(&read_topics)
+            .bind(range.start_ms)
+            .bind(range.end_ms)
+            .fetch_one(&mut *read)
+            .await
+            .context("reading latency buckets")?;
+        let mut buckets: Vec<(i64, i32, i64)> = ids
+            .into_iter()
+            .zip(keys)
+            .zip(values)
+            .map(|((id, k), v)| (id, k, v))
+            .collect();
+        if !buckets.is_sorted_by_key(|b| (b.0, b.1)) {
+            buckets.sort_unstable_by_key(|b| (b.0, b.1));
+        }
         // The windows' per-partition latest record times and highest offsets, the same
         // way (the upstream evidence of issues 24 and 28).
         let sql = format!(
@@ -186,9 +184,10 @@ impl PgStore {
             .bind(&read_topics)
             .bind(range.start_ms)
             .bind(range.end_ms)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *read)
             .await
             .context("reading record times of windows")?;
+        Self::end_read(read).await?;
         let mut record_times: Vec<(i64, i32, Option<i64>, i64)> = ids
             .into_iter()
             .zip(partitions)

@@ -2,5 +2,6 @@
 
 mod citus;
 mod conformance;
+mod day_creation;
 mod partitions;
 mod postgres_tls;

@@ -1060,63 +1060,6 @@ async fn a_migration_waits_for_a_concurrent_partition_preparation() {
     assert!(migrated.is_ok(), "{migrated:?}");
 }
 
-/// A roll-up running while the day partitions are created (a collector's first start
-/// on an empty store: a day per transaction, each locking the parent tables) waits
-/// for the day in hand instead of deadlocking with it. Before, PostgreSQL answered
-/// "deadlock detected" after its deadlock_timeout (1 s), the roll-up failed and was
-/// retried after a backoff: seconds before an increment reached its window (the
-/// collector's hostile tests missed their 5 s bound under load).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rollup_beside_a_partition_preparation_never_deadlocks() {
-    let (store, _db) = pg_store("store_rollup_beside_prepare").await;
-    let preparing = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            store
-                .prepare_partitions(today() - 90 * DAY, today() + 7 * DAY)
-                .await
-        })
-    };
-    // The collector's two paths at once: batches staged, and the roll-up behind them.
-    let writer = {
-        let store = store.clone();
-        let preparing = preparing.abort_handle();
-        tokio::spawn(async move {
-            let mut rounds = 0u64;
-            // Bounded: the preparation of 97 days takes seconds; at most 5 000 rounds.
-            while !preparing.is_finished() && rounds < 5_000 {
-                // Days not created yet: rows in the default partitions, which the
-                // creation of their day locks and moves.
-                let window = today() - (1 + (rounds % 89) as i64) * DAY + 3 * W;
-                let m = message("orders", "regional", "dc1", window, 10, rounds);
-                store
-                    .write_batch(&batch(vec![m], common::now_ms()))
-                    .await
-                    .unwrap();
-                rounds += 1;
-            }
-            rounds
-        })
-    };
-    let mut errors = Vec::new();
-    let mut rollups = 0u64;
-    while !preparing.is_finished() && rollups < 5_000 {
-        if let Err(e) = store.rollup(10_000).await {
-            errors.push(format!("{e:#}"));
-        }
-        rollups += 1;
-    }
-    preparing.await.unwrap().expect("the preparation succeeds");
-    let written = writer.await.unwrap();
-    assert!(written > 0 && rollups > 0, "the preparation ended first");
-    assert!(
-        errors.is_empty(),
-        "{} of {rollups} roll-ups failed: {:?}",
-        errors.len(),
-        errors.first()
-    );
-}
-
 /// Security review 3, M1: a staged increment whose message is not where the roll-up
 /// looks (a partition moved or detached by hand, a shard move, a code path that reads
 /// without the partition turn) was taken off the queue as "deleted by retention",
