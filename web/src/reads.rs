@@ -22,7 +22,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use store::{Store, StoreError, VerdictReads, MAX_BUCKET_ROWS, MAX_READ_ROWS};
 
-use crate::engine::{EdgeWindow, Lifecycle, ProgressRow, Staged, Topology, Verdict, WindowRow};
+use crate::engine::{
+    EdgeWindow, Lifecycle, ProgressRow, TopicInputs, Topology, Verdict, WindowRow,
+};
 
 /// Latest progress of one topic within the forget horizon.
 #[derive(Debug, Default, Clone)]
@@ -199,16 +201,11 @@ impl Unread {
     /// one per edge and downstream datacenter the topic has rows or progress in (a
     /// mapped edge: its mapping's): a window the read did not reach is not judged,
     /// which must show.
-    #[allow(clippy::too_many_arguments)]
     pub fn add_unjudged(
         &self,
         topo: &Topology,
-        topic: &str,
+        inputs: &TopicInputs,
         windows: &[i64],
-        rows: &[WindowRow],
-        progress: &[ProgressRow],
-        staged: &Staged,
-        now: i64,
         verdicts: &mut Vec<EdgeWindow>,
     ) {
         let judged: BTreeSet<i64> = verdicts.iter().map(|v| v.window_start).collect();
@@ -220,8 +217,8 @@ impl Unread {
         if missing.is_empty() {
             return;
         }
-        let mut seen: BTreeSet<&str> = rows.iter().map(|r| r.datacenter.as_str()).collect();
-        seen.extend(progress.iter().map(|p| p.datacenter.as_str()));
+        let mut seen: BTreeSet<&str> = inputs.rows.iter().map(|r| r.datacenter.as_str()).collect();
+        seen.extend(inputs.progress.iter().map(|p| p.datacenter.as_str()));
         for edge in &topo.edges {
             let dcs: BTreeSet<&str> = if edge.is_one_to_one() {
                 seen.clone()
@@ -229,9 +226,7 @@ impl Unread {
                 edge.datacenters.values().map(String::as_str).collect()
             };
             for dc in dcs {
-                verdicts.extend(topo.evaluate_edge_datacenter(
-                    topic, edge, dc, &missing, rows, progress, staged, now,
-                ));
+                verdicts.extend(topo.evaluate_edge_datacenter(inputs, edge, dc, &missing));
             }
         }
     }

@@ -343,9 +343,14 @@ pub async fn completeness(
         .windows_between(first, to)
         .map(|w| w.start_ms)
         .collect::<Vec<_>>();
-    let mut judged = topo.evaluate_edge_datacenter(
-        &topic, edge, datacenter, &starts, &rows, &progress, &staged, now,
-    );
+    let inputs = crate::engine::TopicInputs {
+        topic: &topic,
+        rows: &rows,
+        progress: &progress,
+        staged: &staged,
+        now,
+    };
+    let mut judged = topo.evaluate_edge_datacenter(&inputs, edge, datacenter, &starts);
     // A capped read answers pending for what it could not see, never complete.
     unread.hold(&topo, &mut judged);
     crate::eval::hold_proven_losses(

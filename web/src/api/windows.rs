@@ -197,20 +197,17 @@ pub async fn compare(
         .windows_between(first, to)
         .map(|w| w.start_ms)
         .collect::<Vec<_>>();
-    let mut edges =
-        topo.evaluate_topic_staged(&topic, &windows, &rows, &progress.rows, &staged, now);
+    let inputs = engine::TopicInputs {
+        topic: &topic,
+        rows: &rows,
+        progress: &progress.rows,
+        staged: &staged,
+        now,
+    };
+    let mut edges = topo.evaluate_windows(&inputs, &windows);
     if !unread.is_empty() {
         let not_read = unread.windows_not_read(&topo, to);
-        unread.add_unjudged(
-            &topo,
-            &topic,
-            &not_read,
-            &rows,
-            &progress.rows,
-            &staged,
-            now,
-            &mut edges,
-        );
+        unread.add_unjudged(&topo, &inputs, &not_read, &mut edges);
         unread.hold(&topo, &mut edges);
         edges.sort_by_key(|e| e.window_start);
     }

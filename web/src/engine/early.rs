@@ -149,18 +149,14 @@ impl Part<'_> {
 impl Topology {
     /// Rule 0 for `edge` in downstream datacenter `dc` on the window of `rows`.
     /// `None`: the edge has no replicator, or the upstream counted nothing.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn early(
         &self,
+        w: &WindowInputs,
         edge: &Edge,
         dc: &str,
         up_dcs: &[String],
-        rows: &[&WindowRow],
-        auditors: &BTreeMap<(&str, &str), Auditor>,
-        staged: &Staged,
-        window_start: i64,
-        now: i64,
     ) -> Option<Early> {
+        let (rows, auditors, now) = (w.rows, w.auditors, w.now);
         let replicator = edge.replicator.as_ref()?;
         // The highest offset counted per (upstream datacenter, partition).
         let mut counted: BTreeMap<(&str, i32), i64> = BTreeMap::new();
@@ -182,7 +178,8 @@ impl Topology {
         if counted.is_empty() {
             return None;
         }
-        if let Some((tier, sdc)) = super::judge::staged_end(edge, dc, up_dcs, staged, window_start)
+        if let Some((tier, sdc)) =
+            super::judge::staged_end(edge, dc, up_dcs, w.staged, w.window_start)
         {
             return Some(Early::Unknown(format!(
                 "increments of {tier}/{sdc} for this window are stored but not yet added up"

@@ -32,16 +32,27 @@ impl Topology {
         staged: &Staged,
         now: i64,
     ) -> Vec<EdgeWindow> {
-        let by_window = rows_by_window(topic, rows);
-        let auditors = auditors(progress, now, self.forget_after_ms);
-        let policy = self.policy_for(topic);
+        let inputs = TopicInputs {
+            topic,
+            rows,
+            progress,
+            staged,
+            now,
+        };
+        self.evaluate_windows(&inputs, windows)
+    }
+
+    /// Evaluates every edge of the topic of `inputs` for each window start in
+    /// `windows` (rows of other windows are ignored).
+    pub fn evaluate_windows(&self, inputs: &TopicInputs, windows: &[i64]) -> Vec<EdgeWindow> {
+        let topic = self.prepare(inputs);
         let mut out = Vec::new();
         for &w in windows {
-            let rows = by_window.get(&w).map(Vec::as_slice).unwrap_or(&[]);
+            let w = topic.window(w);
             for edge in &self.edges {
-                self.evaluate_edge(
-                    topic, edge, w, rows, &auditors, staged, &policy, now, &mut out,
-                );
+                for dc in self.downstream_datacenters(edge, w.rows, w.auditors) {
+                    out.push(self.evaluate_edge_at(&w, edge, dc));
+                }
             }
         }
         out
@@ -71,84 +82,34 @@ impl Topology {
             .collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn evaluate_edge<'a>(
-        &self,
-        topic: &str,
-        edge: &'a Edge,
-        window_start: i64,
-        rows: &[&'a WindowRow],
-        auditors: &BTreeMap<(&'a str, &'a str), Auditor<'a>>,
-        staged: &Staged,
-        policy: &Policy,
-        now: i64,
-        out: &mut Vec<EdgeWindow>,
-    ) {
-        for dc in self.downstream_datacenters(edge, rows, auditors) {
-            out.push(self.evaluate_edge_at(
-                topic,
-                edge,
-                dc,
-                window_start,
-                rows,
-                auditors,
-                staged,
-                policy,
-                now,
-            ));
-        }
-    }
-
-    /// Evaluates `edge` on one window for every downstream datacenter named in
-    /// `datacenters`, whether or not it has data or progress there: the completeness
+    /// Evaluates `edge` on each window of `windows` for downstream datacenter
+    /// `datacenter`, whether or not it has data or progress there: the completeness
     /// gate asks about a datacenter by name, and "nothing arrived" is an answer too.
-    #[allow(clippy::too_many_arguments)]
     pub fn evaluate_edge_datacenter(
         &self,
-        topic: &str,
+        inputs: &TopicInputs,
         edge: &Edge,
         datacenter: &str,
         windows: &[i64],
-        rows: &[WindowRow],
-        progress: &[ProgressRow],
-        staged: &Staged,
-        now: i64,
     ) -> Vec<EdgeWindow> {
-        let by_window = rows_by_window(topic, rows);
-        let auditors = auditors(progress, now, self.forget_after_ms);
-        let policy = self.policy_for(topic);
+        let topic = self.prepare(inputs);
         windows
             .iter()
-            .map(|&w| {
-                let rows = by_window.get(&w).map(Vec::as_slice).unwrap_or(&[]);
-                self.evaluate_edge_at(
-                    topic,
-                    edge,
-                    datacenter.to_string(),
-                    w,
-                    rows,
-                    &auditors,
-                    staged,
-                    &policy,
-                    now,
-                )
-            })
+            .map(|&w| self.evaluate_edge_at(&topic.window(w), edge, datacenter.to_string()))
             .collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn evaluate_edge_at<'a>(
-        &self,
-        topic: &str,
-        edge: &'a Edge,
-        dc: String,
-        window_start: i64,
-        rows: &[&'a WindowRow],
-        auditors: &BTreeMap<(&'a str, &'a str), Auditor<'a>>,
-        staged: &Staged,
-        policy: &Policy,
-        now: i64,
-    ) -> EdgeWindow {
+    /// Every rule, for `edge` in downstream datacenter `dc` on the window of `w`.
+    fn evaluate_edge_at(&self, w: &WindowInputs, edge: &Edge, dc: String) -> EdgeWindow {
+        let WindowInputs {
+            topic,
+            window_start,
+            rows,
+            staged,
+            policy,
+            now,
+            ..
+        } = *w;
         let window_end = window_start.saturating_add(self.window.as_millis());
         let settle_at = window_end.saturating_add(policy.grace_ms);
         let up_dcs = edge.upstream_datacenters(&dc);
@@ -174,12 +135,10 @@ impl Topology {
         // downstream is asked to show in every lifecycle.
         let mut evidence = Evidence::WindowEnd;
         let unproven = self.evidence_blocks(
+            w,
             edge,
             &dc,
             &UpstreamEvidence::of(edge, &up_dcs, rows),
-            auditors,
-            policy,
-            now,
             &mut evidence,
         );
         let (lifecycle, verdict, reason) = if now < window_end {
@@ -190,9 +149,7 @@ impl Topology {
                 Verdict::Pending,
                 "within the grace period".into(),
             )
-        } else if let Some((v, why)) =
-            self.auditors_block(edge, &dc, &up_dcs, rows, auditors, settle_at, now)
-        {
+        } else if let Some((v, why)) = self.auditors_block(w, edge, &dc, &up_dcs, settle_at) {
             (Lifecycle::Settling, v, why)
         } else if let Some((v, why)) = unproven {
             (Lifecycle::Settling, v, why)
@@ -218,16 +175,7 @@ impl Topology {
         // Rule 0: before the window is final, the replicator's evidence.
         let (so_far, verdict, reason) = match lifecycle {
             Lifecycle::Final => (None, verdict, reason),
-            _ => match self.early(
-                edge,
-                &dc,
-                &up_dcs,
-                rows,
-                auditors,
-                staged,
-                window_start,
-                now,
-            ) {
+            _ => match self.early(w, edge, &dc, &up_dcs) {
                 Some(e) => e.judge(edge, up.count, down.count, policy, (verdict, reason)),
                 None => (None, verdict, reason),
             },
@@ -259,17 +207,15 @@ impl Topology {
     }
 
     /// `Some` when an auditor of this edge has not read past `settle_at`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn auditors_block(
+    fn auditors_block(
         &self,
+        w: &WindowInputs,
         edge: &Edge,
         dc: &str,
         up_dcs: &[String],
-        rows: &[&WindowRow],
-        auditors: &BTreeMap<(&str, &str), Auditor>,
         settle_at: i64,
-        now: i64,
     ) -> Option<(Verdict, String)> {
+        let (rows, auditors, now) = (w.rows, w.auditors, w.now);
         let involved = std::iter::once((edge.downstream.as_str(), dc, false)).chain(
             up_dcs
                 .iter()
@@ -329,17 +275,15 @@ impl Topology {
     /// Rule 4 (docs/web.md, Verdicts): `Some` while the downstream auditor of `edge`
     /// in `dc` has not shown that it read what the upstream counted in the window
     /// (`wanted`). `evidence` is set to what it was asked to show.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn evidence_blocks(
+    fn evidence_blocks(
         &self,
+        w: &WindowInputs,
         edge: &Edge,
         dc: &str,
         wanted: &UpstreamEvidence,
-        auditors: &BTreeMap<(&str, &str), Auditor>,
-        policy: &Policy,
-        now: i64,
         evidence: &mut Evidence,
     ) -> Option<(Verdict, String)> {
+        let (auditors, policy, now) = (w.auditors, w.policy, w.now);
         let tier = edge.downstream.as_str();
         // A tier without progress (it reads nothing, e.g. a producer) cannot show it.
         if wanted.is_empty() || !self.tier(tier).is_some_and(|t| t.progress) {

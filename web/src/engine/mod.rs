@@ -231,6 +231,74 @@ fn auditors<'a>(
     map
 }
 
+/// What the engine judges one topic from: its window rows, its auditors' progress
+/// and the increments the store holds but has not added up yet (rule 5), at `now`.
+/// Rows of other topics are ignored.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicInputs<'a> {
+    pub topic: &'a str,
+    pub rows: &'a [WindowRow],
+    pub progress: &'a [ProgressRow],
+    pub staged: &'a Staged,
+    pub now: i64,
+}
+
+/// [`TopicInputs`] as the rules read them: rows by window, auditors by tier and
+/// datacenter, the topic's policy.
+struct Prepared<'a> {
+    topic: &'a str,
+    by_window: BTreeMap<i64, Vec<&'a WindowRow>>,
+    auditors: BTreeMap<(&'a str, &'a str), Auditor<'a>>,
+    staged: &'a Staged,
+    policy: Policy,
+    now: i64,
+}
+
+impl Prepared<'_> {
+    /// The inputs of the window starting at `window_start`.
+    fn window(&self, window_start: i64) -> WindowInputs<'_> {
+        WindowInputs {
+            topic: self.topic,
+            window_start,
+            rows: self
+                .by_window
+                .get(&window_start)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+            auditors: &self.auditors,
+            staged: self.staged,
+            policy: &self.policy,
+            now: self.now,
+        }
+    }
+}
+
+/// One window of one topic, as every rule reads it: the window's rows, the topic's
+/// auditors, staged increments and policy, at `now`.
+#[derive(Clone, Copy)]
+struct WindowInputs<'a> {
+    topic: &'a str,
+    window_start: i64,
+    rows: &'a [&'a WindowRow],
+    auditors: &'a BTreeMap<(&'a str, &'a str), Auditor<'a>>,
+    staged: &'a Staged,
+    policy: &'a Policy,
+    now: i64,
+}
+
+impl Topology {
+    fn prepare<'a>(&self, inputs: &TopicInputs<'a>) -> Prepared<'a> {
+        Prepared {
+            topic: inputs.topic,
+            by_window: rows_by_window(inputs.topic, inputs.rows),
+            auditors: auditors(inputs.progress, inputs.now, self.forget_after_ms),
+            staged: inputs.staged,
+            policy: self.policy_for(inputs.topic),
+            now: inputs.now,
+        }
+    }
+}
+
 /// Status of every auditor that reported progress for a topic.
 pub fn auditor_status(
     topology: &Topology,

@@ -862,16 +862,14 @@ fn one_named_datacenter_is_judged_like_evaluate_topic_and_even_without_data() {
         .iter()
         .find(|e| e.downstream == "aggregate")
         .unwrap();
-    let one = t.evaluate_edge_datacenter(
-        "orders",
-        edge,
-        "agg",
-        &[W],
-        &rows,
-        &progress,
-        &Staged::new(),
+    let inputs = TopicInputs {
+        topic: "orders",
+        rows: &rows,
+        progress: &progress,
+        staged: &Staged::new(),
         now,
-    );
+    };
+    let one = t.evaluate_edge_datacenter(&inputs, edge, "agg", &[W]);
     assert_eq!(one, vec![find(&all, "regional", "agg").clone()]);
     assert_eq!((one[0].expected, one[0].observed), (100, 100));
 
@@ -879,16 +877,14 @@ fn one_named_datacenter_is_judged_like_evaluate_topic_and_even_without_data() {
     // datacenter still gets an answer (its auditor has not reported: pending).
     let edge = t.edges.iter().find(|e| e.downstream == "regional").unwrap();
     assert!(all.iter().all(|e| e.datacenter != "dc3"));
-    let one = t.evaluate_edge_datacenter(
-        "orders",
-        edge,
-        "dc3",
-        &[W],
-        &rows,
-        &progress,
-        &Staged::new(),
+    let inputs = TopicInputs {
+        topic: "orders",
+        rows: &rows,
+        progress: &progress,
+        staged: &Staged::new(),
         now,
-    );
+    };
+    let one = t.evaluate_edge_datacenter(&inputs, edge, "dc3", &[W]);
     assert_eq!(one.len(), 1);
     assert_eq!(
         (

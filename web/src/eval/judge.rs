@@ -244,9 +244,16 @@ impl Evaluator {
         let rows = crate::reads::of_window(rows, topo);
         let no_staged = engine::Staged::new();
         let staged = staged.get(topic).unwrap_or(&no_staged);
-        let mut verdicts = topo.evaluate_topic_staged(topic, &windows, &rows, p, staged, now);
+        let inputs = engine::TopicInputs {
+            topic,
+            rows: &rows,
+            progress: p,
+            staged,
+            now,
+        };
+        let mut verdicts = topo.evaluate_windows(&inputs, &windows);
         if !unread.is_empty() {
-            unread.add_unjudged(topo, topic, &not_read, &rows, p, staged, now, &mut verdicts);
+            unread.add_unjudged(topo, &inputs, &not_read, &mut verdicts);
             unread.hold(topo, &mut verdicts);
         }
         stats.windows += windows.len();
