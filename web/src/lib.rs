@@ -8,6 +8,7 @@ pub mod dashboard;
 pub mod engine;
 pub mod error;
 pub mod eval;
+pub mod judging;
 pub mod metrics;
 pub mod openapi;
 pub mod reads;

@@ -17,12 +17,13 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use store::{TimeRange, VerdictReads};
+use store::TimeRange;
 
 use super::params::{resolve_range, TimeParam};
-use crate::engine::{Edge, EdgeWindow, Lifecycle, SoFar, Staged, Topology, Verdict};
+use crate::engine::{Edge, EdgeWindow, Lifecycle, SoFar, Topology, Verdict};
 use crate::error::{ApiResult, AppError};
-use crate::reads::{self, Unread};
+use crate::judging::{self, Scope, TopicRead};
+use crate::reads;
 use crate::state::AppState;
 use common::now_ms;
 
@@ -205,7 +206,7 @@ fn required<'q>(value: &'q Option<String>, message: &str) -> ApiResult<&'q str> 
 fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
     let ratio = ratio(e.observed, e.expected);
     // A loss proven while the window was open is not undone by records that came
-    // since (see `eval::hold_proven_loss`): such a window is never complete.
+    // since (see `judging::hold_proven_loss`): such a window is never complete.
     let enough = ratio.is_none_or(|r| r >= threshold) && e.so_far != Some(SoFar::Loss);
     let status = match (e.lifecycle, enough) {
         (Lifecycle::Final, true) => GateStatus::Complete,
@@ -294,43 +295,28 @@ pub async fn completeness(
     let threshold = threshold(&state, q.threshold.as_deref())?;
     let (from, to) = resolve_range(&state, q.from.as_deref(), q.to.as_deref())?;
     let first = topo.window.window_of(from).start_ms;
-    // Progress, then staged increments, then window rows: increments that came with
-    // the progress read first are then either still staged (seen by the second read)
-    // or already added up (seen by the third).
     let now = now_ms();
-    let progress = reads::progress(&state.store, Some(&topic), &topo, now).await?;
-    let (progress, progress_capped) = (progress.rows, progress.capped);
+    let read = TopicRead::read(&state.store, &topo, &topic, TimeRange::new(first, to), now).await?;
     let up_dcs = edge.upstream_datacenters(datacenter);
     let involved = |tier: &str, dc: &str| {
         (tier == edge.downstream && dc == datacenter)
             || (tier == edge.upstream && up_dcs.iter().any(|u| u == dc))
     };
-    // The engine keeps a window with staged increments of an involved tier and
-    // datacenter pending (the roll-up is behind): its counts are not the answer yet.
-    let staged: Staged = state
-        .store
-        .staged_windows(Some(&topic), first)
-        .await?
-        .into_iter()
-        .filter(|(_, tier, dc, w)| *w < to && involved(tier, dc))
-        .map(|(_, tier, dc, w)| (tier, dc, w))
-        .collect();
-    let rows = state
-        .store
-        .topic_windows(&topic, TimeRange::new(first, to))
-        .await?;
-    let unread = Unread::of(&rows, reads::rows_cut(&rows), progress_capped);
-    let rows: Vec<_> = reads::of_window(&rows, &topo)
-        .iter()
-        .filter(|r| r.tier == edge.upstream || r.tier == edge.downstream)
-        .cloned()
-        .collect();
     // A misspelt topic or datacenter would otherwise wait forever (an auditor that
     // never reported is `stalled`, never final) or, between tiers that report no
     // progress, pass as complete without data: say so instead.
-    if !rows.iter().any(|r| involved(&r.tier, &r.datacenter))
-        && !progress.iter().any(|p| involved(&p.tier, &p.datacenter))
-        && staged.is_empty()
+    if !reads::of_window(&read.rows, &topo)
+        .iter()
+        .any(|r| involved(&r.tier, &r.datacenter))
+        && !read
+            .progress
+            .rows
+            .iter()
+            .any(|p| involved(&p.tier, &p.datacenter))
+        && !read
+            .staged
+            .iter()
+            .any(|(tier, dc, w)| *w < to && involved(tier, dc))
     {
         return Err(AppError::not_found(format!(
             "nothing is known of topic {topic:?} at {tier}/{datacenter} or {}/{}: no counts in the range and no auditor progress (check the topic and the datacenter)",
@@ -343,20 +329,17 @@ pub async fn completeness(
         .windows_between(first, to)
         .map(|w| w.start_ms)
         .collect::<Vec<_>>();
-    let inputs = crate::engine::TopicInputs {
-        topic: &topic,
-        rows: &rows,
-        progress: &progress,
-        staged: &staged,
-        now,
-    };
-    let mut judged = topo.evaluate_edge_datacenter(&inputs, edge, datacenter, &starts);
-    // A capped read answers pending for what it could not see, never complete.
-    unread.hold(&topo, &mut judged);
-    crate::eval::hold_proven_losses(
-        &state.index.read().expect("verdict index lock"),
-        &mut judged,
-    );
+    // Staged increments of an involved tier and datacenter keep a window pending (the
+    // roll-up is behind), a capped read answers pending for what it could not see,
+    // never complete, and a proven loss stays a loss.
+    let judged = judging::judge(
+        &topo,
+        &read.inputs(now),
+        starts,
+        Scope::Edge { edge, datacenter },
+        &state.index.read().expect("verdict index lock").proven,
+    )
+    .verdicts;
     let windows: Vec<WindowCompleteness> = judged.into_iter().map(|e| gate(e, threshold)).collect();
     let count = |s: GateStatus| windows.iter().filter(|w| w.status == s).count();
     let (complete, pending, incomplete) = (

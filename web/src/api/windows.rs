@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::params::{resolve_range, RangeQuery, TimeParam};
 use crate::engine::{self, EdgeWindow, Percentiles};
 use crate::error::ApiResult;
-use crate::reads::{self, Unread};
+use crate::judging::{self, Scope, TopicRead};
 use crate::state::AppState;
 use common::now_ms;
 
@@ -177,57 +177,37 @@ pub async fn compare(
     let topo = state.topology()?;
     let first = topo.window.window_of(from).start_ms;
     let now = now_ms();
-    // Progress, then staged increments, then window rows (see `AuditStore::staged_windows`).
-    let progress = reads::progress(&state.store, Some(&topic), &topo, now).await?;
-    let staged: crate::engine::Staged = state
-        .store
-        .staged_windows(Some(&topic), first)
-        .await?
-        .into_iter()
-        .map(|(_, tier, dc, w)| (tier, dc, w))
-        .collect();
-    let rows: Vec<_> = state
-        .store
-        .topic_windows(&topic, TimeRange::new(first, to))
-        .await?;
-    let unread = Unread::of(&rows, reads::rows_cut(&rows), progress.capped);
-    let rows = reads::of_window(&rows, &topo);
+    let read = TopicRead::read(&state.store, &topo, &topic, TimeRange::new(first, to), now).await?;
     let windows = topo
         .window
         .windows_between(first, to)
         .map(|w| w.start_ms)
         .collect::<Vec<_>>();
-    let inputs = engine::TopicInputs {
-        topic: &topic,
-        rows: &rows,
-        progress: &progress.rows,
-        staged: &staged,
-        now,
-    };
-    let mut edges = topo.evaluate_windows(&inputs, &windows);
-    if !unread.is_empty() {
-        let not_read = unread.windows_not_read(&topo, to);
-        unread.add_unjudged(&topo, &inputs, &not_read, &mut edges);
-        unread.hold(&topo, &mut edges);
-        edges.sort_by_key(|e| e.window_start);
-    }
-    let mut proofs: Vec<ProofView> = {
-        let index = state.index.read().expect("verdict index lock");
-        crate::eval::hold_proven_losses(&index, &mut edges);
-        index
-            .proven
-            .iter()
-            .filter(|(k, _)| k.topic == topic && k.window_start >= first && k.window_start < to)
-            .map(|(k, p)| ProofView {
-                window_start: k.window_start,
-                upstream: k.upstream.clone(),
-                downstream: k.downstream.clone(),
-                datacenter: k.datacenter.clone(),
-                proven_at: p.proven_at,
-                proof: p.reason.clone(),
-            })
-            .collect()
-    };
+    let index = state.index.read().expect("verdict index lock");
+    let mut edges = judging::judge(
+        &topo,
+        &read.inputs(now),
+        windows,
+        Scope::Edges,
+        &index.proven,
+    )
+    .verdicts;
+    let mut proofs: Vec<ProofView> = index
+        .proven
+        .iter()
+        .filter(|(k, _)| k.topic == topic && k.window_start >= first && k.window_start < to)
+        .map(|(k, p)| ProofView {
+            window_start: k.window_start,
+            upstream: k.upstream.clone(),
+            downstream: k.downstream.clone(),
+            datacenter: k.datacenter.clone(),
+            proven_at: p.proven_at,
+            proof: p.reason.clone(),
+        })
+        .collect();
+    drop(index);
+    // By window (windows the read did not reach come last from the engine).
+    edges.sort_by_key(|e| e.window_start);
     proofs.sort_by(|a, b| {
         (a.window_start, &a.upstream, &a.downstream, &a.datacenter).cmp(&(
             b.window_start,

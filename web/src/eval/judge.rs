@@ -8,9 +8,10 @@ use std::sync::Arc;
 use store::{StoreError, TimeRange, VerdictReads};
 
 use crate::engine::{self, EdgeWindow, ProgressRow, Topology, Verdict, WindowRow};
+use crate::judging;
 use crate::metrics::{KindLabels, ReasonLabels};
 
-use super::index::{key_of, note_window_mismatches, IndexPlan, VerdictKey, WindowMismatch};
+use super::index::{key_of, note_window_mismatches, IndexPlan, WindowMismatch};
 use super::{CycleStats, Evaluator, KEY_LIMIT, LATE_MARGIN_MS, PAGE_ROWS};
 
 impl Evaluator {
@@ -196,7 +197,7 @@ impl Evaluator {
         let (cut, range_end) = read;
         note_window_mismatches(mismatches, topic, rows, topo.window.as_millis());
         let aligned = |w: &i64| topo.window.window_of(*w).start_ms == *w;
-        let mut windows: Vec<i64> = match windows {
+        let windows: Vec<i64> = match windows {
             Some(mut ws) => {
                 ws.retain(aligned);
                 ws
@@ -232,33 +233,19 @@ impl Evaluator {
             _ => (&[], false),
         };
         self.count_refused_evidence(topo, p, now);
-        let unread = crate::reads::Unread::of(rows, cut, progress_capped);
-        let not_read = unread.windows_not_read(topo, range_end);
-        if !not_read.is_empty() && windows.is_empty() {
-            windows = not_read.clone();
-        } else if !not_read.is_empty() {
-            windows.extend(&not_read);
-            windows.sort_unstable();
-            windows.dedup();
-        }
-        let rows = crate::reads::of_window(rows, topo);
         let no_staged = engine::Staged::new();
-        let staged = staged.get(topic).unwrap_or(&no_staged);
-        let inputs = engine::TopicInputs {
+        let inputs = judging::Inputs {
             topic,
-            rows: &rows,
+            rows,
+            cut,
+            range_end,
             progress: p,
-            staged,
+            progress_capped,
+            staged: staged.get(topic).unwrap_or(&no_staged),
             now,
         };
-        let mut verdicts = topo.evaluate_windows(&inputs, &windows);
-        if !unread.is_empty() {
-            unread.add_unjudged(topo, &inputs, &not_read, &mut verdicts);
-            unread.hold(topo, &mut verdicts);
-        }
-        stats.windows += windows.len();
+        stats.windows += self.apply(topo, &inputs, windows, plan);
         stats.topics += 1;
-        self.apply(topic, &windows, verdicts, plan);
         Ok(())
     }
 
@@ -290,41 +277,44 @@ impl Evaluator {
         }
     }
 
-    /// Plans the verdicts of one topic's windows into `plan`.
-    pub(super) fn apply(
+    /// Judges the windows of `windows` of one topic (see [`judging::judge`]) and plans
+    /// their verdicts into `plan`, with the losses they prove first.
+    fn apply(
         &mut self,
-        topic: &str,
-        windows: &[i64],
-        verdicts: Vec<EdgeWindow>,
+        topo: &Topology,
+        inputs: &judging::Inputs,
+        windows: Vec<i64>,
         plan: &mut IndexPlan,
-    ) {
+    ) -> usize {
+        // Only this evaluator writes the index: it holds the previous verdicts.
+        let lock = Arc::clone(&self.index);
+        let index = lock.read().expect("verdict index lock");
+        let judged = judging::judge(topo, inputs, windows, judging::Scope::Edges, &index.proven);
         let newest = self
             .newest_window
-            .entry(topic.to_string())
+            .entry(inputs.topic.to_string())
             .or_insert(i64::MIN);
-        *newest = (*newest).max(windows.iter().copied().max().unwrap_or(i64::MIN));
+        *newest = (*newest).max(judged.windows.iter().copied().max().unwrap_or(i64::MIN));
         let mut by_window: BTreeMap<i64, Vec<EdgeWindow>> =
-            windows.iter().map(|w| (*w, Vec::new())).collect();
-        for v in &verdicts {
+            judged.windows.iter().map(|w| (*w, Vec::new())).collect();
+        for v in &judged.verdicts {
             if v.lifecycle == engine::Lifecycle::Final {
                 self.update_completeness(v);
             }
         }
-        // Only this evaluator writes the index: it holds the previous verdicts.
-        let index = self.index.read().expect("verdict index lock");
         // A full index keeps no more proofs (nor records them: forged evidence would
         // write them again at every cycle); what this cycle planned already takes its
         // room too, so one cycle records no more than the index can hold.
-        for mut v in verdicts {
-            if let Some(proof) = hold_proven_loss(&index.proven, &mut v) {
-                if index.max_entries == 0
-                    || index.proven.len().saturating_add(plan.proven.len()) < index.max_entries
-                {
-                    plan.proven.push(proof);
-                } else {
-                    self.metrics.proofs_refused.inc();
-                }
+        for proof in judged.proofs {
+            if index.max_entries == 0
+                || index.proven.len().saturating_add(plan.proven.len()) < index.max_entries
+            {
+                plan.proven.push(proof);
+            } else {
+                self.metrics.proofs_refused.inc();
             }
+        }
+        for v in judged.verdicts {
             if v.verdict.is_anomaly() {
                 let known = index
                     .entries
@@ -346,46 +336,7 @@ impl Evaluator {
             }
         }
         drop(index);
-        plan.windows.push((topic.to_string(), by_window));
-    }
-}
-
-/// A loss proven while the window was open stays its verdict: `proven` holds the first
-/// proof of each window (the index's, [`super::VerdictIndex::proven`]), and a later
-/// verdict that is not a proven loss (the replicator fell behind on newer records: in
-/// flight; or the final verdict after more records arrived) is answered `loss`, its
-/// reason the proof's followed by what the counts say now. Records that arrive after a
-/// proof cannot undo it: they are copies made again, or the proof's evidence was wrong
-/// (docs/web.md, "Replication evidence"). Returns the proof `v` makes, when it is a
-/// window's first.
-pub fn hold_proven_loss<P: std::fmt::Display>(
-    proven: &HashMap<VerdictKey, P>,
-    v: &mut EdgeWindow,
-) -> Option<(VerdictKey, String)> {
-    let proof_now = v.so_far == Some(engine::SoFar::Loss);
-    // Every verdict of every cycle comes here: no key is built when nothing can match.
-    if !proof_now && proven.is_empty() {
-        return None;
-    }
-    let key = key_of(v);
-    if proof_now {
-        return (!proven.contains_key(&key)).then(|| (key, v.reason.clone()));
-    }
-    let proof = proven.get(&key)?;
-    v.reason = format!(
-        "a loss was proven while the window was open ({proof}); now {}: {}",
-        v.verdict.as_str(),
-        v.reason
-    );
-    v.verdict = Verdict::Loss;
-    v.so_far = Some(engine::SoFar::Loss);
-    None
-}
-
-/// [`hold_proven_loss`] for verdicts judged outside the evaluator (the API's `compare`
-/// and `completeness`), with the proofs the index holds: they say what the index says.
-pub fn hold_proven_losses(index: &super::VerdictIndex, verdicts: &mut [EdgeWindow]) {
-    for v in verdicts {
-        hold_proven_loss(&index.proven, v);
+        plan.windows.push((inputs.topic.to_string(), by_window));
+        judged.windows.len()
     }
 }

@@ -33,13 +33,13 @@ use crate::engine::{self, ProgressRow, Topology};
 use crate::metrics::{AuditorLabels, EdgeLabels, Metrics, TierLabels};
 
 mod gauges;
-mod index;
+pub(crate) mod index;
 mod judge;
 mod proofs;
 
+pub use crate::judging::hold_proven_loss;
 use index::IndexPlan;
 pub use index::{key_of, Loading, Proof, VerdictIndex, VerdictKey, WindowMismatch};
-pub use judge::{hold_proven_loss, hold_proven_losses};
 
 /// Upper bound of the keys of windows with late increments read per cycle, as every
 /// other read (keys are up to 250 bytes: 500 000 of them were ~150 MB of serve).
