@@ -24,6 +24,16 @@ use std::borrow::Cow;
 
 use serde::de::IgnoredAny;
 
+mod compact;
+mod swar;
+
+use compact::compact_int;
+pub use compact::CompactPrefix;
+use swar::{
+    align_digits, block_masks, escaped_mask, has_byte, leading_digits, load8, parse_8_digits,
+    prefix_xor, POW10,
+};
+
 /// A value found by the scanner, borrowed from the document.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RawValue<'a> {
@@ -339,130 +349,6 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Bit masks (bit k = byte k) of `"`, `\\`, `open` and `close` in a 64-byte block.
-#[inline(always)]
-fn block_masks(block: &[u8], open: u8, close: u8) -> (u64, u64, u64, u64) {
-    use wide::u8x16;
-    let (q, bs, o, c) = (
-        u8x16::splat(b'"'),
-        u8x16::splat(b'\\'),
-        u8x16::splat(open),
-        u8x16::splat(close),
-    );
-    let (mut mq, mut mb, mut mo, mut mc) = (0u64, 0u64, 0u64, 0u64);
-    for k in 0..4 {
-        let mut lane = [0u8; 16];
-        lane.copy_from_slice(&block[k * 16..k * 16 + 16]);
-        let v = u8x16::new(lane);
-        let shift = 16 * k;
-        mq |= (v.simd_eq(q).to_bitmask() as u64 & 0xFFFF) << shift;
-        mb |= (v.simd_eq(bs).to_bitmask() as u64 & 0xFFFF) << shift;
-        mo |= (v.simd_eq(o).to_bitmask() as u64 & 0xFFFF) << shift;
-        mc |= (v.simd_eq(c).to_bitmask() as u64 & 0xFFFF) << shift;
-    }
-    (mq, mb, mo, mc)
-}
-
-/// Positions escaped by a backslash. `carry` (bit 0) says the block's first byte is
-/// escaped by the previous block's last backslash, and receives the same for the
-/// next block. Backslashes are rare, so walking them one by one is cheap and obviously
-/// right (an escaped backslash escapes nothing).
-#[inline]
-fn escaped_mask(backslashes: u64, carry: &mut u64) -> u64 {
-    let mut escaped = *carry;
-    *carry = 0;
-    let mut bits = backslashes;
-    while bits != 0 {
-        let i = bits.trailing_zeros();
-        bits &= bits - 1;
-        if (escaped >> i) & 1 == 1 {
-            continue;
-        }
-        if i == 63 {
-            *carry = 1;
-        } else {
-            escaped |= 1 << (i + 1);
-        }
-    }
-    escaped
-}
-
-/// Bit k set when an odd number of bits at positions <= k are set: from an opening
-/// quote up to (not including) its closing quote.
-#[inline(always)]
-fn prefix_xor(mut x: u64) -> u64 {
-    x ^= x << 1;
-    x ^= x << 2;
-    x ^= x << 4;
-    x ^= x << 8;
-    x ^= x << 16;
-    x ^= x << 32;
-    x
-}
-
-/// Eight bytes at `i` as a little-endian u64 (caller checks `i + 8 <= b.len()`).
-#[inline(always)]
-fn load8(b: &[u8], i: usize) -> u64 {
-    let mut bytes = [0u8; 8];
-    bytes.copy_from_slice(&b[i..i + 8]);
-    u64::from_le_bytes(bytes)
-}
-
-/// Non-zero when some byte of `x` equals `c`; the lowest set 0x80 bit marks the first
-/// such byte exactly (bits above it may be false positives from the borrow).
-#[inline(always)]
-fn has_byte(x: u64, c: u8) -> u64 {
-    let y = x ^ (0x0101_0101_0101_0101u64 * c as u64);
-    y.wrapping_sub(0x0101_0101_0101_0101) & !y & 0x8080_8080_8080_8080
-}
-
-const ZEROS: u64 = 0x3030_3030_3030_3030;
-const POW10: [i64; 9] = [
-    1,
-    10,
-    100,
-    1_000,
-    10_000,
-    100_000,
-    1_000_000,
-    10_000_000,
-    100_000_000,
-];
-
-/// How many of the bytes of `chunk` (loaded little-endian) are ASCII digits before
-/// the first other byte (8 when all are). A carry out of a non-digit byte can only
-/// disturb later bytes, never the position of the first non-digit.
-#[inline(always)]
-fn leading_digits(chunk: u64) -> usize {
-    let hi = chunk & 0xF0F0_F0F0_F0F0_F0F0;
-    let hi6 = chunk.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0;
-    let nondigit = (hi ^ ZEROS) | (hi6 ^ ZEROS);
-    (nondigit.trailing_zeros() / 8) as usize
-}
-
-/// True when all eight bytes of `chunk` are ASCII digits (the reference for
-/// `leading_digits` in the tests).
-#[cfg(test)]
-fn all_digits(chunk: u64) -> bool {
-    (chunk & 0xF0F0_F0F0_F0F0_F0F0) == 0x3030_3030_3030_3030
-        && (chunk.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0)
-            == 0x3030_3030_3030_3030
-}
-
-/// The value of eight ASCII digits loaded little-endian (first digit in the low byte).
-#[inline(always)]
-fn parse_8_digits(chunk: u64) -> u64 {
-    const MASK: u64 = 0x0000_00FF_0000_00FF;
-    const MUL1: u64 = 100 + (1_000_000 << 32);
-    const MUL2: u64 = 1 + (10_000 << 32);
-    let c = chunk.wrapping_sub(0x3030_3030_3030_3030);
-    let c = c.wrapping_mul(10).wrapping_add(c >> 8);
-    ((c & MASK)
-        .wrapping_mul(MUL1)
-        .wrapping_add(((c >> 16) & MASK).wrapping_mul(MUL2)))
-        >> 32
-}
-
 /// Length of the JSON number at the start of `b`, strictly per the grammar
 /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`; `None` if invalid.
 pub fn number_len(b: &[u8]) -> Option<usize> {
@@ -540,104 +426,6 @@ pub fn find_path<'a, S: AsRef<str>>(
         }
     }
     find_path_general(doc, path)
-}
-
-/// The value at `at` when it is a plain integer of at most 16 digits followed directly
-/// by `,` or `}` (a compact producer's timestamp), read with two loads and two
-/// independent SWAR conversions; `None` sends the caller to the general reader, which
-/// returns the same `RawValue::Int` for every input this accepts.
-#[inline(always)]
-fn compact_int(b: &[u8], at: usize) -> Option<i64> {
-    let neg = *b.get(at)? == b'-';
-    let s = at + usize::from(neg);
-    if s + 16 > b.len() {
-        return None;
-    }
-    let w0 = load8(b, s);
-    let k0 = leading_digits(w0);
-    // No digit, or a leading zero before more digits: not a plain integer.
-    if k0 == 0 || (k0 > 1 && w0 & 0xFF == u64::from(b'0')) {
-        return None;
-    }
-    let (v, next) = if k0 < 8 {
-        (parse_8_digits(align_digits(w0, k0)), w0 >> (8 * k0))
-    } else {
-        let w1 = load8(b, s + 8);
-        let k1 = leading_digits(w1);
-        if k1 == 8 {
-            return None; // 16 digits or more: the general reader
-        }
-        let hi = parse_8_digits(w0);
-        let lo = if k1 == 0 {
-            0
-        } else {
-            parse_8_digits(align_digits(w1, k1))
-        };
-        (hi * POW10[k1] as u64 + lo, w1 >> (8 * k1))
-    };
-    if !matches!(next as u8, b',' | b'}') {
-        return None;
-    }
-    let v = v as i64;
-    Some(if neg { -v } else { v })
-}
-
-/// The commonest layout, precompiled for one top-level field: a compact object whose
-/// first key is the field (`{"ts":` …) and whose value is a plain integer of at most 16
-/// digits followed directly by `,` or `}`. Matching the opening bytes is two masked
-/// word compares.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CompactPrefix {
-    words: [u64; 2],
-    masks: [u64; 2],
-    len: usize,
-}
-
-impl CompactPrefix {
-    /// For a top-level field name of up to 12 bytes that needs no JSON escaping.
-    pub fn new(name: &str) -> Option<CompactPrefix> {
-        if name.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
-            return None;
-        }
-        let prefix = format!("{{\"{name}\":");
-        let len = prefix.len();
-        if len > 16 {
-            return None;
-        }
-        let mut bytes = [0u8; 16];
-        bytes[..len].copy_from_slice(prefix.as_bytes());
-        let mut mask_bytes = [0u8; 16];
-        mask_bytes[..len].fill(0xFF);
-        let word = |b: &[u8; 16], i: usize| load8(b, i);
-        Some(CompactPrefix {
-            words: [word(&bytes, 0), word(&bytes, 8)],
-            masks: [word(&mask_bytes, 0), word(&mask_bytes, 8)],
-            len,
-        })
-    }
-
-    /// `Some(v)` exactly when the document has this layout; then
-    /// `find_path(doc, [name])` is `Ok(Some(RawValue::Int(v)))`. `None` says nothing:
-    /// ask `find_path`.
-    #[inline(always)]
-    pub fn int(&self, doc: &[u8]) -> Option<i64> {
-        if doc.len() < 16 {
-            return None;
-        }
-        let differ = ((load8(doc, 0) ^ self.words[0]) & self.masks[0])
-            | ((load8(doc, 8) ^ self.words[1]) & self.masks[1]);
-        if differ != 0 {
-            return None;
-        }
-        compact_int(doc, self.len)
-    }
-}
-
-/// The first `k` (1..=7) digit bytes of `chunk` moved to the top, zeros ('0') below:
-/// the eight-digit form of the same number.
-#[inline(always)]
-fn align_digits(chunk: u64, k: usize) -> u64 {
-    (chunk << (8 * (8 - k))) | (ZEROS >> (8 * k))
 }
 
 #[inline(never)]
@@ -883,107 +671,5 @@ mod tests {
         let mut b = b"{\"ts\":\"".to_vec();
         b.extend_from_slice(&[0xff, 0xfe, b'"', b'}']);
         assert!(find_path(&b, &["ts"]).is_err());
-    }
-}
-
-#[cfg(test)]
-mod swar_tests {
-    use super::*;
-
-    #[test]
-    fn eight_digit_parsing() {
-        for s in [
-            "00000000", "12345678", "99999999", "17644104", "00000001", "10000000",
-        ] {
-            let c = u64::from_le_bytes(s.as_bytes().try_into().unwrap());
-            assert!(all_digits(c));
-            assert_eq!(parse_8_digits(c), s.parse::<u64>().unwrap(), "{s}");
-        }
-        for s in ["1234567a", "/2345678", ":2345678", "1234 678", "12345.78"] {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&s.as_bytes()[..8]);
-            assert!(!all_digits(u64::from_le_bytes(b)), "{s}");
-        }
-        for byte in 0..=255u8 {
-            let c = u64::from_le_bytes([b'1', b'2', b'3', byte, b'5', b'6', b'7', b'8']);
-            assert_eq!(all_digits(c), byte.is_ascii_digit(), "byte {byte}");
-            let want = if byte.is_ascii_digit() { 8 } else { 3 };
-            assert_eq!(leading_digits(c), want, "byte {byte}");
-            let c = u64::from_le_bytes([byte, b'2', b'3', b'4', 0xff, b'6', b'7', b'8']);
-            assert_eq!(
-                leading_digits(c),
-                if byte.is_ascii_digit() { 4 } else { 0 },
-                "byte {byte}"
-            );
-        }
-    }
-
-    /// The compact-integer shortcut returns exactly what the general reader returns:
-    /// every digit count from 0 to 20, signs, leading zeros, each kind of follower, and
-    /// documents too short for its two loads.
-    #[test]
-    fn compact_int_agrees_with_the_general_reader() {
-        let followers = [
-            ",", "}", " ,", ".5,", "e3,", "E+1}", "x", "", "\"", "-", "+", "]", "1",
-        ];
-        let mut checked = 0;
-        for sign in ["", "-", "+"] {
-            for lead in ["", "0", "00"] {
-                for nd in 0..=20usize {
-                    let digits: String =
-                        (0..nd).map(|i| char::from(b'1' + (i % 9) as u8)).collect();
-                    for f in followers {
-                        for pad in ["", r#""a":1}"#, r#""pad":"xxxxxxxxxxxxxxxxxxxxxxxx"}"#] {
-                            let doc = format!(r#"{{"ts":{sign}{lead}{digits}{f}{pad}"#);
-                            let fast = find_path(doc.as_bytes(), &["ts"]);
-                            let general = find_path_general(doc.as_bytes(), &["ts"]);
-                            assert_eq!(fast, general, "{doc}");
-                            checked += 1;
-                        }
-                    }
-                }
-            }
-        }
-        assert_eq!(checked, 3 * 3 * 21 * 13 * 3);
-        // The precompiled prefix agrees with find_path wherever it answers.
-        let ts = CompactPrefix::new("ts").unwrap();
-        for doc in [
-            r#"{"ts":1764410400000,"a":1}"#,
-            r#"{"ts":1764410400000}       "#,
-            r#"{"ts":-1764410400000,"a":1}"#,
-            r#"{"ts":17644104000000000,"a":1}"#,
-            r#"{"ts": 1764410400000,"a":1}"#,
-            r#"{"tss":1764410400000,"a":1}"#,
-            r#"{"t\u0073":1764410400000,"a":1}"#,
-            r#"{"ts":1764410400000.5,"a":1}"#,
-            r#"{"ts":1764"#,
-        ] {
-            let want = match find_path(doc.as_bytes(), &["ts"]) {
-                Ok(Some(RawValue::Int(v))) => Some(v),
-                _ => None,
-            };
-            let got = ts.int(doc.as_bytes());
-            assert!(got.is_none() || got == want, "{doc}: {got:?} vs {want:?}");
-        }
-        assert_eq!(
-            ts.int(br#"{"ts":1764410400000,"a":1}"#),
-            Some(1_764_410_400_000)
-        );
-        assert_eq!(ts.int(br#"{"ts": 1764410400000,"a":1}"#), None);
-        assert!(CompactPrefix::new("timestamp").is_some());
-        assert!(CompactPrefix::new("event_timestamp").is_none());
-        assert!(CompactPrefix::new("a\"b").is_none());
-        // And the shortcut is taken where it should be.
-        assert_eq!(
-            compact_int(br#"{"ts":1764410400000,"a":1}"#, 6),
-            Some(1_764_410_400_000)
-        );
-        assert_eq!(
-            compact_int(br#"{"ts":-12345678,"abc":1}"#, 6),
-            Some(-12_345_678)
-        );
-        assert_eq!(compact_int(br#"{"ts":0,"a":1234567890}"#, 6), Some(0));
-        assert_eq!(compact_int(br#"{"ts":012,"a":123456789}"#, 6), None);
-        assert_eq!(compact_int(br#"{"ts":1234567890123456,"a":1}"#, 6), None);
     }
 }
