@@ -2,7 +2,7 @@
 # The producer tier's cost against a real broker (default: dev cluster B): a Kafka
 # producer with audit-lib embedded (Aggregator on the sending thread, increments sent
 # by a publishing thread through SpoolingSink + KafkaSink) against the same producer
-# without it, in the same run (audit-lib/examples/producer_bench.rs).
+# without it, in the same run (audit-lib/examples/producer_bench/).
 #
 # 1. compare: ROUNDS rounds, alternating which side goes first; per round each side
 #    sends MESSAGES messages of SIZE bytes as fast as the producer takes them (rate =

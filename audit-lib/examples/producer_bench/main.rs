@@ -22,11 +22,11 @@
 //!   on an unreachable cluster (a closed local port), RATE msg/s for SECONDS; prints
 //!   the process RSS every second, the spool's size and how many reports waited.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+mod kafka;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use audit_lib::sink::KafkaSink;
@@ -34,23 +34,14 @@ use audit_lib::{
     Aggregator, AuditMessage, EventTimeConfig, Identity, Limits, Observation, Sink, SinkError,
     SpoolStats, SpoolingSink,
 };
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::ClientContext;
-
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use kafka::{app_producer, create_topic, delete_topics, send, Res};
+use rdkafka::producer::Producer;
 
 /// How often the producer tier reports (drains) in this bench.
 const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// Messages between two clock reads on the sending thread (as the audit service does).
 const CLOCK_EVERY: u32 = 64;
 const PARTITIONS: i32 = 6;
-/// Latency histogram: 10 µs buckets up to 2 s.
-const BUCKET_US: u64 = 10;
-const BUCKETS: usize = 200_000;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -60,126 +51,6 @@ fn now_ms() -> i64 {
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), now_ms())
-}
-
-/// The admin client's futures, run on this thread (audit-lib has no async runtime).
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park_timeout(Duration::from_millis(50));
-    }
-}
-
-fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Res<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()?;
-    let res = block_on(admin.create_topics(
-        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
-        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(60))),
-    ))?;
-    for r in res {
-        r.map_err(|(t, e)| format!("create topic {t}: {e}"))?;
-    }
-    Ok(())
-}
-
-fn delete_topics(bootstrap: &str, topics: &[&str]) {
-    let Ok(admin) = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create::<AdminClient<DefaultClientContext>>()
-    else {
-        return;
-    };
-    let _ = block_on(admin.delete_topics(topics, &AdminOptions::new()));
-}
-
-/// Delivery reports: counts and a latency histogram (send → report).
-struct Deliveries {
-    t0: Instant,
-    ok: AtomicU64,
-    failed: AtomicU64,
-    hist: Vec<AtomicU64>,
-}
-
-impl Deliveries {
-    fn new() -> Self {
-        Deliveries {
-            t0: Instant::now(),
-            ok: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            hist: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    fn sent_at(&self) -> usize {
-        self.t0.elapsed().as_micros() as usize
-    }
-
-    fn reset(&self) {
-        for b in &self.hist {
-            b.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Latency quantile in ms.
-    fn quantile(&self, q: f64) -> f64 {
-        let counts: Vec<u64> = self
-            .hist
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect();
-        let total: u64 = counts.iter().sum();
-        let want = (q * total as f64).ceil() as u64;
-        let mut seen = 0;
-        for (i, c) in counts.iter().enumerate() {
-            seen += c;
-            if seen >= want.max(1) {
-                return ((i as u64 + 1) * BUCKET_US) as f64 / 1000.0;
-            }
-        }
-        f64::NAN
-    }
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = usize;
-    fn delivery(&self, result: &DeliveryResult<'_>, sent_at: usize) {
-        match result {
-            Ok(_) => {
-                self.ok.fetch_add(1, Ordering::Relaxed);
-                let us = (self.t0.elapsed().as_micros() as u64).saturating_sub(sent_at as u64);
-                let i = ((us / BUCKET_US) as usize).min(BUCKETS - 1);
-                self.hist[i].fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// The application's producer: librdkafka's defaults (acks=all, idempotence on,
-/// linger.ms=5) plus a queue large enough for the throughput phase. The same on both
-/// sides.
-fn app_producer(bootstrap: &str) -> Res<BaseProducer<Deliveries>> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("queue.buffering.max.messages", "1000000")
-        .create_with_context(Deliveries::new())?)
 }
 
 /// audit-lib embedded in the producer (see the module docs).
@@ -302,22 +173,6 @@ fn payload(size: usize, ts: i64, i: u64) -> String {
     v.extend(std::iter::repeat_n('x', pad));
     v.push_str("\"}");
     v
-}
-
-fn send(p: &BaseProducer<Deliveries>, topic: &str, key: &[u8], value: &[u8]) {
-    let mut rec = BaseRecord::with_opaque_to(topic, p.context().sent_at())
-        .key(key)
-        .payload(value);
-    loop {
-        match p.send(rec) {
-            Ok(()) => return,
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                rec = r;
-                p.poll(Duration::from_millis(1));
-            }
-            Err((e, _)) => panic!("produce failed: {e}"),
-        }
-    }
 }
 
 fn cpu_secs() -> f64 {
