@@ -1,17 +1,23 @@
 //! The shape of the workspace's sources, checked on every test run (issue #27): no
-//! import cycle between the files of a crate, no source file over 600 non-test lines,
-//! and the audit-service's sans-io auditor naming no Kafka client. Read from the
-//! sources themselves (plain text, std only), so a failure names the files to change.
+//! import cycle between the files of a crate, no Rust file over 600 non-test lines
+//! (`src/`, `examples/`, `benches/`, `fuzz/` and `build.rs` alike), and the
+//! audit-service's sans-io auditor naming no Kafka client. Read from the sources
+//! themselves (plain text, std only), so a failure names the files to change.
+//!
+//! Test code is each item under a `#[cfg(test)]` at the left margin, one by one: the
+//! test module, and any single test-only `fn`, `struct`, `impl`, `use` or `const`
+//! (its end found by bracket matching that skips strings, chars and comments).
+//! Everything else in the file counts, before the test module or after it.
 //!
 //! The import graph is an approximation of rustc's, kept simple on purpose:
 //! - a module is a file (`a/mod.rs` is module `a`); a crate is the files reached by
-//!   `mod x;` declarations from a root (`src/lib.rs`, `src/main.rs`, `src/bin/*.rs`);
+//!   `mod x;` declarations from a root (`src/lib.rs`, `src/main.rs`, `src/bin/*.rs`,
+//!   each example, bench and fuzz target, `build.rs`);
 //! - an edge is a path starting with `crate::` (in a `use` or anywhere in code) or a
 //!   `use super::…`, resolved to the deepest module file it names (`crate::a::B` with
 //!   no file for `B` is module `a`);
-//! - only the non-test part of a file counts (everything before the first line that is
-//!   exactly `#[cfg(test)]`), and files named `tests.rs` or under a `tests/` folder are
-//!   left out: test code may look at anything;
+//! - only the non-test part of a file counts (test items as above), and files named
+//!   `tests.rs` or under a `tests/` folder are left out: test code may look at anything;
 //! - `//` comments are dropped (doc links are not imports); an inline `mod x { .. }`
 //!   counts as part of its file (none of them imports through `super::` today).
 
@@ -20,6 +26,18 @@ use std::path::{Path, PathBuf};
 
 /// Above this many non-test lines a file is doing more than one job (the review's bar).
 const MAX_NON_TEST_LINES: usize = 600;
+
+/// Temporary: the files over the bar that are waiting for a split, each with its count
+/// when listed (from the workspace root). A listed file may not grow past its count,
+/// and an entry must go once its file is back under the bar. Both were hidden until the
+/// guard counted past a single-item `#[cfg(test)]` and read `examples/`; their crate was
+/// being changed by others when the guard learnt to see them.
+const TO_SPLIT: &[(&str, usize)] = &[
+    // to be split (issue 45): the benchmark's setup, load and report are seams
+    ("audit-service/examples/audit_bench.rs", 899),
+    // to be split (issue 45): the fault-injection hooks stand in the middle of the file
+    ("audit-service/src/wal.rs", 605),
+];
 
 /// A module's path from its crate root: `[]` is the root, `["engine", "tests"]` is
 /// `engine/tests.rs` (or `engine/tests/mod.rs`).
@@ -65,7 +83,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     entries.sort();
     for p in entries {
-        if p.is_dir() {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if p.is_dir() && name != "target" && !name.starts_with('.') {
             rust_files(&p, out);
         } else if p.extension().is_some_and(|e| e == "rs") {
             out.push(p);
@@ -81,28 +100,170 @@ fn is_test_file(relative: &Path) -> bool {
             .is_some_and(|p| p.components().any(|c| c.as_os_str() == "tests"))
 }
 
-/// The lines of `text` before its test module (the first line that is `#[cfg(test)]`
-/// at the left margin; an indented one guards a single item and is not the boundary).
-/// A test module kept in its own file (`#[cfg(test)]` then `mod tests;`) is no
-/// boundary either: only those two lines are left out, the code after them counts.
-fn non_test(text: &str) -> Vec<&str> {
-    let mut lines = text.lines().peekable();
-    let mut kept = Vec::new();
-    while let Some(line) = lines.next() {
-        if line.trim_end() == "#[cfg(test)]" {
-            match lines.peek() {
-                Some(next)
-                    if next.trim_start().starts_with("mod ") && next.trim_end().ends_with(';') =>
-                {
-                    lines.next();
-                    continue;
-                }
-                _ => break,
-            }
-        }
-        kept.push(line);
+/// Which lines of `text` are test code: each item under a `#[cfg(test)]` at the left
+/// margin, from the attribute to the line that ends the item (its closing brace, or
+/// its `;`), one item at a time. That covers the test module (`mod tests { .. }` or
+/// `mod tests;`) and single test-only items anywhere in the file (a `struct`, an `fn`,
+/// an `impl`, a `use`, a `const`); the code after them counts. An indented
+/// `#[cfg(test)]` (a field, a statement, a method inside an item) is part of the item
+/// around it and counts with it. An item whose end cannot be found leaves only the
+/// attribute out: a misread never hides code.
+fn test_lines(text: &str) -> Vec<bool> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut starts = Vec::with_capacity(lines.len());
+    let mut at = 0;
+    for line in &lines {
+        starts.push(at);
+        at += line.len();
+        at += match &text.as_bytes()[at..] {
+            [b'\r', b'\n', ..] => 2,
+            [b'\n', ..] => 1,
+            _ => 0,
+        };
     }
-    kept
+    let mut test = vec![false; lines.len()];
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim_end() != "#[cfg(test)]" {
+            i += 1;
+            continue;
+        }
+        let after = starts[i] + lines[i].len();
+        let last = item_end(text, after).map_or(i, |end| starts.partition_point(|&s| s <= end) - 1);
+        test[i..=last].iter_mut().for_each(|t| *t = true);
+        i = last + 1;
+    }
+    test
+}
+
+/// The lines of `text` that are not test code (see `test_lines`).
+fn non_test(text: &str) -> Vec<&str> {
+    text.lines()
+        .zip(test_lines(text))
+        .filter(|(_, test)| !test)
+        .map(|(line, _)| line)
+        .collect()
+}
+
+/// `text` with its test code blanked out, lines kept (so a line number is the file's).
+fn non_test_text(text: &str) -> String {
+    text.lines()
+        .zip(test_lines(text))
+        .map(|(line, test)| if test { "" } else { line })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The byte offset of the last character of the item that starts at `from` (after its
+/// attributes and comments): the first `;` outside brackets, or the `}` that closes
+/// its body (`fn`, `struct`, `impl`, `mod`, a macro). A `use`, `const`, `static` or
+/// `type` ends at its `;` only (`const X: T = T { .. };`). Brackets inside strings,
+/// raw strings, char literals and comments are skipped; `None` when the text ends (or
+/// a bracket closes that never opened) first.
+fn item_end(text: &str, from: usize) -> Option<usize> {
+    let chars: Vec<(usize, char)> = text[from..]
+        .char_indices()
+        .map(|(i, c)| (from + i, c))
+        .collect();
+    let at = |k: usize| chars.get(k).map(|&(_, c)| c);
+    let mut depth = 0usize;
+    let mut semicolon_only = false;
+    let mut after_const = false;
+    let mut keyword_seen = false;
+    let mut k = 0;
+    while let Some(c) = at(k) {
+        match c {
+            '/' if at(k + 1) == Some('/') => {
+                while at(k).is_some_and(|c| c != '\n') {
+                    k += 1;
+                }
+            }
+            '/' if at(k + 1) == Some('*') => {
+                let mut nested = 0;
+                loop {
+                    match (at(k), at(k + 1)) {
+                        (Some('/'), Some('*')) => {
+                            nested += 1;
+                            k += 2;
+                        }
+                        (Some('*'), Some('/')) => {
+                            nested -= 1;
+                            k += 2;
+                            if nested == 0 {
+                                break;
+                            }
+                        }
+                        (Some(_), _) => k += 1,
+                        (None, _) => return None,
+                    }
+                }
+                continue;
+            }
+            '"' => k = string_end(&chars, k, false, 0)?,
+            '\'' => {
+                // a char literal ('x', '\n', '\''), else a lifetime or a label
+                if at(k + 1) == Some('\\') {
+                    k += 3;
+                    while at(k).is_some_and(|c| c != '\'') {
+                        k += 1;
+                    }
+                } else if at(k + 2) == Some('\'') {
+                    k += 2;
+                }
+            }
+            c if c.is_alphabetic() || c == '_' => {
+                let begin = k;
+                while at(k + 1).is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    k += 1;
+                }
+                let word: String = chars[begin..=k].iter().map(|&(_, c)| c).collect();
+                let mut hashes = 0;
+                while at(k + 1 + hashes) == Some('#') {
+                    hashes += 1;
+                }
+                if matches!(word.as_str(), "r" | "br" | "cr") && at(k + 1 + hashes) == Some('"') {
+                    k = string_end(&chars, k + 1 + hashes, true, hashes)?;
+                } else if depth == 0 && after_const {
+                    // `const fn`, `const unsafe fn`: a body, not a value
+                    semicolon_only = !matches!(word.as_str(), "fn" | "unsafe" | "async" | "extern");
+                    after_const = false;
+                } else if depth == 0 && !keyword_seen {
+                    // the item's first word after its qualifiers says what ends it
+                    let word = word.as_str();
+                    keyword_seen = !matches!(word, "pub" | "unsafe" | "async" | "extern");
+                    semicolon_only = matches!(word, "use" | "static" | "type" | "const");
+                    after_const = word == "const";
+                }
+            }
+            '{' | '(' | '[' => depth += 1,
+            '}' | ')' | ']' => {
+                depth = depth.checked_sub(1)?;
+                if c == '}' && depth == 0 && !semicolon_only {
+                    return Some(chars[k].0);
+                }
+            }
+            ';' if depth == 0 => return Some(chars[k].0),
+            _ => {}
+        }
+        k += 1;
+    }
+    None
+}
+
+/// The index of the last character of the string literal whose opening quote is at
+/// `open`: its closing quote, or the last `#` after it for a raw string (`r#".."#`,
+/// where `\` escapes nothing).
+fn string_end(chars: &[(usize, char)], open: usize, raw: bool, hashes: usize) -> Option<usize> {
+    let mut k = open + 1;
+    loop {
+        match chars.get(k)?.1 {
+            '\\' if !raw => k += 2,
+            '"' if (1..=hashes).all(|h| chars.get(k + h).is_some_and(|&(_, c)| c == '#')) => {
+                return Some(k + hashes);
+            }
+            _ => k += 1,
+        }
+    }
 }
 
 /// `text` without its `//` comments (a `//` inside a string literal ends the line too
@@ -462,7 +623,7 @@ fn crate_modules(
             _ => Some(file.with_extension("")),
         }
         .expect("a file has a folder");
-        let text = non_test(&text).join("\n");
+        let text = non_test_text(&text);
         for child in declared_modules(&text) {
             let mut child_path = path.clone();
             child_path.push(child.clone());
@@ -493,6 +654,20 @@ fn crate_roots(dir: &Path) -> Vec<PathBuf> {
     let mut bins = Vec::new();
     rust_files(&src.join("bin"), &mut bins);
     roots.extend(bins);
+    // each example, bench and fuzz target is a crate of its own: `x.rs` or `x/main.rs`
+    for targets in ["examples", "benches", "fuzz/fuzz_targets"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(targets)) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .map(|p| if p.is_dir() { p.join("main.rs") } else { p })
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
+            .collect();
+        found.sort();
+        roots.extend(found);
+    }
+    roots.extend(Some(dir.join("build.rs")).filter(|p| p.is_file()));
     roots
 }
 
@@ -523,9 +698,11 @@ fn no_import_cycle_between_the_files_of_a_crate() {
 fn no_source_file_over_600_non_test_lines() {
     let root = workspace();
     let mut long = Vec::new();
+    let mut listed: BTreeMap<&str, usize> = TO_SPLIT.iter().copied().collect();
     for dir in crate_dirs(&root) {
+        // all of a crate's Rust: src/, examples/, benches/, fuzz/, build.rs
         let mut files = Vec::new();
-        rust_files(&dir.join("src"), &mut files);
+        rust_files(&dir, &mut files);
         for file in files {
             let relative = file.strip_prefix(&root).expect("under the workspace");
             if is_test_file(relative.strip_prefix(dir.file_name().unwrap()).unwrap()) {
@@ -533,21 +710,31 @@ fn no_source_file_over_600_non_test_lines() {
             }
             let text = std::fs::read_to_string(&file).expect("read a source file");
             let lines = non_test(&text).len();
-            if lines > MAX_NON_TEST_LINES {
-                long.push((lines, relative.display().to_string()));
+            let name = relative.display().to_string();
+            match listed.remove(name.as_str()) {
+                Some(cap) if lines > cap => long.push(format!(
+                    "{name}: {lines} (listed in TO_SPLIT at {cap}: split it, don't grow it)"
+                )),
+                Some(_) if lines <= MAX_NON_TEST_LINES => long.push(format!(
+                    "{name}: {lines}, under the bar now: take it out of TO_SPLIT"
+                )),
+                None if lines > MAX_NON_TEST_LINES => long.push(format!("{name}: {lines}")),
+                _ => {}
             }
         }
     }
-    long.sort_by(|a, b| b.cmp(a));
+    long.extend(
+        listed
+            .keys()
+            .map(|f| format!("{f}: listed in TO_SPLIT, not found")),
+    );
+    long.sort();
     assert!(
         long.is_empty(),
-        "{} source file(s) over {MAX_NON_TEST_LINES} non-test lines (lines before the first \
-         `#[cfg(test)]`):\n  {}",
+        "{} source file(s) over {MAX_NON_TEST_LINES} non-test lines (items under a \
+         `#[cfg(test)]` at the left margin left out, everything else counted):\n  {}",
         long.len(),
-        long.iter()
-            .map(|(n, f)| format!("{f}: {n}"))
-            .collect::<Vec<_>>()
-            .join("\n  ")
+        long.join("\n  ")
     );
 }
 
@@ -678,6 +865,62 @@ mod cycle_finder {
         let text =
             "a\n    #[cfg(test)]\n    fn only_in_tests() {}\nb\n#[cfg(test)]\nmod tests {}\n";
         assert_eq!(non_test(text).len(), 4);
+    }
+
+    #[test]
+    fn a_single_test_item_at_the_margin_leaves_out_that_item_only() {
+        // Counting up to the first `#[cfg(test)]` at the margin kept 1 line of these.
+        let text = r##"use crate::a;
+#[cfg(test)]
+#[derive(Default)]
+struct Faults {
+    close: char, // '}' in a comment
+}
+fn f() -> (char, &'static str) {
+    ('}', "}\"}")
+}
+#[cfg(test)]
+fn helper() -> &'static str {
+    r#"}"# /* } */
+}
+mod b;
+#[cfg(test)]
+const T: [u8; 1] = [b'}'];
+fn g() {}
+#[cfg(test)]
+mod tests {
+    use crate::c;
+}
+"##;
+        assert_eq!(
+            non_test(text),
+            [
+                "use crate::a;",
+                "fn f() -> (char, &'static str) {",
+                r#"    ('}', "}\"}")"#,
+                "}",
+                "mod b;",
+                "fn g() {}",
+            ]
+        );
+    }
+
+    #[test]
+    fn imports_and_modules_below_a_single_test_item_are_seen() {
+        // Invisible when a file ended at its first `#[cfg(test)]`: no `mod a;`, no cycle.
+        let cycles = found(&[
+            ("src/lib.rs", "#[cfg(test)]\nconst T: u8 = 1;\nmod a;\nmod b;\n"),
+            ("src/a.rs", "#[cfg(test)]\nfn helper() {}\nuse crate::b::X;\n"),
+            (
+                "src/b.rs",
+                "pub struct X;\nfn f() { crate::a::g() }\n#[cfg(test)]\nmod tests {\n    use crate::a::*;\n}\n",
+            ),
+        ]);
+        assert_eq!(
+            cycles,
+            ["src/a.rs\n    -> src/b.rs (line 3: crate::b::X)\n    \
+              -> src/a.rs (line 2: crate::a::g)"]
+        );
     }
 
     #[test]
