@@ -14,6 +14,17 @@ use crate::metrics::{KindLabels, ReasonLabels};
 use super::index::{key_of, note_window_mismatches, IndexPlan, WindowMismatch};
 use super::{CycleStats, Evaluator, KEY_LIMIT, LATE_MARGIN_MS, PAGE_ROWS};
 
+/// One cycle's (or load step's) judging: what every topic is judged with (the
+/// topology, the staged increments read before the window rows, `now`), and what it
+/// adds up (the window-size mismatches found, the counts).
+pub(super) struct Pass<'a> {
+    pub topo: &'a Topology,
+    pub staged: &'a HashMap<String, engine::Staged>,
+    pub now: i64,
+    pub mismatches: BTreeMap<(String, String), WindowMismatch>,
+    pub stats: CycleStats,
+}
+
 impl Evaluator {
     /// Staged increments by topic whose window starts in `[from, to)`.
     pub(super) async fn staged_from(
@@ -80,17 +91,13 @@ impl Evaluator {
 
     /// Judges every window with rows in `range`, all topics, reading them in pages of
     /// topics (a few bulk reads instead of two queries per topic).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn load_range(
         &mut self,
-        topo: &Topology,
+        pass: &mut Pass<'_>,
         range: TimeRange,
-        staged: &HashMap<String, engine::Staged>,
-        now: i64,
-        mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
-        stats: &mut CycleStats,
         plan: &mut IndexPlan,
     ) -> Result<(), StoreError> {
+        let (topo, now) = (pass.topo, pass.now);
         let store = self.store.clone();
         let fetch = move |after: Option<String>, limit: u32| {
             let store = store.clone();
@@ -156,15 +163,11 @@ impl Evaluator {
                     .filter(|(_, t)| *t == first.topic)
                     .map(|(w, _)| *w);
                 self.judge_topic(
-                    topo,
+                    pass,
                     &first.topic,
                     None,
                     group,
                     (topic_cut, range.end_ms),
-                    staged,
-                    now,
-                    mismatches,
-                    stats,
                     plan,
                 )
                 .await?;
@@ -180,22 +183,18 @@ impl Evaluator {
     /// `read`: where the read of `rows` was cut (see `reads::rows_cut`) and the end of
     /// its range: windows from the cut on are answered `pending`, never judged from a
     /// part of their rows.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn judge_topic(
         &mut self,
-        topo: &Topology,
+        pass: &mut Pass<'_>,
         topic: &str,
         windows: Option<Vec<i64>>,
         rows: &[WindowRow],
         read: (Option<i64>, i64),
-        staged: &HashMap<String, engine::Staged>,
-        now: i64,
-        mismatches: &mut BTreeMap<(String, String), WindowMismatch>,
-        stats: &mut CycleStats,
         plan: &mut IndexPlan,
     ) -> Result<(), StoreError> {
+        let (topo, now) = (pass.topo, pass.now);
         let (cut, range_end) = read;
-        note_window_mismatches(mismatches, topic, rows, topo.window.as_millis());
+        note_window_mismatches(&mut pass.mismatches, topic, rows, topo.window.as_millis());
         let aligned = |w: &i64| topo.window.window_of(*w).start_ms == *w;
         let windows: Vec<i64> = match windows {
             Some(mut ws) => {
@@ -241,11 +240,11 @@ impl Evaluator {
             range_end,
             progress: p,
             progress_capped,
-            staged: staged.get(topic).unwrap_or(&no_staged),
+            staged: pass.staged.get(topic).unwrap_or(&no_staged),
             now,
         };
-        stats.windows += self.apply(topo, &inputs, windows, plan);
-        stats.topics += 1;
+        pass.stats.windows += self.apply(topo, &inputs, windows, plan);
+        pass.stats.topics += 1;
         Ok(())
     }
 

@@ -40,6 +40,7 @@ mod proofs;
 pub use crate::judging::hold_proven_loss;
 use index::IndexPlan;
 pub use index::{key_of, Loading, Proof, VerdictIndex, VerdictKey, WindowMismatch};
+use judge::Pass;
 
 /// Upper bound of the keys of windows with late increments read per cycle, as every
 /// other read (keys are up to 250 bytes: 500 000 of them were ~150 MB of serve).
@@ -370,7 +371,13 @@ impl Evaluator {
             .window_mismatches
             .clone();
         mismatches.retain(|_, m| m.window_start >= horizon_start);
-        let mut stats = CycleStats::default();
+        let mut pass = Pass {
+            topo: &topo,
+            staged: &staged,
+            now,
+            mismatches,
+            stats: CycleStats::default(),
+        };
         match (self.last_cycle, self.loaded_from) {
             (Some(last), Some(loaded_from)) => {
                 let from_window = horizon_start.max(loaded_from);
@@ -379,16 +386,8 @@ impl Evaluator {
                 let span_from = last
                     .saturating_sub(window_ms + self.max_grace_ms() + LATE_MARGIN_MS)
                     .max(from_window);
-                self.load_range(
-                    &topo,
-                    TimeRange::new(span_from, range_end),
-                    &staged,
-                    now,
-                    &mut mismatches,
-                    &mut stats,
-                    plan,
-                )
-                .await?;
+                self.load_range(&mut pass, TimeRange::new(span_from, range_end), plan)
+                    .await?;
                 // Older windows with late increments or waiting for an auditor: per topic;
                 // when their read was capped, all of them (see `incremental_work`).
                 // Those whose proof was withdrawn are among them: judged by this cycle,
@@ -402,16 +401,8 @@ impl Evaluator {
                 let work = match self.incremental_work(last, from_window, span_from).await? {
                     Some(work) => work,
                     None => {
-                        self.load_range(
-                            &topo,
-                            TimeRange::new(from_window, span_from),
-                            &staged,
-                            now,
-                            &mut mismatches,
-                            &mut stats,
-                            plan,
-                        )
-                        .await?;
+                        self.load_range(&mut pass, TimeRange::new(from_window, span_from), plan)
+                            .await?;
                         BTreeMap::new()
                     }
                 };
@@ -425,19 +416,8 @@ impl Evaluator {
                         .await?;
                     let cut = crate::reads::rows_cut(&rows);
                     let windows: Vec<i64> = windows.into_iter().collect();
-                    self.judge_topic(
-                        &topo,
-                        &topic,
-                        Some(windows),
-                        &rows,
-                        (cut, b + 1),
-                        &staged,
-                        now,
-                        &mut mismatches,
-                        &mut stats,
-                        plan,
-                    )
-                    .await?;
+                    self.judge_topic(&mut pass, &topic, Some(windows), &rows, (cut, b + 1), plan)
+                        .await?;
                 }
             }
             // The first cycle (cold start): the recent windows only, every topic at
@@ -449,20 +429,15 @@ impl Evaluator {
                     .window_of(now.saturating_sub(span))
                     .start_ms
                     .max(horizon_start);
-                self.load_range(
-                    &topo,
-                    TimeRange::new(from, range_end),
-                    &staged,
-                    now,
-                    &mut mismatches,
-                    &mut stats,
-                    plan,
-                )
-                .await?;
+                self.load_range(&mut pass, TimeRange::new(from, range_end), plan)
+                    .await?;
                 self.loaded_from = Some(from);
                 self.load_started = now;
             }
         }
+        let Pass {
+            mismatches, stats, ..
+        } = pass;
         self.metrics.evaluated_windows.inc_by(stats.windows as u64);
         plan.topics_gone = self.drop_topics_before(horizon_start);
 
@@ -504,25 +479,26 @@ impl Evaluator {
         // Progress of the last cycle (read before these window rows), then staged
         // increments, then window rows, as a cycle reads them.
         let staged = self.staged_from(from, loaded_from).await?;
-        let mut mismatches = self
+        let mismatches = self
             .index
             .read()
             .expect("verdict index lock")
             .window_mismatches
             .clone();
-        let mut stats = CycleStats::default();
+        let mut pass = Pass {
+            topo: &topo,
+            staged: &staged,
+            now,
+            mismatches,
+            stats: CycleStats::default(),
+        };
         let mut plan = IndexPlan::default();
         let result = self
-            .load_range(
-                &topo,
-                TimeRange::new(from, loaded_from),
-                &staged,
-                now,
-                &mut mismatches,
-                &mut stats,
-                &mut plan,
-            )
+            .load_range(&mut pass, TimeRange::new(from, loaded_from), &mut plan)
             .await;
+        let Pass {
+            mismatches, stats, ..
+        } = pass;
         self.update_mismatch_metrics(&mismatches);
         plan.window_mismatches = Some(mismatches);
         if result.is_ok() {
