@@ -237,8 +237,8 @@ pub trait AlertLedger: Send + Sync {
         dedup_key: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Losses proven before their window was final (issue 28), of windows starting at
-    /// `from_ms` or later, at most `limit`, by window start.
+    /// Losses proven before their window was final (docs/design.md §6, rule 0), of
+    /// windows starting at `from_ms` or later, at most `limit`, by window start.
     fn proven_losses(
         &self,
         from_ms: i64,
@@ -252,9 +252,9 @@ pub trait AlertLedger: Send + Sync {
         now_ms: i64,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Withdraws one window's proof (an operator found its evidence wrong: issue 43);
-    /// whether there was one. `key` is read from a [`ProvenLoss`] (its reason and
-    /// time are not compared).
+    /// Withdraws one window's proof (an operator found its evidence wrong: docs/design.md
+    /// §6, the proven-loss hold); whether there was one. `key` is read from a
+    /// [`ProvenLoss`] (its reason and time are not compared).
     fn withdraw_proven_loss(&self, key: &ProvenLoss) -> impl Future<Output = Result<bool>> + Send;
 
     /// Forgets the proofs of windows starting before `window_start_ms`; how many.

@@ -117,7 +117,7 @@ pub struct WindowRow {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub latency_unread: bool,
     /// The latest observation time of the row's increments (their emitters' clocks;
-    /// `None`: no increment carried one, e.g. emitters older than issue 24).
+    /// `None`: no increment carried one, e.g. emitters older than the field).
     pub max_observed_at_ms: Option<i64>,
     /// `(partition, latest record time counted in it)`, by partition, from the offset
     /// ranges of the increments that carried one: the upstream evidence the engine
@@ -127,9 +127,10 @@ pub struct WindowRow {
     pub record_times: Vec<(i32, i64)>,
     /// `(partition, highest offset counted in it)`, by partition, from the offset
     /// ranges of every increment: what a replicator must have copied before the
-    /// downstream's count can prove a loss while the window is open (issue 28). Empty
-    /// when the increments carried no offset ranges, and for a window whose offset rows
-    /// a capped read did not read whole: then nothing can be proven early.
+    /// downstream's count can prove a loss while the window is open (docs/design.md §6,
+    /// rule 0). Empty when the increments carried no offset ranges, and for a window
+    /// whose offset rows a capped read did not read whole: then nothing can be proven
+    /// early.
     #[serde(default)]
     pub max_offsets: Vec<(i32, i64)>,
 }
@@ -167,14 +168,15 @@ pub struct ProgressRow {
     pub emitted_at_ms: i64,
     pub received_at_ms: i64,
     /// The latest record time the auditor read on the partition (capped at its clock);
-    /// `None` from auditors older than issue 24.
+    /// `None` from auditors older than the field.
     pub max_record_time_ms: Option<i64>,
     /// The partition's records carry LogAppendTime.
     pub log_append_time: bool,
 }
 
-/// A loss the replicator's evidence proved before its window was final (issue 28):
-/// web keeps judging the window lost whatever arrives later.
+/// A loss the replicator's evidence proved before its window was final (docs/design.md
+/// §6, rule 0): web keeps judging the window lost whatever arrives later (the
+/// proven-loss hold).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProvenLoss {
     pub window_start_ms: i64,

@@ -1,6 +1,6 @@
-//! The PostgreSQL schema before the time partitions (issue #17), for tests of the
-//! conversion migration in this crate and in web (feature `test-support`): its
-//! migrations, and a filler that writes a store's contents with the old schema's SQL.
+//! The PostgreSQL schema before the day partitions (docs/operations.md, Layout), for
+//! tests of the conversion migration in this crate and in web (feature `test-support`):
+//! its migrations, and a filler that writes a store's contents with the old schema's SQL.
 
 use sqlx::PgPool;
 

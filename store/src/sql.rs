@@ -52,8 +52,8 @@ pub(crate) const PG_TOPIC_BUCKETS: &str = "SELECT window_id, bucket, count FROM 
      ORDER BY window_id, bucket";
 
 /// Per-partition latest record time (null when no increment carried one) and highest
-/// offset of [`TOPIC_WINDOWS`]' rows (the upstream evidence of issues 24 and 28), same
-/// binds; the caller appends the LIMIT. SQLite's; PostgreSQL's is
+/// offset of [`TOPIC_WINDOWS`]' rows (the upstream evidence of docs/design.md §6, rules 4
+/// and 0), same binds; the caller appends the LIMIT. SQLite's; PostgreSQL's is
 /// [`PG_TOPIC_RECORD_TIMES`].
 pub(crate) const TOPIC_RECORD_TIMES: &str =
     "SELECT o.window_id, o.partition_id, o.max_record_time_ms, o.max_offset FROM audit_window_offset o

@@ -479,8 +479,9 @@ mod tests {
         assert!(reason.contains("100001 partitions"), "{reason}");
     }
 
-    /// Issue 24: the record-time evidence is bounded like the other times: a
-    /// negative or far-future one is a reject, not a window held back for hours.
+    /// The record-time evidence (docs/web.md, Verdicts, rule 4) is bounded like the
+    /// other times: a negative or far-future one is a reject, not a window held back
+    /// for hours.
     #[test]
     fn record_time_evidence_is_bounded() {
         let future = 2_000_000 + MAX_CLOCK_SKEW_MS + 1;

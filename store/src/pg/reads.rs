@@ -165,7 +165,7 @@ impl PgStore {
             buckets.sort_unstable_by_key(|b| (b.0, b.1));
         }
         // The windows' per-partition latest record times and highest offsets, the same
-        // way (the upstream evidence of issues 24 and 28).
+        // way (the upstream evidence of docs/design.md §6, rules 4 and 0).
         let sql = format!(
             "SELECT coalesce(array_agg(window_id), '{{}}'), coalesce(array_agg(partition_id), '{{}}'),
                     coalesce(array_agg(max_record_time_ms), '{{}}'), coalesce(array_agg(max_offset), '{{}}')

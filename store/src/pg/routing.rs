@@ -80,7 +80,7 @@ impl MessageReads {
             // The queue is local (a coordinator table) and short: its keys are read
             // first and their messages looked up by key, routed to the shards of the
             // queued topics; the join above goes to every shard (~420 ms a serve cycle
-            // on two workers, issue #32).
+            // on two workers).
             MessageReads::Routed => {
                 "WITH p AS (SELECT uuid, topic, partition_ms FROM audit_pending
                             WHERE $1::text IS NULL OR topic = $1),

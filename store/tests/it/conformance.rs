@@ -456,7 +456,7 @@ fn random_increment(rng: &mut Rng) -> Increment {
     };
     let p = rng.below(4) as i32;
     let min = rng.below(1_000_000) as i64;
-    // Issue 24's evidence, known or not (an emitter older than the fields), so that
+    // The record-time evidence, known or not (an emitter older than the fields), so that
     // unknown ones are seen to merge as "no evidence", not as 0.
     let known = |rng: &mut Rng| (rng.below(3) > 0).then(|| T0 + rng.below(100_000) as i64);
     i.offsets = vec![OffsetSpan {
@@ -747,8 +747,8 @@ async fn progress_keeps_the_latest_watermark_per_partition(store: &Store) {
 /// `emitted_at` is accepted up to an hour ahead of the collector's clock
 /// (`MAX_CLOCK_SKEW_MS`): if the latest `emitted_at` won as sent, one report dated
 /// now + 59 min (say a forged `replicator:` evidence tier) would make the store keep it
-/// over every honest report for an hour (issue 43, H3). A report is ordered by when it
-/// was sent, but never later than when it was received.
+/// over every honest report for an hour. A report is ordered by when it was sent, but
+/// never later than when it was received.
 async fn progress_from_the_future_does_not_pin_out_later_reports(store: &Store) {
     let now = T0 + 10 * W;
     let evidence = |emitted: i64, next_offset: i64| {
@@ -1037,7 +1037,7 @@ async fn windows_in_range_across_a_day_boundary_read_each_bucket_once(store: &St
 
 async fn offset_ranges_widen(store: &Store) {
     // Partition 0's latest record time is the largest known one; partition 1 has none
-    // (an emitter older than issue 24): unknown, never 0.
+    // (an emitter older than the field): unknown, never 0.
     let mut a = increment("orders", "regional", "dc1", 0, 1);
     a.offsets = vec![
         OffsetSpan {
@@ -1801,9 +1801,9 @@ async fn open_alerts_are_saved_replaced_listed_and_deleted(store: &Store) {
     );
 }
 
-/// Losses proven before their window was final (issue 28): a window keeps its first
-/// proof, reads start at a window and are capped in key order, and forgetting removes
-/// the windows before a start.
+/// Losses proven before their window was final (docs/design.md §6, rule 0): a window
+/// keeps its first proof, reads start at a window and are capped in key order, and
+/// forgetting removes the windows before a start.
 async fn proven_losses_keep_the_first_proof_and_are_forgotten_by_window(store: &Store) {
     let proof = |w: i64, topic: &str, dc: &str, reason: &str| ProvenLoss {
         window_start_ms: w,
@@ -1850,7 +1850,7 @@ async fn proven_losses_keep_the_first_proof_and_are_forgotten_by_window(store: &
     assert_eq!(store.forget_proven_losses(w1).await.unwrap(), 1);
     assert_eq!(store.proven_losses(0, 10).await.unwrap(), all[1..].to_vec());
     assert_eq!(store.forget_proven_losses(w1).await.unwrap(), 0);
-    // Withdrawn by its key alone (issue 43): once.
+    // Withdrawn by its key alone (an admin's withdrawal): once.
     let mut key = all[1].clone();
     key.reason = "not compared".into();
     assert!(store.withdraw_proven_loss(&key).await.unwrap());

@@ -1,9 +1,9 @@
-//! PostgreSQL at fleet scale (issue #17): the tables that grow with traffic are
+//! PostgreSQL at fleet scale (docs/operations.md): the tables that grow with traffic are
 //! partitioned by day and keyed by topic, retention drops whole days, partitions are
 //! created ahead, and an existing store converts with its counts intact. The cases
 //! in `on_postgres` / `on_citus` run on plain PostgreSQL and, when
 //! `KAFKA_AUDIT_TEST_CITUS_URL` names a cluster, on the store distributed by topic
-//! with Citus (issue #32; skipped, saying so, otherwise).
+//! with Citus (skipped, saying so, otherwise).
 
 use sqlx::PgPool;
 use store::*;
@@ -775,10 +775,10 @@ async fn conversion_keeps_counts_and_what_verdicts_read() {
     }
 }
 
-/// A store migrated by main between issue #14's additive migration and the partitions
-/// (the old tables plus `observation_time_count`, 20261130000500 recorded as applied)
-/// converts too, and keeps the column: sqlx applies the older, missing conversion
-/// after it.
+/// A store migrated by main between the additive migration of `observation_time_count`
+/// and the partitions (the old tables plus that column, 20261130000500 recorded as
+/// applied) converts too, and keeps the column: sqlx applies the older, missing
+/// conversion after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_applied_the_observation_count_migration_first_converts_too() {
     let dir = tempfile::tempdir().unwrap();
