@@ -1,4 +1,4 @@
-//! Ingest soak (issue 10): a real `kafka-audit collect` process on a fresh PostgreSQL
+//! Ingest soak: a real `kafka-audit collect` process on a fresh PostgreSQL
 //! database, fed for N seconds by C concurrent connections with a mix of valid and
 //! hostile requests. Checks: no panic in the collector's log, every valid increment
 //! stored exactly once (window rows against the ground truth kept here), the

@@ -167,12 +167,12 @@ pub struct KafkaSourceConfig {
     /// audited application may write them (the plugin and the interceptors publish
     /// with the application's own principal).
     pub topics: Vec<String>,
-    /// Topics that only auditor principals may write (Kafka ACLs: WRITE granted to
-    /// the auditors' principals alone; audit-service's `[audit] evidence_topic`,
+    /// Topics that only auditor principals may write (Kafka ACLs: WRITE granted to the
+    /// auditors' principals alone; audit-service's `[audit] evidence_topic`,
     /// `_kafka_audit_evidence` by default), consumed with `topics`. Replication
     /// evidence (`replicator:` tiers) is accepted only from these: a loss it proves
-    /// pages at once, so anyone able to write it could forge one (issue 43). Evidence
-    /// on any other topic is rejected with its reason and counted
+    /// pages at once, so anyone able to write it could forge one. Evidence on any other
+    /// topic is rejected with its reason and counted
     /// (`kafka_audit_collector_evidence_rejects`).
     pub evidence_topics: Vec<String>,
     pub group_id: String,
@@ -447,8 +447,8 @@ impl CollectConfig {
 mod tests {
     use super::*;
 
-    /// Issue 43: replication evidence is taken only from a source's evidence topics;
-    /// every other tier from any of its topics.
+    /// Replication evidence is taken only from a source's evidence topics (docs/design.md
+    /// §10); every other tier from any of its topics.
     #[test]
     fn evidence_is_accepted_only_from_evidence_topics() {
         let source: KafkaSourceConfig = toml::from_str(

@@ -7,14 +7,14 @@
 //! deduplication makes safe. `/metrics` and `/healthz` are served on the same port,
 //! without a token.
 //!
-//! Who may post ([`crate::config::AuthConfig`]): with tokens configured, a bearer
-//! token with scope `ingest` (401 without, 403 without the scope), and each message
-//! must lie within the token's `tiers` and `datacenters`; replication evidence (a
-//! `replicator:` tier) only from a token that names its tier, never from "any tier"
-//! nor without a token (issue 43; counted in `evidence_rejects`). Without tokens, only
+//! Who may post ([`crate::config::AuthConfig`]): with tokens configured, a bearer token
+//! with scope `ingest` (401 without, 403 without the scope), and each message must lie
+//! within the token's `tiers` and `datacenters`; replication evidence (a `replicator:`
+//! tier) only from a token that names its tier, never from "any tier" nor without a
+//! token (docs/design.md §10; counted in `evidence_rejects`). Without tokens, only
 //! clients on the loopback interface, unless `allow_unauthenticated`. The body must be
-//! `application/json` (415 otherwise): a browser cannot send that cross-origin
-//! without a CORS preflight, which this server never grants.
+//! `application/json` (415 otherwise): a browser cannot send that cross-origin without
+//! a CORS preflight, which this server never grants.
 //!
 //! The body is parsed into borrowed slices of itself ([`RawValue`]), counting elements
 //! as it goes and stopping at `max_messages + 1`: memory stays proportional to what
@@ -391,7 +391,7 @@ async fn ingest_body(
                 let (tier, dc) = identity(&message);
                 let why = match &holder {
                     Some(h) => h.binding_refuses(tier, dc),
-                    // No credential is bound to replication evidence (issue 43).
+                    // No credential is bound to replication evidence (docs/design.md §10).
                     None if common::replication::is_evidence_tier(tier) => Some(format!(
                         "tier {tier:?} is replication evidence: it is accepted only from an \
                          ingest token that names its tier in `tiers`"

@@ -289,9 +289,9 @@ fn client_config(config: &KafkaSourceConfig) -> rdkafka::ClientConfig {
             // librdkafka reads a subscription's metadata again only every 5 minutes by
             // default: audit-topic partitions that the broker answering the first join
             // did not know yet (a topic just created on a multi-node cluster: the
-            // auditor's empty first assignment, fixed in 5c9359e) or that were added
-            // later would wait that long. As often as the auditors re-read their
-            // topics (their `topic_refresh` default).
+            // auditor's empty first assignment) or that were added later would wait
+            // that long. As often as the auditors re-read their topics (their
+            // `topic_refresh` default).
             ("topic.metadata.refresh.interval.ms", "30000"),
         ],
         // Correctness, not tunables: offsets move only after the store commit, and

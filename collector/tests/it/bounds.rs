@@ -1,6 +1,6 @@
-//! Bounds per emitter and per token (issue 25, security review 2 findings 3, 5, 6):
-//! what an honest auditor can send is accepted, the rest is rejected per message with
-//! its reason and a counter, or answered 429. SQLite store unless said otherwise.
+//! Bounds per emitter and per token (docs/operations.md, Ingest bounds): what an honest
+//! auditor can send is accepted, the rest is rejected per message with its reason and a
+//! counter, or answered 429. SQLite store unless said otherwise.
 
 use crate::support;
 

@@ -1,7 +1,8 @@
-//! Hostile audit messages (issue 10, security review H1/H2): over HTTP and as records of
-//! the audit topic, against PostgreSQL. Each is a per-message reject; none fails its
-//! batch, wedges the Kafka source or the roll-up, and an honest increment of another
-//! topic sent after them reaches its window row at the next roll-up.
+//! Hostile audit messages (docs/design.md §10, what a forged message cannot do): over
+//! HTTP and as records of the audit topic, against PostgreSQL. Each is a per-message
+//! reject; none fails its batch, wedges the Kafka source or the roll-up, and an honest
+//! increment of another topic sent after them reaches its window row at the next
+//! roll-up.
 
 use crate::support;
 
@@ -253,11 +254,11 @@ async fn kafka_batches_are_bounded_in_bytes() {
     stop(&shutdown, collector, Duration::from_secs(30)).await;
 }
 
-/// Issue 43 (review 3, H3): any application with the plugin can write the audit topic
-/// with its own principal, so replication evidence read there is a forgery as far as
-/// the collector can tell: it is rejected alone, with its reason, counted, and its
-/// batch commits. The same evidence on the source's evidence topic (which only
-/// auditors may write) is stored, and so is the honest increment beside the forgery.
+/// Any application with the plugin can write the audit topic with its own principal, so
+/// replication evidence read there is a forgery as far as the collector can tell: it is
+/// rejected alone, with its reason, counted, and its batch commits. The same evidence
+/// on the source's evidence topic (which only auditors may write) is stored, and so is
+/// the honest increment beside the forgery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evidence_is_taken_only_from_the_sources_evidence_topics() {
     let (bootstrap, db, audit_topic, group) = kafka_rig("evidence-topic", 1).await;

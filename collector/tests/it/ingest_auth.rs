@@ -178,10 +178,10 @@ fn evidence(tier: &str, next_offset: i64) -> serde_json::Value {
     serde_json::to_value(m).unwrap()
 }
 
-/// Issue 43 (review 3, H3): replication evidence is accepted over HTTP only from a
-/// token that names its tier. A token whose `tiers` is omitted ("any") may report
-/// every counting tier but no evidence, and a collector without tokens (loopback)
-/// takes none: each such element is refused alone, with its reason, and counted.
+/// Replication evidence is accepted over HTTP only from a token that names its tier. A
+/// token whose `tiers` is omitted ("any") may report every counting tier but no
+/// evidence, and a collector without tokens (loopback) takes none: each such element is
+/// refused alone, with its reason, and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evidence_needs_a_token_that_names_its_tier() {
     const AUDITOR: &str = "2d7e91c4b5a60f38e1d2c3b4a5968778";
