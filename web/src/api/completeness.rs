@@ -5,8 +5,8 @@
 //!
 //! The reference of a tier is the expected count of its upstream edge (summed over the
 //! mapped upstream datacenters of a many-to-one edge), exactly as the detection engine
-//! computes it for `/compare`: this module asks the engine for that edge and datacenter
-//! and only adds the threshold. A window is complete when the engine calls it `final`
+//! computes it for `/compare`: this module asks the one judging path
+//! ([`crate::judging`]) for that edge and datacenter and only adds the threshold. A window is complete when the engine calls it `final`
 //! (past its grace period, every auditor involved has read past it) and the tier has at
 //! least `threshold` of the reference. More than the reference (duplicates, or a
 //! reference tier that reported nothing) is not missing data, so it is complete too.

@@ -18,7 +18,6 @@ use store::{
 
 const WINDOW: i64 = 600_000;
 
-#[allow(clippy::too_many_arguments)]
 fn inc(
     topic: &str,
     tier: &str,

@@ -21,8 +21,9 @@ impl Topology {
 
     /// [`Topology::evaluate_topic`] with the store's staged, not yet rolled-up
     /// increments of the topic: a window with some at an involved tier and datacenter
-    /// is not final. Read progress first, then the staged increments, then the rows:
-    /// increments that came with the progress are then in one of the two.
+    /// is not final. Read progress first, then the staged increments, then the rows
+    /// (`crate::judging` reads so): increments that came with the progress are then
+    /// in one of the two.
     pub fn evaluate_topic_staged(
         &self,
         topic: &str,

@@ -360,7 +360,7 @@ impl Evaluator {
         self.progress = progress.clone();
         self.progress_capped = progress_capped;
         // Staged, not yet rolled-up increments: read after the progress and before the
-        // window rows (see `AuditStore::staged_windows`).
+        // window rows (the read order of `crate::judging`).
         let staged = self.staged_from(horizon_start, i64::MAX).await?;
 
         plan.horizon_start = Some(horizon_start);
@@ -477,7 +477,7 @@ impl Evaluator {
             .max(horizon_start);
         let started = Instant::now();
         // Progress of the last cycle (read before these window rows), then staged
-        // increments, then window rows, as a cycle reads them.
+        // increments, then window rows: the read order of `crate::judging`.
         let staged = self.staged_from(from, loaded_from).await?;
         let mismatches = self
             .index
