@@ -163,8 +163,9 @@ impl Holder {
     /// `None` when this holder may report for (`tier`, `datacenter`), otherwise why not.
     ///
     /// Replication evidence (a tier of [`crate::replication::is_evidence_tier`]) proves
-    /// losses on its own (issue 43): only a token that names its tier in `tiers` may
-    /// send it; "any tier" (`tiers` omitted) means any counting tier, never evidence.
+    /// losses on its own (docs/design.md §10): only a token that names its tier in
+    /// `tiers` may send it; "any tier" (`tiers` omitted) means any counting tier, never
+    /// evidence.
     pub fn binding_refuses(&self, tier: &str, datacenter: &str) -> Option<String> {
         if self.tiers.is_empty() && crate::replication::is_evidence_tier(tier) {
             return Some(format!(
@@ -419,8 +420,8 @@ mod tests {
             .contains("datacenter"));
     }
 
-    /// Issue 43: replication evidence (a `replicator:` tier) is sent only by a token
-    /// that names its tier; "any tier" (tiers omitted) is every counting tier only.
+    /// Replication evidence (a `replicator:` tier) is sent only by a token that names
+    /// its tier; "any tier" (tiers omitted) is every counting tier only.
     #[test]
     fn evidence_tiers_need_a_token_that_names_them() {
         let any = config("any-tier", GOOD, &[Scope::Ingest]);

@@ -1,8 +1,8 @@
-//! How a replicator's progress is named (issue 28): the auditor of the upstream cluster
-//! reads how far a replicator has copied each partition and publishes it as a progress
-//! report of a tier of its own, [`Replicator::evidence_tier`]; serve's topology names the
-//! same replicator on an edge and finds the evidence by that tier. Both sides parse the
-//! same configuration shape, so the names cannot drift apart.
+//! How a replicator's progress is named (docs/design.md §6, rule 0): the auditor of the
+//! upstream cluster reads how far a replicator has copied each partition and publishes it
+//! as a progress report of a tier of its own, [`Replicator::evidence_tier`]; serve's
+//! topology names the same replicator on an edge and finds the evidence by that tier.
+//! Both sides parse the same configuration shape, so the names cannot drift apart.
 
 use serde::{Deserialize, Serialize};
 
