@@ -123,7 +123,8 @@ pub struct Aggregator {
 impl Aggregator {
     /// An aggregator counting as `identity`: what an application embedding audit-lib
     /// configures. Refuses an event-time config that does not compile and a tier
-    /// reserved for a replicator's evidence ([`ConfigError::ReservedTier`], issue 43).
+    /// reserved for a replicator's evidence ([`ConfigError::ReservedTier`];
+    /// docs/design.md §10).
     pub fn new(
         identity: Identity,
         config: EventTimeConfig,

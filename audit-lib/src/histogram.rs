@@ -47,7 +47,7 @@ fn ln_gamma() -> f64 {
 /// `ceil(ln(v) / ln(1.02))`, without its `ln`.
 ///
 /// Counting calls this once per message, and the `ln` (a libm call) and the float
-/// arithmetic around it were ~20 % of a 100-byte message's counting (`perf`, issue 30).
+/// arithmetic around it were ~20 % of a 100-byte message's counting (`perf`).
 /// Below 2^40 ms the index is read from [`BucketTable`], built once from the formula
 /// itself: the latency's power of two and next 6 bits give a bucket at most one below
 /// the answer, and the first latency of the next bucket says whether it is. Integer

@@ -47,8 +47,8 @@ impl Identity {
     }
 
     /// That this identity may count (an application's producer or consumer, an
-    /// auditor): its tier is not a replicator's evidence tier (issue 43). Evidence
-    /// comes only from the replicator's auditors, so a reserved tier here is a
+    /// auditor): its tier is not a replicator's evidence tier (docs/design.md §10).
+    /// Evidence comes only from the replicator's auditors, so a reserved tier here is a
     /// configuration error, [`ConfigError::ReservedTier`].
     pub fn check_counting_tier(&self) -> Result<(), ConfigError> {
         if is_reserved_tier(&self.tier) {
@@ -524,8 +524,8 @@ mod tests {
         assert_eq!(back.as_progress().unwrap().len(), 2);
     }
 
-    /// Issue 24: the record-time evidence of an increment is optional both ways: an
-    /// increment of an older emitter reads as "unknown", and one with it keeps it.
+    /// The record-time evidence of an increment is optional both ways: an increment of
+    /// an older emitter reads as "unknown", and one with it keeps it.
     #[test]
     fn record_time_evidence_is_optional_and_round_trips() {
         let mut v: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
@@ -549,8 +549,8 @@ mod tests {
         assert_eq!(AuditMessage::from_json(json.as_bytes()).unwrap(), old);
     }
 
-    /// Issue 43: `replicator:` tiers, in any case, are the auditors' evidence; a tier
-    /// that only looks like one is an ordinary tier.
+    /// `replicator:` tiers, in any case, are the auditors' evidence; a tier that only
+    /// looks like one is an ordinary tier.
     #[test]
     fn a_reserved_tier_may_not_count() {
         for reserved in [

@@ -9,12 +9,12 @@ use crate::extract::Classification;
 use crate::histogram::LatencyHistogram;
 use crate::observation::Observation;
 
-/// How far past the observer's clock a record time may be before it is capped: an
-/// auditor reads its clock once per batch of messages (and before it waits for the
-/// next), so a record written just after that read would otherwise be capped below its
-/// own CreateTime, and a downstream tier could then "read past" it on records that
-/// precede it (issue 24's evidence compares record times). A producer clock ahead by
-/// more than this still cannot stamp a record much past "now".
+/// How far past the observer's clock a record time may be before it is capped: an auditor
+/// reads its clock once per batch of messages (and before it waits for the next), so a
+/// record written just after that read would otherwise be capped below its own
+/// CreateTime, and a downstream tier could then "read past" it on records that precede it
+/// (the record-time evidence of docs/web.md, Verdicts, rule 4, compares record times). A
+/// producer clock ahead by more than this still cannot stamp a record much past "now".
 pub const RECORD_TIME_SLACK_MS: i64 = 1_000;
 
 /// Lowest and highest offset counted in one partition, and the latest record time
@@ -258,11 +258,12 @@ mod tests {
     use super::*;
 
     /// A producer embedding audit-lib counts delivery reports, and librdkafka reports
-    /// offset -1001 (unknown) for a message an idempotent producer resent after a broker
-    /// failover and that a later batch's answer acknowledged (found on the replicated
-    /// cluster, issue 31). The message counts; its unknown offset is no offset to
-    /// replay: kept in the range, it made the collector reject the whole increment
-    /// ("offset range of partition 0 is invalid: min -1001"), a false loss.
+    /// offset -1001 (unknown) for a message an idempotent producer resent after a
+    /// broker failover and that a later batch's answer acknowledged (found on a
+    /// replicated cluster under broker kills). The message counts; its unknown offset
+    /// is no offset to replay: kept in the range, it made the collector reject the
+    /// whole increment ("offset range of partition 0 is invalid: min -1001"), a false
+    /// loss.
     #[test]
     fn an_unknown_offset_is_counted_but_not_tracked() {
         let mut s = WindowStats::default();

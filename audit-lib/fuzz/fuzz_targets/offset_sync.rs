@@ -1,6 +1,6 @@
-//! MirrorMaker 2's offset syncs are read from a topic others can write (issue 28): any
-//! key and value must parse without a panic, and whatever parses must be exactly an
-//! offset sync (re-encoded, the same bytes).
+//! MirrorMaker 2's offset syncs are read from a topic others can write: any key and
+//! value must parse without a panic, and whatever parses must be exactly an offset sync
+//! (re-encoded, the same bytes).
 #![no_main]
 
 use common::replication::{offset_sync, parse_offset_sync};

@@ -48,7 +48,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = audit_lib::classify(rule, &audit_lib::Observation::new("t", doc, 0));
     // With a record timestamp (from the input's first bytes): a message without a
     // payload time is windowed by it exactly when the classification says so, and a
-    // message windowed by observation time is never compared (B1 of issue 14).
+    // message windowed by observation time is never compared (docs/design.md §5, bad
+    // input is counted, not dropped).
     let mut ts = [0u8; 8];
     let n = doc.len().min(8);
     ts[..n].copy_from_slice(&doc[..n]);

@@ -430,9 +430,9 @@ fn topics_get_their_own_rules() {
     assert_eq!(c, Classification::NoTime(Fallback::Observed));
 }
 
-/// Issue 43: an application counting under a replicator's evidence tier is a
-/// configuration error, named as such, in any case; the librdkafka plugin and the
-/// Java interceptors refuse the same tiers.
+/// An application counting under a replicator's evidence tier is a configuration error,
+/// named as such, in any case; the librdkafka plugin and the Java interceptors refuse
+/// the same tiers.
 #[test]
 fn an_application_may_not_count_under_a_replicators_evidence_tier() {
     for tier in ["replicator:group/mirror", "Replicator:MM2/agg"] {
