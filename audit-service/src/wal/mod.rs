@@ -5,9 +5,9 @@
 //! Kafka, then marked published (or discarded) once its transaction committed (or the
 //! restart rule decided it must not be sent).
 //!
-//! On disk: segment files `wal-<seq>.log` in the instance's directory, each a sequence
-//! of records framed as `len: u32 LE | crc32: u32 LE | body` where `crc32` covers the
-//! body and the body is `kind: u8 | payload`. Recovery reads every segment, stops at
+//! On disk: segment files `wal-<seq>.log` in the instance's directory (`segment`),
+//! each a sequence of framed, checksummed records (`record`). Recovery reads every
+//! segment, stops at
 //! the first record that is short, too long or fails its checksum, and truncates the
 //! segment there (a torn write at a crash, or a corrupted byte): everything after a
 //! bad record is untrustworthy.
@@ -18,21 +18,18 @@
 //! reports survive while the audit topic cannot be written, and so that a restarted
 //! instance resends instead of recounting.
 
+mod record;
+mod segment;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-/// Upper bound of one record, so that a corrupted length cannot make recovery
-/// allocate gigabytes.
-const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
-const HEADER_BYTES: u64 = 8;
-const KIND_ENTRY: u8 = 1;
-const KIND_PUBLISHED: u8 = 2;
-const KIND_DISCARDED: u8 = 3;
+use record::{KIND_DISCARDED, KIND_ENTRY, KIND_PUBLISHED, MAX_RECORD_BYTES};
+use segment::{create_segment, segment_path, sync_dir, Active, Segment};
 
 /// When to fsync.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,13 +103,6 @@ pub struct Recovery {
     pub truncated: Vec<(PathBuf, u64, u64)>,
 }
 
-struct Segment {
-    path: PathBuf,
-    size: u64,
-    /// Entries in this segment that are neither published nor discarded.
-    pending: BTreeSet<u64>,
-}
-
 /// What stays in memory of a pending entry: where it is and the offsets it covers.
 /// Its messages are read back from disk when it is published, so memory does not
 /// grow with the backlog while the audit topic is unwritable.
@@ -128,47 +118,18 @@ pub struct Wal {
     opts: WalOptions,
     segments: BTreeMap<u64, Segment>,
     active_seq: u64,
-    active: File,
+    active: Active,
     /// Pending entries by id (ids grow, so this is publication order) with their
     /// segment and size on disk.
     pending: BTreeMap<u64, Pending>,
     pending_bytes: u64,
     next_id: u64,
-    #[cfg(test)]
-    faults: Faults,
-}
-
-/// Faults the unit tests inject into the next write or fsync.
-#[cfg(test)]
-#[derive(Default)]
-struct Faults {
-    /// Write only this many bytes of the next record, then fail.
-    partial_write: Option<usize>,
-    fail_sync: bool,
 }
 
 impl Wal {
     /// Opens (or creates) the WAL in `dir`, recovering its pending entries.
     pub fn open(dir: &Path, opts: WalOptions) -> anyhow::Result<(Wal, Recovery)> {
-        fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create WAL directory {}", dir.display()))?;
-        let mut seqs = Vec::new();
-        for e in fs::read_dir(dir)
-            .with_context(|| format!("cannot list WAL directory {}", dir.display()))?
-        {
-            let e = e?;
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if let Some(seq) = name
-                .strip_prefix("wal-")
-                .and_then(|s| s.strip_suffix(".log"))
-            {
-                if let Ok(seq) = seq.parse::<u64>() {
-                    seqs.push(seq);
-                }
-            }
-        }
-        seqs.sort_unstable();
+        let seqs = segment::list_segments(dir)?;
         let mut recovery = Recovery {
             segments: seqs.len(),
             ..Default::default()
@@ -179,7 +140,7 @@ impl Wal {
         let mut next_id = 1;
         for &seq in &seqs {
             let path = segment_path(dir, seq);
-            let (records, good_len, file_len) = read_segment(&path)?;
+            let (records, good_len, file_len) = segment::read_segment(&path)?;
             if good_len < file_len {
                 tracing::warn!(
                     file = %path.display(),
@@ -187,14 +148,7 @@ impl Wal {
                     dropped_bytes = file_len - good_len,
                     "WAL segment has a torn or corrupt tail; truncating it"
                 );
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .with_context(|| format!("cannot open {} to truncate it", path.display()))?;
-                f.set_len(good_len)
-                    .with_context(|| format!("cannot truncate {}", path.display()))?;
-                f.sync_all()
-                    .with_context(|| format!("cannot fsync {}", path.display()))?;
+                segment::truncate(&path, good_len)?;
                 recovery
                     .truncated
                     .push((path.clone(), good_len, file_len - good_len));
@@ -204,13 +158,20 @@ impl Wal {
                 size: good_len,
                 pending: BTreeSet::new(),
             };
-            for (kind, body, len, offset) in records {
+            for record::Decoded {
+                kind,
+                payload,
+                len,
+                offset,
+            } in records
+            {
                 recovery.records += 1;
                 match kind {
                     KIND_ENTRY => {
-                        let entry: WalEntry = serde_json::from_slice(&body).with_context(|| {
-                            format!("undecodable WAL entry in {}", seg.path.display())
-                        })?;
+                        let entry: WalEntry =
+                            serde_json::from_slice(&payload).with_context(|| {
+                                format!("undecodable WAL entry in {}", seg.path.display())
+                            })?;
                         next_id = next_id.max(entry.id + 1);
                         seg.pending.insert(entry.id);
                         pending.insert(
@@ -224,15 +185,11 @@ impl Wal {
                         );
                     }
                     KIND_PUBLISHED | KIND_DISCARDED => {
-                        let id = u64::from_le_bytes(
-                            body[..8]
-                                .try_into()
-                                .expect("length checked in read_segment"),
-                        );
+                        let id = record::mark_id(&payload);
                         next_id = next_id.max(id + 1);
                         resolved.insert(id);
                     }
-                    _ => unreachable!("read_segment only returns known kinds"),
+                    _ => unreachable!("decode_prefix only returns known kinds"),
                 }
             }
             segments.insert(seq, seg);
@@ -248,14 +205,7 @@ impl Wal {
         recovery.pending_entries = pending.len();
         let active_seq = seqs.last().map(|s| s + 1).unwrap_or(1);
         let active = create_segment(dir, active_seq)?;
-        segments.insert(
-            active_seq,
-            Segment {
-                path: segment_path(dir, active_seq),
-                size: 0,
-                pending: BTreeSet::new(),
-            },
-        );
+        segments.insert(active_seq, Segment::empty(dir, active_seq));
         let mut wal = Wal {
             dir: dir.to_path_buf(),
             opts,
@@ -265,8 +215,6 @@ impl Wal {
             pending,
             pending_bytes,
             next_id,
-            #[cfg(test)]
-            faults: Faults::default(),
         };
         wal.remove_resolved_segments()?;
         Ok((wal, recovery))
@@ -372,25 +320,21 @@ impl Wal {
             .get(&id)
             .with_context(|| format!("WAL entry {id} is not pending"))?;
         let path = segment_path(&self.dir, p.seq);
-        let mut f = File::open(&path)
-            .with_context(|| format!("cannot open WAL segment {}", path.display()))?;
-        f.seek(SeekFrom::Start(p.offset))?;
-        let mut buf = vec![0u8; p.len as usize];
-        f.read_exact(&mut buf).with_context(|| {
+        let buf = segment::read_at(&path, p.offset, p.len).with_context(|| {
             format!(
                 "cannot read WAL entry {id} at {}:{}",
                 path.display(),
                 p.offset
             )
         })?;
-        let crc = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
-        anyhow::ensure!(
-            crc32fast::hash(&buf[8..]) == crc && buf[8] == KIND_ENTRY,
-            "WAL entry {id} at {}:{} is corrupt",
-            path.display(),
-            p.offset
-        );
-        serde_json::from_slice(&buf[9..])
+        let payload = record::entry_payload(&buf).with_context(|| {
+            format!(
+                "WAL entry {id} at {}:{} is corrupt",
+                path.display(),
+                p.offset
+            )
+        })?;
+        serde_json::from_slice(payload)
             .with_context(|| format!("undecodable WAL entry {id} in {}", path.display()))
     }
 
@@ -426,17 +370,9 @@ impl Wal {
     }
 
     fn write_record(&mut self, kind: u8, payload: &[u8]) -> anyhow::Result<u64> {
-        let mut buf = Vec::with_capacity(payload.len() + 9);
-        let body_len = payload.len() as u32 + 1;
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&[kind]);
-        hasher.update(payload);
-        buf.extend_from_slice(&body_len.to_le_bytes());
-        buf.extend_from_slice(&hasher.finalize().to_le_bytes());
-        buf.push(kind);
-        buf.extend_from_slice(payload);
+        let buf = record::encode(kind, payload);
         let before = self.segments[&self.active_seq].size;
-        if let Err(e) = self.write_all_active(&buf) {
+        if let Err(e) = self.active.write_all(&buf) {
             // A failed write may have written part of the record (disk full mid-way):
             // cut it off, so that the next record starts where `size` says.
             self.roll_back_to(before);
@@ -454,20 +390,7 @@ impl Wal {
         Ok(buf.len() as u64)
     }
 
-    fn write_all_active(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        #[cfg(test)]
-        if let Some(n) = self.faults.partial_write.take() {
-            self.active.write_all(&buf[..n.min(buf.len())])?;
-            return Err(std::io::Error::other("injected: partial write"));
-        }
-        self.active.write_all(buf)
-    }
-
     fn sync_active(&mut self) -> anyhow::Result<()> {
-        #[cfg(test)]
-        if std::mem::take(&mut self.faults.fail_sync) {
-            anyhow::bail!("injected: fsync failed");
-        }
         self.active.sync_data().with_context(|| {
             format!(
                 "cannot fsync {}",
@@ -480,17 +403,14 @@ impl Wal {
     /// too, the segment's real length is unknown: it is closed at its length on disk
     /// and a new segment takes the next records (recovery truncates a torn tail).
     fn roll_back_to(&mut self, size: u64) {
-        let cut = self
-            .active
-            .set_len(size)
-            .and_then(|()| self.active.sync_data());
+        let cut = self.active.cut(size);
         if cut.is_ok() {
             if let Some(seg) = self.segments.get_mut(&self.active_seq) {
                 seg.size = size;
             }
             return;
         }
-        let on_disk = self.active.metadata().map(|m| m.len()).ok();
+        let on_disk = self.active.len_on_disk();
         if let Some(seg) = self.segments.get_mut(&self.active_seq) {
             seg.size = on_disk.unwrap_or(seg.size).max(size);
             tracing::warn!(
@@ -508,14 +428,7 @@ impl Wal {
         let seq = self.active_seq + 1;
         self.active = create_segment(&self.dir, seq)?;
         self.active_seq = seq;
-        self.segments.insert(
-            seq,
-            Segment {
-                path: segment_path(&self.dir, seq),
-                size: 0,
-                pending: BTreeSet::new(),
-            },
-        );
+        self.segments.insert(seq, Segment::empty(&self.dir, seq));
         self.remove_resolved_segments()
     }
 
@@ -543,293 +456,5 @@ impl Wal {
     }
 }
 
-fn segment_path(dir: &Path, seq: u64) -> PathBuf {
-    dir.join(format!("wal-{seq:020}.log"))
-}
-
-fn create_segment(dir: &Path, seq: u64) -> anyhow::Result<File> {
-    let path = segment_path(dir, seq);
-    let f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .with_context(|| format!("cannot create WAL segment {}", path.display()))?;
-    sync_dir(dir)?;
-    Ok(f)
-}
-
-fn sync_dir(dir: &Path) -> anyhow::Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot fsync WAL directory {}", dir.display()))
-}
-
-type Records = Vec<(u8, Vec<u8>, u64, u64)>;
-
-/// Reads the valid prefix of a segment: its records (kind, payload, bytes on disk,
-/// offset in the file),
-/// the length of the valid prefix and the file length.
-fn read_segment(path: &Path) -> anyhow::Result<(Records, u64, u64)> {
-    let mut f =
-        File::open(path).with_context(|| format!("cannot open WAL segment {}", path.display()))?;
-    let file_len = f.seek(SeekFrom::End(0))?;
-    f.seek(SeekFrom::Start(0))?;
-    let mut data = Vec::with_capacity(file_len as usize);
-    f.read_to_end(&mut data)
-        .with_context(|| format!("cannot read WAL segment {}", path.display()))?;
-    let mut records = Vec::new();
-    let mut pos = 0usize;
-    loop {
-        let rest = &data[pos..];
-        if rest.len() < HEADER_BYTES as usize {
-            break;
-        }
-        let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes"));
-        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-        if len == 0 || len > MAX_RECORD_BYTES || rest.len() < HEADER_BYTES as usize + len as usize {
-            break;
-        }
-        let body = &rest[8..8 + len as usize];
-        if crc32fast::hash(body) != crc {
-            break;
-        }
-        let kind = body[0];
-        let payload = &body[1..];
-        let valid = match kind {
-            KIND_ENTRY => true,
-            KIND_PUBLISHED | KIND_DISCARDED => payload.len() == 8,
-            _ => false,
-        };
-        if !valid {
-            break;
-        }
-        let total = HEADER_BYTES + len as u64;
-        records.push((kind, payload.to_vec(), total, pos as u64));
-        pos += total as usize;
-    }
-    Ok((records, pos as u64, file_len))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn range(p: i32, start: i64, end: i64) -> CommittedRange {
-        CommittedRange {
-            topic: "t".into(),
-            partition: p,
-            start: Some(start),
-            end,
-        }
-    }
-
-    fn msg(s: &str) -> WalMessage {
-        WalMessage {
-            key: "t".into(),
-            payload: s.into(),
-        }
-    }
-
-    fn opts() -> WalOptions {
-        WalOptions {
-            segment_bytes: 1 << 20,
-            ..Default::default()
-        }
-    }
-
-    fn only_segment(dir: &Path) -> PathBuf {
-        let mut segs: Vec<_> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| fs::metadata(p).unwrap().len() > 0)
-            .collect();
-        assert_eq!(segs.len(), 1, "{segs:?}");
-        segs.pop().unwrap()
-    }
-
-    #[test]
-    fn pending_entries_survive_reopen_and_published_ones_do_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
-        let a = wal.append(vec![range(0, 0, 10)], vec![msg("a")]).unwrap();
-        let b = wal.append(vec![range(0, 10, 20)], vec![msg("b")]).unwrap();
-        let c = wal.append(vec![range(1, 0, 5)], vec![msg("c")]).unwrap();
-        wal.mark_published(a).unwrap();
-        wal.discard(c).unwrap();
-        drop(wal);
-        let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
-        assert!(rec.truncated.is_empty());
-        let pending = wal.pending_entries().unwrap();
-        assert_eq!(pending.len(), 1);
-        assert_eq!(pending[0].id, b);
-        assert_eq!(pending[0].ranges, vec![range(0, 10, 20)]);
-        assert_eq!(pending[0].messages, vec![msg("b")]);
-        // ids keep growing across restarts, so order is publication order
-        drop(wal);
-        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
-        assert!(wal.append(vec![], vec![]).unwrap() > c);
-    }
-
-    #[test]
-    fn torn_last_record_is_truncated_and_earlier_entries_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
-        let a = wal.append(vec![range(0, 0, 10)], vec![msg("a")]).unwrap();
-        wal.append(vec![range(0, 10, 20)], vec![msg("b")]).unwrap();
-        drop(wal);
-        let seg = only_segment(dir.path());
-        let len = fs::metadata(&seg).unwrap().len();
-        // a crash in the middle of the second write
-        OpenOptions::new()
-            .write(true)
-            .open(&seg)
-            .unwrap()
-            .set_len(len - 7)
-            .unwrap();
-        let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
-        assert_eq!(rec.truncated.len(), 1);
-        assert_eq!(rec.truncated[0].0, seg);
-        let ids = wal.pending_ids();
-        assert_eq!(ids, vec![a]);
-        assert_eq!(
-            fs::metadata(&seg).unwrap().len(),
-            rec.truncated[0].1,
-            "file truncated on disk"
-        );
-    }
-
-    #[test]
-    fn flipped_byte_is_detected_and_the_tail_from_there_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
-        let a = wal.append(vec![range(0, 0, 10)], vec![msg("a")]).unwrap();
-        let b = wal
-            .append(vec![range(0, 10, 20)], vec![msg("bbbbbbbbbbbbbbbb")])
-            .unwrap();
-        let c = wal.append(vec![range(0, 20, 30)], vec![msg("c")]).unwrap();
-        let sizes: Vec<u64> = wal.pending.values().map(|p| p.len).collect();
-        drop(wal);
-        let seg = only_segment(dir.path());
-        let mut data = fs::read(&seg).unwrap();
-        let in_b = (sizes[0] + sizes[1] / 2) as usize;
-        data[in_b] ^= 0x20;
-        fs::write(&seg, &data).unwrap();
-        let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
-        assert_eq!(
-            rec.truncated,
-            vec![(seg.clone(), sizes[0], sizes[1] + sizes[2])]
-        );
-        let ids = wal.pending_ids();
-        assert_eq!(
-            ids,
-            vec![a],
-            "b is corrupt, c follows it: both dropped ({b}, {c})"
-        );
-    }
-
-    #[test]
-    fn corrupt_length_does_not_allocate_or_panic() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
-        wal.append(vec![range(0, 0, 10)], vec![msg("a")]).unwrap();
-        drop(wal);
-        let seg = only_segment(dir.path());
-        let mut data = fs::read(&seg).unwrap();
-        data[3] = 0xff;
-        fs::write(&seg, &data).unwrap();
-        let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
-        assert_eq!(wal.pending_count(), 0);
-        assert_eq!(rec.truncated[0].1, 0);
-    }
-
-    #[test]
-    fn published_segments_are_removed_and_limit_tracks_pending_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        let o = WalOptions {
-            segment_bytes: 200,
-            max_pending_bytes: 1000,
-            fsync: FsyncPolicy::Never,
-        };
-        let (mut wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
-        let mut ids = Vec::new();
-        for i in 0..20 {
-            ids.push(
-                wal.append(
-                    vec![range(0, i * 10, i * 10 + 10)],
-                    vec![msg(&"x".repeat(100))],
-                )
-                .unwrap(),
-            );
-        }
-        assert!(wal.over_limit(), "{} pending bytes", wal.pending_bytes());
-        let segs = fs::read_dir(dir.path()).unwrap().count();
-        assert!(segs > 5, "{segs} segments");
-        for id in &ids {
-            wal.mark_published(*id).unwrap();
-        }
-        assert!(!wal.over_limit());
-        assert_eq!(wal.pending_bytes(), 0);
-        let left = fs::read_dir(dir.path()).unwrap().count();
-        assert!(
-            left <= 2,
-            "{left} segments left after everything was published"
-        );
-        drop(wal);
-        let (wal, _) = Wal::open(dir.path(), o).unwrap();
-        assert_eq!(wal.pending_count(), 0);
-    }
-
-    #[test]
-    fn marks_in_a_later_segment_keep_resolving_after_rotation() {
-        let dir = tempfile::tempdir().unwrap();
-        let o = WalOptions {
-            segment_bytes: 150,
-            max_pending_bytes: 1 << 20,
-            fsync: FsyncPolicy::Always,
-        };
-        let (mut wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
-        let a = wal
-            .append(vec![range(0, 0, 1)], vec![msg(&"a".repeat(200))])
-            .unwrap();
-        let b = wal
-            .append(vec![range(0, 1, 2)], vec![msg(&"b".repeat(200))])
-            .unwrap();
-        wal.mark_published(b).unwrap();
-        drop(wal);
-        let (wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
-        assert_eq!(wal.pending_ids(), vec![a]);
-        drop(wal);
-        let (mut wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
-        wal.mark_published(a).unwrap();
-        drop(wal);
-        let (wal, _) = Wal::open(dir.path(), o).unwrap();
-        assert_eq!(wal.pending_count(), 0);
-    }
-
-    #[test]
-    fn a_failed_or_partial_write_leaves_the_wal_usable_and_nothing_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
-        let a = wal.append(vec![range(0, 0, 10)], vec![msg("a")]).unwrap();
-        // Disk full half-way through the next record.
-        wal.faults.partial_write = Some(13);
-        wal.append(vec![range(0, 10, 20)], vec![msg("lost")])
-            .unwrap_err();
-        // fsync fails after a complete write: not durable, so not an entry either.
-        wal.faults.fail_sync = true;
-        wal.append(vec![range(0, 10, 20)], vec![msg("unsynced")])
-            .unwrap_err();
-        let c = wal.append(vec![range(0, 10, 30)], vec![msg("c")]).unwrap();
-        assert_eq!(wal.read(a).unwrap().messages, vec![msg("a")]);
-        assert_eq!(
-            wal.read(c).unwrap().messages,
-            vec![msg("c")],
-            "an entry after a failed write reads back"
-        );
-        assert_eq!(wal.pending_ids(), vec![a, c]);
-        drop(wal);
-        let (wal, rec) = Wal::open(dir.path(), opts()).unwrap();
-        assert!(rec.truncated.is_empty(), "{rec:?}");
-        assert_eq!(wal.pending_ids(), vec![a, c], "no failed record came back");
-    }
-}
+mod tests;
