@@ -14,7 +14,7 @@
 //! interceptor rules, `host` how the host's librdkafka is found, `settings` the
 //! properties, `emitter` the reports, `uncommitted` the consumer's bookkeeping).
 #![allow(unsafe_code)] // a C plugin: every entry point is FFI
-// Every unsafe block says why it is sound (issue 42).
+// Every unsafe block says why it is sound.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod client;

@@ -398,12 +398,11 @@ unsafe extern "C" fn on_acknowledgement(
 /// field", then `rkm_link`; the same from 1.x to 2.12), and each message was last read
 /// milliseconds ago when its request was built: the first read of it was most of the
 /// plugin's time on the broker thread (`perf`: 79 % of `acknowledged`'s samples on its
-/// first load). With the prefetch, librdkafka's broker thread spent 1 385 → 1 021 ns a
-/// 1 KB message and 508 → 458 ns a 100-byte one (C producer at full speed, medians of
-/// 5 alternating runs; docs/benchmarks.md). Nothing is dereferenced but this message's
-/// own memory: a producer's message is an `rd_kafka_msg_t`, larger than the public part
-/// and its link, and a prefetch of whatever address it holds (null at the end of a
-/// batch) cannot fault.
+/// first load); the prefetch takes that wait off the broker thread (measured in
+/// docs/benchmarks.md, the prefetch of the next acknowledged message). Nothing is
+/// dereferenced but this message's own memory: a producer's message is an
+/// `rd_kafka_msg_t`, larger than the public part and its link, and a prefetch of
+/// whatever address it holds (null at the end of a batch) cannot fault.
 ///
 /// # Safety
 /// `msg` is a message acknowledged without error, so from librdkafka's queue: an

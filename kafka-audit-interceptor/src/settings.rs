@@ -194,7 +194,7 @@ mod tests {
         let e = s.set("datacenter", Some("dc 1")).err().unwrap();
         assert!(e.contains("kafka_audit.datacenter"), "{e}");
         assert!(s.set("tier", Some("")).is_err());
-        // A replicator's evidence is the auditors' alone (issue 43).
+        // A replicator's evidence is the auditors' alone (docs/design.md §10).
         for reserved in ["replicator:group/mirror", "Replicator:mm2/agg"] {
             let e = s.set("tier", Some(reserved)).err().unwrap();
             assert!(e.contains("reserved"), "{e}");

@@ -399,7 +399,7 @@ static char *plugin_stats(const char *plugin) {
 }
 
 /* harm BOOTSTRAP CASE [PROP=VALUE...]: one case of the fault matrix of the plugin's
- * host (issue 42), as an application meets it; prints one JSON line with what the
+ * host (docs/plugin.md), as an application meets it; prints one JSON line with what the
  * application saw and the plugin's stats ("plugin").
  *   produce-batch  one produce() to kai.topic, which the cluster has not, until its
  *                  delivery report says so; then rd_kafka_produce_batch of 1000

@@ -142,7 +142,7 @@ def consume(bootstrap, topic, group, expected, timeout, extra):
 
 
 def harm(case, extra):
-    """One case of the fault matrix of the plugin's host (issue 42), as client.c's
+    """One case of the fault matrix of the plugin's host (docs/plugin.md), as client.c's
     `harm` (its comment has the cases): produce-batch and failed-new. The plugin's
     stats are read through ctypes (the library librdkafka loaded: it stays mapped)."""
     import ctypes

@@ -1,7 +1,7 @@
-//! First, do no harm (issue 42): the fault matrix of the plugin's host, each case as an
-//! application meets it (`harm` in client.c and client.py): the application gets what
-//! librdkafka gives it without the plugin, the process lives on, and the plugin's
-//! counts say what happened.
+//! First, do no harm (docs/plugin.md, Counters, threads, and the host's faults): the
+//! fault matrix of the plugin's host, each case as an application meets it (`harm` in
+//! client.c and client.py): the application gets what librdkafka gives it without the
+//! plugin, the process lives on, and the plugin's counts say what happened.
 
 use std::time::Duration;
 
@@ -155,7 +155,7 @@ async fn short_lived_clients_leave_no_descriptor_slot_or_thread_behind() {
     assert_eq!(out.json["plugin"]["acknowledged"], 50, "{}", out.json);
 }
 
-/// The C client's cases under valgrind (the fault matrix's memory check, issue 42):
+/// The C client's cases under valgrind (the fault matrix's memory check):
 /// no invalid read or write, no use of uninitialised memory, nothing definitely lost —
 /// produce_batch refused before queueing, clients made and destroyed in turn with a
 /// spool, purge / timed-out flush / destroy in flight, an unreachable audit cluster, and

@@ -397,9 +397,10 @@ async fn python_c_and_rust_rdkafka_clients_are_audited_at_their_tiers_exactly() 
     }
 }
 
-/// Issue 28, the producer tier: a C producer with the plugin writes 300 messages of the
-/// current 10-minute window; the first 20 records of partition 0 are deleted at the
-/// broker before the regional auditor reads them. The edge producer → regional is
+/// A loss proven before the window is final (docs/design.md §6, rule 0), the producer
+/// tier: a C producer with the plugin writes 300 messages of the current 10-minute
+/// window; the first 20 records of partition 0 are deleted at the broker before the
+/// regional auditor reads them. The edge producer → regional is
 /// `replicator = "same_cluster"`: the producer's acknowledged offsets are in the log the
 /// regional auditor reads, so with 10-minute windows and the default 20-minute grace
 /// the loss is paged within 60 s of the deletion, the window still open, and nothing
