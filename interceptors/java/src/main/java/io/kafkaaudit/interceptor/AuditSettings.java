@@ -16,8 +16,8 @@ import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigException;
 
 /**
- * The {@code kafka_audit.*} properties of the client's own configuration, with the
- * names and meaning of the librdkafka plugin's (issue #26), each checked so that a bad
+ * The {@code kafka_audit.*} properties of the client's own configuration, with the names
+ * and meaning of the librdkafka plugin's (docs/plugin.md), each checked so that a bad
  * value fails the client's creation with a message that names the property.
  *
  * <table>
@@ -235,7 +235,7 @@ final class AuditSettings {
    * Tiers under this prefix carry a replicator's evidence (common's
    * {@code EVIDENCE_TIER_PREFIX}, the librdkafka plugin's {@code RESERVED_TIER_PREFIX}),
    * which only the auditors of a replicated edge publish: a producer's or consumer's
-   * interceptor never may (issue 43).
+   * interceptor never may (docs/design.md §10).
    */
   static final String RESERVED_TIER_PREFIX = "replicator:";
 

@@ -16,16 +16,17 @@ final class WindowStats {
   long outOfBoundsCount;
   long observationTimeCount;
   /**
-   * Not in {@code count}: records a producer was told it could not deliver, windowed
-   * like {@code count} (the field issue #26 adds to the format; written only when not 0).
+   * Not in {@code count}: records a producer was told it could not deliver, windowed like
+   * {@code count} (the format's {@code delivery_failed_count}; written only when not 0).
    */
   long deliveryFailedCount;
   long checksum;
   final LatencyHistogram latency = new LatencyHistogram();
   final List<OffsetSpan> offsets = new ArrayList<>(2);
   /**
-   * When this emitter last counted a message of the window (its clock): issue #24's
-   * evidence of an emitter that knows no partitions. {@link #NONE} until one is.
+   * When this emitter last counted a message of the window (its clock): the record-time
+   * evidence of an emitter that knows no partitions (docs/web.md, Verdicts, rule 4).
+   * {@link #NONE} until one is.
    */
   long maxObservedAt = NONE;
 
@@ -36,7 +37,7 @@ final class WindowStats {
 
   /**
    * Lowest and highest offset counted in one partition, and the latest record time
-   * counted there (issue #24's evidence: a downstream tier must read past it).
+   * counted there (the record-time evidence: a downstream tier must read past it).
    */
   static final class OffsetSpan {
     final int partition;

@@ -31,7 +31,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Issue 42's promise for the Java interceptors: no exception and no blocking call reaches
+ * First, do no harm, for the Java interceptors: no exception and no blocking call reaches
  * the application from onSend, onAcknowledgement, onConsume, onCommit or close, whatever
  * becomes of the audit cluster (here unreachable for the whole run: a closed loopback
  * port), the reporter's thread (held up: the backlog's cap) or the audit producer's

@@ -104,9 +104,9 @@ class InterceptorTest {
   }
 
   /**
-   * Issue 43: a replicator's evidence (tiers starting with {@code replicator:}) is the
-   * auditors' alone, so configure() refuses such a tier, in any case, for either
-   * interceptor; a tier that merely starts with "replicator" is an ordinary one.
+   * A replicator's evidence (tiers starting with {@code replicator:}) is the auditors'
+   * alone (docs/design.md §10), so configure() refuses such a tier, in any case, for
+   * either interceptor; a tier that merely starts with "replicator" is an ordinary one.
    */
   @Test
   void a_reserved_evidence_tier_fails_configure() throws Exception {
@@ -355,7 +355,7 @@ class InterceptorTest {
       i.onCommit(Map.of(tp, new OffsetAndMetadata(13)));
       String inc = i.drainForTest(ID, T0).get(0);
       assertTrue(inc.contains("\"count\":8,"), inc);
-      // The latest record time counted (offset 12's), the evidence of issue #24.
+      // The latest record time counted (offset 12's): the record-time evidence.
       assertTrue(inc.contains("{\"partition\":3,\"min\":5,\"max\":12,\"max_record_time\":" + (T0 + 12) + "}"), inc);
       assertEquals(13, i.metrics().getCounted());
       assertEquals(7, i.metrics().getDiscardedReread());
