@@ -1,11 +1,11 @@
-//! Issue 32, end to end on a store distributed by topic with Citus: the scenario of
-//! late_auditor.rs (traffic replicated from cluster A to B with 37 messages dropped in
-//! one window and 11 duplicated in another, the downstream auditor started two windows
-//! late) with the collector and serve on a Citus coordinator, distributed with
-//! deploy/citus/distribute.sql, and the collector's retention running beside the
+//! End to end on a store distributed by topic with Citus (docs/operations.md): the
+//! scenario of late_auditor.rs (traffic replicated from cluster A to B with 37 messages
+//! dropped in one window and 11 duplicated in another, the downstream auditor started
+//! two windows late) with the collector and serve on a Citus coordinator, distributed
+//! with deploy/citus/distribute.sql, and the collector's retention running beside the
 //! ingestion. Over the whole run the webhook receiver gets exactly one page per
-//! injected fault; the old days and the default partition's old rows seeded before
-//! the start are deleted (counted before and after), and nothing of the run is.
+//! injected fault; the old days and the default partition's old rows seeded before the
+//! start are deleted (counted before and after), and nothing of the run is.
 //!
 //! Runs where `KAFKA_AUDIT_TEST_CITUS_URL` names a cluster (`deploy/dev/citus`);
 //! skipped, saying so, otherwise (README, "Tests on Citus").

@@ -1,10 +1,12 @@
-//! Issue 14, B4 end to end: the collector is down for two windows (longer than the
-//! 5 s grace) while live traffic goes on, then restarted with one message per batch
-//! and a fetch back-off, so the audit-topic backlog drains over tens of seconds. Two topics replicated from cluster A to
-//! cluster B: one loses nothing, the other loses 37 messages in one window. Over the
-//! whole run the webhook receiver gets no page for the clean topic and exactly one
-//! for the loss, in its window: progress measured before the outage and delivered
-//! after it does not make a window final before its increments are in.
+//! A lag 0 counts as of when the auditor measured it, not when it arrived (docs/web.md,
+//! Verdicts, rule 3), end to end: the collector is down for two windows (longer than
+//! the 5 s grace) while live traffic goes on, then restarted with one message per batch
+//! and a fetch back-off, so the audit-topic backlog drains over tens of seconds. Two
+//! topics replicated from cluster A to cluster B: one loses nothing, the other loses 37
+//! messages in one window. Over the whole run the webhook receiver gets no page for the
+//! clean topic and exactly one for the loss, in its window: progress measured before
+//! the outage and delivered after it does not make a window final before its increments
+//! are in.
 
 use crate::e2e;
 use crate::support;

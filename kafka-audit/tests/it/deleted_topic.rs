@@ -1,11 +1,12 @@
-//! Issue 14, B6 end to end: an audited topic is deleted from both clusters while its
-//! auditors keep running (they still audit a second topic). Its auditors stop
-//! reporting it: they are alerted stalled after `stall_after`, and after
-//! `forget_after` they are no longer expected — no stalled alert stays open in serve's
-//! alert state, and it is not resolved either: the topic's audit was never fixed, so its
-//! alert expires without a notification (`alerts_expired_total`). The kept topic is
-//! never paged. Before the first fix progress rows never expired and the stalled alert
-//! stayed open for good; before the second, forgetting sent a "resolved".
+//! Forgotten progress (docs/web.md, Verdicts, rule 3: `forget_after`), end to end: an
+//! audited topic is deleted from both clusters while its auditors keep running (they
+//! still audit a second topic). Its auditors stop reporting it: they are alerted
+//! stalled after `stall_after`, and after `forget_after` they are no longer expected —
+//! no stalled alert stays open in serve's alert state, and it is not resolved either:
+//! the topic's audit was never fixed, so its alert expires without a notification
+//! (`alerts_expired_total`). The kept topic is never paged. Before the first fix
+//! progress rows never expired and the stalled alert stayed open for good; before the
+//! second, forgetting sent a "resolved".
 
 use crate::e2e;
 

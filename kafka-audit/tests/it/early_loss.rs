@@ -1,10 +1,10 @@
-//! Issue 28, "loss proven within a minute": a consumer-group replicator (the suite's
-//! own: it consumes cluster A in a group, writes each record to cluster B with its key,
-//! partition and CreateTime, and commits only what it has flushed) drops 37 records.
-//! The regional auditor of A publishes the group's committed offsets as replication
-//! evidence; serve's edge names the replicator. With 10-minute windows and the default
-//! 20-minute grace, the loss must be paged within 60 s of the drop, while its window is
-//! still open, and nothing else may page over the whole run.
+//! A loss proven within a minute (docs/web.md, Replication evidence): a consumer-group
+//! replicator (the suite's own: it consumes cluster A in a group, writes each record to
+//! cluster B with its key, partition and CreateTime, and commits only what it has
+//! flushed) drops 37 records. The regional auditor of A publishes the group's committed
+//! offsets as replication evidence; serve's edge names the replicator. With 10-minute
+//! windows and the default 20-minute grace, the loss must be paged within 60 s of the
+//! drop, while its window is still open, and nothing else may page over the whole run.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

@@ -1,8 +1,8 @@
-//! Issue 24 on real brokers: a window is final on an edge only when the downstream
-//! auditor has read what the upstream counted in it (docs/web.md, Verdicts, rule 4).
-//! Real auditors (exactly-once, running before the traffic), the collector, serve with
-//! its evaluation job and alerting to a local webhook receiver; what the receiver got
-//! over the whole run is asserted, not only the final verdicts.
+//! The evidence rule on real brokers: a window is final on an edge only when the
+//! downstream auditor has read what the upstream counted in it (docs/web.md, Verdicts,
+//! rule 4). Real auditors (exactly-once, running before the traffic), the collector,
+//! serve with its evaluation job and alerting to a local webhook receiver; what the
+//! receiver got over the whole run is asserted, not only the final verdicts.
 //!
 //! - A replay: 6 ten-minute windows of the last hour × 3 000 JSON messages, CreateTime
 //!   now, copied by a replicator a few seconds later (37 dropped in w2, 11 sent twice
@@ -32,7 +32,7 @@ use web::AppState;
 const TEN_MINUTES: i64 = 600_000;
 const PARTITIONS: i32 = 3;
 
-/// The replay of the issue.
+/// The replay (the module's first case).
 const REPLAY: Replay = Replay {
     windows: 6,
     per_window: 3_000,
@@ -40,7 +40,7 @@ const REPLAY: Replay = Replay {
     window_ms: TEN_MINUTES,
 };
 
-/// What the replicator of the issue does to the replay (windows from its first).
+/// What the replicator does to the replay (windows from its first).
 const REPLAY_FAULTS: Faults = Faults {
     loss: Some((2, 37)),
     dup: Some((3, 11)),
@@ -230,7 +230,7 @@ fn injected(sent: &Replicated, base: i64) -> (Vec<e2e::Judged>, Vec<Page>) {
     (judged, pages)
 }
 
-/// The replay of the issue from `upstreams` to `downstream`, copied 5 s after it was
+/// The replay from `upstreams` to `downstream`, copied 5 s after it was
 /// written, through `run`; asserts every window exact and exactly the injected pages
 /// over the whole run.
 async fn replay_pages_only_its_faults(run: Run, upstreams: &[&str], downstream: &str) {

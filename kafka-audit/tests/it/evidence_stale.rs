@@ -1,14 +1,14 @@
-//! Issue 43: replication evidence is not an auditor. The issue's scenario at 1 000
-//! topics, as a new user deploys it: the collector with HTTP ingest (the regional
-//! auditors' token also names the replicator's evidence tier), serve on PostgreSQL
-//! judging regional/dc1 → aggregate/agg through the consumer group `mirror`, alerts to
-//! a local webhook receiver. Both auditors report every topic every second for the
-//! whole run; the replicator's evidence of every topic comes, stops for longer than
-//! `stall_after`, then comes again.
+//! Replication evidence is not an auditor (docs/web.md, Alerts: one stalled-evidence
+//! alert per replicator). The scenario at 1 000 topics, as a new user deploys it: the
+//! collector with HTTP ingest (the regional auditors' token also names the replicator's
+//! evidence tier), serve on PostgreSQL judging regional/dc1 → aggregate/agg through the
+//! consumer group `mirror`, alerts to a local webhook receiver. Both auditors report
+//! every topic every second for the whole run; the replicator's evidence of every topic
+//! comes, stops for longer than `stall_after`, then comes again.
 //!
 //! Over the whole run the receiver gets exactly one page and its resolve: the
 //! evidence of `replicator:group/mirror` from dc1 is stale, with its age. At df0f7fc
-//! the issue saw one "audit stalled" page per topic and one `auditor_stalled` series
+//! the receiver got one "audit stalled" page per topic and one `auditor_stalled` series
 //! per topic for the evidence tier; at 03cd9e1 no page at all (only the age gauge):
 //! this test then fails with "no page".
 

@@ -1,6 +1,6 @@
-//! Issue 25, must-show 2 and 3: floods of the lowest-trust writers against the real
-//! binary (`kafka-audit collect` and `kafka-audit serve` as processes, PostgreSQL,
-//! cluster A). After the issue's honest six windows (w2 a loss of 37):
+//! Floods of the lowest-trust writers (docs/operations.md, Ingest bounds) against the
+//! real binary (`kafka-audit collect` and `kafka-audit serve` as processes, PostgreSQL,
+//! cluster A). After integrity.rs's honest six windows (w2 a loss of 37):
 //! - the producer token floods HTTP ingest with unaligned (1–1.2 s) and misaligned
 //!   (20 min) windows, progress of 100 000 partitions, full 8 MiB bodies of valid
 //!   10 000-partition reports with the longest names (security review 2, finding 3:

@@ -1,9 +1,10 @@
-//! Issue 43, the forgeries of the issue as a new user would try them, against the
-//! collector (HTTP ingest and a Kafka source with its evidence topic), serve on
-//! PostgreSQL and its alerting to a local webhook receiver. Topics `payments` (the
-//! replicator honestly behind: 250 counted upstream, 240 downstream, 10 in flight)
-//! and `orders` (a real loss of 37 the replicator's honest evidence proves while the
-//! window is open). Both auditors and the replicator's evidence report every second.
+//! Forged replication evidence (docs/design.md §6, whose evidence is trusted), as a new
+//! user would try it, against the collector (HTTP ingest and a Kafka source with its
+//! evidence topic), serve on PostgreSQL and its alerting to a local webhook receiver.
+//! Topics `payments` (the replicator honestly behind: 250 counted upstream, 240
+//! downstream, 10 in flight) and `orders` (a real loss of 37 the replicator's honest
+//! evidence proves while the window is open). Both auditors and the replicator's
+//! evidence report every second.
 //!
 //! One at a time, each forgery tries to prove `payments` lost:
 //! - evidence (`next_offset` 2^62) posted with an ingest token whose `tiers` is

@@ -1,5 +1,5 @@
-//! Issue 25: a token bound to one tier can never change what another tier's data
-//! says. The issue's scenario as a new user deploys it, on both backends: the
+//! A token bound to one tier can never change what another tier's data says
+//! (docs/design.md §10). The scenario as a new user deploys it, on both backends: the
 //! collector with HTTP ingest and two tokens (producer/dc1, regional/dc1), serve
 //! judging producer → regional in pinned 10-minute windows. Six past windows of honest
 //! data, a loss of 37 in w2; then the producer token's flood of progress reports of

@@ -1,10 +1,11 @@
-//! Issue 29 end to end: Kafka's own Java clients audited by configuration. A plain
-//! `KafkaProducer` with only the interceptor's properties added
-//! (`interceptor.classes`, `kafka_audit.*`) writes JSON to cluster A; its producer tier
-//! reaches the collector through the audit topic, as every other tier does. Records are
-//! then deleted at the broker (`AdminClient.deleteRecords`) before the regional auditor
-//! starts and reads the topic, and a plain `KafkaConsumer` with the interceptor reads
-//! and commits what is left.
+//! The Java interceptors (docs/java-interceptors.md) end to end: Kafka's own Java
+//! clients audited by configuration. A plain `KafkaProducer` with only the
+//! interceptor's properties added (`interceptor.classes`, `kafka_audit.*`) writes JSON
+//! to cluster A; its producer tier reaches the collector through the audit topic, as
+//! every other tier does. Records are then deleted at the broker
+//! (`AdminClient.deleteRecords`) before the regional auditor starts and reads the
+//! topic, and a plain `KafkaConsumer` with the interceptor reads and commits what is
+//! left.
 //!
 //! What must hold: the producer tier's stored windows are exactly what the producer's
 //! own callbacks saw acknowledged (counts, bytes and checksums computed here from the

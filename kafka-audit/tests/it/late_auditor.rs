@@ -1,21 +1,22 @@
-//! Issue 14, "a lagging auditor pages false loss", end to end: traffic now (event
-//! time = send time) replicated from cluster A to cluster B with 37 messages dropped in
-//! one window and 11 duplicated in another; the downstream auditor is started two
-//! windows after the traffic (past the grace of its first windows, as after a deploy)
-//! and reads its backlog over several reports.
+//! A lagging auditor never pages a false loss (docs/web.md, Verdicts, rule 3), end to
+//! end: traffic now (event time = send time) replicated from cluster A to cluster B
+//! with 37 messages dropped in one window and 11 duplicated in another; the downstream
+//! auditor is started two windows after the traffic (past the grace of its first
+//! windows, as after a deploy) and reads its backlog over several reports.
 //! Over the whole run the webhook receiver gets exactly one page per injected fault, in
 //! its window, and no page for a window that ends correct — a page that fires and later
 //! resolves has still woken someone.
 //!
 //! What it does not single out: it passes with any of the engine's "record time counts
-//! only with a known lag", the auditor's report of unread partitions and the B8
-//! watermark reverted, and with all three reverted at once. The late auditor fetches
-//! every partition from its first fetch (one broker), and within a partition the records
-//! before a record time are read, and counted in the same report, before it; so no
-//! report claims a window its counts miss. The unread-partition report is what a late
-//! auditor needs and `transactional.rs` (`a_partition_not_read_yet_holds_its_windows_back`)
-//! fails without it; the lag rule has its table in `web/src/engine/tests/rules.rs` and
-//! `web/tests/it/edges.rs` (`late_auditor_catching_up_pages_nothing_postgres`).
+//! only with a known lag", the auditor's report of unread partitions and the minimum
+//! watermark (docs/audit-message-v1.md, Progress) reverted, and with all three reverted
+//! at once. The late auditor fetches every partition from its first fetch (one broker),
+//! and within a partition the records before a record time are read, and counted in the
+//! same report, before it; so no report claims a window its counts miss. The
+//! unread-partition report is what a late auditor needs and `transactional.rs`
+//! (`a_partition_not_read_yet_holds_its_windows_back`) fails without it; the lag rule
+//! has its table in `web/src/engine/tests/rules.rs` and `web/tests/it/edges.rs`
+//! (`late_auditor_catching_up_pages_nothing_postgres`).
 
 use crate::e2e;
 

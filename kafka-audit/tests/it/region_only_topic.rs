@@ -1,12 +1,13 @@
-//! Issue 14, B2 on real brokers: topology `{dc1 = "agg", dc2 = "agg"}`, a topic that
-//! exists only in dc1 (cluster A) and is replicated to the aggregate cluster (cluster
-//! B) with 5 % of one window dropped. The dc2 auditor knows nothing of the topic. Real
-//! auditors on both clusters, the collector into PostgreSQL, and the evaluator: the
-//! loss is reported exactly in its window, and no other window is an anomaly. Before
-//! the fix every window waited for dc2 (pending, then stalled), and the loss was never
-//! reported. The second test has all three datacenters on real clusters (the aggregate
-//! one a private cluster it starts): the region-only topic's loss exactly, and a topic
-//! of both datacenters ok.
+//! A region-specific topic on a many-to-one edge (docs/web.md, Verdicts, rule 3), on
+//! real brokers: topology `{dc1 = "agg", dc2 = "agg"}`, a topic that exists only in dc1
+//! (cluster A) and is replicated to the aggregate cluster (cluster B) with 5 % of one
+//! window dropped. The dc2 auditor knows nothing of the topic. Real auditors on both
+//! clusters, the collector into PostgreSQL, and the evaluator: the loss is reported
+//! exactly in its window, and no other window is an anomaly. Before the fix every
+//! window waited for dc2 (pending, then stalled), and the loss was never reported. The
+//! second test has all three datacenters on real clusters (the aggregate one a private
+//! cluster it starts): the region-only topic's loss exactly, and a topic of both
+//! datacenters ok.
 
 use crate::e2e;
 use crate::support;

@@ -1,11 +1,12 @@
-//! Issue 14, B3 end to end: PostgreSQL's roll-up is held back (`LOCK TABLE
-//! audit_window IN EXCLUSIVE MODE` from another connection: reads still allowed, the
-//! roll-up blocks) while a downstream auditor started after the traffic catches up.
-//! The collector stages its increments and stores its progress, which says it has read
-//! past every window; the evaluator must not judge a window final before those
-//! increments are added up (before the fix: a final loss of every message, paged, then
-//! resolved). Once the lock is released every window is final and ok, and the webhook
-//! receiver got no page over the whole run.
+//! Staged increments hold their windows back (docs/web.md, Verdicts, rule 5), end to
+//! end: PostgreSQL's roll-up is held back (`LOCK TABLE audit_window IN EXCLUSIVE MODE`
+//! from another connection: reads still allowed, the roll-up blocks) while a downstream
+//! auditor started after the traffic catches up. The collector stages its increments
+//! and stores its progress, which says it has read past every window; the evaluator
+//! must not judge a window final before those increments are added up (before the fix:
+//! a final loss of every message, paged, then resolved). Once the lock is released
+//! every window is final and ok, and the webhook receiver got no page over the whole
+//! run.
 
 use crate::e2e;
 

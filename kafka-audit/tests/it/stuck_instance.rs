@@ -1,9 +1,10 @@
-//! Issue 14, B7 end to end: two auditor instances of one tier in one consumer group,
-//! one a `kafka-audit audit` process that is then frozen (SIGSTOP: it stays in the
-//! group for its long session timeout, and its partitions stop progressing) while the
-//! other keeps reporting. The evaluator alerts the tier's auditor stalled, naming the
-//! frozen instance and its partitions, and the webhook receiver gets the page. Before
-//! the fix the freshest report of any partition hid the stuck one: no stall, no page.
+//! Stall judged per partition, not on the freshest report (docs/web.md, Verdicts,
+//! rule 3), end to end: two auditor instances of one tier in one consumer group, one a
+//! `kafka-audit audit` process that is then frozen (SIGSTOP: it stays in the group for
+//! its long session timeout, and its partitions stop progressing) while the other keeps
+//! reporting. The evaluator alerts the tier's auditor stalled, naming the frozen
+//! instance and its partitions, and the webhook receiver gets the page. Before the fix
+//! the freshest report of any partition hid the stuck one: no stall, no page.
 //!
 //! Every threshold and wait here derives from the instances' report interval, the one
 //! bound the product promises (an auditor reports each of its partitions every

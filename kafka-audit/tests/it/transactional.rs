@@ -1,11 +1,12 @@
-//! Issue 14, B5 end to end: transactional producers at both tiers write one partition
-//! of a two-partition topic, commit and stop (the other partition is never written).
-//! Real auditors on cluster A (regional) and B (aggregate), the collector into
-//! PostgreSQL, the evaluator and its alerts: every window settles (final, counts
-//! exact) and the loss of 37 is paged once, in its window. Before the fix the trailing
-//! commit marker kept the partition's lag at 1 for good: every window stayed pending
-//! and the loss was never reported. Second: a partition a new auditor group has read
-//! nothing of (its records in a transaction still open) holds its windows back.
+//! A partition whose last record is a commit marker settles (docs/audit-message-v1.md,
+//! Progress), end to end: transactional producers at both tiers write one partition of
+//! a two-partition topic, commit and stop (the other partition is never written). Real
+//! auditors on cluster A (regional) and B (aggregate), the collector into PostgreSQL,
+//! the evaluator and its alerts: every window settles (final, counts exact) and the
+//! loss of 37 is paged once, in its window. Before the fix the trailing commit marker
+//! kept the partition's lag at 1 for good: every window stayed pending and the loss was
+//! never reported. Second: a partition a new auditor group has read nothing of (its
+//! records in a transaction still open) holds its windows back.
 
 use crate::e2e;
 use crate::support;

@@ -1,14 +1,15 @@
-//! Issue 14 B1 end to end: messages whose payload holds no event time — binary (an
-//! Avro-like framing, not JSON) and JSON without a time field — replicated from cluster
-//! A to cluster B with their record timestamps preserved (as MirrorMaker 2 does), 37
-//! dropped in one window and 11 duplicated in another; the downstream auditor starts two
-//! windows late and reads its backlog over several reports. Both tiers window them by
-//! the record timestamp, so the faults are reported exactly in their windows and
-//! nothing else pages over the whole run. A few records carry a timestamp outside the
-//! skew bounds (40 days old): they have no tier-invariant time, so each tier counts them
-//! apart by its own observation time, shown in the API and never judged.
-//! (Before B1 every one of these messages was windowed by the auditor's consumption
-//! time, so the late tier put them windows away from the upstream ones.)
+//! Messages windowed by their record timestamp (docs/design.md §5, bad input is
+//! counted, not dropped), end to end: messages whose payload holds no event time —
+//! binary (an Avro-like framing, not JSON) and JSON without a time field — replicated
+//! from cluster A to cluster B with their record timestamps preserved (as MirrorMaker 2
+//! does), 37 dropped in one window and 11 duplicated in another; the downstream auditor
+//! starts two windows late and reads its backlog over several reports. Both tiers
+//! window them by the record timestamp, so the faults are reported exactly in their
+//! windows and nothing else pages over the whole run. A few records carry a timestamp
+//! outside the skew bounds (40 days old): they have no tier-invariant time, so each
+//! tier counts them apart by its own observation time, shown in the API and never
+//! judged. (Before that rule every one of these messages was windowed by the auditor's
+//! consumption time, so the late tier put them windows away from the upstream ones.)
 
 use crate::e2e;
 use crate::support;

@@ -89,7 +89,7 @@ fn example_topology_is_consistent_with_the_auditors_and_the_collector() {
     )
     .unwrap();
     check_one_deployment(&ex.audits, &ex.collect, &ex.serve, "deploy/config");
-    // Issue 43: uncommenting the regional auditors' `replicators` needs nothing else:
+    // Uncommenting the regional auditors' `replicators` needs nothing else:
     // the collector already reads their evidence topic as one of its evidence_topics
     // (evidence anywhere else is rejected).
     let mut with_replicators = ex.audits.clone();

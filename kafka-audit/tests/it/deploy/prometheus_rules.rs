@@ -53,7 +53,7 @@ fn prometheus_rules_use_only_metrics_and_label_values_the_services_expose() {
             );
         }
     }
-    // What the issue asks the rules to cover.
+    // What the rules must cover.
     for must in [
         "kafka_audit_auditor_stalled",
         "kafka_audit_partition_lag",

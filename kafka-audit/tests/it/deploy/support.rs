@@ -134,7 +134,7 @@ pub fn check_one_deployment(
             "{id}: no collector source reads {} from {bootstrap}",
             a.audit.audit_topic
         );
-        // Issue 43: the collector takes replication evidence from a source's
+        // The collector takes replication evidence from a source's
         // evidence_topics alone; evidence published elsewhere would be rejected.
         assert!(
             a.audit.replicators.is_empty()

@@ -1,9 +1,10 @@
-//! Shared by the end-to-end tests of issue 14 (region_only_topic.rs, transactional.rs,
-//! late_auditor.rs, collector_outage.rs, stuck_instance.rs) and issue 24 (evidence.rs):
-//! real auditors on cluster A and B, the collector into PostgreSQL (or SQLite), the web
-//! evaluator and its alerting to a local webhook receiver; live traffic written to both
-//! clusters as a replicator would (with a lag, if asked), and replays. It uses the audit-service test support, which `main.rs` declares
-//! as `support`.
+//! Shared by the end-to-end tests of the detection rules (region_only_topic.rs,
+//! transactional.rs, late_auditor.rs, collector_outage.rs, stuck_instance.rs,
+//! evidence.rs): real auditors on cluster A and B, the collector into PostgreSQL (or
+//! SQLite), the web evaluator and its alerting to a local webhook receiver; live
+//! traffic written to both clusters as a replicator would (with a lag, if asked), and
+//! replays. It uses the audit-service test support, which `main.rs` declares as
+//! `support`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -42,7 +43,7 @@ pub fn tier_config(
     cfg
 }
 
-/// The evidence topic beside `audit_topic` (issue 43): where an auditor with
+/// The evidence topic beside `audit_topic` (docs/design.md §10): where an auditor with
 /// replicators publishes their evidence, and the only topic the rig's collector takes
 /// evidence from.
 pub fn evidence_topic(audit_topic: &str) -> String {

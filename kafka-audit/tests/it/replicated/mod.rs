@@ -1,8 +1,8 @@
 //! Real Kafka failures on the replicated cluster R (three KRaft nodes, each broker and
-//! controller, started by `deploy/dev/kafka start r`; issue 31): nodes SIGKILLed and
-//! restarted under the real auditor, collector and serve, and a real data loss by an
-//! unclean leader election. Every scenario here kills nodes of the one cluster, so they
-//! run one after the other in one test ([`run_scenarios`], the crate's
+//! controller, started by `deploy/dev/kafka start r`; docs/testing.md): nodes SIGKILLed
+//! and restarted under the real auditor, collector and serve, and a real data loss by
+//! an unclean leader election. Every scenario here kills nodes of the one cluster, so
+//! they run one after the other in one test ([`run_scenarios`], the crate's
 //! `cluster_r_failover_scenarios`) and take [`Cluster::take`] first; a scenario that
 //! fails still leaves every node started again.
 //!
