@@ -1,8 +1,8 @@
-//! The shape of the workspace's sources, checked on every test run (issue #27): no
-//! import cycle between the files of a crate, no Rust file over 600 non-test lines
-//! (`src/`, `examples/`, `benches/`, `fuzz/` and `build.rs` alike), and the
-//! audit-service's sans-io auditor naming no Kafka client. Read from the sources
-//! themselves (plain text, std only), so a failure names the files to change.
+//! The shape of the workspace's sources, checked on every test run: no import cycle
+//! between the files of a crate, no Rust file over 600 non-test lines (`src/`,
+//! `examples/`, `benches/`, `fuzz/` and `build.rs` alike), and the audit-service's
+//! sans-io auditor naming no Kafka client. Read from the sources themselves (plain
+//! text, std only), so a failure names the files to change.
 //!
 //! Test code is each item under a `#[cfg(test)]` at the left margin, one by one: the
 //! test module, and any single test-only `fn`, `struct`, `impl`, `use` or `const`
@@ -33,7 +33,7 @@ const MAX_NON_TEST_LINES: usize = 600;
 /// guard counted past a single-item `#[cfg(test)]` and read `examples/`; their crate was
 /// being changed by others when the guard learnt to see them.
 const TO_SPLIT: &[(&str, usize)] = &[
-    // to be split (issue 45): the benchmark's setup, load and report are seams
+    // to be split: the benchmark's setup, load and report are seams
     ("audit-service/examples/audit_bench.rs", 899),
 ];
 
@@ -736,7 +736,7 @@ fn no_source_file_over_600_non_test_lines() {
     );
 }
 
-/// The auditor's decisions are plain data and functions (issue #27): no file of
+/// The auditor's decisions are plain data and functions: no file of
 /// `audit-service/src/auditor/` may name rdkafka, open a file or read a clock.
 #[test]
 fn the_auditor_core_names_no_kafka_client_no_file_and_no_clock() {
