@@ -80,6 +80,22 @@ impl TopicRead {
     }
 }
 
+/// Every topic's staged increments whose window starts in `[from, to)`, by topic: the
+/// evaluator's bulk read, between the progress and the window rows.
+pub async fn staged_by_topic(
+    store: &Store,
+    from: i64,
+    to: i64,
+) -> Result<HashMap<String, Staged>, StoreError> {
+    let mut staged: HashMap<String, Staged> = HashMap::new();
+    for (topic, tier, dc, w) in store.staged_windows(None, from).await? {
+        if w < to {
+            staged.entry(topic).or_default().insert((tier, dc, w));
+        }
+    }
+    Ok(staged)
+}
+
 /// What one topic's verdicts are judged from, as read (see the module's read order).
 #[derive(Debug, Clone, Copy)]
 pub struct Inputs<'a> {
@@ -204,4 +220,162 @@ pub fn hold_proven_loss<P: Display>(
     v.verdict = Verdict::Loss;
     v.so_far = Some(engine::SoFar::Loss);
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Lifecycle, TopologyConfig};
+
+    const MIN: i64 = 60_000;
+    const W: i64 = 1_764_410_400_000; // a window start, multiple of 10 min
+    const NOW: i64 = W + 40 * MIN; // past the end, the 20 min grace and caught up
+
+    /// producer → regional, 10-minute windows.
+    fn topology() -> Topology {
+        let cfg: TopologyConfig = toml::from_str(
+            r#"
+            window = "10m"
+            tiers = [{ name = "producer", progress = false }, { name = "regional" }]
+            [[edges]]
+            upstream = "producer"
+            downstream = "regional"
+            "#,
+        )
+        .unwrap();
+        Topology::new(cfg).unwrap()
+    }
+
+    fn row(tier: &str, count: u64) -> WindowRow {
+        let mut latency = audit_lib::LatencyHistogram::new();
+        latency.record(100);
+        WindowRow {
+            topic: "orders".into(),
+            tier: tier.into(),
+            datacenter: "dc1".into(),
+            window_start_ms: W,
+            window_end_ms: W + 10 * MIN,
+            count,
+            bytes: 0,
+            no_time_count: 0,
+            malformed_count: 0,
+            out_of_bounds_count: 0,
+            observation_time_count: 0,
+            delivery_failed_count: 0,
+            checksum: 0,
+            latency,
+            increments: 1,
+            first_received_at_ms: 0,
+            last_received_at_ms: 0,
+            latency_unread: false,
+            max_observed_at_ms: None,
+            record_times: vec![],
+            max_offsets: vec![],
+        }
+    }
+
+    fn caught_up() -> Vec<ProgressRow> {
+        vec![ProgressRow {
+            topic: "orders".into(),
+            tier: "regional".into(),
+            datacenter: "dc1".into(),
+            partition: 0,
+            host: "regional-dc1-0".into(),
+            next_offset: 0,
+            record_time_ms: Some(W + 35 * MIN),
+            lag: Some(0),
+            emitted_at_ms: NOW,
+            received_at_ms: NOW,
+            max_record_time_ms: Some(W + 35 * MIN),
+            log_append_time: false,
+        }]
+    }
+
+    /// The verdicts of `windows` in both scopes (every edge; the one edge in dc1).
+    fn both_scopes(
+        inputs: &Inputs,
+        windows: &[i64],
+        proven: &HashMap<VerdictKey, String>,
+    ) -> [Judged; 2] {
+        let topo = topology();
+        let edge = &topo.edges[0];
+        let scopes = [
+            Scope::Edges,
+            Scope::Edge {
+                edge,
+                datacenter: "dc1",
+            },
+        ];
+        scopes.map(|scope| judge(&topo, inputs, windows.to_vec(), scope, proven))
+    }
+
+    #[test]
+    fn a_proof_held_keeps_a_complete_window_lost_in_every_scope() {
+        let rows = vec![row("producer", 1_000), row("regional", 1_000)];
+        let progress = caught_up();
+        let staged = Staged::new();
+        let inputs = Inputs {
+            topic: "orders",
+            rows: &rows,
+            cut: None,
+            range_end: W + 10 * MIN,
+            progress: &progress,
+            progress_capped: false,
+            staged: &staged,
+            now: NOW,
+        };
+        let mut proven = HashMap::new();
+        for judged in both_scopes(&inputs, &[W], &proven) {
+            assert_eq!(judged.verdicts.len(), 1, "{judged:?}");
+            assert_eq!(judged.verdicts[0].verdict, Verdict::Ok);
+        }
+        proven.insert(
+            key_of(&both_scopes(&inputs, &[W], &proven)[0].verdicts[0]),
+            "shown".to_string(),
+        );
+        for judged in both_scopes(&inputs, &[W], &proven) {
+            let v = &judged.verdicts[0];
+            assert_eq!((v.verdict, v.lifecycle), (Verdict::Loss, Lifecycle::Final));
+            assert!(
+                v.reason
+                    .starts_with("a loss was proven while the window was open (shown)"),
+                "{}",
+                v.reason
+            );
+            assert!(judged.proofs.is_empty(), "a held proof is not made again");
+        }
+    }
+
+    #[test]
+    fn a_window_past_the_reads_cut_is_judged_and_pending_in_every_scope() {
+        let rows = vec![row("producer", 1_000), row("regional", 1_000)];
+        let progress = caught_up();
+        let staged = Staged::new();
+        // The read was cut at the next window, which it returned no row of.
+        let inputs = Inputs {
+            topic: "orders",
+            rows: &rows,
+            cut: Some(W + 10 * MIN),
+            range_end: W + 20 * MIN,
+            progress: &progress,
+            progress_capped: false,
+            staged: &staged,
+            now: NOW,
+        };
+        for judged in both_scopes(&inputs, &[W], &HashMap::new()) {
+            assert_eq!(judged.windows, vec![W, W + 10 * MIN]);
+            let next: Vec<_> = judged
+                .verdicts
+                .iter()
+                .filter(|v| v.window_start == W + 10 * MIN)
+                .collect();
+            assert_eq!(next.len(), 1, "{judged:?}");
+            assert_eq!(next[0].verdict, Verdict::Pending);
+            assert!(
+                next[0].reason.starts_with("not judged"),
+                "{}",
+                next[0].reason
+            );
+        }
+    }
 }

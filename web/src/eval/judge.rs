@@ -26,21 +26,6 @@ pub(super) struct Pass<'a> {
 }
 
 impl Evaluator {
-    /// Staged increments by topic whose window starts in `[from, to)`.
-    pub(super) async fn staged_from(
-        &self,
-        from: i64,
-        to: i64,
-    ) -> Result<HashMap<String, engine::Staged>, StoreError> {
-        let mut staged: HashMap<String, engine::Staged> = HashMap::new();
-        for (topic, tier, dc, w) in self.store.staged_windows(None, from).await? {
-            if w < to {
-                staged.entry(topic).or_default().insert((tier, dc, w));
-            }
-        }
-        Ok(staged)
-    }
-
     /// Topic → windows older than `span_from` (and from `from_window` on) a cycle after
     /// the first re-judges: those with late increments and those waiting for an auditor;
     /// `None` when the read of late windows reached its cap.

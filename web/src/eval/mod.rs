@@ -361,7 +361,7 @@ impl Evaluator {
         self.progress_capped = progress_capped;
         // Staged, not yet rolled-up increments: read after the progress and before the
         // window rows (the read order of `crate::judging`).
-        let staged = self.staged_from(horizon_start, i64::MAX).await?;
+        let staged = crate::judging::staged_by_topic(&self.store, horizon_start, i64::MAX).await?;
 
         plan.horizon_start = Some(horizon_start);
         let mut mismatches = self
@@ -478,7 +478,7 @@ impl Evaluator {
         let started = Instant::now();
         // Progress of the last cycle (read before these window rows), then staged
         // increments, then window rows: the read order of `crate::judging`.
-        let staged = self.staged_from(from, loaded_from).await?;
+        let staged = crate::judging::staged_by_topic(&self.store, from, loaded_from).await?;
         let mismatches = self
             .index
             .read()
