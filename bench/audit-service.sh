@@ -14,7 +14,7 @@
 #    batches (audit-service/src/kafka/fetch.rs), so every round also runs a bare
 #    consumer that reads exactly as the service does and counts nothing, and prints the
 #    service's ratio and CPU to it: the counting's own price (BENCH_BARE_BATCH=0 skips it).
-#    Targets (issue 30): median throughput ratio >= 0.9 at both sizes, service CPU per
+#    Targets: median throughput ratio >= 0.9 at both sizes, service CPU per
 #    message <= 1.1x the bare consumer's at 100 B and <= 1.2x at 1 KB (medians).
 # 2. Memory: TOPICS one-partition topics with late data spread over WINDOWS one-minute
 #    windows per topic, audited by one instance; peak RSS (VmHWM) must stay <= 256 MB.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 28: how long from a loss to its page, with replication evidence, 10-minute
-# windows and the default 20-minute grace (the page comes while the window is open).
+# How long from a loss to its page, with replication evidence (docs/web.md, Replication
+# evidence), 10-minute windows and the default 20-minute grace (the page comes while
+# the window is open).
 # Runs each end-to-end test ROUNDS times and prints every run's delay and the median:
 #   consumer-group   kafka-audit --test it early_loss::records_a_replicator_drops_...
 #                    (the suite's replicator drops 37 records; from the first drop)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Time to first verdict for live traffic (issue 24: the evidence rule must not make it
-# worse than the clock rule by more than one report interval).
+# Time to first verdict for live traffic (the evidence rule, docs/web.md, Verdicts,
+# rule 4, must not make it worse than the clock rule by more than one report interval).
 #
 # Runs `kafka-audit demo` (the whole pipeline in one process: producer tier, regional
 # auditor, replicator, aggregate auditor, collector on SQLite, serve) with short

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ingest soak (issue 10): a real `kafka-audit collect` on a fresh PostgreSQL database,
+# Ingest soak: a real `kafka-audit collect` on a fresh PostgreSQL database,
 # fed for 60 s by 8 connections with valid and hostile requests (overflowing counts,
 # NUL bytes, far-future times, messages outside the token's binding, label-breaking
 # names, unaligned windows, 8 MiB bombs, 100 001-partition progress, no token, wrong

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Retention of one day in PostgreSQL: dropping the day's partitions (the store since
-# issue #17) vs the old batched DELETE (10 000 windows with their buckets and offsets
-# per transaction, as the collector did before), on the same rows: time and WAL volume.
+# Retention of one day in PostgreSQL: dropping the day's partitions (the store's
+# retention, docs/operations.md) vs the old batched DELETE (10 000 windows with their
+# buckets and offsets per transaction, as the collector did before), on the same rows:
+# time and WAL volume.
 #
 #   bench/store-retention.sh            # 2 M window rows (+ 2 M buckets, 2 M offsets)
 #   TOPICS=6000 bench/store-retention.sh   # ~5.2 M window rows
@@ -84,8 +85,8 @@ for db in old_schema new_schema; do
 done
 
 cutoff=$(( day + day_ms ))
-# The old retention: the collector's statement before issue #17, looped to the end,
-# one transaction per batch of 10 000 windows.
+# The old retention: the collector's statement before the day partitions, looped to the
+# end, one transaction per batch of 10 000 windows.
 measure old_schema "old: batched DELETE (10 000 per transaction)" "
 DO \$\$
 DECLARE n bigint;

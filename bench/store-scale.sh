@@ -130,9 +130,9 @@ psql "$PG/$DB" -Atc "SELECT '  database after: ' || pg_size_pretty(pg_database_s
 
 RETENTION=${RETENTION:-$(( KEEP != 1 ))}
 if [ "$RETENTION" = 1 ]; then
-# Two whole days of this store, one each way: the day partitions of the oldest whole
-# day dropped (the store's retention since issue #17), and the next day deleted by the
-# old retention statement (the collector's before #17: 10 000 windows with their
+# Two whole days of this store, one each way: the day partitions of the oldest whole day
+# dropped (the store's retention), and the next day deleted by the old retention
+# statement (the collector's before the day partitions: 10 000 windows with their
 # buckets and offsets per transaction, here with the new keys). The oldest day is
 # partial (the horizon starts mid-day) and is dropped unmeasured first. WAL from
 # pg_current_wal_lsn() is the whole server's: nothing else writes while the bench runs.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite on a busy machine (issue 44): both cores kept busy by a CPU hog at the
+# The test suite on a busy machine: both cores kept busy by a CPU hog at the
 # lowest priority (stress-ng --cpu 2 under nice 19, Debian's package) for the whole run,
 # as a low-priority build beside the tests keeps a developer's or CI's machine busy. A
 # test that fails here waits on time instead of on its condition.
