@@ -65,6 +65,14 @@ impl TopicRead {
         })
     }
 
+    /// The start of every window of the range (the range starts on a window's start).
+    pub fn window_starts(&self, topo: &Topology) -> Vec<i64> {
+        topo.window
+            .windows_between(self.range.start_ms, self.range.end_ms)
+            .map(|w| w.start_ms)
+            .collect()
+    }
+
     /// What [`judge`] judges from, at `now`.
     pub fn inputs(&self, now: i64) -> Inputs<'_> {
         Inputs {

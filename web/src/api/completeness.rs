@@ -203,6 +203,35 @@ fn required<'q>(value: &'q Option<String>, message: &str) -> ApiResult<&'q str> 
         .ok_or_else(|| AppError::bad_request(message.to_string()))
 }
 
+/// The tier, its upstream edge and the datacenter the query gates on, or a 400 that
+/// says what is missing or wrong.
+fn gated_edge<'t, 'q>(
+    topo: &'t Topology,
+    q: &'q CompletenessQuery,
+) -> ApiResult<(&'q str, &'t Edge, &'q str)> {
+    let mut downstream: Vec<&str> = topo.edges.iter().map(|e| e.downstream.as_str()).collect();
+    downstream.sort_unstable();
+    downstream.dedup();
+    let tier = required(
+        &q.tier,
+        &format!("tier is required (one of: {})", downstream.join(", ")),
+    )?;
+    let edge = upstream_edge(topo, tier, q.upstream.as_deref().filter(|u| !u.is_empty()))?;
+    let datacenter = required(&q.datacenter, "datacenter is required")?;
+    if !edge.is_one_to_one() && !edge.datacenters.values().any(|d| d == datacenter) {
+        let mut targets: Vec<&str> = edge.datacenters.values().map(String::as_str).collect();
+        targets.sort_unstable();
+        targets.dedup();
+        return Err(AppError::bad_request(format!(
+            "datacenter {datacenter:?} is not a downstream datacenter of {} → {} ({})",
+            edge.upstream,
+            edge.downstream,
+            targets.join(", ")
+        )));
+    }
+    Ok((tier, edge, datacenter))
+}
+
 fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
     let ratio = ratio(e.observed, e.expected);
     // A loss proven while the window was open is not undone by records that came
@@ -267,26 +296,7 @@ pub async fn completeness(
     let Path(topic) = path?;
     let Query(q) = query?;
     let topo = state.topology()?;
-    let mut downstream: Vec<&str> = topo.edges.iter().map(|e| e.downstream.as_str()).collect();
-    downstream.sort_unstable();
-    downstream.dedup();
-    let tier = required(
-        &q.tier,
-        &format!("tier is required (one of: {})", downstream.join(", ")),
-    )?;
-    let edge = upstream_edge(&topo, tier, q.upstream.as_deref().filter(|u| !u.is_empty()))?;
-    let datacenter = required(&q.datacenter, "datacenter is required")?;
-    if !edge.is_one_to_one() && !edge.datacenters.values().any(|d| d == datacenter) {
-        let mut targets: Vec<&str> = edge.datacenters.values().map(String::as_str).collect();
-        targets.sort_unstable();
-        targets.dedup();
-        return Err(AppError::bad_request(format!(
-            "datacenter {datacenter:?} is not a downstream datacenter of {} → {} ({})",
-            edge.upstream,
-            edge.downstream,
-            targets.join(", ")
-        )));
-    }
+    let (tier, edge, datacenter) = gated_edge(&topo, &q)?;
     if q.from.as_deref().is_none_or(str::is_empty) || q.to.as_deref().is_none_or(str::is_empty) {
         return Err(AppError::bad_request(
             "from and to are required: the range of windows to gate on",
@@ -324,18 +334,13 @@ pub async fn completeness(
             up_dcs.join("+")
         )));
     }
-    let starts = topo
-        .window
-        .windows_between(first, to)
-        .map(|w| w.start_ms)
-        .collect::<Vec<_>>();
     // Staged increments of an involved tier and datacenter keep a window pending (the
     // roll-up is behind), a capped read answers pending for what it could not see,
     // never complete, and a proven loss stays a loss.
     let judged = judging::judge(
         &topo,
         &read.inputs(now),
-        starts,
+        read.window_starts(&topo),
         Scope::Edge { edge, datacenter },
         &state.index.read().expect("verdict index lock").proven,
     )

@@ -178,16 +178,11 @@ pub async fn compare(
     let first = topo.window.window_of(from).start_ms;
     let now = now_ms();
     let read = TopicRead::read(&state.store, &topo, &topic, TimeRange::new(first, to), now).await?;
-    let windows = topo
-        .window
-        .windows_between(first, to)
-        .map(|w| w.start_ms)
-        .collect::<Vec<_>>();
     let index = state.index.read().expect("verdict index lock");
     let mut edges = judging::judge(
         &topo,
         &read.inputs(now),
-        windows,
+        read.window_starts(&topo),
         Scope::Edges,
         &index.proven,
     )
