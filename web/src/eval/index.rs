@@ -100,7 +100,7 @@ pub struct VerdictIndex {
     pub dropped: Option<(i64, i64)>,
     /// Windows whose loss the replicator's evidence proved before they were final, with
     /// the proof's reason: a proven loss stays the verdict whatever the counts do later
-    /// (issue 28; [`super::hold_proven_loss`]). Windows of the horizon, as many as
+    /// (issue 28; [`crate::judging::hold_proven_loss`]). Windows of the horizon, as many as
     /// `max_entries` at most.
     pub proven: HashMap<VerdictKey, Proof>,
     /// Proofs an operator withdrew (`DELETE .../proof`, issue 43), with who and why:

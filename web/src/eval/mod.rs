@@ -37,6 +37,8 @@ pub(crate) mod index;
 mod judge;
 mod proofs;
 
+/// The proven-loss hold is the judging path's ([`crate::judging::judge`]); named here
+/// too, beside the index whose proofs it reads.
 pub use crate::judging::hold_proven_loss;
 use index::IndexPlan;
 pub use index::{key_of, Loading, Proof, VerdictIndex, VerdictKey, WindowMismatch};
