@@ -27,7 +27,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -498,7 +498,7 @@ fn key_value_len(key: Option<&[u8]>, value: Option<&[u8]>) -> u64 {
 
 /// The batch-reading bare consumer's context: routes each assignment's partitions to its
 /// fetch queue before they are assigned, as the service's context does.
-struct RouteContext(Mutex<Option<Arc<audit_service::FetchQueue>>>);
+struct RouteContext(Mutex<audit_service::FetchRoute>);
 
 impl rdkafka::ClientContext for RouteContext {}
 
@@ -510,9 +510,9 @@ impl ConsumerContext for RouteContext {
                 .iter()
                 .map(|e| audit_lib::TopicPartition::new(e.topic(), e.partition()))
                 .collect();
-            if let Some(q) = self.0.lock().unwrap().as_ref() {
-                assert!(q.route(consumer, &parts).is_empty(), "cannot route");
-            }
+            let route = self.0.lock().unwrap().clone();
+            let failed = route.route(consumer, &parts).unwrap_or_default();
+            assert!(failed.is_empty(), "cannot route");
         }
     }
 }
@@ -528,14 +528,12 @@ fn measure_bare_batch(
     n: u64,
 ) -> anyhow::Result<Measured> {
     let consumer: BaseConsumer<RouteContext> = audit_service::consumer_client_config(cfg)
-        .create_with_context(RouteContext(Mutex::new(None)))?;
-    // SAFETY: the queue and the batch are dropped before the consumer (below).
-    #[allow(unsafe_code)]
-    let q = unsafe { audit_service::FetchQueue::new(&consumer) };
-    let q = Arc::new(q.context("cannot create the fetch queue")?);
-    *consumer.context().0.lock().unwrap() = Some(Arc::clone(&q));
+        .create_with_context(RouteContext(Mutex::default()))?;
+    let fetching = audit_service::FetchingConsumer::new(consumer)?;
+    let (consumer, q) = (fetching.consumer(), fetching.queue());
+    *consumer.context().0.lock().unwrap() = fetching.route();
     consumer.subscribe(&[topic])?;
-    let mut batch = audit_service::Batch::with_capacity(256);
+    let mut batch = q.batch(256);
     let mut tally = Tally::new("bare (batches)", n);
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut dry = false;
@@ -567,9 +565,6 @@ fn measure_bare_batch(
             );
         }
     }
-    drop(batch);
-    consumer.context().0.lock().unwrap().take();
-    drop(q);
     Ok(tally.end())
 }
 

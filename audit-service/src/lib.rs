@@ -28,7 +28,7 @@ pub use config::{Config, Mode};
 pub use kafka::client::consumer_client_config;
 /// The consume loop's batch reading, for the benchmark's batch-reading bare consumer.
 #[doc(hidden)]
-pub use kafka::fetch::{Batch, FetchQueue};
+pub use kafka::fetch::{Batch, FetchQueue, FetchRoute, FetchingConsumer};
 #[doc(hidden)]
 pub use record::Record;
 

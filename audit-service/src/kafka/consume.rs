@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auditor::{Origin, Reason};
 use crate::config::Config;
 use crate::kafka::context::{AuditContext, NOT_EAGER};
-use crate::kafka::fetch::{Batch, FetchQueue};
+use crate::kafka::fetch::{FetchQueue, FetchingConsumer};
 use crate::kafka::shell::Shell;
 use crate::kafka::topics::resolve_topics;
 use crate::metrics::ServiceError;
@@ -60,29 +60,32 @@ pub(crate) fn consume_loop(
     shutdown: CancellationToken,
     health: common::Health,
 ) -> anyhow::Result<LoopExit> {
+    // The consumer with its fetch queue, which goes first on every way out of here (a
+    // panic's unwinding included); the context only holds a route to it.
+    let fetching = FetchingConsumer::new(consumer)?;
+    let consumer = fetching.consumer();
+    consumer.context().set_fetch_route(fetching.route());
     let ended = std::thread::scope(|s| -> anyhow::Result<Ended> {
         let (publish, requests) = sync_channel::<()>(1);
-        let (c, h) = (&consumer, &health);
+        let h = &health;
         std::thread::Builder::new()
             .name("audit-publish".into())
-            .spawn_scoped(s, move || publish_loop(c, h, requests))
+            .spawn_scoped(s, move || publish_loop(consumer, h, requests))
             .context("cannot start the publishing thread")?;
-        // SAFETY: dropped before the consumer: this clone at the end of this scope,
-        // the context's just below, and the batches it fills inside `consume`.
-        #[allow(unsafe_code)]
-        let fetch = unsafe { FetchQueue::new(&consumer) };
-        let fetch = Arc::new(fetch.context("cannot create the fetch queue")?);
-        consumer.context().set_fetch_queue(Some(Arc::clone(&fetch)));
         // Returning drops `publish`, which ends the publishing thread.
-        let ended = consume(&consumer, &cfg, &shutdown, &health, &publish, &fetch);
-        // The queue goes before the consumer.
-        consumer.context().set_fetch_queue(None);
-        ended
+        consume(
+            consumer,
+            &cfg,
+            &shutdown,
+            &health,
+            &publish,
+            fetching.queue(),
+        )
     });
-    // Dropping the consumer closes it; its revoke callback finds the loop done (after
-    // an error it reports what it can, as any revoke).
+    // Dropping the consumer (after its queue) closes it; its revoke callback finds the
+    // loop done (after an error it reports what it can, as any revoke).
     let ctx = Arc::clone(consumer.context());
-    drop(consumer);
+    drop(fetching);
     let ended = ended?;
     let mut shell = Arc::try_unwrap(ctx)
         .map_err(|_| anyhow::anyhow!("the consumer's context outlived the consumer"))?
@@ -166,7 +169,7 @@ fn consume(
         let shell = ctx.lock();
         (shell.counting.feeder(), shell.consumer_unusable())
     };
-    let mut batch = Batch::with_capacity(BATCH);
+    let mut batch = fetch.batch(BATCH);
     while !cancelled {
         // Reading the clock costs as much as counting a message on some VMs: read it
         // once per batch of messages (observation time is then at most a few

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use anyhow::Context;
 use audit_lib::TopicPartition;
@@ -19,7 +19,7 @@ use crate::auditor::progress::measured_at;
 use crate::auditor::{EndsSnapshot, LogEnds};
 use crate::config::Config;
 use crate::kafka::client::{consumer_client_config, fetch_age_ms};
-use crate::kafka::fetch::FetchQueue;
+use crate::kafka::fetch::FetchRoute;
 use crate::kafka::shell::Shell;
 use crate::metrics::ServiceError;
 
@@ -38,9 +38,11 @@ pub(crate) struct AuditContext {
     fetch_age_ms: i64,
     /// Set when a rebalance used the incremental protocol: the loop then stops.
     pub(crate) incremental: AtomicBool,
-    /// The consume loop's fetch queue while it runs: each assignment's partitions are
-    /// routed to it before they are assigned (`kafka::fetch`).
-    fetch: Mutex<Option<Arc<FetchQueue>>>,
+    /// The route to the consume loop's fetch queue: each assignment's partitions are
+    /// routed to it before they are assigned (`kafka::fetch`). It cannot keep the
+    /// queue alive, so the context may outlive the queue (it does: rust-rdkafka drops
+    /// the client's handle before its context).
+    fetch: Mutex<FetchRoute>,
 }
 
 /// The rebalance protocols the auditor can work with: a revoke takes every partition
@@ -64,10 +66,9 @@ impl AuditContext {
         self.done.load(Ordering::SeqCst)
     }
 
-    /// Routes the partitions of later assignments to `q` (None: stop routing; call
-    /// before dropping the queue).
-    pub(crate) fn set_fetch_queue(&self, q: Option<Arc<FetchQueue>>) {
-        *self.fetch.lock().unwrap_or_else(|e| e.into_inner()) = q;
+    /// Routes the partitions of later assignments by `route`.
+    pub(crate) fn set_fetch_route(&self, route: FetchRoute) {
+        *self.fetch.lock().unwrap_or_else(|e| e.into_inner()) = route;
     }
 
     /// The shell, once the consumer is gone.
@@ -152,15 +153,13 @@ impl ConsumerContext for AuditContext {
                     .iter()
                     .map(|el| TopicPartition::new(el.topic(), el.partition()))
                     .collect();
-                let fetch = self.fetch.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                if let Some(q) = fetch {
-                    for tp in q.route(consumer, &partitions) {
-                        // Not expected (librdkafka creates a partition's queue if
-                        // unknown). Never routed before, the partition is read from the
-                        // consumer queue; routed before, it may stall (its lag shows it).
-                        tracing::error!(topic = %tp.topic, partition = tp.partition,
+                let route = self.fetch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                for tp in route.route(consumer, &partitions).unwrap_or_default() {
+                    // Not expected (librdkafka creates a partition's queue if
+                    // unknown). Never routed before, the partition is read from the
+                    // consumer queue; routed before, it may stall (its lag shows it).
+                    tracing::error!(topic = %tp.topic, partition = tp.partition,
                             "cannot route the partition to the fetch queue");
-                    }
                 }
                 shell.on_assign(consumer, &partitions);
             }
@@ -187,7 +186,7 @@ impl AuditContext {
             ends: Mutex::new(EndsSnapshot::default()),
             fetch_age_ms: fetch_age_ms(cfg),
             incremental: AtomicBool::new(false),
-            fetch: Mutex::new(None),
+            fetch: Mutex::new(FetchRoute::default()),
         }
     }
 }

@@ -22,10 +22,19 @@
 //! are discarded by librdkafka's version barriers on this queue as on the consumer
 //! queue. A message that still arrives on the consumer queue (a partition that could
 //! not be routed) is counted from there: nothing depends on which queue it came by.
+//!
+//! Lifetimes: librdkafka's queue and messages refer to the client without keeping it
+//! alive, so they must go before it. [`FetchingConsumer`] owns the consumer and the
+//! only strong reference to its queue and drops the queue first, on every path out
+//! (a panic unwinding included); a [`Batch`] borrows the queue, so it goes earlier
+//! still; and the consumer's context holds a [`FetchRoute`], which cannot keep the
+//! queue alive (rust-rdkafka drops the client's handle before its context).
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::{Arc, Weak};
 
 use audit_lib::TopicPartition;
 use rdkafka::bindings::{
@@ -36,6 +45,70 @@ use rdkafka::bindings::{
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
 use crate::record::Record;
+
+/// A consumer and its fetch queue, owned together so that the queue is destroyed
+/// before the client on every path, a panic's unwinding included.
+pub struct FetchingConsumer<C: ConsumerContext> {
+    // Fields drop in declaration order: the queue (its only strong reference: the
+    // context holds a `FetchRoute`, a batch a borrow) before the consumer.
+    queue: Arc<FetchQueue>,
+    consumer: BaseConsumer<C>,
+}
+
+impl<C: ConsumerContext> FetchingConsumer<C> {
+    /// `consumer` with a new, empty fetch queue of its client.
+    pub fn new(consumer: BaseConsumer<C>) -> anyhow::Result<FetchingConsumer<C>> {
+        // SAFETY: the queue is kept in the returned value only, whose fields drop it
+        // before the consumer, and no strong reference to it leaves this type.
+        let queue = unsafe { FetchQueue::new(&consumer) }
+            .ok_or_else(|| anyhow::anyhow!("cannot create the fetch queue"))?;
+        Ok(FetchingConsumer {
+            queue: Arc::new(queue),
+            consumer,
+        })
+    }
+
+    pub fn consumer(&self) -> &BaseConsumer<C> {
+        &self.consumer
+    }
+
+    pub fn queue(&self) -> &FetchQueue {
+        &self.queue
+    }
+
+    /// A route to the queue for the consumer's context (its assign callback).
+    pub fn route(&self) -> FetchRoute {
+        FetchRoute(Arc::downgrade(&self.queue))
+    }
+}
+
+/// What a consumer context keeps of the fetch queue to route each assignment's
+/// partitions to it: a route that cannot keep the queue alive past its
+/// [`FetchingConsumer`]. The default routes nowhere.
+#[derive(Clone, Default)]
+pub struct FetchRoute(Weak<FetchQueue>);
+
+impl FetchRoute {
+    /// Forwards each partition's fetched messages to the queue (call before the
+    /// partitions are assigned). Returns the partitions that could not be routed:
+    /// their messages keep coming by the consumer queue. None: the queue is gone (the
+    /// consumer is closing), nothing was routed.
+    pub fn route<'p, C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        partitions: &'p [TopicPartition],
+    ) -> Option<Vec<&'p TopicPartition>> {
+        // The strong reference lives for this call only, which runs inside the
+        // consumer's `poll` (borrowing the `FetchingConsumer`, so not during its drop).
+        let queue = self.0.upgrade()?;
+        Some(queue.route(consumer, partitions))
+    }
+
+    /// Whether the queue still exists.
+    pub fn is_live(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
 
 /// A queue of the consume loop's own, which assigned partitions forward to.
 pub struct FetchQueue {
@@ -54,17 +127,16 @@ impl FetchQueue {
     /// # Safety
     /// The queue, and every [`Batch`] read from it, is dropped before `consumer`:
     /// librdkafka's queue and messages refer to the client without keeping it alive.
-    pub unsafe fn new<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<FetchQueue> {
+    /// ([`FetchingConsumer::new`] is the one caller.)
+    unsafe fn new<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<FetchQueue> {
         // SAFETY: the client is alive; the queue is destroyed in `drop`, before the
         // client (the caller's promise).
         let q = unsafe { rd_kafka_queue_new(consumer.client().native_ptr()) };
         NonNull::new(q).map(|q| FetchQueue { q })
     }
 
-    /// Forwards each partition's fetched messages to this queue (call before the
-    /// partitions are assigned). Returns the partitions that could not be routed:
-    /// their messages keep coming by the consumer queue.
-    pub fn route<'p, C: ConsumerContext>(
+    /// See [`FetchRoute::route`].
+    fn route<'p, C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
         partitions: &'p [TopicPartition],
@@ -94,9 +166,17 @@ impl FetchQueue {
         failed
     }
 
+    /// An empty batch of up to `n` messages, to read this queue into.
+    pub fn batch(&self, n: usize) -> Batch<'_> {
+        Batch {
+            msgs: Vec::with_capacity(n.max(1)),
+            _queue: PhantomData,
+        }
+    }
+
     /// Reads up to `batch`'s capacity of messages into it (after destroying the ones
     /// it held), waiting up to `timeout_ms` for the first.
-    pub fn read(&self, batch: &mut Batch, timeout_ms: i32) {
+    pub fn read(&self, batch: &mut Batch<'_>, timeout_ms: i32) {
         batch.clear();
         let cap = batch.msgs.capacity();
         // SAFETY: writes at most `cap` message pointers into the vector's spare
@@ -121,17 +201,13 @@ impl Drop for FetchQueue {
 }
 
 /// Messages read by one [`FetchQueue::read`], destroyed at the next read or drop.
-pub struct Batch {
+/// It borrows the queue (and so its [`FetchingConsumer`]), which outlives it.
+pub struct Batch<'q> {
     msgs: Vec<*mut rd_kafka_message_t>,
+    _queue: PhantomData<&'q FetchQueue>,
 }
 
-impl Batch {
-    pub fn with_capacity(n: usize) -> Batch {
-        Batch {
-            msgs: Vec::with_capacity(n.max(1)),
-        }
-    }
-
+impl Batch<'_> {
     pub fn records(&self) -> impl Iterator<Item = Record<'_>> {
         // SAFETY: each pointer is a live message until `clear` destroys it, which
         // needs `&mut self`, so not while a record borrowed from `&self` lives.
@@ -146,7 +222,7 @@ impl Batch {
     }
 }
 
-impl Drop for Batch {
+impl Drop for Batch<'_> {
     fn drop(&mut self) {
         self.clear();
     }
@@ -194,7 +270,7 @@ mod tests {
     /// timestamp, header) of each, in arrival order.
     fn read_n(c: &BaseConsumer, q: &FetchQueue, n: usize) -> Vec<Read> {
         let mut out = Vec::new();
-        let mut batch = Batch::with_capacity(64);
+        let mut batch = q.batch(64);
         let deadline = Instant::now() + Duration::from_secs(60);
         while out.len() < n && Instant::now() < deadline {
             if let Some(m) = c.poll(Duration::ZERO) {
@@ -265,29 +341,26 @@ mod tests {
         let topic = testkit::create_unique_topic(&bootstrap, "fetchq", 2).await;
         tokio::task::block_in_place(|| {
             produce(&bootstrap, &topic, 0, PER_PARTITION);
-            let c: BaseConsumer = testkit::client_config(&bootstrap)
-                .set("group.id", testkit::unique("fetchq-group"))
-                .set("enable.auto.commit", "false")
-                .create()
-                .expect("consumer");
-            // SAFETY: `q` is dropped at the end of this closure, before `c`.
-            let q = unsafe { FetchQueue::new(&c) }.expect("queue");
+            let f = FetchingConsumer::new(
+                testkit::client_config(&bootstrap)
+                    .set("group.id", testkit::unique("fetchq-group"))
+                    .set("enable.auto.commit", "false")
+                    .create()
+                    .expect("consumer"),
+            )
+            .expect("queue");
+            let (c, q) = (f.consumer(), f.queue());
             let parts: Vec<_> = (0..2).map(|p| TopicPartition::new(&topic, p)).collect();
-            assert!(q.route(&c, &parts).is_empty(), "every partition routed");
-            assign(&c, &topic, 0);
-            check(
-                &read_n(&c, &q, 2 * PER_PARTITION as usize),
-                0,
-                PER_PARTITION,
-            );
+            assert!(q.route(c, &parts).is_empty(), "every partition routed");
+            assign(c, &topic, 0);
+            check(&read_n(c, q, 2 * PER_PARTITION as usize), 0, PER_PARTITION);
 
             c.unassign().expect("unassign");
             produce(&bootstrap, &topic, PER_PARTITION, PER_PARTITION);
-            assert!(q.route(&c, &parts).is_empty());
-            assign(&c, &topic, PER_PARTITION);
-            let again = read_n(&c, &q, 2 * PER_PARTITION as usize);
+            assert!(q.route(c, &parts).is_empty());
+            assign(c, &topic, PER_PARTITION);
+            let again = read_n(c, q, 2 * PER_PARTITION as usize);
             check(&again, PER_PARTITION, PER_PARTITION);
-            drop(q);
         });
     }
 
@@ -300,22 +373,24 @@ mod tests {
         let topic = testkit::create_unique_topic(&bootstrap, "fetchq-err", 1).await;
         tokio::task::block_in_place(|| {
             produce_one(&bootstrap, &topic);
-            let c: BaseConsumer = testkit::client_config(&bootstrap)
-                .set("group.id", testkit::unique("fetchq-err-group"))
-                .set("enable.auto.commit", "false")
-                .set("auto.offset.reset", "error")
-                .create()
-                .expect("consumer");
-            // SAFETY: `q` and `batch` are dropped at the end of this closure, before `c`.
-            let q = unsafe { FetchQueue::new(&c) }.expect("queue");
+            let f = FetchingConsumer::new(
+                testkit::client_config(&bootstrap)
+                    .set("group.id", testkit::unique("fetchq-err-group"))
+                    .set("enable.auto.commit", "false")
+                    .set("auto.offset.reset", "error")
+                    .create()
+                    .expect("consumer"),
+            )
+            .expect("queue");
+            let (c, q) = (f.consumer(), f.queue());
             let parts = [TopicPartition::new(&topic, 0)];
-            assert!(q.route(&c, &parts).is_empty());
+            assert!(q.route(c, &parts).is_empty());
             let mut tpl = TopicPartitionList::new();
             // Past the log end: with auto.offset.reset=error, a consumer error.
             tpl.add_partition_offset(&topic, 0, Offset::Offset(1_000))
                 .unwrap();
             c.assign(&tpl).expect("assign");
-            let mut batch = Batch::with_capacity(8);
+            let mut batch = q.batch(8);
             let mut error = None;
             assert!(testkit::wait_until(Duration::from_secs(30), || {
                 assert!(
@@ -333,8 +408,6 @@ mod tests {
                 error,
                 Some(rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET)
             );
-            drop(batch);
-            drop(q);
         });
     }
 
@@ -344,5 +417,51 @@ mod tests {
             .map_err(|(e, _)| e)
             .expect("enqueue");
         p.flush(Duration::from_secs(30)).expect("flush");
+    }
+
+    /// The context of the drop-order test: when the client drops it, after
+    /// `rd_kafka_destroy`, it writes down whether the fetch queue was still alive.
+    struct Probe {
+        route: std::sync::Mutex<FetchRoute>,
+        queue_alive_at_client_end: Arc<std::sync::Mutex<Option<bool>>>,
+    }
+
+    impl rdkafka::ClientContext for Probe {}
+    impl ConsumerContext for Probe {}
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            let alive = self.route.lock().unwrap().is_live();
+            *self.queue_alive_at_client_end.lock().unwrap() = Some(alive);
+        }
+    }
+
+    /// The promise `FetchQueue::new` asks for holds when a panic unwinds past the
+    /// consumer (as one inside `consume` would): the queue is gone before the client,
+    /// while the context holds a route to it and a batch was read from it.
+    #[test]
+    fn the_fetch_queue_goes_before_the_client_when_a_panic_unwinds() {
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let c: BaseConsumer<Probe> = testkit::client_config(&testkit::kafka_a())
+            .set("group.id", testkit::unique("fetchq-drop-group"))
+            .create_with_context(Probe {
+                route: Default::default(),
+                queue_alive_at_client_end: Arc::clone(&seen),
+            })
+            .expect("consumer");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let f = FetchingConsumer::new(c).expect("queue");
+            *f.consumer().context().route.lock().unwrap() = f.route();
+            let mut batch = f.queue().batch(8);
+            f.queue().read(&mut batch, 0);
+            assert!(f.route().is_live());
+            panic!("a panic in the consume loop");
+        }));
+        assert!(unwound.is_err(), "the closure panicked");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(false),
+            "the client went first while the queue was alive (Some(true)), or never (None)"
+        );
     }
 }
