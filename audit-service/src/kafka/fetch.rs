@@ -78,7 +78,10 @@ impl<C: ConsumerContext> FetchingConsumer<C> {
 
     /// A route to the queue for the consumer's context (its assign callback).
     pub fn route(&self) -> FetchRoute {
-        FetchRoute(Arc::downgrade(&self.queue))
+        FetchRoute {
+            queue: Arc::downgrade(&self.queue),
+            client: self.consumer.client().native_ptr() as usize,
+        }
     }
 }
 
@@ -86,27 +89,35 @@ impl<C: ConsumerContext> FetchingConsumer<C> {
 /// partitions to it: a route that cannot keep the queue alive past its
 /// [`FetchingConsumer`]. The default routes nowhere.
 #[derive(Clone, Default)]
-pub struct FetchRoute(Weak<FetchQueue>);
+pub struct FetchRoute {
+    queue: Weak<FetchQueue>,
+    /// The address of the queue's client, compared, never dereferenced.
+    client: usize,
+}
 
 impl FetchRoute {
     /// Forwards each partition's fetched messages to the queue (call before the
     /// partitions are assigned). Returns the partitions that could not be routed:
-    /// their messages keep coming by the consumer queue. None: the queue is gone (the
-    /// consumer is closing), nothing was routed.
+    /// their messages keep coming by the consumer queue. None: nothing was routed, the
+    /// queue being gone (the consumer is closing) or `consumer` not its own.
     pub fn route<'p, C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
         partitions: &'p [TopicPartition],
     ) -> Option<Vec<&'p TopicPartition>> {
-        // The strong reference lives for this call only, which runs inside the
-        // consumer's `poll` (borrowing the `FetchingConsumer`, so not during its drop).
-        let queue = self.0.upgrade()?;
+        // Only with the queue's own consumer, which the caller borrows from its
+        // `FetchingConsumer`: that cannot drop while the strong reference taken here
+        // lives, so this is never the reference that outlives the client.
+        if consumer.client().native_ptr() as usize != self.client {
+            return None;
+        }
+        let queue = self.queue.upgrade()?;
         Some(queue.route(consumer, partitions))
     }
 
     /// Whether the queue still exists.
     pub fn is_live(&self) -> bool {
-        self.0.strong_count() > 0
+        self.queue.strong_count() > 0
     }
 }
 
@@ -463,5 +474,25 @@ mod tests {
             Some(false),
             "the client went first while the queue was alive (Some(true)), or never (None)"
         );
+    }
+
+    /// A route works with its queue's own consumer only: with another it routes
+    /// nothing (and takes no reference to the queue).
+    #[test]
+    fn a_route_routes_only_with_its_own_consumer() {
+        let consumer = || -> BaseConsumer {
+            testkit::client_config(&testkit::kafka_a())
+                .set("group.id", testkit::unique("fetchq-route-group"))
+                .create()
+                .expect("consumer")
+        };
+        let (f, other) = (
+            FetchingConsumer::new(consumer()).expect("queue"),
+            consumer(),
+        );
+        let parts = [TopicPartition::new("fetchq-route-topic", 0)];
+        assert_eq!(f.route().route(&other, &parts), None);
+        assert_eq!(f.route().route(f.consumer(), &parts), Some(vec![]));
+        assert_eq!(FetchRoute::default().route(f.consumer(), &parts), None);
     }
 }
