@@ -957,7 +957,7 @@
 
   /// `noData`: no tier reported this window (0 expected, 0 observed), shown as such
   /// rather than as a healthy "ok, complete".
-  /// `so_far` as people read it (issue 28).
+  /// `so_far` as people read it (docs/web.md, Replication evidence).
   const SO_FAR = { loss: 'loss proven', in_flight: 'in flight', ok: 'ok so far' };
 
   function verdictRow(e, topic, withTopic, noData) {

@@ -22,7 +22,8 @@ pub struct Alert {
 }
 
 /// A window of an edge, an auditor that stopped reporting, or a replicator whose
-/// evidence stopped (issue 43: one alert per replicator and datacenter, not per topic).
+/// evidence stopped (one alert per replicator and datacenter, not per topic:
+/// docs/web.md, Alerts).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Subject {
@@ -308,8 +309,9 @@ pub struct Published {
     /// auditor alert whose auditor is not in `auditors` was not judged at all, and is
     /// neither resolved nor expired.
     pub auditors_capped: bool,
-    /// Windows whose proof of a loss an operator withdrew (issue 43), by dedup key:
-    /// who and why. An alert open on one resolves with that as its reason.
+    /// Windows whose proof of a loss an operator withdrew (docs/design.md §6, the
+    /// proven-loss hold), by dedup key: who and why. An alert open on one resolves with
+    /// that as its reason.
     pub withdrawn: BTreeMap<String, String>,
 }
 
@@ -349,13 +351,13 @@ pub fn known_auditors(index: &VerdictIndex) -> BTreeSet<String> {
 
 /// What should be open now: anomalous verdicts of the configured kinds on final
 /// windows, windows `delayed` while settling (the downstream has read all it has, past
-/// the upstream's time + grace, without the upstream's records of the window: issue
-/// 24, or a replicator holding counted records back past its objective: issue 28),
-/// losses proven by replication evidence while the window is open (issue 28), and one
-/// alert per stalled auditor ("tier X audit stalled") and one per replicator whose
-/// evidence stopped, whatever the number of its topics. Windows judged
-/// `stalled` are listed by the API but not alerted one by one: the auditor's alert
-/// covers them all.
+/// the upstream's time + grace, without the upstream's records of the window:
+/// docs/web.md, Verdicts, rule 4; or a replicator holding counted records back past its
+/// objective: Replication evidence), losses proven by replication evidence while the
+/// window is open (rule 0), and one alert per stalled auditor ("tier X audit stalled")
+/// and one per replicator whose evidence stopped, whatever the number of its topics.
+/// Windows judged `stalled` are listed by the API but not alerted one by one: the
+/// auditor's alert covers them all.
 pub fn desired(
     index: &VerdictIndex,
     config: &AlertingConfig,

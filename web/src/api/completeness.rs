@@ -267,11 +267,11 @@ fn gate(e: EdgeWindow, threshold: f64) -> WindowCompleteness {
 /// ratio above 1, or a tier with data where the reference has none (ratio null), is not
 /// missing data and counts as complete once final. A window without data at either tier
 /// has ratio 1 and `no_data: true`; it is complete once final. A window whose loss was
-/// proven before it was final (`so_far = loss`, issue 28) is never complete, whatever
-/// arrived since. `status` per window and
-/// for the range: `complete`, `pending` (not final yet: wait) or `incomplete` (final and
-/// below the threshold: data is missing; late data can still complete it). `kafka-audit
-/// wait` polls this route.
+/// proven before it was final (`so_far = loss`, docs/design.md §6, the proven-loss
+/// hold) is never complete, whatever arrived since. `status` per window and for the
+/// range: `complete`, `pending` (not final yet: wait) or `incomplete` (final and below
+/// the threshold: data is missing; late data can still complete it). `kafka-audit wait`
+/// polls this route.
 #[utoipa::path(get, path = "/api/v1/topics/{topic}/completeness", operation_id = "completeness",
     params(("topic" = String, Path, min_length = 1, example = "orders"), CompletenessQuery),
     responses(

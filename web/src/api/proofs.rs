@@ -1,9 +1,10 @@
 //! `DELETE /api/v1/topics/{topic}/windows/{window_start}/proof` (admin scope): an
-//! operator withdraws a proof of a loss whose evidence was wrong (issue 43). The proof
-//! leaves the ledger (`web_proven_loss`) and the evaluator's index, the withdrawal is
-//! logged at warn with who made it and why and counted
-//! (`kafka_audit_proofs_withdrawn_total`), and the next cycle judges the window again by
-//! its counts: an alert open on it resolves, with that reason, when they say so.
+//! operator withdraws a proof of a loss whose evidence was wrong (docs/design.md §6,
+//! the proven-loss hold). The proof leaves the ledger (`web_proven_loss`) and the
+//! evaluator's index, the withdrawal is logged at warn with who made it and why and
+//! counted (`kafka_audit_proofs_withdrawn_total`), and the next cycle judges the window
+//! again by its counts: an alert open on it resolves, with that reason, when they say
+//! so.
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};

@@ -1,6 +1,5 @@
-//! Rule 0 (issue 28; docs/web.md, Replication evidence): before a window is final, on
-//! an edge whose replicator's progress is published, part of a shortfall is *proven*
-//! lost once
+//! Rule 0 (docs/web.md, Replication evidence): before a window is final, on an edge
+//! whose replicator's progress is published, part of a shortfall is *proven* lost once
 //! 1. there is evidence, for every partition and upstream datacenter the upstream
 //!    counted the window in, of how far the replicator has copied (its next offset to
 //!    copy, as of when it was read),
@@ -33,9 +32,9 @@ pub(super) const EVIDENCE_CLOCK_SKEW_MS: i64 = 1000;
 /// dated an hour ahead would otherwise stand for the hour.)
 pub(super) const EVIDENCE_FUTURE_MS: i64 = 60_000;
 
-/// Why a piece of replication evidence (one partition's progress of an evidence
-/// tier) is not used (issue 43; docs/web.md, Replication evidence). Counted by the
-/// evaluator, `replication_evidence_refused_total{reason}`.
+/// Why a piece of replication evidence (one partition's progress of an evidence tier)
+/// is not used (docs/web.md, Replication evidence). Counted by the evaluator,
+/// `replication_evidence_refused_total{reason}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EvidenceRefusal {
     /// Emitted more than [`EVIDENCE_FUTURE_MS`] after the collector received it.

@@ -18,7 +18,7 @@
 //!    topic nor rows in the window does not carry the topic: it contributes 0 and does
 //!    not block. Progress older than `forget_after` is forgotten (a deleted topic stops
 //!    being expected).
-//! 4. The downstream auditor must have read what the upstream counted (issue 24): for
+//! 4. The downstream auditor must have read what the upstream counted: for
 //!    every partition the upstream counted the window in, a record after the
 //!    upstream's latest record time there (over the mapped datacenters), or one at it
 //!    and the clock past it + grace; where record times cannot be compared
@@ -92,7 +92,7 @@ struct Part<'a> {
     reported_at: i64,
     emitted_at: i64,
     host: &'a str,
-    /// The latest record time read (`None`: an auditor older than issue 24).
+    /// The latest record time read (`None`: an auditor older than the field).
     max_record_time: Option<i64>,
     log_append_time: bool,
 }
@@ -128,7 +128,7 @@ impl Part<'_> {
     }
 
     /// The latest record time read (the watermark is never later, but an auditor
-    /// older than issue 24 reports only that).
+    /// older than `max_record_time` reports only that).
     fn latest(&self) -> Option<i64> {
         self.max_record_time.max(self.record_time)
     }
@@ -359,7 +359,7 @@ impl UpstreamEvidence {
         let mut e = UpstreamEvidence::default();
         // A row of count 0 counted nothing: its record times (an increment of count 0
         // may carry any, up to validation's hour ahead) are nothing the downstream must
-        // have read (issue 43; reviews/security-3.md, M2).
+        // have read (docs/web.md, Verdicts, rule 4; reviews/security-3.md, M2).
         for r in rows
             .iter()
             .filter(|r| r.tier == edge.upstream && up_dcs.contains(&r.datacenter) && r.count > 0)
@@ -367,7 +367,7 @@ impl UpstreamEvidence {
             // Nothing the row counted is later than when the collector received it
             // (its clock, not the sender's): a record time ahead of that (validation
             // lets an hour through) holds the window for `grace` after the increment
-            // arrived at most, then rule 4 asks no more (issue 43, the stated bound).
+            // arrived at most, then rule 4 asks no more (docs/web.md, Verdicts: the bound).
             let until = r.last_received_at_ms;
             if r.record_times.is_empty() {
                 e.anywhere = e.anywhere.max(r.max_observed_at_ms.map(|t| t.min(until)));

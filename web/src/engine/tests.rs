@@ -263,8 +263,9 @@ fn verdicts_table() {
             ..base("record time past settle with an unknown lag does not count")
         },
         Case {
-            // B4: measured before the settle time, delivered after it (an audit-topic
-            // or database backlog): says nothing about data written in between.
+            // Rule 3, lag 0 as of when measured: measured before the settle time,
+            // delivered after it (an audit-topic or database backlog): says nothing
+            // about data written in between.
             rows: one_to_one((100, 7), (90, 7)),
             progress: vec![ProgressRow {
                 lag: Some(0),
@@ -276,8 +277,8 @@ fn verdicts_table() {
             ..base("lag 0 emitted before settle time but received after does not count")
         },
         Case {
-            // B4: an auditor clock running ahead cannot date its lag 0 past the time
-            // the collector received it.
+            // Rule 3, lag 0 as of when measured: an auditor clock running ahead cannot
+            // date its lag 0 past the time the collector received it.
             rows: one_to_one((100, 7), (90, 7)),
             progress: vec![ProgressRow {
                 lag: Some(0),
@@ -289,8 +290,9 @@ fn verdicts_table() {
             ..base("lag 0 emitted in the future does not count before it is received")
         },
         Case {
-            // B2: a region-specific topic, produced in dc1 only. dc2 has neither rows
-            // nor progress for it: it contributes 0 and does not hold the verdict.
+            // Rule 3, many-to-one edges: a region-specific topic, produced in dc1 only.
+            // dc2 has neither rows nor progress for it: it contributes 0 and does not
+            // hold the verdict.
             rows: vec![
                 row("regional", "dc1", 100, 7),
                 row("aggregate", "agg", 95, 6),
@@ -339,8 +341,9 @@ fn verdicts_table() {
             ..many_to_one("many-to-one: upstream datacenter with lagging progress blocks")
         },
         Case {
-            // B7: partition 1 is stuck (its instance stopped publishing while still in
-            // the group); partition 0 of the other instance reports fresh progress.
+            // Rule 3, stall per partition: partition 1 is stuck (its instance stopped
+            // publishing while still in the group); partition 0 of the other instance
+            // reports fresh progress.
             rows: one_to_one((100, 7), (90, 7)),
             progress: vec![
                 ProgressRow {
@@ -358,8 +361,9 @@ fn verdicts_table() {
             ..base("one stuck partition of one instance: stalled despite fresh others")
         },
         Case {
-            // B7: a partition that is read past the window does not hold it, however
-            // old its report (an idle partition reported lag 0 after the window).
+            // Rule 3, stall per partition: a partition that is read past the window
+            // does not hold it, however old its report (an idle partition reported
+            // lag 0 after the window).
             rows: one_to_one((100, 7), (100, 7)),
             progress: vec![
                 progress("regional", "dc1", CAUGHT_UP, now),
@@ -612,8 +616,9 @@ fn auditor_status_flags_stalled_auditors() {
 
 #[test]
 fn auditor_status_flags_a_stuck_instance_next_to_a_fresh_one() {
-    // B7: instance b's partition 1 has not been reported for 2 h, instance a reports
-    // partition 0 now: the auditor is stalled, and b is named.
+    // Rule 3, stall per partition: instance b's partition 1 has not been reported
+    // for 2 h, instance a reports partition 0 now: the auditor is stalled, and b is
+    // named.
     let topo = pipeline();
     let now = SETTLED;
     let progress = vec![
@@ -637,8 +642,9 @@ fn auditor_status_flags_a_stuck_instance_next_to_a_fresh_one() {
 
 #[test]
 fn progress_not_reported_for_forget_after_is_forgotten() {
-    // B6: a deleted topic's auditor is stalled after stall_after, then forgotten
-    // after forget_after (default 24 h): no auditor status, so no stalled alert.
+    // Rule 3, `forget_after`: a deleted topic's auditor is stalled after stall_after,
+    // then forgotten after forget_after (default 24 h): no auditor status, so no
+    // stalled alert.
     let topo = pipeline();
     assert_eq!(topo.forget_after_ms, 24 * 60 * MIN);
     let last = SETTLED;
@@ -677,7 +683,7 @@ fn progress_not_reported_for_forget_after_is_forgotten() {
 
 #[test]
 fn staged_increments_keep_a_window_pending() {
-    // B3: the aggregate's increments of W are stored but not yet rolled up: the
+    // Rule 5: the aggregate's increments of W are stored but not yet rolled up: the
     // counts are not the answer, whatever the progress says.
     let topo = pipeline();
     let now = SETTLED + 5 * MIN;

@@ -143,8 +143,8 @@ impl Lifecycle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Evidence {
-    /// No upstream record time is known (emitters older than issue 24, or none
-    /// counted): the window end + grace alone, as before.
+    /// No upstream record time is known (emitters older than the record-time fields, or
+    /// none counted): the window end + grace alone, as before.
     WindowEnd,
     /// In every partition the upstream counted the window in, the downstream read a
     /// record at or after the upstream's latest record time there.
@@ -158,7 +158,7 @@ pub enum Evidence {
 }
 
 /// What the replicator's evidence says of a window before it is final, on an edge
-/// with a replicator (issue 28; docs/web.md, Replication evidence).
+/// with a replicator (rule 0; docs/web.md, Replication evidence).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SoFar {
@@ -220,8 +220,8 @@ pub struct EdgeWindow {
     pub upstream_delivery_failed_count: u64,
 }
 
-/// State of one replicator's evidence from one upstream datacenter, all topics
-/// together (issue 43): evidence is not an auditor, so it stops as one thing.
+/// State of one replicator's evidence from one upstream datacenter, all topics together
+/// (docs/web.md, Alerts): evidence is not an auditor, so it stops as one thing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EvidenceStatus {
     /// When the newest evidence of any topic was received (epoch ms).

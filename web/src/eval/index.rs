@@ -76,7 +76,7 @@ pub struct VerdictIndex {
     /// some, whose alerts are then neither resolved nor expired.
     pub auditors_capped: bool,
     /// Replication evidence by (evidence tier, upstream datacenter), for the tiers an
-    /// edge names (issue 43): one entry per replicator, whatever its topics.
+    /// edge names (docs/web.md, Alerts): one entry per replicator, whatever its topics.
     pub evidence: BTreeMap<(String, String), engine::EvidenceStatus>,
     /// Windows starting before this are not judged.
     pub horizon_start: i64,
@@ -100,10 +100,10 @@ pub struct VerdictIndex {
     pub dropped: Option<(i64, i64)>,
     /// Windows whose loss the replicator's evidence proved before they were final, with
     /// the proof's reason: a proven loss stays the verdict whatever the counts do later
-    /// (issue 28; [`crate::judging::hold_proven_loss`]). Windows of the horizon, as many as
-    /// `max_entries` at most.
+    /// (docs/design.md §6, the proven-loss hold: [`crate::judging::hold_proven_loss`]).
+    /// Windows of the horizon, as many as `max_entries` at most.
     pub proven: HashMap<VerdictKey, Proof>,
-    /// Proofs an operator withdrew (`DELETE .../proof`, issue 43), with who and why:
+    /// Proofs an operator withdrew (`DELETE .../proof`), with who and why:
     /// an open alert of such a window resolves with it, and a proof of it read from the
     /// ledger by a cold start that raced the withdrawal is not kept. Windows of the
     /// horizon; a new proof of the window replaces it.
@@ -213,7 +213,7 @@ impl VerdictIndex {
         }
     }
 
-    /// Withdraws the proof of `key` (issue 43): the window is judged again by the next
+    /// Withdraws the proof of `key`: the window is judged again by the next
     /// cycle, and an alert open on it resolves with `note` (who withdrew it and why)
     /// when the counts no longer say loss. The proof it held, if any.
     pub fn withdraw(&mut self, key: &VerdictKey, note: String) -> Option<Proof> {

@@ -50,8 +50,8 @@ impl Evaluator {
             return Ok(None);
         }
         // Windows waiting for an auditor, or for the downstream's evidence (pending,
-        // stalled, or delayed while settling: issue 24), and those whose proof was
-        // withdrawn (issue 43).
+        // stalled, or delayed while settling: docs/web.md, Verdicts, rules 3 and 4), and
+        // those whose proof was withdrawn.
         {
             let index = self.index.read().expect("verdict index lock");
             keys.extend(index.rejudge.iter().cloned());

@@ -15,11 +15,9 @@
 //! horizon three hours at a time, newest first, between cycles. Until the horizon is
 //! judged, [`VerdictIndex::loading`] says how far it is (`/readyz`), `/anomalies` and
 //! `/topics` answer 503 for ranges reaching before it, and the alerts of the judged windows
-//! are published with the bound they are judged from.
-//! Measured on 6 M window rows (bench/web-anomalies.sh), the full first evaluation
-//! took ~75 s, nearly all of it the two queries per topic over the whole horizon
-//! (~20 ms for the window rows and ~70 ms for the bucket join, of 6 048 rows each,
-//! times 1 000 topics).
+//! are published with the bound they are judged from. Judging the whole horizon first
+//! kept `/readyz` waiting on two queries per topic over all of it (the figures:
+//! docs/web.md, Cold start).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};

@@ -256,9 +256,10 @@ fn the_rate_limit_is_a_sliding_window() {
     assert_eq!(taken, [true, true, false, true, false, true]);
 }
 
-/// Issue 28: a loss proven while its window is open stays the page until the window
-/// is final, however its verdict moves meanwhile (`delayed` when the replicator falls
-/// behind on the window's newer records); a final window pages every change.
+/// Rule 0 (docs/web.md, Replication evidence): a loss proven while its window is open
+/// stays the page until the window is final, however its verdict moves meanwhile
+/// (`delayed` when the replicator falls behind on the window's newer records); a final
+/// window pages every change.
 #[test]
 fn an_unsettled_window_is_not_paged_again_for_a_less_urgent_verdict() {
     let loss = window("t", W, Verdict::Loss);

@@ -1,9 +1,9 @@
-//! Issue 24, rule 4 of `mod.rs` (docs/web.md, Verdicts): a window is final on an edge
-//! only when the downstream auditor has read what the upstream counted in it. One
-//! table; every row names what it shows, and the rows that failed with a piece of the
-//! rule reverted say so (`// reverted (piece): …`), so a row that stops
+//! The evidence rule, rule 4 of `mod.rs` (docs/web.md, Verdicts): a window is final on
+//! an edge only when the downstream auditor has read what the upstream counted in it.
+//! One table; every row names what it shows, and the rows that failed with a piece of
+//! the rule reverted say so (`// reverted (piece): …`), so a row that stops
 //! discriminating shows here. The pieces:
-//! - *rule*: `evidence_blocks` returns `None` (the clock rule of issue 14 alone);
+//! - *rule*: `evidence_blocks` returns `None` (the clock rule, rule 3, alone);
 //! - *tie*: a record read *at* the upstream's time (not past it) is taken as enough;
 //! - *max*: the upstream's time per partition is the first datacenter's, not the max;
 //! - *comparable*: LogAppendTime, and auditors without a latest record time, compared
@@ -19,13 +19,14 @@
 //! - *past-needs-lag-0*: a partition read past the upstream's time counts only at lag 0;
 //! - *tie-never*: a record at the upstream's time never settles, not even at lag 0
 //!   measured past it + grace;
-//! - *lag-known* (rule 3, issue 14): a record time counts without a known lag;
+//! - *lag-known* (rule 3): a record time counts without a known lag;
 //! - *timeless-rows*: an upstream row without record times (an older emitter) asks for
 //!   its window end + grace, by the clock.
 //!
-//! The replay of the issue: the records of window `W` (an hour old by event time) are
-//! appended at `R` (CreateTime), long after `W`'s end + grace; the downstream's
-//! clock-rule evidence (record times past end + grace, lag 0) holds at once.
+//! The replay (docs/web.md, Verdicts, rule 4): the records of window `W` (an hour old
+//! by event time) are appended at `R` (CreateTime), long after `W`'s end + grace; the
+//! downstream's clock-rule evidence (record times past end + grace, lag 0) holds at
+//! once.
 
 use super::*;
 
@@ -505,12 +506,12 @@ fn count_zero_increments_ask_the_downstream_for_nothing() {
     );
 }
 
-/// Issue 43, the stated bound of rule 4: nothing a row counted is later than when the
-/// collector received it. A datacenter's token posting an increment of count 1 with a
-/// record time an hour ahead holds the window for `grace` after it arrived at most:
-/// once the downstream has read past that (its live traffic), the real loss is final.
-/// Before the bound it was in flight (pending) until an hour + grace later, and the
-/// next such post re-armed it.
+/// The stated bound of rule 4 (docs/web.md, Verdicts): nothing a row counted is later
+/// than when the collector received it. A datacenter's token posting an increment of
+/// count 1 with a record time an hour ahead holds the window for `grace` after it
+/// arrived at most: once the downstream has read past that (its live traffic), the real
+/// loss is final. Before the bound it was in flight (pending) until an hour + grace
+/// later, and the next such post re-armed it.
 #[test]
 fn a_record_time_ahead_of_its_receipt_holds_a_loss_for_grace_at_most() {
     let t = topology_with(true);

@@ -1,7 +1,7 @@
-//! Rule 0 (issue 28): what a replicator's evidence proves before the window is final.
-//! regional/dc1 → aggregate/agg through a consumer-group replicator, window W open
-//! (five minutes in), the upstream having counted 100 records of W on partitions 0
-//! and 1 up to offset 49 in each.
+//! Rule 0 (docs/web.md, Replication evidence): what a replicator's evidence proves
+//! before the window is final. regional/dc1 → aggregate/agg through a consumer-group
+//! replicator, window W open (five minutes in), the upstream having counted 100 records
+//! of W on partitions 0 and 1 up to offset 49 in each.
 
 use super::*;
 
@@ -225,7 +225,8 @@ fn a_loss_is_proven_while_the_window_is_open_and_only_on_full_evidence() {
             expect: (Verdict::Pending, None),
             ..case("downstream increments stored but not added up: nothing proven")
         },
-        // Plausibility (issue 43): evidence is checked before it is used.
+        // Plausibility (docs/web.md, Replication evidence): evidence is checked before
+        // it is used.
         Case {
             progress: vec![
                 copied(1 << 62, 1 << 62, NOW - 10 * SEC),

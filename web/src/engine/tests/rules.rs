@@ -1,10 +1,14 @@
-//! One table per engine rule of issue 14 (B2, B3, B4, B6, B7 and the lagging
-//! auditor): each row is (what, inputs, expected verdict and lifecycle). Each table was
-//! run with its rule reverted in `mod.rs`; the rows that failed then are marked
-//! `// reverted: …`, so a table that stops discriminating shows here. The rules that
-//! live in audit-service have their tables there: B2's empty partitions at lag 0, B5's
-//! lag from the position and the unread-partition report in `report.rs`, B8's
-//! watermark in `counting.rs`.
+//! One table per engine rule of docs/web.md, Verdicts, rules 3 and 5, labelled as its
+//! test is named: B2, a region-specific topic on a many-to-one edge; B3, staged
+//! increments keep a window pending (rule 5); B4, lag 0 dated by when it was measured;
+//! B6, progress forgotten after `forget_after`; B7, stall judged per partition and
+//! instance; and the lagging auditor. Each row is (what, inputs, expected verdict and
+//! lifecycle). Each table was run with its rule reverted in `mod.rs`; the rows that
+//! failed then are marked `// reverted: …`, so a table that stops discriminating shows
+//! here. The rules that live in audit-service have their tables there: empty partitions
+//! at lag 0, the lag from the position (past transaction markers) and the
+//! unread-partition report in `report.rs`, the minimum watermark
+//! (docs/audit-message-v1.md, Progress) in `counting.rs`.
 
 use super::*;
 
