@@ -1,8 +1,9 @@
-//! Capped reads (issue 25, security review 2 findings 1, 2, 4, 7): every read of the
-//! store is bounded, and a read the bound cut is never judged as the whole truth. The
-//! rows that fill the reads go straight into the tables here (the collector's bounds
-//! per emitter now refuse them at ingest; rows stored before those bounds, or a
-//! bound raised by configuration, must still not decide a verdict).
+//! Capped reads (docs/web.md, Capped reads are never judged; security review 2 findings
+//! 1, 2, 4, 7): every read of the store is bounded, and a read the bound cut is never
+//! judged as the whole truth. The rows that fill the reads go straight into the tables
+//! here (the collector's bounds per emitter now refuse them at ingest; rows stored
+//! before those bounds, or a bound raised by configuration, must still not decide a
+//! verdict).
 //!
 //! Reads of 100 000 rows take seconds in a debug build: these tests allow requests
 //! two minutes (`request_timeout`).

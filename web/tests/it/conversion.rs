@@ -1,7 +1,8 @@
-//! Issue #17: a PostgreSQL store written by the schema before the time partitions
-//! converts with identical verdicts. The old store is filled through the old schema's
-//! SQL (`store::old_schema`) with the same rows a reference store received natively;
-//! after `migrate` converts it, the detection engine judges both alike.
+//! Converting an existing store (docs/operations.md): a PostgreSQL store written by the
+//! schema before the time partitions converts with identical verdicts. The old store is
+//! filled through the old schema's SQL (`store::old_schema`) with the same rows a
+//! reference store received natively; after `migrate` converts it, the detection engine
+//! judges both alike.
 
 use crate::support;
 

@@ -1,6 +1,6 @@
-//! Detection at the edges (issue 14) against real stores: the evaluator's verdicts and
-//! auditor status after seeding through the store's own write paths. PostgreSQL-only
-//! where the rule is about PostgreSQL (staged roll-up).
+//! Detection at the edges (docs/web.md, Verdicts, rules 3–5) against real stores: the
+//! evaluator's verdicts and auditor status after seeding through the store's own write
+//! paths. PostgreSQL-only where the rule is about PostgreSQL (staged roll-up).
 
 use crate::support;
 
@@ -102,8 +102,9 @@ fn progress(
     )
 }
 
-/// B2: a topic produced only in dc1 (dc2 has neither rows nor progress for it) with 5 %
-/// lost on the way to the aggregate: loss, final. A topic in both datacenters: ok.
+/// Many-to-one edges (docs/web.md, Verdicts, rule 3): a topic produced only in dc1 (dc2
+/// has neither rows nor progress for it) with 5 % lost on the way to the aggregate:
+/// loss, final. A topic in both datacenters: ok.
 async fn many_to_one_region_only_topic(backend: Backend) {
     let (store, _db) = store(backend).await;
     let config: Config = toml::from_str(MANY_TO_ONE).expect("config parses");
@@ -141,10 +142,10 @@ async fn many_to_one_region_only_topic(backend: Backend) {
     assert_eq!(verdicts(&state, "orders", w), vec![]);
 }
 
-/// B3: an auditor catching up publishes its last increments of `w` with progress past
-/// `w`'s settle time. The collector staged both; the roll-up is held back by a lock on
-/// `audit_window` from another connection. No final verdict until the increments are
-/// added up; then ok.
+/// Staged increments (docs/web.md, Verdicts, rule 5): an auditor catching up publishes
+/// its last increments of `w` with progress past `w`'s settle time. The collector
+/// staged both; the roll-up is held back by a lock on `audit_window` from another
+/// connection. No final verdict until the increments are added up; then ok.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roll_up_held_back_gives_no_final_verdict_postgres() {
     let (state, db) = state(Backend::Postgres, "").await;
@@ -200,8 +201,9 @@ async fn roll_up_held_back_gives_no_final_verdict_postgres() {
     assert_eq!(verdicts(&state, "orders", w), vec![]);
 }
 
-/// B4: lag 0 measured before `w` settled, delivered after a backlog (received now):
-/// it says nothing about data written since it was measured. Pending, not loss.
+/// Lag 0 as of when measured (docs/web.md, Verdicts, rule 3): lag 0 measured before `w`
+/// settled, delivered after a backlog (received now): it says nothing about data
+/// written since it was measured. Pending, not loss.
 async fn lag_zero_is_dated_by_emitted_at(backend: Backend) {
     let (state, _db) = state(backend, "").await;
     let w = settled_window();
@@ -229,8 +231,9 @@ async fn lag_zero_is_dated_by_emitted_at(backend: Backend) {
     assert_eq!((v[0].2, v[0].3), (Verdict::Loss, Lifecycle::Final), "{v:?}");
 }
 
-/// B6: a deleted topic's auditor is stalled after `stall_after`, and forgotten (no
-/// auditor status, so no stalled alert) after `forget_after` (24 h by default).
+/// Forgotten progress (docs/web.md, Verdicts, rule 3): a deleted topic's auditor is
+/// stalled after `stall_after`, and forgotten (no auditor status, so no stalled alert)
+/// after `forget_after` (24 h by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_topic_is_forgotten_after_forget_after_postgres() {
     let (state, _db) = state(Backend::Postgres, "").await;
@@ -271,9 +274,10 @@ async fn deleted_topic_is_forgotten_after_forget_after_postgres() {
     assert!(alerts.is_empty(), "{alerts:#?}");
 }
 
-/// B7: two instances of the regional auditor; b stopped publishing two hours ago while
-/// a keeps reporting: the auditor is stalled, b is named, and the window waiting on b's
-/// partition is stalled rather than pending forever.
+/// Stall per partition (docs/web.md, Verdicts, rule 3): two instances of the regional
+/// auditor; b stopped publishing two hours ago while a keeps reporting: the auditor is
+/// stalled, b is named, and the window waiting on b's partition is stalled rather than
+/// pending forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_stuck_instance_is_stalled_postgres() {
     let (state, _db) = state(Backend::Postgres, "").await;
@@ -822,7 +826,8 @@ async fn learned_window_reports_older_sizes_as_mismatch(backend: Backend) {
 }
 
 /// An increment of `tier`/`dc` counting `count` records of window `w` in partition 0
-/// whose latest record time there is `record_time` (issue 24's upstream evidence).
+/// whose latest record time there is `record_time` (the upstream's evidence of
+/// docs/web.md, Verdicts, rule 4).
 fn counted(tier: &str, dc: &str, w: i64, count: u64, checksum: u64, record_time: i64) -> Message {
     let mut m = increment("orders", tier, dc, w, count, checksum);
     if let store::AuditBody::Increment(i) = &mut m.body {
@@ -851,14 +856,15 @@ fn aggregate_read(latest: i64) -> Message {
     m
 }
 
-/// Issue 24: late data re-arms settling. Two windows of an hour-old replay are judged
-/// (`ok` is ok, `lossy` a loss of 10, paged); then the upstream counts 10 more of each
-/// (a later record time) that the downstream has not read yet: both go back to
-/// settling — no loss page for `ok`, and `lossy`'s open alert neither resolves nor
-/// pages again — and the evaluator re-judges them because their upstream increments
-/// arrived. Once the downstream has read past (with the 10 late ones of each and the
-/// 10 `lossy` missed), both are final and ok: `lossy`'s alert resolves. The pages are
-/// checked after every cycle, so a resolve and a new trigger in between would show.
+/// Late data re-arms settling (docs/web.md, Verdicts, rule 4). Two windows of an
+/// hour-old replay are judged (`ok` is ok, `lossy` a loss of 10, paged); then the
+/// upstream counts 10 more of each (a later record time) that the downstream has not
+/// read yet: both go back to settling — no loss page for `ok`, and `lossy`'s open alert
+/// neither resolves nor pages again — and the evaluator re-judges them because their
+/// upstream increments arrived. Once the downstream has read past (with the 10 late
+/// ones of each and the 10 `lossy` missed), both are final and ok: `lossy`'s alert
+/// resolves. The pages are checked after every cycle, so a resolve and a new trigger in
+/// between would show.
 async fn a_late_upstream_increment_re_arms_its_window(backend: Backend) {
     let (got, base) = start_receiver().await;
     let (store, _db) = store(backend).await;
@@ -935,7 +941,7 @@ async fn a_late_upstream_increment_re_arms_its_window(backend: Backend) {
                 (vec![], vec![(Verdict::Loss, Lifecycle::Final)]),
                 vec![trigger.clone()]
             ),
-            // reverted (issue 24's rule): `ok` final loss (10 of 110 missing), paged
+            // reverted (rule 4's re-arming): `ok` final loss (10 of 110 missing), paged
             ((settling.clone(), settling), vec![trigger.clone()]),
             (
                 (vec![], vec![]),

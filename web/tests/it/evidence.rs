@@ -1,6 +1,6 @@
-//! Replication evidence (issue 28) as the evaluator reads it from a real store: it is
-//! not an auditor (issue 43) — evidence that stops is one signal of its age and one
-//! alert, never a stalled auditor per topic.
+//! Replication evidence (rule 0, docs/web.md) as the evaluator reads it from a real
+//! store: it is not an auditor (docs/web.md, Alerts) — evidence that stops is one
+//! signal of its age and one alert, never a stalled auditor per topic.
 
 use crate::support;
 

@@ -1,6 +1,7 @@
-//! A loss proven before its window is final (issue 28) stays a loss: once the counts
-//! catch up, and after a restart of serve (the proof is kept in the store,
-//! `web_proven_loss`), in the index, `/compare` and `/completeness` alike.
+//! A loss proven before its window is final stays a loss (docs/design.md §6, the
+//! proven-loss hold): once the counts catch up, and after a restart of serve (the proof
+//! is kept in the store, `web_proven_loss`), in the index, `/compare` and
+//! `/completeness` alike.
 
 use crate::support;
 
@@ -210,12 +211,13 @@ async fn one_cycle_records_no_more_proofs_than_there_is_room_for(backend: Backen
     );
 }
 
-/// Issue 43: an admin withdraws a proof whose evidence was wrong. The page resolves
-/// with who withdrew it and why, `/compare` and `/completeness` follow the counts, the
-/// ledger row is gone, the withdrawal is counted and logged with the token's name. A
-/// read token is refused, and an unknown proof is 404. The window is final and no
-/// increment of it arrives after the withdrawal (every batch was received 10 minutes
-/// ago): only the withdrawal makes the next cycle judge it again.
+/// An admin withdraws a proof whose evidence was wrong (docs/design.md §6, the
+/// proven-loss hold). The page resolves with who withdrew it and why, `/compare` and
+/// `/completeness` follow the counts, the ledger row is gone, the withdrawal is counted
+/// and logged with the token's name. A read token is refused, and an unknown proof is
+/// 404. The window is final and no increment of it arrives after the withdrawal (every
+/// batch was received 10 minutes ago): only the withdrawal makes the next cycle judge
+/// it again.
 async fn a_proof_withdrawn_through_the_api_resolves_its_page_with_the_reason(backend: Backend) {
     use crate::alerts::{start_receiver, wait_for};
     use store::AlertLedger;

@@ -159,8 +159,8 @@ pub fn increment(
                 bytes: count * 100,
                 checksum: audit_lib::Checksum(checksum),
                 latency: LatencyHistogram::from_buckets(0, 0, 380, buckets).unwrap(),
-                // No record times: as an emitter older than issue 24 (the tests of the
-                // record-time rule add them).
+                // No record times: as an emitter older than the record-time fields (the
+                // tests of the record-time rule add them).
                 offsets: vec![store::OffsetSpan {
                     max: 1000 + count as i64 - 1,
                     ..store::OffsetSpan::new(0, 1000, None)
