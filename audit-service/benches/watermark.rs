@@ -1,5 +1,5 @@
-//! Cost of the partition watermark on the counting thread's per-record path (issue 14,
-//! B8), with its baselines in the same run:
+//! Cost of the partition watermark on the counting thread's per-record path (the minimum
+//! watermark, docs/audit-message-v1.md, Progress), with its baselines in the same run:
 //! - `last_record_time`: what the worker did before (the last record's CreateTime);
 //! - `min_watermark`: [`Watermark::push`] (min over the report interval and the last
 //!   32 records, capped at observation time);

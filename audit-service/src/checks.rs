@@ -1,5 +1,5 @@
-//! Start-up checks (issue #4 item 6): the audit topic exists (created when configured
-//! to), and with replicators the evidence topic (issue 43); the durability settings of
+//! Start-up checks: the audit topic exists (created when configured
+//! to), and with replicators the evidence topic (docs/design.md §10); the durability settings of
 //! those and, as a report, of the audited topics: replication factor >= 3,
 //! `min.insync.replicas` >= 2, no unclean leader election. Findings are warnings unless `strict_checks` is set.
 
@@ -35,7 +35,7 @@ fn admin(cfg: &Config) -> anyhow::Result<AdminClient<DefaultClientContext>> {
 }
 
 /// Makes sure the audit topic exists, and with replicators the evidence topic
-/// (issue 43); returns the durability findings about them and about `audited` topics.
+/// (docs/design.md §10); returns the durability findings about them and about `audited` topics.
 pub async fn run_checks(cfg: &Config, audited: &[String]) -> anyhow::Result<Vec<Finding>> {
     let admin = admin(cfg)?;
     let a = &cfg.audit;

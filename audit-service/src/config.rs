@@ -196,7 +196,7 @@ pub struct AuditConfig {
     pub topic_refresh: Duration,
     pub audit_topic: String,
     /// Where the replication evidence of `replicators` is published, in the same
-    /// transaction as the report (issue 43): a topic only auditor principals may write
+    /// transaction as the report (docs/design.md §10): a topic only auditor principals may write
     /// (Kafka ACLs), named in the collector source's `evidence_topics`, which accepts
     /// evidence from nowhere else. The audit topic cannot carry it: every application
     /// with the plugin or the interceptors writes that one with its own principal.
@@ -240,7 +240,7 @@ pub struct AuditConfig {
     /// `[audit.event_time]`.
     pub event_time: audit_lib::EventTimeConfig,
     /// Replicators that copy this cluster's audited topics elsewhere, whose progress
-    /// this auditor reads and publishes with every report (issue 28), so serve can
+    /// this auditor reads and publishes with every report (rule 0, docs/design.md §6), so serve can
     /// prove a loss before the window is final: `[[audit.replicators]]` with
     /// `consumer_group = "…"` (its committed offsets on this cluster) or
     /// `mirror_maker2 = { target = "…" }` (MirrorMaker 2's offset syncs on this
@@ -330,7 +330,7 @@ mod tests {
         assert!(format!("{err:#}").contains("report_intreval"));
     }
 
-    /// Issue 28: the replicators as the shipped configs write them, and the names the
+    /// The replicators as the shipped configs write them, and the names the
     /// collector (or the auditor itself) could not take refused at start.
     #[test]
     fn replicators_parse_and_bad_ones_are_refused() {

@@ -3,7 +3,7 @@
 //! Messages are counted on the consume thread, straight from librdkafka's buffers:
 //! no copy, no hand-off. (A counting thread fed with copied batches cost more in the
 //! copy, the channel's wake-ups and the second pass over cold data than the counting
-//! itself: bench/audit-service.sh, issue 16.) The aggregator allocates nothing per
+//! itself: bench/audit-service.sh.) The aggregator allocates nothing per
 //! message after warm-up; metrics are summed locally and published every
 //! [`FLUSH_EVERY`] messages and whenever the queue runs dry.
 //!
@@ -186,7 +186,7 @@ struct PartPos {
     rule: Arc<CompiledRule>,
 }
 
-/// Record timestamps a partition's watermark is the minimum of (B8 of issue 14).
+/// Record timestamps a partition's watermark is the minimum of (docs/audit-message-v1.md, Progress).
 pub const WATERMARK_RECENT: usize = 32;
 
 /// The event-time watermark of one partition: the minimum record time over the records
@@ -198,7 +198,7 @@ pub const WATERMARK_RECENT: usize = 32;
 /// (The last record's time, used before, let one such record make a lagging partition
 /// look caught up.) Per record: one `min`, one `max`, one store.
 ///
-/// It also keeps the *latest* record time read since the last report (issue 24), with
+/// It also keeps the *latest* record time read since the last report (docs/web.md, Verdicts, rule 4), with
 /// the same bounds and the cap plus [`audit_lib::RECORD_TIME_SLACK_MS`] (the clock is
 /// read once per batch: the watermark may be conservative, the latest must not fall
 /// below the record's own CreateTime): the engine's evidence that this auditor has read
@@ -614,7 +614,7 @@ mod tests {
         );
     }
 
-    /// B8 of issue 14, one table: each row is a sequence of report intervals, each a
+    /// The minimum watermark, one table: each row is a sequence of report intervals, each a
     /// list of (record time, observed at) read in it, and the watermark each interval's
     /// report gives.
     #[test]
@@ -713,7 +713,7 @@ mod tests {
         assert_eq!(w.take(), Some(NOW - HOUR + 100 + 9));
     }
 
-    /// Issue 24: the latest record time read, per report interval, capped and bounded
+    /// The latest record time read, per report interval, capped and bounded
     /// as the watermark's times are (a row fails with the cap or bounds reverted).
     #[test]
     fn latest_record_time_is_capped_bounded_and_per_interval() {

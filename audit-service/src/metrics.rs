@@ -65,8 +65,8 @@ pub struct Metrics {
     /// Records of a MirrorMaker 2 offset-syncs topic that are not offset syncs (issue
     /// 28): left out, never evidence.
     pub replication_evidence_rejected: Counter,
-    /// Replication evidence dropped or refused, by reason (issue 43, review
-    /// security-3 M3; `replication::DropReason`).
+    /// Replication evidence dropped or refused, by reason
+    /// (`replication::DropReason`).
     pub replication_evidence_dropped: Family<ReasonLabel, Counter>,
 }
 
@@ -294,7 +294,7 @@ pub enum ServiceError {
     ProducerRecreated,
     /// Opening the WAL cut off a damaged tail.
     WalTruncated,
-    /// A replicator's progress could not be read (issue 28): its evidence goes stale,
+    /// A replicator's progress could not be read: its evidence goes stale,
     /// windows wait for the grace period as without it.
     ReplicationEvidence,
 }

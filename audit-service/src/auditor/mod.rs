@@ -309,7 +309,7 @@ impl Auditor {
         }
     }
 
-    /// Progress messages of a replicator's evidence tier (issue 28): for each
+    /// Progress messages of a replicator's evidence tier (rule 0, docs/design.md §6): for each
     /// partition this instance owns that `copied` names, the next offset the
     /// replicator will copy, its lag behind the log end the consumer last saw, and as
     /// `record_time` by when this auditor had read that offset (null: not read yet);
@@ -355,7 +355,7 @@ impl Auditor {
 
     /// The log ends of an owned partition as the consumer last saw them, and a time by
     /// which its high watermark was at most that end (the replication evidence is
-    /// checked against them, issue 43). None before its first statistics.
+    /// checked against them). None before its first statistics.
     pub(crate) fn measured(&self, tp: &TopicPartition) -> Option<(LogEnds, i64)> {
         let ends = self
             .parts

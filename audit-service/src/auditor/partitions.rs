@@ -67,7 +67,7 @@ pub(crate) struct PartState {
     pub(crate) start: Option<i64>,
     pub(crate) next: Option<i64>,
     pub(crate) record_time: Option<i64>,
-    /// The latest record time read and reported (issue 24), over every report this
+    /// The latest record time read and reported (docs/web.md, Verdicts, rule 4), over every report this
     /// instance wrote since it read the partition.
     pub(crate) max_record_time: Option<i64>,
     /// The partition's records carry LogAppendTime (the last timestamped one did).
@@ -79,7 +79,7 @@ pub(crate) struct PartState {
     pub(crate) position: Option<i64>,
     /// (offset read up to, when) at each of the last [`READ_HISTORY`] reports that
     /// read further: by when a given offset was read, for the replication evidence's
-    /// lag (issue 28).
+    /// lag.
     pub(crate) read_at: std::collections::VecDeque<(i64, i64)>,
 }
 
@@ -205,7 +205,7 @@ mod tests {
         assert!(failures.is_empty(), "{rule}:\n{}", failures.join("\n"));
     }
 
-    /// B5 of issue 14: lag from the consumer position, which the client advances past
+    /// Lag from the consumer position, which the client advances past
     /// transaction markers, against the high watermark (not the last stable offset).
     #[test]
     fn b5_lag_from_the_position_past_transaction_markers() {
@@ -275,7 +275,7 @@ mod tests {
         );
     }
 
-    /// Issue 24: the latest record time a report gives (what the engine compares with
+    /// The latest record time a report gives (what the engine compares with
     /// the upstream's): kept over reports, 0 for a partition that holds nothing,
     /// unknown for one with records this instance has not read.
     #[test]
@@ -331,7 +331,7 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
-    /// B2 of issue 14 (auditor side): an empty partition reports lag 0; and the
+    /// Empty partitions (auditor side): an empty partition reports lag 0; and the
     /// lagging auditor: a partition a new group has not read yet is reported behind,
     /// never left out (a partition left out cannot hold a window back).
     #[test]

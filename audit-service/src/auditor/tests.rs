@@ -598,7 +598,7 @@ fn drafts_worth_writing_and_ranges_advanced_only_when_written() {
     assert_eq!((d.ranges[0].start, d.ranges[0].end), (Some(25), 30));
 }
 
-/// Issue 28: the replication evidence of the partitions this instance owns, with by
+/// Rule 0's input (docs/design.md §6): the replication evidence of the partitions this instance owns, with by
 /// when it had read the replicator's position (its lag in time) and its lag in
 /// offsets; partitions it does not own are left out.
 #[test]

@@ -6,7 +6,7 @@
 //! Why: rust-rdkafka's `poll` returns one message per call, and each call costs the
 //! queue's lock, librdkafka's clock reads for `max.poll.interval.ms` and rust-rdkafka's
 //! own (an `Instant::now()` and an `Arc` allocated and freed per message) — at 100-byte
-//! messages more than the counting (docs/benchmarks.md, issue 30). A batch pays the
+//! messages more than the counting (docs/benchmarks.md). A batch pays the
 //! clock reads once.
 //!
 //! Why not batch-read the consumer queue itself: with rust-rdkafka's event API, a

@@ -561,7 +561,7 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
-    /// Issue 44: how a fenced static member surfaces from a publication, and that it is
+    /// How a fenced static member surfaces from a publication, and that it is
     /// told apart from every other failure. The transactional error is librdkafka's
     /// own: a mock cluster answers the offsets' TxnOffsetCommit with
     /// FENCED_INSTANCE_ID, which `send_offsets_to_transaction` reports as an abortable

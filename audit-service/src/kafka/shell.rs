@@ -38,7 +38,7 @@ pub(crate) struct Shell {
     pub(crate) metrics: Metrics,
     /// Partitions this instance has seen committed offsets for (expiry detection).
     offsets_seen: OffsetsSeen,
-    /// The replicators' progress, read beside the consumption (issue 28).
+    /// The replicators' progress, read beside the consumption (rule 0's evidence).
     replication: crate::replication::Readers,
     /// Set when a publication found the consumer unusable (its static member fenced,
     /// or a fatal consumer error): the consume loop, which watches it, recreates the
@@ -229,7 +229,7 @@ impl Shell {
     /// After a failed publication: a consumer whose static member was fenced (or that
     /// has a fatal error) can never publish again; every further attempt would be
     /// refused until it is recreated, which the consume loop does once it sees the
-    /// flag (issue 44: up to two minutes of refused resends after a cluster outage,
+    /// flag (without it: up to two minutes of refused resends after a cluster outage,
     /// until librdkafka's own fatal error came).
     fn note_publish_failure<C: ConsumerContext>(
         &self,

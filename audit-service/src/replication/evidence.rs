@@ -1,5 +1,6 @@
 //! What the replicators have copied, as the readers read it and the reports publish
-//! it (issue 28), and what makes a position untrue (issue 43, review security-3 M3).
+//! it, and what makes a position untrue: a recreated topic, a truncated log, a forged
+//! sync.
 //!
 //! - The latest position read of a partition is the truth, not the largest: for
 //!   MirrorMaker 2's offset syncs (a compacted topic keyed by topic-partition, read

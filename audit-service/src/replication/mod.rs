@@ -1,4 +1,4 @@
-//! Replication evidence (issue 28): how far the replicators named in
+//! Replication evidence (rule 0, docs/design.md §6): how far the replicators named in
 //! `[[audit.replicators]]` have copied this cluster's partitions, read beside the
 //! consumption and published with each report as progress of the tier
 //! `replicator:<name>` (docs/audit-message-v1.md, Replication evidence). serve proves a
@@ -20,7 +20,7 @@
 //! written), never earlier.
 //!
 //! A position is the latest one read, not the largest, and one the auditor's own
-//! measurement of the log contradicts is dropped (issue 43; `evidence.rs`).
+//! measurement of the log contradicts is dropped (`evidence.rs`).
 
 mod evidence;
 
@@ -437,7 +437,7 @@ fn read_syncs(consumer: &BaseConsumer, syncs: &Syncs<'_>, stop: &AtomicBool) {
     }
 }
 
-/// The topic a published audit message goes to (issue 43): replication evidence (a
+/// The topic a published audit message goes to (docs/design.md §10): replication evidence (a
 /// progress report of a `replicator:` tier) to `[audit] evidence_topic`, which only
 /// auditors may write and the collector takes evidence from alone; everything else to
 /// the audit topic. Both in the report's one transaction. Only an auditor with
@@ -487,7 +487,7 @@ mod tests {
         assert!(AuditedTopics::new(&a).is_err());
     }
 
-    /// Issue 43: the evidence of the replicators goes to the evidence topic, the
+    /// The evidence of the replicators goes to the evidence topic, the
     /// auditor's own counts and progress to the audit topic.
     #[test]
     fn evidence_is_published_to_the_evidence_topic_only() {

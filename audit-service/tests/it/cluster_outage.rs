@@ -1,4 +1,4 @@
-//! A whole-cluster outage longer than the consumer's session timeout (issue 44), on a
+//! A whole-cluster outage longer than the consumer's session timeout, on a
 //! private single-node KRaft cluster this test starts (see `broker_restart`; the shared
 //! dev clusters are never stopped). The auditor is a static member (the default
 //! `group.instance.id`): while the cluster is down its session runs out, and once the

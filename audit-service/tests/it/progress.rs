@@ -1,8 +1,8 @@
-//! Progress as the engine reads it (issue 14): lag reaches 0 once a partition is read
+//! Progress as the engine reads it (docs/web.md, Verdicts, rule 3): lag reaches 0 once a partition is read
 //! to its end, also when the end is a transaction marker (B5) and when the partition
 //! is empty (B2); the watermark is not pushed forward by one record with a far-future
 //! CreateTime (B8) nor pulled back by one 40 days old (beyond max_past); a partition a new consumer group has not read anything of yet is
-//! reported behind, not left out. Issue 24: each partition's latest record time read
+//! reported behind, not left out. Rule 4's evidence: each partition's latest record time read
 //! (capped at the auditor's clock), 0 for a partition that holds nothing, the
 //! LogAppendTime flag, and the latest record time the increments counted per window
 //! and partition.
@@ -392,7 +392,7 @@ async fn no_lag_zero_is_dated_after_records_still_unread() {
     assert!(false_claims.is_empty(), "{}", false_claims.join("\n"));
 }
 
-/// Issue 24 on a real broker: what the engine compares. Partition 0 gets records of
+/// Rule 4's evidence on a real broker: what the engine compares. Partition 0 gets records of
 /// two windows with known CreateTimes, the last one 45 minutes ahead of the clock
 /// (counted as "now": capped), partition 1 nothing. Progress: partition 0's latest
 /// record time read is the cap, partition 1's is 0 (it holds nothing); the increments

@@ -1,4 +1,4 @@
-//! Issue 43 (review security-3, M3): the replication evidence the auditor publishes
+//! The replication evidence the auditor publishes
 //! follows the replicator down as well as up. A consumer-group replicator whose topic
 //! was deleted and recreated, copying it again from 0, takes the evidence down to its
 //! new position; MirrorMaker 2's offset syncs, read from the beginning of their

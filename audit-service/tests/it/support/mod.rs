@@ -253,7 +253,7 @@ pub struct AuditReader {
     pub progress: Vec<AuditMessage>,
     pub increments: u64,
     /// (topic, window start, partition) → the latest record time the increments
-    /// counted there (issue 24's evidence).
+    /// counted there (rule 4's evidence).
     pub record_times: BTreeMap<(String, i64, i32), i64>,
 }
 
