@@ -235,9 +235,7 @@ mod tests {
     use super::*;
     use crate::engine::{Lifecycle, TopologyConfig};
 
-    const MIN: i64 = 60_000;
-    const W: i64 = 1_764_410_400_000; // a window start, multiple of 10 min
-    const NOW: i64 = W + 40 * MIN; // past the end, the 20 min grace and caught up
+    use crate::reads::tests::{caught_up, row, MIN, NOW, W};
 
     /// producer → regional, 10-minute windows.
     fn topology() -> Topology {
@@ -254,49 +252,24 @@ mod tests {
         Topology::new(cfg).unwrap()
     }
 
-    fn row(tier: &str, count: u64) -> WindowRow {
-        let mut latency = audit_lib::LatencyHistogram::new();
-        latency.record(100);
-        WindowRow {
-            topic: "orders".into(),
-            tier: tier.into(),
-            datacenter: "dc1".into(),
-            window_start_ms: W,
-            window_end_ms: W + 10 * MIN,
-            count,
-            bytes: 0,
-            no_time_count: 0,
-            malformed_count: 0,
-            out_of_bounds_count: 0,
-            observation_time_count: 0,
-            delivery_failed_count: 0,
-            checksum: 0,
-            latency,
-            increments: 1,
-            first_received_at_ms: 0,
-            last_received_at_ms: 0,
-            latency_unread: false,
-            max_observed_at_ms: None,
-            record_times: vec![],
-            max_offsets: vec![],
+    /// What a read of `rows` and [`caught_up`] progress gives, cut at `cut`.
+    fn inputs<'a>(
+        rows: &'a [WindowRow],
+        progress: &'a [ProgressRow],
+        staged: &'a Staged,
+        cut: Option<i64>,
+        range_end: i64,
+    ) -> Inputs<'a> {
+        Inputs {
+            topic: "orders",
+            rows,
+            cut,
+            range_end,
+            progress,
+            progress_capped: false,
+            staged,
+            now: NOW,
         }
-    }
-
-    fn caught_up() -> Vec<ProgressRow> {
-        vec![ProgressRow {
-            topic: "orders".into(),
-            tier: "regional".into(),
-            datacenter: "dc1".into(),
-            partition: 0,
-            host: "regional-dc1-0".into(),
-            next_offset: 0,
-            record_time_ms: Some(W + 35 * MIN),
-            lag: Some(0),
-            emitted_at_ms: NOW,
-            received_at_ms: NOW,
-            max_record_time_ms: Some(W + 35 * MIN),
-            log_append_time: false,
-        }]
     }
 
     /// The verdicts of `windows` in both scopes (every edge; the one edge in dc1).
@@ -319,19 +292,9 @@ mod tests {
 
     #[test]
     fn a_proof_held_keeps_a_complete_window_lost_in_every_scope() {
-        let rows = vec![row("producer", 1_000), row("regional", 1_000)];
-        let progress = caught_up();
-        let staged = Staged::new();
-        let inputs = Inputs {
-            topic: "orders",
-            rows: &rows,
-            cut: None,
-            range_end: W + 10 * MIN,
-            progress: &progress,
-            progress_capped: false,
-            staged: &staged,
-            now: NOW,
-        };
+        let rows = vec![row("producer", 1_000, false), row("regional", 1_000, false)];
+        let (progress, staged) = (caught_up(), Staged::new());
+        let inputs = inputs(&rows, &progress, &staged, None, W + 10 * MIN);
         let mut proven = HashMap::new();
         for judged in both_scopes(&inputs, &[W], &proven) {
             assert_eq!(judged.verdicts.len(), 1, "{judged:?}");
@@ -356,20 +319,10 @@ mod tests {
 
     #[test]
     fn a_window_past_the_reads_cut_is_judged_and_pending_in_every_scope() {
-        let rows = vec![row("producer", 1_000), row("regional", 1_000)];
-        let progress = caught_up();
-        let staged = Staged::new();
+        let rows = vec![row("producer", 1_000, false), row("regional", 1_000, false)];
+        let (progress, staged) = (caught_up(), Staged::new());
         // The read was cut at the next window, which it returned no row of.
-        let inputs = Inputs {
-            topic: "orders",
-            rows: &rows,
-            cut: Some(W + 10 * MIN),
-            range_end: W + 20 * MIN,
-            progress: &progress,
-            progress_capped: false,
-            staged: &staged,
-            now: NOW,
-        };
+        let inputs = inputs(&rows, &progress, &staged, Some(W + 10 * MIN), W + 20 * MIN);
         for judged in both_scopes(&inputs, &[W], &HashMap::new()) {
             assert_eq!(judged.windows, vec![W, W + 10 * MIN]);
             let next: Vec<_> = judged

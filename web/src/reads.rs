@@ -276,13 +276,13 @@ impl Unread {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::TopologyConfig;
 
-    const MIN: i64 = 60_000;
-    const W: i64 = 1_764_410_400_000; // a window start, multiple of 10 min
-    const NOW: i64 = W + 40 * MIN; // past the end, the 20 min grace and caught up
+    pub(crate) const MIN: i64 = 60_000;
+    pub(crate) const W: i64 = 1_764_410_400_000; // a window start, multiple of 10 min
+    pub(crate) const NOW: i64 = W + 40 * MIN; // past the end, the 20 min grace and caught up
 
     /// producer → regional, regional with a latency objective, 10-minute windows.
     fn topology() -> Topology {
@@ -302,7 +302,9 @@ mod tests {
         Topology::new(cfg).unwrap()
     }
 
-    fn row(tier: &str, count: u64, latency_unread: bool) -> WindowRow {
+    /// `count` records of `orders` at `tier`/dc1 in window `W`, with one latency
+    /// sample unless its buckets were `latency_unread`.
+    pub(crate) fn row(tier: &str, count: u64, latency_unread: bool) -> WindowRow {
         let mut latency = audit_lib::LatencyHistogram::new();
         if !latency_unread {
             latency.record(100);
@@ -332,7 +334,8 @@ mod tests {
         }
     }
 
-    fn caught_up() -> Vec<ProgressRow> {
+    /// The regional/dc1 auditor has read `orders` past `W`'s end + grace, at lag 0.
+    pub(crate) fn caught_up() -> Vec<ProgressRow> {
         vec![ProgressRow {
             topic: "orders".into(),
             tier: "regional".into(),

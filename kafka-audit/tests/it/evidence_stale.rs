@@ -15,60 +15,18 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use audit_lib::{AuditMessage, Identity, PartitionProgress};
+use audit_lib::{AuditMessage, PartitionProgress};
 
 use crate::e2e;
 use crate::integrity::{array, post};
+use crate::mirror_http::{
+    collect_toml, progress, serve_config, AGGREGATE_TOKEN, EVIDENCE, REGIONAL_TOKEN,
+};
 
 const TOPICS: usize = 1_000;
-const EVIDENCE: &str = "replicator:group/mirror";
-const REGIONAL_TOKEN: &str = "regional-dc1-5e1f0a9c3b7d2846e0c1";
-const AGGREGATE_TOKEN: &str = "aggregate-agg-9b3c7e1d5f0a2468c4e2";
 /// How often the auditors (the test) report: `stall_after` is ten of these.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 const STALL_AFTER_S: i64 = 10;
-
-fn collect_toml(store_url: &str) -> String {
-    format!(
-        r#"
-[store]
-url = "{store_url}"
-[http]
-listen = "127.0.0.1:0"
-[batch]
-max_wait = "50ms"
-[[auth.tokens]]
-name = "regional-dc1"
-token = "{REGIONAL_TOKEN}"
-scopes = ["ingest"]
-tiers = ["regional", "{EVIDENCE}"]
-datacenters = ["dc1"]
-[[auth.tokens]]
-name = "aggregate-agg"
-token = "{AGGREGATE_TOKEN}"
-scopes = ["ingest"]
-tiers = ["aggregate"]
-datacenters = ["agg"]
-"#
-    )
-}
-
-fn serve_config(store_url: &str, hook: &str) -> web::Config {
-    let mut config = e2e::serve_config_of(
-        "10m",
-        "30s",
-        r#"tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg" }
-replicator = { consumer_group = "mirror" }"#,
-        &format!("{STALL_AFTER_S}s"),
-        hook,
-    );
-    config.serve.database_url = store_url.to_string();
-    config
-}
 
 fn topic(i: usize) -> String {
     format!("fleet-{i:04}")
@@ -77,25 +35,17 @@ fn topic(i: usize) -> String {
 /// One progress report per topic of `tier`/`datacenter` (one partition, caught up).
 fn reports(tier: &str, datacenter: &str) -> Vec<AuditMessage> {
     let now = common::now_ms();
-    let identity = Identity::new("regional", datacenter, format!("{datacenter}-0"));
     (0..TOPICS)
         .map(|i| {
-            let mut m = AuditMessage::progress(
-                &identity,
-                topic(i),
-                vec![PartitionProgress {
-                    partition: 0,
-                    next_offset: 1_000,
-                    record_time: Some(now),
-                    lag: Some(0),
-                    max_record_time: Some(now),
-                    log_append_time: false,
-                }],
-                now,
-            );
-            // (Built apart: a library identity refuses reserved tiers.)
-            m.tier = tier.to_string();
-            m
+            let caught_up = vec![PartitionProgress {
+                partition: 0,
+                next_offset: 1_000,
+                record_time: Some(now),
+                lag: Some(0),
+                max_record_time: Some(now),
+                log_append_time: false,
+            }];
+            progress(&topic(i), tier, datacenter, caught_up, now)
         })
         .collect()
 }
@@ -145,7 +95,7 @@ fn series<'a>(metrics: &'a str, name: &str) -> Vec<&'a str> {
 async fn evidence_that_stops_on_an_edge_of_1000_topics_pages_once_postgres() {
     let db = testkit::fresh_database("evidence_stale").await;
     let config: collector::CollectConfig =
-        toml::from_str(&collect_toml(db.url())).expect("collect.toml");
+        toml::from_str(&collect_toml(db.url(), "")).expect("collect.toml");
     let stop = tokio_util::sync::CancellationToken::new();
     let collector = collector::start(config, stop.clone())
         .await
@@ -153,7 +103,11 @@ async fn evidence_that_stops_on_an_edge_of_1000_topics_pages_once_postgres() {
     let addr = collector.http_addr.unwrap();
     let (pages, hook) = e2e::start_receiver().await;
     let store = store::Store::connect(db.url()).await.unwrap();
-    let state = web::AppState::new(serve_config(db.url(), &hook), store).unwrap();
+    let state = web::AppState::new(
+        serve_config(db.url(), "30s", &format!("{STALL_AFTER_S}s"), &hook),
+        store,
+    )
+    .unwrap();
     let jobs = state.spawn_jobs(&stop);
 
     // Evidence of every topic, until serve has read it (one age series).

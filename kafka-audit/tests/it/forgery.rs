@@ -26,30 +26,26 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use audit_lib::{AuditMessage, Identity, OffsetSpan, PartitionProgress};
+use audit_lib::{AuditMessage, OffsetSpan, PartitionProgress};
 use rdkafka::producer::BaseRecord;
 use serde_json::Value;
 
 use crate::e2e;
 use crate::integrity::{array, metrics, try_post};
+use crate::mirror_http::{
+    collect_toml, progress, serve_config, AGGREGATE_TOKEN, EVIDENCE, REGIONAL_TOKEN,
+};
 use crate::support::{producer, send_queued};
 
 const WINDOW: i64 = 600_000;
-const EVIDENCE: &str = "replicator:group/mirror";
-const REGIONAL: &str = "regional-dc1-4d2a9e7c1b0f3865a2d7";
-const AGGREGATE: &str = "aggregate-agg-0c8e2b6f4a1d9735e3b0";
 const UNBOUND: &str = "ingest-any-7a3f1c9e5b2d0864f1a6";
 const FORGED: i64 = 1 << 62;
 
-fn collect_toml(store_url: &str, bootstrap: &str, audit: &str, evidence: &str) -> String {
+/// The collector's Kafka source (the audit topic and its evidence topic) and a token
+/// bound to no tier, beside [`collect_toml`]'s two.
+fn sources_and_unbound(bootstrap: &str, audit: &str, evidence: &str) -> String {
     format!(
         r#"
-[store]
-url = "{store_url}"
-[http]
-listen = "127.0.0.1:0"
-[batch]
-max_wait = "50ms"
 [[sources]]
 name = "audit"
 topics = ["{audit}"]
@@ -58,41 +54,12 @@ group_id = "{group}"
 [sources.kafka]
 bootstrap_servers = "{bootstrap}"
 [[auth.tokens]]
-name = "regional-dc1"
-token = "{REGIONAL}"
-scopes = ["ingest"]
-tiers = ["regional", "{EVIDENCE}"]
-datacenters = ["dc1"]
-[[auth.tokens]]
-name = "aggregate-agg"
-token = "{AGGREGATE}"
-scopes = ["ingest"]
-tiers = ["aggregate"]
-datacenters = ["agg"]
-[[auth.tokens]]
 name = "any-tier"
 token = "{UNBOUND}"
 scopes = ["ingest"]
 "#,
         group = testkit::unique("forgery-collector")
     )
-}
-
-fn serve_config(store_url: &str, hook: &str) -> web::Config {
-    let mut config = e2e::serve_config_of(
-        "10m",
-        "20m",
-        r#"tiers = [{ name = "regional" }, { name = "aggregate" }]
-[[topology.edges]]
-upstream = "regional"
-downstream = "aggregate"
-datacenters = { dc1 = "agg" }
-replicator = { consumer_group = "mirror" }"#,
-        "60s",
-        hook,
-    );
-    config.serve.database_url = store_url.to_string();
-    config
 }
 
 /// Two partitions of `next_offset` each, read (or copied) up to now.
@@ -109,18 +76,15 @@ fn positions(next_offset: i64, lag: i64, now: i64) -> Vec<PartitionProgress> {
         .collect()
 }
 
-/// A progress report of `topic` by `tier`/`datacenter` emitted at `emitted_at`.
+/// A progress report of `topic` by `tier`/`dc`: both partitions at `next`, `lag`.
 fn report(topic: &str, tier: &str, dc: &str, next: i64, lag: i64, emitted_at: i64) -> AuditMessage {
-    let now = common::now_ms();
-    let mut m = AuditMessage::progress(
-        &Identity::new("regional", dc, format!("{dc}-0")),
+    progress(
         topic,
-        positions(next, lag, now),
+        tier,
+        dc,
+        positions(next, lag, common::now_ms()),
         emitted_at,
-    );
-    // (Built apart: a library identity refuses reserved tiers.)
-    m.tier = tier.to_string();
-    m
+    )
 }
 
 /// `count` records of `topic` in window `w` counted by `tier`/`dc`, offsets 0 to
@@ -209,7 +173,7 @@ impl Round {
             let lag = 125i64.saturating_sub(copied).max(0);
             regional.push(report("payments", EVIDENCE, "dc1", copied, lag, now));
         }
-        post(self.addr, REGIONAL, &regional).await;
+        post(self.addr, REGIONAL_TOKEN, &regional).await;
         let orders = report("orders", EVIDENCE, "dc1", 50, 0, now).to_json();
         send_queued(
             &self.producer,
@@ -220,7 +184,7 @@ impl Round {
         let now = common::now_ms();
         post(
             self.addr,
-            AGGREGATE,
+            AGGREGATE_TOKEN,
             &[
                 report("payments", "aggregate", "agg", down, 0, now),
                 report("orders", "aggregate", "agg", 32, 0, now),
@@ -268,8 +232,11 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
         testkit::create_topic(&bootstrap, t, 1).await;
     }
     let db = testkit::fresh_database("forgery").await;
-    let config: collector::CollectConfig =
-        toml::from_str(&collect_toml(db.url(), &bootstrap, &audit, &evidence_topic)).unwrap();
+    let config: collector::CollectConfig = toml::from_str(&collect_toml(
+        db.url(),
+        &sources_and_unbound(&bootstrap, &audit, &evidence_topic),
+    ))
+    .unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let collector = collector::start(config, stop.clone())
         .await
@@ -277,7 +244,7 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
     let addr = collector.http_addr.unwrap();
     let (pages, hook) = e2e::start_receiver().await;
     let store = store::Store::connect(db.url()).await.unwrap();
-    let state = web::AppState::new(serve_config(db.url(), &hook), store).unwrap();
+    let state = web::AppState::new(serve_config(db.url(), "20m", "60s", &hook), store).unwrap();
     let jobs = state.spawn_jobs(&stop);
     let serve_metrics = || state.metrics.encode();
 
@@ -286,7 +253,7 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
     let w = common::now_ms().div_euclid(WINDOW) * WINDOW;
     post(
         addr,
-        REGIONAL,
+        REGIONAL_TOKEN,
         &[
             counted("payments", "regional", "dc1", w, 250, 0, 124),
             counted("orders", "regional", "dc1", w, 100, 0, 49),
@@ -295,7 +262,7 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
     .await;
     post(
         addr,
-        AGGREGATE,
+        AGGREGATE_TOKEN,
         &[
             counted("payments", "aggregate", "agg", w, 240, 0, 119),
             counted("orders", "aggregate", "agg", w, 63, 0, 31),
@@ -360,7 +327,7 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
     let ahead = common::now_ms() + 59 * 60_000 + 50_000;
     post(
         addr,
-        REGIONAL,
+        REGIONAL_TOKEN,
         &[report("payments", EVIDENCE, "dc1", 125, 0, ahead)],
     )
     .await;
@@ -386,7 +353,7 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
     // The replicator catches up: 250 = 250.
     post(
         addr,
-        AGGREGATE,
+        AGGREGATE_TOKEN,
         &[counted("payments", "aggregate", "agg", w, 10, 120, 124)],
     )
     .await;

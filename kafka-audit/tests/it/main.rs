@@ -47,6 +47,7 @@ mod inspect;
 mod integrity;
 mod java_interceptors;
 mod late_auditor;
+mod mirror_http;
 mod region_only_topic;
 mod replicated;
 mod rollup_held;

@@ -421,9 +421,10 @@ impl Early {
                     Some(common::replication::Replicator::SameCluster) => "they were in the log",
                     _ => "the replicator had copied past them",
                 };
-                let rests_on = match rests_on.is_empty() {
-                    true => String::new(),
-                    false => format!(" ({rests_on})"),
+                let rests_on = if rests_on.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({rests_on})")
                 };
                 return (
                     Some(SoFar::Loss),

@@ -177,12 +177,11 @@ impl Evaluator {
     /// within `forget_after`) are removed, except after a capped read.
     pub(super) fn update_evidence_age_metrics(
         &mut self,
-        newest: &BTreeMap<(String, String), i64>,
-        now: i64,
+        evidence: &BTreeMap<(String, String), engine::EvidenceStatus>,
         capped: bool,
     ) {
-        let mut seen = HashSet::with_capacity(newest.len());
-        for ((tier, datacenter), last) in newest {
+        let mut seen = HashSet::with_capacity(evidence.len());
+        for ((tier, datacenter), status) in evidence {
             let labels = TierLabels {
                 tier: tier.into(),
                 datacenter: datacenter.into(),
@@ -190,7 +189,7 @@ impl Evaluator {
             self.metrics
                 .replication_evidence_age
                 .get_or_create(&labels)
-                .set(now.saturating_sub(*last).max(0) / 1000);
+                .set(status.age_ms / 1000);
             seen.insert(labels);
         }
         if capped {

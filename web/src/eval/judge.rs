@@ -26,6 +26,29 @@ pub(super) struct Pass<'a> {
 }
 
 impl Evaluator {
+    /// A pass judging with `topo`, `staged` and `now`, starting from the window-size
+    /// mismatches the index holds.
+    pub(super) fn pass<'a>(
+        &self,
+        topo: &'a Topology,
+        staged: &'a HashMap<String, engine::Staged>,
+        now: i64,
+    ) -> Pass<'a> {
+        let mismatches = self
+            .index
+            .read()
+            .expect("verdict index lock")
+            .window_mismatches
+            .clone();
+        Pass {
+            topo,
+            staged,
+            now,
+            mismatches,
+            stats: CycleStats::default(),
+        }
+    }
+
     /// Topic → windows older than `span_from` (and from `from_window` on) a cycle after
     /// the first re-judges: those with late increments and those waiting for an auditor;
     /// `None` when the read of late windows reached its cap.

@@ -353,8 +353,9 @@ impl Evaluator {
             }
         }
         self.update_auditor_metrics(&auditors, auditors_capped);
-        self.update_evidence_age_metrics(&evidence, now, auditors_capped);
-        plan.evidence = Some(engine::evidence_status(evidence, now, topo.stall_after_ms));
+        let evidence = engine::evidence_status(evidence, now, topo.stall_after_ms);
+        self.update_evidence_age_metrics(&evidence, auditors_capped);
+        plan.evidence = Some(evidence);
         plan.auditors = Some((auditors, auditors_capped));
         let progress = Arc::new(progress);
         self.progress = progress.clone();
@@ -364,20 +365,9 @@ impl Evaluator {
         let staged = crate::judging::staged_by_topic(&self.store, horizon_start, i64::MAX).await?;
 
         plan.horizon_start = Some(horizon_start);
-        let mut mismatches = self
-            .index
-            .read()
-            .expect("verdict index lock")
-            .window_mismatches
-            .clone();
-        mismatches.retain(|_, m| m.window_start >= horizon_start);
-        let mut pass = Pass {
-            topo: &topo,
-            staged: &staged,
-            now,
-            mismatches,
-            stats: CycleStats::default(),
-        };
+        let mut pass = self.pass(&topo, &staged, now);
+        pass.mismatches
+            .retain(|_, m| m.window_start >= horizon_start);
         match (self.last_cycle, self.loaded_from) {
             (Some(last), Some(loaded_from)) => {
                 let from_window = horizon_start.max(loaded_from);
@@ -479,19 +469,7 @@ impl Evaluator {
         // Progress of the last cycle (read before these window rows), then staged
         // increments, then window rows: the read order of `crate::judging`.
         let staged = crate::judging::staged_by_topic(&self.store, from, loaded_from).await?;
-        let mismatches = self
-            .index
-            .read()
-            .expect("verdict index lock")
-            .window_mismatches
-            .clone();
-        let mut pass = Pass {
-            topo: &topo,
-            staged: &staged,
-            now,
-            mismatches,
-            stats: CycleStats::default(),
-        };
+        let mut pass = self.pass(&topo, &staged, now);
         let mut plan = IndexPlan::default();
         let result = self
             .load_range(&mut pass, TimeRange::new(from, loaded_from), &mut plan)

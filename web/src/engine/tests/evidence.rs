@@ -460,6 +460,14 @@ fn reasons_say_how_far_behind_the_downstream_is() {
     );
 }
 
+/// The window `W` on regional → aggregate/agg, judged at `at` from `rows`, the regional
+/// auditors caught up and the downstream's progress `down`.
+fn aggregate_at(t: &Topology, rows: &[WindowRow], down: Vec<ProgressRow>, at: i64) -> EdgeWindow {
+    let progress = [regionals(at), down].concat();
+    let out = t.evaluate_topic("orders", &[W], rows, &progress, at);
+    find(&out, "regional", "agg").clone()
+}
+
 /// M2 of reviews/security-3.md: increments of count 0 count nothing, so their record
 /// times are nothing the downstream must have read. A datacenter's token posting
 /// count-0 increments with a record time an hour ahead (what validation lets through)
@@ -479,9 +487,7 @@ fn count_zero_increments_ask_the_downstream_for_nothing() {
         read(0, R + 2, Some(0), now),
         read(1, R + 5_002, Some(0), now),
     ];
-    let progress = [regionals(now), down].concat();
-    let out = t.evaluate_topic("orders", &[W], &rows, &progress, now);
-    let v = find(&out, "regional", "agg");
+    let v = aggregate_at(&t, &rows, down, now);
     assert_eq!(
         (v.verdict, v.lifecycle),
         (Verdict::Loss, Lifecycle::Final),
@@ -495,9 +501,7 @@ fn count_zero_increments_ask_the_downstream_for_nothing() {
         read(0, R + 2, Some(0), later),
         read(1, R + 5_002, Some(0), later),
     ];
-    let progress = [regionals(later), down].concat();
-    let out = t.evaluate_topic("orders", &[W], &rows, &progress, later);
-    let v = find(&out, "regional", "agg");
+    let v = aggregate_at(&t, &rows, down, later);
     assert_eq!(
         (v.verdict, v.lifecycle),
         (Verdict::Loss, Lifecycle::Final),
@@ -526,9 +530,7 @@ fn a_record_time_ahead_of_its_receipt_holds_a_loss_for_grace_at_most() {
         read(0, later - 2_000, Some(0), later),
         read(1, later - 2_000, Some(0), later),
     ];
-    let progress = [regionals(later), down].concat();
-    let out = t.evaluate_topic("orders", &[W], &rows, &progress, later);
-    let v = find(&out, "regional", "agg");
+    let v = aggregate_at(&t, &rows, down, later);
     assert_eq!(
         (v.verdict, v.lifecycle),
         (Verdict::Loss, Lifecycle::Final),
