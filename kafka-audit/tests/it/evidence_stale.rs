@@ -17,10 +17,9 @@ use std::time::{Duration, Instant};
 
 use audit_lib::{AuditMessage, PartitionProgress};
 
-use crate::e2e;
 use crate::integrity::{array, post};
 use crate::mirror_http::{
-    collect_toml, progress, serve_config, AGGREGATE_TOKEN, EVIDENCE, REGIONAL_TOKEN,
+    collect_toml, progress, serve_config, Services, AGGREGATE_TOKEN, EVIDENCE, REGIONAL_TOKEN,
 };
 
 const TOPICS: usize = 1_000;
@@ -94,21 +93,15 @@ fn series<'a>(metrics: &'a str, name: &str) -> Vec<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evidence_that_stops_on_an_edge_of_1000_topics_pages_once_postgres() {
     let db = testkit::fresh_database("evidence_stale").await;
-    let config: collector::CollectConfig =
-        toml::from_str(&collect_toml(db.url(), "")).expect("collect.toml");
-    let stop = tokio_util::sync::CancellationToken::new();
-    let collector = collector::start(config, stop.clone())
-        .await
-        .expect("collector starts");
-    let addr = collector.http_addr.unwrap();
-    let (pages, hook) = e2e::start_receiver().await;
-    let store = store::Store::connect(db.url()).await.unwrap();
-    let state = web::AppState::new(
-        serve_config(db.url(), "30s", &format!("{STALL_AFTER_S}s"), &hook),
-        store,
-    )
-    .unwrap();
-    let jobs = state.spawn_jobs(&stop);
+    let services = Services::start(db.url(), &collect_toml(db.url(), ""), |hook| {
+        serve_config(db.url(), "30s", &format!("{STALL_AFTER_S}s"), hook)
+    })
+    .await;
+    let (addr, pages, state) = (
+        services.addr,
+        services.pages.clone(),
+        services.state.clone(),
+    );
 
     // Evidence of every topic, until serve has read it (one age series).
     let age = |state: &web::AppState| -> Vec<String> {
@@ -154,14 +147,7 @@ async fn evidence_that_stops_on_an_edge_of_1000_topics_pages_once_postgres() {
     })
     .await;
     let all = pages.all();
-    stop.cancel();
-    for job in jobs {
-        job.await.unwrap();
-    }
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("collector stops")
-        .unwrap();
+    services.stop().await;
 
     assert_eq!(
         during.len(),

@@ -33,7 +33,7 @@ use serde_json::Value;
 use crate::e2e;
 use crate::integrity::{array, metrics, try_post};
 use crate::mirror_http::{
-    collect_toml, progress, serve_config, AGGREGATE_TOKEN, EVIDENCE, REGIONAL_TOKEN,
+    collect_toml, progress, serve_config, Services, AGGREGATE_TOKEN, EVIDENCE, REGIONAL_TOKEN,
 };
 use crate::support::{producer, send_queued};
 
@@ -232,20 +232,19 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
         testkit::create_topic(&bootstrap, t, 1).await;
     }
     let db = testkit::fresh_database("forgery").await;
-    let config: collector::CollectConfig = toml::from_str(&collect_toml(
+    let collect = collect_toml(
         db.url(),
         &sources_and_unbound(&bootstrap, &audit, &evidence_topic),
-    ))
-    .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let collector = collector::start(config, stop.clone())
-        .await
-        .expect("collector starts");
-    let addr = collector.http_addr.unwrap();
-    let (pages, hook) = e2e::start_receiver().await;
-    let store = store::Store::connect(db.url()).await.unwrap();
-    let state = web::AppState::new(serve_config(db.url(), "20m", "60s", &hook), store).unwrap();
-    let jobs = state.spawn_jobs(&stop);
+    );
+    let services = Services::start(db.url(), &collect, |hook| {
+        serve_config(db.url(), "20m", "60s", hook)
+    })
+    .await;
+    let (addr, pages, state) = (
+        services.addr,
+        services.pages.clone(),
+        services.state.clone(),
+    );
     let serve_metrics = || state.metrics.encode();
 
     // The window: payments 250 counted upstream (offsets 0–124 on both partitions),
@@ -376,14 +375,7 @@ async fn forged_evidence_never_proves_a_loss_and_the_real_one_pages_postgres() {
         .map(|k| k.topic.clone())
         .collect();
     let all = pages.all();
-    stop.cancel();
-    for job in jobs {
-        job.await.unwrap();
-    }
-    tokio::time::timeout(Duration::from_secs(30), collector.wait())
-        .await
-        .expect("collector stops")
-        .unwrap();
+    services.stop().await;
 
     assert!(caught_up, "{payments}");
     assert_ne!(payments["so_far"], "loss", "{payments}");

@@ -76,3 +76,55 @@ pub fn progress(
     m.tier = tier.to_string();
     m
 }
+
+/// The collector (HTTP ingest at `addr`) and serve with its jobs on one database,
+/// alerting to a local webhook receiver (`pages`).
+pub struct Services {
+    pub addr: std::net::SocketAddr,
+    pub pages: e2e::Pages,
+    pub state: web::AppState,
+    stop: tokio_util::sync::CancellationToken,
+    jobs: Vec<tokio::task::JoinHandle<()>>,
+    collector: collector::Collector,
+}
+
+impl Services {
+    /// The collector of `collect` (TOML) and serve of `serve(hook)` on `store_url`.
+    pub async fn start(
+        store_url: &str,
+        collect: &str,
+        serve: impl FnOnce(&str) -> web::Config,
+    ) -> Services {
+        let config: collector::CollectConfig = toml::from_str(collect).expect("collect.toml");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let collector = collector::start(config, stop.clone())
+            .await
+            .expect("collector starts");
+        let addr = collector.http_addr.unwrap();
+        let (pages, hook) = e2e::start_receiver().await;
+        let store = store::Store::connect(store_url).await.unwrap();
+        let state = web::AppState::new(serve(&hook), store).unwrap();
+        let jobs = state.spawn_jobs(&stop);
+        Services {
+            addr,
+            pages,
+            state,
+            stop,
+            jobs,
+            collector,
+        }
+    }
+
+    /// Stops serve's jobs and the collector and waits for them (a failure fails the
+    /// test); call it before asserting, so a failed assertion leaves nothing running.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        for job in self.jobs {
+            job.await.unwrap();
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(30), self.collector.wait())
+            .await
+            .expect("collector stops")
+            .unwrap();
+    }
+}
